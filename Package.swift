@@ -1,0 +1,71 @@
+// swift-tools-version:6.0
+// The map of Larder. Dependencies point inward:
+//   larder (executable) → LarderService → adapters (SQLite, Curl, HTTP) → LarderEngine → LarderCore.
+// Each C module is imported by exactly one adapter.
+import PackageDescription
+
+let strict: [SwiftSetting] = [
+    .enableUpcomingFeature("InternalImportsByDefault"),
+]
+
+let package = Package(
+    name: "Larder",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "larder", targets: ["larder"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.0.0"),
+    ],
+    targets: [
+        // System libraries (Debian -dev packages) with thin shims for calls Swift cannot make.
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+
+        // Pure decisions: keys, freshness, policies, access rules. No I/O, no C.
+        .target(
+            name: "LarderCore",
+            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: strict
+        ),
+        // Orchestration: lookup → decide → fetch → store, behind storage/upstream protocols.
+        .target(
+            name: "LarderEngine",
+            dependencies: ["LarderCore", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict
+        ),
+        // Adapters: each is the only importer of its C module.
+        .target(name: "LarderSQLite", dependencies: ["CSQLite", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore"], swiftSettings: strict),
+        .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: strict),
+        // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
+        .target(
+            name: "LarderService",
+            dependencies: [
+                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "larder",
+            dependencies: [
+                "LarderService",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+
+        .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
+        .testTarget(name: "LarderSQLiteTests", dependencies: ["LarderSQLite", "LarderEngine", "LarderCore"]),
+        .testTarget(
+            name: "LarderIntegrationTests",
+            dependencies: ["LarderService", "LarderHTTP", "LarderCore"]
+        ),
+    ]
+)

@@ -1,0 +1,35 @@
+#ifndef LARDER_CMICROHTTPD_SHIM_H
+#define LARDER_CMICROHTTPD_SHIM_H
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/socket.h>
+#include <microhttpd.h>
+
+// MHD_start_daemon takes a variadic option list, which Swift cannot build. This wrapper
+// passes the one option set Larder uses.
+static inline struct MHD_Daemon *_Nullable larder_mhd_start(
+    unsigned int flags,
+    const struct sockaddr *_Nonnull address,
+    unsigned int threadPoolSize,
+    unsigned int connectionTimeoutSeconds,
+    unsigned int connectionLimit,
+    MHD_AccessHandlerCallback _Nonnull handler, void *_Nullable handlerContext,
+    MHD_RequestCompletedCallback _Nonnull completed, void *_Nullable completedContext) {
+    return MHD_start_daemon(flags, 0, 0, 0, handler, handlerContext,
+                            MHD_OPTION_SOCK_ADDR, address,
+                            MHD_OPTION_THREAD_POOL_SIZE, threadPoolSize,
+                            MHD_OPTION_CONNECTION_TIMEOUT, connectionTimeoutSeconds,
+                            MHD_OPTION_CONNECTION_LIMIT, connectionLimit,
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, completedContext,
+                            MHD_OPTION_END);
+}
+
+// MHD_get_daemon_info is variadic; the bound port is read after binding to port 0.
+static inline uint16_t larder_mhd_bound_port(struct MHD_Daemon *_Nonnull daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
+    return info == 0 ? 0 : info->port;
+}
+
+#endif

@@ -1,0 +1,87 @@
+// Cache-Control parsing (RFC 9111 §5.2). Directive names are case-insensitive; values are
+// tokens or quoted strings. Unknown directives are kept but ignored by the rules (§5.2.3).
+
+public struct CacheControl: Sendable, Equatable {
+    /// Directives in order of appearance; a name may repeat.
+    public private(set) var directives: [(name: String, value: String?)] = []
+
+    public init(_ headerValues: [String]) {
+        for value in headerValues { parse(value) }
+    }
+
+    public static func == (lhs: CacheControl, rhs: CacheControl) -> Bool {
+        lhs.directives.elementsEqual(rhs.directives) { $0.name == $1.name && $0.value == $1.value }
+    }
+
+    public func has(_ name: String) -> Bool {
+        directives.contains { $0.name == name }
+    }
+
+    /// A delta-seconds directive (§1.2.2). Returns `.invalid` when the value is missing,
+    /// malformed, or the directive appears more than once with different values; §4.2.1 says a
+    /// cache should then consider the response stale.
+    public func seconds(_ name: String) -> DeltaSeconds {
+        let found = directives.filter { $0.name == name }
+        guard let first = found.first else { return .absent }
+        guard found.allSatisfy({ $0.value == first.value }), let text = first.value, !text.isEmpty,
+              text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+            return .invalid
+        }
+        // §1.2.2: values too large to represent are taken as 2^31.
+        return .value(Double(Int(text.prefix(10)) ?? Int(Int32.max)).clamped(to: 0...2_147_483_648))
+    }
+
+    public enum DeltaSeconds: Equatable, Sendable {
+        case absent
+        case invalid
+        case value(Double)
+    }
+
+    private mutating func parse(_ text: String) {
+        var bytes = Substring(text)
+        while !bytes.isEmpty {
+            // name
+            bytes = bytes.drop { $0 == " " || $0 == "\t" || $0 == "," }
+            guard !bytes.isEmpty else { break }
+            let nameEnd = bytes.firstIndex { $0 == "=" || $0 == "," } ?? bytes.endIndex
+            let name = bytes[..<nameEnd].trimmingSpaces.lowercasedASCII
+            bytes = bytes[nameEnd...]
+            var value: String?
+            if bytes.first == "=" {
+                bytes = bytes.dropFirst().drop { $0 == " " || $0 == "\t" }
+                if bytes.first == "\"" {
+                    // quoted-string with quoted-pairs (RFC 9110 §5.6.4)
+                    var result = ""
+                    var index = bytes.index(after: bytes.startIndex)
+                    var closed = false
+                    while index < bytes.endIndex {
+                        let character = bytes[index]
+                        if character == "\\" {
+                            index = bytes.index(after: index)
+                            if index < bytes.endIndex { result.append(bytes[index]) ; index = bytes.index(after: index) }
+                            continue
+                        }
+                        if character == "\"" { closed = true; index = bytes.index(after: index); break }
+                        result.append(character)
+                        index = bytes.index(after: index)
+                    }
+                    value = closed ? result : nil
+                    bytes = bytes[index...]
+                    let rest = bytes.firstIndex(of: ",") ?? bytes.endIndex
+                    bytes = bytes[rest...]
+                } else {
+                    let end = bytes.firstIndex(of: ",") ?? bytes.endIndex
+                    value = bytes[..<end].trimmingSpaces
+                    bytes = bytes[end...]
+                }
+            }
+            if !name.isEmpty { directives.append((name, value)) }
+        }
+    }
+}
+
+extension Comparable {
+    func clamped(to range: ClosedRange<Self>) -> Self {
+        min(max(self, range.lowerBound), range.upperBound)
+    }
+}

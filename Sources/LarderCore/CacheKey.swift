@@ -1,0 +1,101 @@
+// The cache key (README "The cache key").
+//
+// key = hex(HMAC-SHA-256(instanceSecret, encoding)), where `encoding` is the UTF-8 text
+//
+//   larder-key/1\n
+//   namespace=<n>:<namespace>\n
+//   method=<n>:<METHOD>\n
+//   url=<n>:<normalised URL, ignoreQuery removed>\n
+//   body=<n>:<hex SHA-256 of the request body, or empty when there is none>\n
+//   sensitive=<n>:<canonical JSON of `sensitive`, or empty>\n
+//   credentials=<n>:<Authorization and Cookie values, each "name:value\n", or empty>\n
+//
+// and <n> is the byte length of the value that follows, so no two different inputs encode
+// alike. The instance secret makes keys and fingerprints useless to anyone holding only the
+// database: a user id or a token cannot be recovered by hashing guesses.
+//
+// `version` is deliberately not in the key: an entry stored under another version occupies
+// the same slot, is never served, and is replaced by the next fetch (YTKNetwork's cacheVersion).
+
+import Crypto
+import Foundation
+
+public struct CacheKey: Sendable, Hashable, CustomStringConvertible {
+    public let hex: String
+    public init(hex: String) { self.hex = hex }
+    public var description: String { hex }
+}
+
+public struct CacheKeyBuilder: Sendable {
+    // Kept as bytes: SymmetricKey is not Sendable. Building one per request costs a copy.
+    private let secretBytes: [UInt8]
+
+    /// `secret` is the instance secret (32 random bytes kept beside the database).
+    public init(secret: [UInt8]) {
+        self.secretBytes = secret
+    }
+
+    public struct Derived: Sendable {
+        public let key: CacheKey
+        /// HMAC of the `sensitive` value, stored beside the entry; nil when there is none.
+        public let sensitiveFingerprint: String?
+        /// The key has a per-caller part (`sensitive` or credentials): the entry is private to it.
+        public let partitioned: Bool
+    }
+
+    public func derive(for request: FetchRequest) -> Derived {
+        let sensitive = request.cache.sensitive.map(\.canonicalBytes)
+        var credentials: [UInt8] = []
+        for field in request.headers where field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie") {
+            credentials.append(contentsOf: field.name.lowercasedASCII.utf8)
+            credentials.append(UInt8(ascii: ":"))
+            credentials.append(contentsOf: field.value.utf8)
+            credentials.append(UInt8(ascii: "\n"))
+        }
+        let bodyHash = request.body.map { Self.hex(SHA256.hash(data: $0)) } ?? ""
+
+        var encoding: [UInt8] = Array("larder-key/1\n".utf8)
+        encoding.reserveCapacity(256 + credentials.count + (sensitive?.count ?? 0))
+        Self.append("namespace", Array(request.cache.namespace.utf8), to: &encoding)
+        Self.append("method", Array(request.method.rawValue.utf8), to: &encoding)
+        Self.append("url", Array(request.url.keyString(ignoring: request.cache.ignoreQuery).utf8), to: &encoding)
+        Self.append("body", Array(bodyHash.utf8), to: &encoding)
+        Self.append("sensitive", sensitive ?? [], to: &encoding)
+        Self.append("credentials", credentials, to: &encoding)
+
+        let secret = SymmetricKey(data: secretBytes)
+        let key = CacheKey(hex: Self.hex(HMAC<SHA256>.authenticationCode(for: encoding, using: secret)))
+        let fingerprint = sensitive.map { value -> String in
+            Self.hex(HMAC<SHA256>.authenticationCode(for: Array("sensitive\n".utf8) + value, using: secret))
+        }
+        return Derived(key: key, sensitiveFingerprint: fingerprint, partitioned: sensitive != nil || !credentials.isEmpty)
+    }
+
+    private static func append(_ name: String, _ value: [UInt8], to out: inout [UInt8]) {
+        out.append(contentsOf: name.utf8)
+        out.append(UInt8(ascii: "="))
+        out.append(contentsOf: String(value.count).utf8)
+        out.append(UInt8(ascii: ":"))
+        out.append(contentsOf: value)
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    static func hex<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        for byte in bytes {
+            out.append(hexDigits[Int(byte >> 4)])
+            out.append(hexDigits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// SHA-256 of a stored body, checked on every read so a damaged row is never served.
+public enum BodyChecksum {
+    public static func compute(_ body: [UInt8]) -> [UInt8] {
+        Array(SHA256.hash(data: body))
+    }
+}

@@ -1,0 +1,141 @@
+// The JSON envelope /fetch answers with, written straight into bytes. The stored headers
+// are kept pre-rendered and JSON bodies are embedded as they are (they were validated when
+// stored), so a hit costs a few appends rather than a parse and an encode.
+
+import Foundation
+
+/// How a body is carried in the envelope.
+public enum BodyKind: Int, Sendable {
+    case json = 0     // "body": the upstream JSON, verbatim
+    case text = 1     // "bodyText": UTF-8 text
+    case binary = 2   // "bodyBase64"
+
+    /// JSON when the content type says JSON and the body parses as UTF-8 JSON; text when it is
+    /// valid UTF-8; base64 otherwise.
+    public static func classify(contentType: String?, body: [UInt8]) -> BodyKind {
+        guard !body.isEmpty else { return .text }
+        guard String(validating: body, as: UTF8.self) != nil else { return .binary }
+        let type = (contentType ?? "").lowercasedASCII
+        let mediaType = type.split(separator: ";").first.map { $0.trimmingSpaces } ?? ""
+        if mediaType == "application/json" || mediaType.hasSuffix("+json") || mediaType == "text/json",
+           body.first != 0xEF, // no byte-order mark
+           (try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])) != nil {
+            return .json
+        }
+        return .text
+    }
+}
+
+public enum CacheOutcome: String, Sendable {
+    case hit, miss, stale, bypass
+
+    /// The `X-Cache` header value.
+    public var headerValue: String { rawValue.uppercased() }
+}
+
+public struct CacheReport: Sendable, Equatable {
+    public var outcome: CacheOutcome
+    public var key: CacheKey
+    public var age: Double
+    public var ttl: Double?
+    public var version: Int64
+    public var stored: Bool
+    /// Why the response was not stored, when a rule refused it.
+    public var notStoredBecause: StoreRefusal?
+
+    public init(outcome: CacheOutcome, key: CacheKey, age: Double, ttl: Double?, version: Int64, stored: Bool,
+                notStoredBecause: StoreRefusal? = nil) {
+        self.outcome = outcome
+        self.key = key
+        self.age = age
+        self.ttl = ttl
+        self.version = version
+        self.stored = stored
+        self.notStoredBecause = notStoredBecause
+    }
+}
+
+public enum ResponseHeaders {
+    /// Renders response headers as a JSON object: names lower-cased, repeated fields combined
+    /// with ", " (RFC 9110 §5.3), hop-by-hop fields left out. `dropCookies` leaves Set-Cookie
+    /// out, as for stored entries: cookies are secrets and never land in the database.
+    public static func renderJSON(_ headers: [HeaderField], dropCookies: Bool) -> [UInt8] {
+        let nominated = HopByHop.nominated(in: headers)
+        var order: [String] = []
+        var values: [String: [String]] = [:]
+        for field in headers {
+            let name = field.name.lowercasedASCII
+            if HopByHop.contains(name, nominatedBy: nominated) { continue }
+            if dropCookies, name == "set-cookie" || name == "set-cookie2" { continue }
+            if values[name] == nil { order.append(name) }
+            values[name, default: []].append(field.value)
+        }
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        for (index, name) in order.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            JSONWriter.appendString(name, to: &out)
+            out.append(UInt8(ascii: ":"))
+            JSONWriter.appendString(values[name]!.joined(separator: ", "), to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+}
+
+public enum Envelope {
+    /// `{"status":…,"headers":{…},"body"|"bodyText"|"bodyBase64":…,"cache":{…},"timing":{…}}`
+    /// plus, when an upstream failure was tolerated, nothing else: errors use LarderError.jsonBody.
+    public static func render(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind,
+                              cache: CacheReport, totalMs: Double, upstreamMs: Double?) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(body.count * (kind == .json ? 1 : 2) + headersJSON.count + 256)
+        out.append(contentsOf: #"{"status":"#.utf8)
+        out.append(contentsOf: String(status).utf8)
+        out.append(contentsOf: #","headers":"#.utf8)
+        out.append(contentsOf: headersJSON)
+        switch kind {
+        case .json:
+            out.append(contentsOf: #","body":"#.utf8)
+            out.append(contentsOf: body)
+        case .text:
+            out.append(contentsOf: #","bodyText":""#.utf8)
+            JSONWriter.appendEscaped(body, to: &out)
+            out.append(UInt8(ascii: "\""))
+        case .binary:
+            out.append(contentsOf: #","bodyBase64":""#.utf8)
+            out.append(contentsOf: Data(body).base64EncodedString().utf8)
+            out.append(UInt8(ascii: "\""))
+        }
+        out.append(contentsOf: #","cache":{"outcome":""#.utf8)
+        out.append(contentsOf: cache.outcome.rawValue.utf8)
+        out.append(contentsOf: #"","key":""#.utf8)
+        out.append(contentsOf: cache.key.hex.utf8)
+        out.append(contentsOf: #"","age":"#.utf8)
+        out.append(contentsOf: String(Int(cache.age.rounded(.down))).utf8)
+        out.append(contentsOf: #","ttl":"#.utf8)
+        if let ttl = cache.ttl {
+            out.append(contentsOf: String(Int(ttl.rounded(.down))).utf8)
+        } else {
+            out.append(contentsOf: "null".utf8)
+        }
+        out.append(contentsOf: #","version":"#.utf8)
+        out.append(contentsOf: String(cache.version).utf8)
+        out.append(contentsOf: #","stored":"#.utf8)
+        out.append(contentsOf: (cache.stored ? "true" : "false").utf8)
+        if let reason = cache.notStoredBecause {
+            out.append(contentsOf: #","notStoredBecause":""#.utf8)
+            out.append(contentsOf: reason.rawValue.utf8)
+            out.append(UInt8(ascii: "\""))
+        }
+        out.append(contentsOf: #"},"timing":{"totalMs":"#.utf8)
+        JSONWriter.appendMilliseconds(totalMs, to: &out)
+        out.append(contentsOf: #","upstreamMs":"#.utf8)
+        if let upstreamMs {
+            JSONWriter.appendMilliseconds(upstreamMs, to: &out)
+        } else {
+            out.append(contentsOf: "null".utf8)
+        }
+        out.append(contentsOf: "}}".utf8)
+        return out
+    }
+}

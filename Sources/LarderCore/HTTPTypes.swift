@@ -1,0 +1,107 @@
+// Small HTTP vocabulary shared by the core, the engine and the adapters.
+
+public enum HTTPMethod: String, Sendable, CaseIterable {
+    case get = "GET", head = "HEAD", post = "POST", put = "PUT", patch = "PATCH", delete = "DELETE"
+}
+
+/// One header field. Names keep the case they arrived in; comparisons ignore it (RFC 9110 §5.1).
+public struct HeaderField: Sendable, Equatable {
+    public var name: String
+    public var value: String
+    public init(_ name: String, _ value: String) { self.name = name; self.value = value }
+}
+
+extension Array where Element == HeaderField {
+    /// Every value of `name`, case-insensitively, in order.
+    public func values(_ name: String) -> [String] {
+        var result: [String] = []
+        for field in self where field.name.caseInsensitiveEquals(name) { result.append(field.value) }
+        return result
+    }
+
+    /// The values of `name` combined with ", " (RFC 9110 §5.3), or nil when absent.
+    public func combined(_ name: String) -> String? {
+        let found = values(name)
+        return found.isEmpty ? nil : found.joined(separator: ", ")
+    }
+}
+
+extension String {
+    /// ASCII case-insensitive equality, without allocating.
+    public func caseInsensitiveEquals(_ other: String) -> Bool {
+        let lhs = utf8, rhs = other.utf8
+        guard lhs.count == rhs.count else { return false }
+        for (left, right) in zip(lhs, rhs) where left != right {
+            guard lowerASCII(left) == lowerASCII(right) else { return false }
+        }
+        return true
+    }
+
+    public var lowercasedASCII: String {
+        guard utf8.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) else { return self }
+        return String(decoding: utf8.map(lowerASCII), as: UTF8.self)
+    }
+}
+
+@inline(__always) func lowerASCII(_ byte: UInt8) -> UInt8 {
+    byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
+}
+
+public enum HTTPToken {
+    /// RFC 9110 §5.6.2 tchar.
+    public static func isValidName(_ name: String) -> Bool {
+        guard !name.isEmpty else { return false }
+        return name.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                true
+            default:
+                "!#$%&'*+-.^_`|~".utf8.contains(byte)
+            }
+        }
+    }
+
+    /// Field values must not smuggle line breaks or NULs (RFC 9110 §5.5).
+    public static func isValidValue(_ value: String) -> Bool {
+        !value.utf8.contains { $0 == 0x0A || $0 == 0x0D || $0 == 0x00 }
+    }
+}
+
+/// Connection-specific fields (RFC 9110 §7.6.1): never forwarded, never stored.
+public enum HopByHop {
+    public static let names: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+        "proxy-authenticate", "proxy-authorization",
+    ]
+
+    /// True when `name` is hop-by-hop itself or nominated by a `Connection` field.
+    public static func contains(_ name: String, nominatedBy connection: Set<String>) -> Bool {
+        let lower = name.lowercasedASCII
+        return names.contains(lower) || connection.contains(lower)
+    }
+
+    public static func nominated(in headers: [HeaderField]) -> Set<String> {
+        var result: Set<String> = []
+        for value in headers.values("connection") {
+            for token in value.split(separator: ",") {
+                let trimmed = token.trimmingSpaces.lowercasedASCII
+                if !trimmed.isEmpty { result.insert(trimmed) }
+            }
+        }
+        return result
+    }
+}
+
+extension StringProtocol {
+    /// Trims spaces and horizontal tabs (HTTP's OWS), nothing else.
+    public var trimmingSpaces: String {
+        var start = startIndex, end = endIndex
+        while start < end, self[start] == " " || self[start] == "\t" { start = index(after: start) }
+        while end > start {
+            let before = index(before: end)
+            guard self[before] == " " || self[before] == "\t" else { break }
+            end = before
+        }
+        return String(self[start..<end])
+    }
+}

@@ -1,0 +1,133 @@
+// A JSON value as callers send it (`body`, `sensitive`), with a canonical rendering so that
+// equal values always hash the same (object keys sorted, numbers in one form).
+
+public enum JSONValue: Sendable, Equatable, Hashable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+}
+
+extension JSONValue: Codable {
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Int64.self) {
+            self = .int(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .double(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .int(let value): try container.encode(value)
+        case .double(let value): try container.encode(value)
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
+}
+
+extension JSONValue {
+    /// Canonical UTF-8 rendering: keys sorted by their UTF-8 bytes, no insignificant whitespace,
+    /// integral doubles written as integers. Used for hashing and for sending `body` upstream.
+    public var canonicalBytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(64)
+        render(into: &out)
+        return out
+    }
+
+    public func render(into out: inout [UInt8]) {
+        switch self {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let value): out.append(contentsOf: (value ? "true" : "false").utf8)
+        case .int(let value): out.append(contentsOf: String(value).utf8)
+        case .double(let value):
+            if value.rounded() == value, abs(value) < 9.0e15 {
+                out.append(contentsOf: String(Int64(value)).utf8)
+            } else {
+                out.append(contentsOf: String(value).utf8)
+            }
+        case .string(let value): JSONWriter.appendString(value, to: &out)
+        case .array(let values):
+            out.append(UInt8(ascii: "["))
+            for (index, value) in values.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                value.render(into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            let sorted = members.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+            for (index, member) in sorted.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONWriter.appendString(member.key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                member.value.render(into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+}
+
+/// Small helpers for writing JSON by hand on the hot path, where building a dictionary and
+/// running an encoder would cost more than the cache lookup itself.
+public enum JSONWriter {
+    private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
+
+    public static func appendString(_ string: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        appendEscaped(string.utf8, to: &out)
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// Escapes UTF-8 bytes for use inside a JSON string (RFC 8259 §7).
+    public static func appendEscaped<Bytes: Sequence>(_ bytes: Bytes, to out: inout [UInt8]) where Bytes.Element == UInt8 {
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\""))
+            case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\\"))
+            case 0x0A: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "n"))
+            case 0x0D: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "r"))
+            case 0x09: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "t"))
+            case 0..<0x20, 0x7F:
+                out.append(contentsOf: "\\u00".utf8)
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0x0F)])
+            default: out.append(byte)
+            }
+        }
+    }
+
+    public static func appendNumber(_ value: Double, to out: inout [UInt8]) {
+        if value.rounded() == value, abs(value) < 9.0e15 {
+            out.append(contentsOf: String(Int64(value)).utf8)
+        } else {
+            out.append(contentsOf: String(value).utf8)
+        }
+    }
+
+    /// Renders milliseconds with at most three decimals (timing fields).
+    public static func appendMilliseconds(_ value: Double, to out: inout [UInt8]) {
+        let thousandths = (value * 1000).rounded()
+        appendNumber(thousandths / 1000, to: &out)
+    }
+}

@@ -1,0 +1,64 @@
+// Expected failures that cross HTTP. Each has a stable code (documented in the README and the
+// OpenAPI spec) and knows its status; the message is for humans and may change.
+
+public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Code: String, Sendable, CaseIterable {
+        case invalidRequest = "invalid_request"
+        case notFound = "not_found"
+        case methodNotAllowed = "method_not_allowed"
+        case unauthorized = "unauthorized"
+        case upstreamUnreachable = "upstream_unreachable"
+        case upstreamTimeout = "upstream_timeout"
+        case upstreamTooLarge = "upstream_too_large"
+        case upstreamForbidden = "upstream_forbidden"
+        case upstreamError = "upstream_error"
+        case tooManyRedirects = "too_many_redirects"
+        case notCached = "not_cached"
+        case shuttingDown = "shutting_down"
+    }
+
+    public let code: Code
+    public let message: String
+    /// The request field at fault, for `invalid_request`.
+    public let field: String?
+
+    public init(_ code: Code, _ message: String, field: String? = nil) {
+        self.code = code
+        self.message = message
+        self.field = field
+    }
+
+    public var status: Int {
+        switch code {
+        case .invalidRequest: 400
+        case .unauthorized: 401
+        case .upstreamForbidden: 403
+        case .notFound: 404
+        case .methodNotAllowed: 405
+        case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects: 502
+        case .shuttingDown: 503
+        case .upstreamTimeout, .notCached: 504
+        }
+    }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+
+    public static func invalid(_ field: String, _ reason: String) -> LarderError {
+        LarderError(.invalidRequest, "\(field): \(reason)", field: field)
+    }
+
+    /// `{"error":{"code":"…","message":"…","field":"…"}}`
+    public var jsonBody: [UInt8] {
+        var out: [UInt8] = []
+        out.append(contentsOf: #"{"error":{"code":"#.utf8)
+        JSONWriter.appendString(code.rawValue, to: &out)
+        out.append(contentsOf: #","message":"#.utf8)
+        JSONWriter.appendString(message, to: &out)
+        if let field {
+            out.append(contentsOf: #","field":"#.utf8)
+            JSONWriter.appendString(field, to: &out)
+        }
+        out.append(contentsOf: "}}".utf8)
+        return out
+    }
+}

@@ -1,0 +1,131 @@
+// Which upstreams Larder may reach. Larder fetches URLs for other services, so without this
+// it is a way into the hosts behind it (SSRF). Two checks, both applied on every redirect hop:
+//  - the host name against `--allow-host` patterns (when any are given);
+//  - the address actually connected to (after DNS) against refused ranges. Checking the
+//    address, not the name, defeats names that resolve to internal addresses.
+
+public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
+    /// 4 bytes for IPv4, 16 for IPv6, network order.
+    public let bytes: [UInt8]
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 4 || bytes.count == 16 else { return nil }
+        self.bytes = bytes
+    }
+
+    /// An IPv4-mapped IPv6 address (::ffff:a.b.c.d) is judged as the IPv4 address it carries.
+    public var unmapped: IPAddress {
+        if bytes.count == 16, bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xFF, bytes[11] == 0xFF {
+            return IPAddress(bytes: Array(bytes[12..<16]))!
+        }
+        return self
+    }
+
+    public var description: String {
+        if bytes.count == 4 { return bytes.map(String.init).joined(separator: ".") }
+        return stride(from: 0, to: 16, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
+            .joined(separator: ":")
+    }
+}
+
+public struct AddressRange: Sendable, CustomStringConvertible {
+    public let network: [UInt8]
+    public let prefixLength: Int
+    public let label: String
+
+    /// `cidr` like "169.254.0.0/16" or "fe80::/10" (IPv6 written with a single "::" at most).
+    init(_ cidr: String, _ label: String) {
+        let parts = cidr.split(separator: "/")
+        self.network = AddressRange.parse(String(parts[0]))
+        self.prefixLength = Int(parts[1])!
+        self.label = label
+    }
+
+    public func contains(_ address: IPAddress) -> Bool {
+        guard address.bytes.count == network.count else { return false }
+        var remaining = prefixLength
+        for index in 0..<network.count where remaining > 0 {
+            let bits = min(8, remaining)
+            let mask: UInt8 = bits == 8 ? 0xFF : ~(0xFF >> UInt8(bits))
+            if address.bytes[index] & mask != network[index] & mask { return false }
+            remaining -= bits
+        }
+        return true
+    }
+
+    public var description: String { label }
+
+    /// Parses the literal forms used in the tables below.
+    static func parse(_ text: String) -> [UInt8] {
+        if text.contains(".") { return text.split(separator: ".").map { UInt8($0)! } }
+        let halves = text.components(separatedBy: "::")
+        func groups(_ part: String) -> [UInt16] { part.isEmpty ? [] : part.split(separator: ":").map { UInt16($0, radix: 16)! } }
+        let head = groups(halves[0]), tail = halves.count > 1 ? groups(halves[1]) : []
+        let all = head + Array(repeating: 0, count: 8 - head.count - tail.count) + tail
+        return all.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xFF)] }
+    }
+}
+
+public struct UpstreamAccessPolicy: Sendable {
+    /// Patterns: "api.example.com" (exact) or "*.example.com" (any subdomain). Empty = any host.
+    public let allowHosts: [String]
+    /// Also refuse loopback, private, shared, multicast and unspecified ranges.
+    public let denyPrivate: Bool
+
+    public init(allowHosts: [String] = [], denyPrivate: Bool = false) {
+        self.allowHosts = allowHosts.map { $0.lowercasedASCII }
+        self.denyPrivate = denyPrivate
+    }
+
+    /// Link-local and cloud metadata endpoints: always refused, whatever the configuration.
+    public static let alwaysRefused: [AddressRange] = [
+        AddressRange("169.254.0.0/16", "link-local (cloud metadata)"),
+        AddressRange("fe80::/10", "IPv6 link-local"),
+        AddressRange("fd00:ec2::254/128", "AWS metadata (IPv6)"),
+        AddressRange("100.100.100.200/32", "Alibaba Cloud metadata"),
+    ]
+
+    /// Refused with `--deny-private`.
+    public static let privateRanges: [AddressRange] = [
+        AddressRange("0.0.0.0/8", "unspecified"),
+        AddressRange("10.0.0.0/8", "private"),
+        AddressRange("100.64.0.0/10", "shared address space"),
+        AddressRange("127.0.0.0/8", "loopback"),
+        AddressRange("172.16.0.0/12", "private"),
+        AddressRange("192.0.0.0/24", "IETF protocol assignments"),
+        AddressRange("192.168.0.0/16", "private"),
+        AddressRange("198.18.0.0/15", "benchmarking"),
+        AddressRange("224.0.0.0/4", "multicast"),
+        AddressRange("240.0.0.0/4", "reserved"),
+        AddressRange("::/128", "unspecified"),
+        AddressRange("::1/128", "loopback"),
+        AddressRange("fc00::/7", "unique local"),
+        AddressRange("ff00::/8", "multicast"),
+        AddressRange("64:ff9b::/96", "NAT64"),
+    ]
+
+    /// nil when the host name may be requested, else the reason.
+    public func refusal(forHost host: String) -> String? {
+        guard !allowHosts.isEmpty else { return nil }
+        let name = host.lowercasedASCII
+        for pattern in allowHosts {
+            if pattern.hasPrefix("*.") {
+                if name.hasSuffix(pattern.dropFirst(1)) { return nil }
+            } else if pattern == name {
+                return nil
+            }
+        }
+        return "host '\(host)' is not in the allowed hosts"
+    }
+
+    /// nil when the address may be connected to, else the reason.
+    public func refusal(forAddress raw: IPAddress) -> String? {
+        let address = raw.unmapped
+        if let range = Self.alwaysRefused.first(where: { $0.contains(address) }) {
+            return "address \(address) is \(range.label)"
+        }
+        if denyPrivate, let range = Self.privateRanges.first(where: { $0.contains(address) }) {
+            return "address \(address) is \(range.label)"
+        }
+        return nil
+    }
+}

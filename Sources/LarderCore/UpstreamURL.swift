@@ -1,0 +1,174 @@
+// The URL a caller asks for, in two forms: the one sent upstream (the caller's query order is
+// kept, `query` merged in) and the normalised one that goes into the cache key, so that
+// URLs meaning the same resource share an entry (RFC 3986 §6.2.2: case, percent-encoding and
+// dot-segment normalisation; default port dropped; query parameters sorted).
+
+import Foundation
+
+public struct UpstreamURL: Sendable, Equatable {
+    public let scheme: String          // "http" | "https"
+    public let host: String            // lower-cased; IPv6 literals keep their brackets
+    public let port: Int?              // nil when it is the scheme's default
+    public let path: String            // percent-normalised, dot segments removed, never empty
+    public let queryItems: [QueryItem] // in the caller's order, `query` merged
+
+    public struct QueryItem: Sendable, Equatable {
+        public var name: String        // percent-encoded, normalised
+        public var value: String?      // nil for `?flag`, "" for `?flag=`
+        public init(name: String, value: String?) { self.name = name; self.value = value }
+    }
+
+    /// Parses an absolute http(s) URL. `field` names the request field in errors.
+    public init(parsing string: String, mergingQuery extra: [String: String] = [:], field: String = "url") throws(LarderError) {
+        guard !string.isEmpty else { throw .invalid(field, "must not be empty") }
+        guard string.utf8.count <= 8192 else { throw .invalid(field, "longer than 8192 bytes") }
+        guard let components = URLComponents(string: string), let rawScheme = components.scheme else {
+            throw .invalid(field, "not an absolute URL")
+        }
+        let scheme = rawScheme.lowercased()
+        guard scheme == "http" || scheme == "https" else {
+            throw .invalid(field, "scheme '\(scheme)' is not supported; use http or https")
+        }
+        guard let rawHost = components.percentEncodedHost, !rawHost.isEmpty else {
+            throw .invalid(field, "has no host")
+        }
+        guard components.percentEncodedUser == nil, components.percentEncodedPassword == nil else {
+            throw .invalid(field, "credentials in the URL are not accepted; send an Authorization header")
+        }
+        let defaultPort = scheme == "https" ? 443 : 80
+        if let port = components.port, !(1...65535).contains(port) {
+            throw .invalid(field, "port \(port) is out of range")
+        }
+        self.scheme = scheme
+        self.host = rawHost.lowercased()
+        self.port = components.port == defaultPort ? nil : components.port
+        self.path = Self.removeDotSegments(Self.normalisePercentEncoding(components.percentEncodedPath.isEmpty ? "/" : components.percentEncodedPath))
+
+        var items: [QueryItem] = (components.percentEncodedQueryItems ?? []).map {
+            QueryItem(name: Self.normalisePercentEncoding($0.name), value: $0.value.map(Self.normalisePercentEncoding))
+        }
+        if !extra.isEmpty {
+            // A name given in `query` replaces every parameter of that name in the URL.
+            let replaced = Set(extra.keys.map(Self.encodeQueryComponent))
+            items.removeAll { replaced.contains($0.name) }
+            for (name, value) in extra.sorted(by: { $0.key < $1.key }) {
+                items.append(QueryItem(name: Self.encodeQueryComponent(name), value: Self.encodeQueryComponent(value)))
+            }
+        }
+        self.queryItems = items
+    }
+
+    public var authority: String {
+        port.map { "\(host):\($0)" } ?? host
+    }
+
+    /// The URL sent upstream.
+    public var absoluteString: String {
+        var result = "\(scheme)://\(authority)\(path)"
+        if !queryItems.isEmpty {
+            result += "?" + queryItems.map(Self.render).joined(separator: "&")
+        }
+        return result
+    }
+
+    /// The URL as it enters the cache key: query sorted by name then value, `ignoring` names removed.
+    public func keyString(ignoring ignored: Set<String> = []) -> String {
+        let ignoredEncoded = Set(ignored.map(Self.encodeQueryComponent))
+        let kept = queryItems
+            .filter { !ignoredEncoded.contains($0.name) }
+            .sorted { lhs, rhs in
+                if lhs.name != rhs.name { return lhs.name.utf8.lexicographicallyPrecedes(rhs.name.utf8) }
+                switch (lhs.value, rhs.value) {
+                case (nil, nil), (_?, nil): return false
+                case (nil, _?): return true
+                case let (left?, right?): return left.utf8.lexicographicallyPrecedes(right.utf8)
+                }
+            }
+        var result = "\(scheme)://\(authority)\(path)"
+        if !kept.isEmpty {
+            result += "?" + kept.map(Self.render).joined(separator: "&")
+        }
+        return result
+    }
+
+    private static func render(_ item: QueryItem) -> String {
+        item.value.map { "\(item.name)=\($0)" } ?? item.name
+    }
+
+    // MARK: - RFC 3986 normalisation
+
+    private static let unreserved: Set<UInt8> = Set(Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8))
+    private static let hexDigits: [UInt8] = Array("0123456789ABCDEF".utf8)
+
+    /// §6.2.2.1–2: percent-encoded octets in upper case; octets of unreserved characters decoded.
+    static func normalisePercentEncoding(_ string: String) -> String {
+        guard string.utf8.contains(UInt8(ascii: "%")) else { return string }
+        let bytes = Array(string.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var index = 0
+        while index < bytes.count {
+            if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
+               let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) {
+                let decoded = high << 4 | low
+                if unreserved.contains(decoded) {
+                    out.append(decoded)
+                } else {
+                    out.append(UInt8(ascii: "%"))
+                    out.append(hexDigits[Int(high)])
+                    out.append(hexDigits[Int(low)])
+                }
+                index += 3
+            } else {
+                out.append(bytes[index])
+                index += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Encodes a raw query name or value from the `query` object: everything but unreserved.
+    static func encodeQueryComponent(_ string: String) -> String {
+        var out: [UInt8] = []
+        for byte in string.utf8 {
+            if unreserved.contains(byte) {
+                out.append(byte)
+            } else {
+                out.append(UInt8(ascii: "%"))
+                out.append(hexDigits[Int(byte >> 4)])
+                out.append(hexDigits[Int(byte & 0x0F)])
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    private static func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    /// §5.2.4 remove_dot_segments. libcurl applies the same rule before sending, so the key
+    /// matches what the upstream actually receives.
+    static func removeDotSegments(_ path: String) -> String {
+        guard path.contains(".") else { return path }
+        var output: [Substring] = []
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        for (offset, segment) in segments.enumerated() {
+            let isLast = offset == segments.count - 1
+            switch segment {
+            case ".":
+                if isLast { output.append("") }
+            case "..":
+                if !output.isEmpty { output.removeLast() }
+                if isLast { output.append("") }
+            default:
+                output.append(segment)
+            }
+        }
+        return "/" + output.joined(separator: "/")
+    }
+}

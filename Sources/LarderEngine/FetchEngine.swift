@@ -1,0 +1,138 @@
+// The /fetch pipeline: derive the key → look up → decide → (fetch → decide to store → store)
+// → render the envelope.
+//
+// Threading: `fetch` runs on the server's worker thread. When the answer comes from the cache
+// it is returned directly (no suspension, no hop). Otherwise `fetch` returns nil, the request
+// goes to the upstream's thread, the store's writer thread persists the response, and `reply`
+// is called from there. No lock is taken on the hit path beyond what the store needs.
+
+public import LarderCore
+public import Logging
+
+/// What /fetch answers: an HTTP status and a JSON body.
+public struct FetchReply: Sendable {
+    public var status: Int
+    public var body: [UInt8]
+    /// nil for errors.
+    public var outcome: CacheOutcome?
+    public var error: LarderError?
+
+    public static func failure(_ error: LarderError) -> FetchReply {
+        FetchReply(status: error.status, body: error.jsonBody, outcome: nil, error: error)
+    }
+}
+
+public final class FetchEngine: Sendable {
+    public struct Limits: Sendable {
+        /// Largest upstream body accepted, in bytes (larger → `upstream_too_large`).
+        public var maxUpstreamBodyBytes: Int = 64 << 20
+        /// Largest body stored, in bytes (larger is served but not stored).
+        public var maxStoredBodyBytes: Int = 64 << 20
+        public init() {}
+    }
+
+    private let store: any CacheStore
+    private let upstream: any Upstream
+    private let keys: CacheKeyBuilder
+    private let clock: Clock
+    private let limits: Limits
+    private let logger: Logger
+
+    public init(store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
+                limits: Limits = Limits(), logger: Logger) {
+        self.store = store
+        self.upstream = upstream
+        self.keys = keys
+        self.clock = clock
+        self.limits = limits
+        self.logger = logger
+    }
+
+    /// Answers `request`. Returns the reply when the cache can answer at once; otherwise
+    /// returns nil and calls `reply` exactly once, later, from another thread.
+    public func fetch(_ request: FetchRequest, receivedAt: Double,
+                      reply: @escaping @Sendable (FetchReply) -> Void) -> FetchReply? {
+        let derived = keys.derive(for: request)
+        let options = request.cache
+        let cacheable = CacheRules.isCacheable(method: request.method, ttl: options.ttl)
+        let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
+        let entry = readsCache ? store.lookup(derived.key) : nil
+        let now = clock.now()
+        let decision = CacheRules.lookup(policy: options.policy, method: request.method, ttl: options.ttl,
+                                         version: options.version, entry: entry?.freshness, now: now)
+        switch decision {
+        case .serve(let fresh):
+            guard let entry else { preconditionFailure("serve decided without an entry") }
+            store.recordHit(derived.key, at: now)
+            let report = CacheReport(outcome: fresh ? .hit : .stale, key: derived.key, age: entry.freshness.age(now: now),
+                                     ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
+                                     version: entry.freshness.version, stored: true)
+            return render(status: entry.status, headersJSON: entry.headersJSON, body: entry.body, kind: entry.bodyKind,
+                          report: report, receivedAt: receivedAt, upstreamMs: nil)
+        case .failNotCached:
+            return .failure(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only"))
+        case .fetch:
+            break
+        }
+
+        let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
+        let upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: request.headers,
+                                              body: request.body, timeoutMs: request.timeoutMs,
+                                              maxBodyBytes: limits.maxUpstreamBodyBytes)
+        upstream.send(upstreamRequest) { [self] result in
+            switch result {
+            case .failure(let error):
+                reply(.failure(error))
+            case .success(let response):
+                self.complete(request, derived: derived, outcome: outcome, response: response,
+                              receivedAt: receivedAt, reply: reply)
+            }
+        }
+        return nil
+    }
+
+    private func complete(_ request: FetchRequest, derived: CacheKeyBuilder.Derived, outcome: CacheOutcome,
+                          response: UpstreamResponse, receivedAt: Double, reply: @escaping @Sendable (FetchReply) -> Void) {
+        let options = request.cache
+        let upstreamMs = (response.responseTime - response.requestTime) * 1000
+        let kind = BodyKind.classify(contentType: response.headers.values("content-type").first, body: response.body)
+        let decision = CacheRules.store(policy: options.policy, method: request.method, ttl: options.ttl,
+                                        partitioned: derived.partitioned, status: response.status,
+                                        headers: response.headers, bodySize: response.body.count,
+                                        maxBodySize: limits.maxStoredBodyBytes, receivedAt: response.responseTime)
+        let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
+        switch decision {
+        case .refuse(let reason):
+            logger.debug("not stored", metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)"])
+            let report = CacheReport(outcome: outcome, key: derived.key, age: 0, ttl: nil, version: options.version,
+                                     stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
+            reply(render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
+                         report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+        case .store(let lifetime):
+            let freshness = EntryFreshness(storedAt: response.responseTime, freshnessLifetime: lifetime, version: options.version)
+            let entry = StoredEntry(
+                key: derived.key, namespace: options.namespace, method: request.method,
+                url: request.url.absoluteString, status: response.status,
+                headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: true),
+                body: response.body, bodyKind: kind, freshness: freshness,
+                sensitiveFingerprint: derived.sensitiveFingerprint,
+                etag: response.headers.values("etag").first,
+                lastModified: response.headers.values("last-modified").first)
+            store.save(entry) { [self] saved in
+                let report = CacheReport(outcome: outcome, key: derived.key, age: 0,
+                                         ttl: saved ? freshness.remaining(now: response.responseTime, ttl: options.ttl) : nil,
+                                         version: options.version, stored: saved)
+                reply(self.render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
+                                  report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+            }
+        }
+    }
+
+    private func render(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind, report: CacheReport,
+                        receivedAt: Double, upstreamMs: Double?) -> FetchReply {
+        let totalMs = max(0, (clock.now() - receivedAt) * 1000)
+        let bytes = Envelope.render(status: status, headersJSON: headersJSON, body: body, kind: kind, cache: report,
+                                    totalMs: totalMs, upstreamMs: upstreamMs)
+        return FetchReply(status: 200, body: bytes, outcome: report.outcome, error: nil)
+    }
+}

@@ -1,0 +1,97 @@
+// The engine's view of the outside world. Adapters implement these; tests use the
+// in-memory store.
+
+public import LarderCore
+
+/// One cached response as stored.
+public struct StoredEntry: Sendable, Equatable {
+    public var key: CacheKey
+    public var namespace: String
+    public var method: HTTPMethod
+    public var url: String
+    public var status: Int
+    /// The response headers as a JSON object, pre-rendered (names lower-cased, no Set-Cookie).
+    public var headersJSON: [UInt8]
+    public var body: [UInt8]
+    public var bodyKind: BodyKind
+    public var freshness: EntryFreshness
+    public var sensitiveFingerprint: String?
+    public var etag: String?
+    public var lastModified: String?
+
+    public init(key: CacheKey, namespace: String, method: HTTPMethod, url: String, status: Int, headersJSON: [UInt8],
+                body: [UInt8], bodyKind: BodyKind, freshness: EntryFreshness, sensitiveFingerprint: String?,
+                etag: String?, lastModified: String?) {
+        self.key = key
+        self.namespace = namespace
+        self.method = method
+        self.url = url
+        self.status = status
+        self.headersJSON = headersJSON
+        self.body = body
+        self.bodyKind = bodyKind
+        self.freshness = freshness
+        self.sensitiveFingerprint = sensitiveFingerprint
+        self.etag = etag
+        self.lastModified = lastModified
+    }
+}
+
+/// Persistent storage of entries.
+public protocol CacheStore: Sendable {
+    /// Synchronous and safe from any thread: called on the server's worker thread so a hit is
+    /// answered without a hop. Returns nil when absent or damaged (a damaged row is removed).
+    func lookup(_ key: CacheKey) -> StoredEntry?
+    /// Writes atomically (replacing any entry under the key); calls back off the caller's
+    /// thread with whether it was written.
+    func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void)
+    /// Counts a hit; may be batched.
+    func recordHit(_ key: CacheKey, at time: Double)
+}
+
+public struct UpstreamRequest: Sendable {
+    public var method: HTTPMethod
+    public var url: UpstreamURL
+    public var headers: [HeaderField]
+    public var body: [UInt8]?
+    public var timeoutMs: Int
+    public var maxBodyBytes: Int
+
+    public init(method: HTTPMethod, url: UpstreamURL, headers: [HeaderField], body: [UInt8]?, timeoutMs: Int, maxBodyBytes: Int) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.timeoutMs = timeoutMs
+        self.maxBodyBytes = maxBodyBytes
+    }
+}
+
+public struct UpstreamResponse: Sendable {
+    public var status: Int
+    public var headers: [HeaderField]
+    public var body: [UInt8]
+    /// Seconds since 1970 when the request was sent and the response was complete
+    /// (RFC 9111 §4.2.3 request_time / response_time).
+    public var requestTime: Double
+    public var responseTime: Double
+
+    public init(status: Int, headers: [HeaderField], body: [UInt8], requestTime: Double, responseTime: Double) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.requestTime = requestTime
+        self.responseTime = responseTime
+    }
+}
+
+/// Sends requests upstream. Completions arrive on the upstream's own thread.
+public protocol Upstream: Sendable {
+    func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void)
+}
+
+/// The clock, injected so policy code never reads the system clock itself.
+public struct Clock: Sendable {
+    public var now: @Sendable () -> Double
+    public init(now: @escaping @Sendable () -> Double) { self.now = now }
+}

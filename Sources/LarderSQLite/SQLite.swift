@@ -1,0 +1,132 @@
+// A thin owner for SQLite connections and statements. One Swift object per C handle, freed in
+// deinit; every result code converted to SQLiteError at one choke point (`check`).
+
+import CSQLite
+
+public struct SQLiteError: Error, CustomStringConvertible, Sendable {
+    public let code: Int32
+    public let message: String
+    public let context: String
+    public var description: String { "SQLite error \(code) (\(context)): \(message)" }
+}
+
+/// A connection is used by one thread at a time (opened with SQLITE_OPEN_NOMUTEX); the owner
+/// of each connection guarantees that, so it is not Sendable.
+final class SQLiteConnection {
+    let handle: OpaquePointer
+
+    init(path: String, readOnly: Bool = false) throws(SQLiteError) {
+        var handle: OpaquePointer?
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        guard code == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(handle)
+            throw SQLiteError(code: code, message: message, context: "open \(path)")
+        }
+        self.handle = handle
+        sqlite3_extended_result_codes(handle, 1)
+    }
+
+    deinit {
+        sqlite3_close_v2(handle)
+    }
+
+    func check(_ code: Int32, _ context: @autoclosure () -> String) throws(SQLiteError) {
+        guard code == SQLITE_OK || code == SQLITE_ROW || code == SQLITE_DONE else {
+            throw SQLiteError(code: code, message: String(cString: sqlite3_errmsg(handle)), context: context())
+        }
+    }
+
+    func execute(_ sql: String) throws(SQLiteError) {
+        var error: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &error)
+        if code != SQLITE_OK {
+            let message = error.map { String(cString: $0) } ?? "unknown"
+            sqlite3_free(error)
+            throw SQLiteError(code: code, message: message, context: sql)
+        }
+    }
+
+    func prepare(_ sql: String) throws(SQLiteError) -> SQLiteStatement {
+        var statement: OpaquePointer?
+        try check(sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil), "prepare \(sql)")
+        return SQLiteStatement(handle: statement!, connection: self)
+    }
+
+    func scalarInt(_ sql: String) throws(SQLiteError) -> Int64 {
+        let statement = try prepare(sql)
+        guard try statement.step() else { return 0 }
+        return statement.int64(0)
+    }
+
+    var changes: Int { Int(sqlite3_changes(handle)) }
+}
+
+final class SQLiteStatement {
+    let handle: OpaquePointer
+    private unowned let connection: SQLiteConnection
+
+    init(handle: OpaquePointer, connection: SQLiteConnection) {
+        self.handle = handle
+        self.connection = connection
+    }
+
+    deinit {
+        sqlite3_finalize(handle)
+    }
+
+    /// Resets and clears bindings so the statement can be reused.
+    func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    func bind(_ index: Int32, _ value: String?) throws(SQLiteError) {
+        guard let value else { return try connection.check(sqlite3_bind_null(handle, index), "bind null") }
+        var copy = value
+        let code = copy.withUTF8 { buffer in
+            larder_sqlite3_bind_text_transient(handle, index, UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self) , Int32(buffer.count))
+        }
+        try connection.check(code, "bind text")
+    }
+
+    func bind(_ index: Int32, _ value: [UInt8]) throws(SQLiteError) {
+        let code = value.withUnsafeBytes { buffer in
+            larder_sqlite3_bind_blob_transient(handle, index, buffer.baseAddress, Int32(buffer.count))
+        }
+        try connection.check(code, "bind blob")
+    }
+
+    func bind(_ index: Int32, _ value: Int64) throws(SQLiteError) {
+        try connection.check(sqlite3_bind_int64(handle, index, value), "bind int")
+    }
+
+    func bind(_ index: Int32, _ value: Double) throws(SQLiteError) {
+        try connection.check(sqlite3_bind_double(handle, index, value), "bind double")
+    }
+
+    /// Steps once; true when a row is available.
+    func step() throws(SQLiteError) -> Bool {
+        let code = sqlite3_step(handle)
+        try connection.check(code, "step")
+        return code == SQLITE_ROW
+    }
+
+    func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    func double(_ column: Int32) -> Double { sqlite3_column_double(handle, column) }
+
+    func string(_ column: Int32) -> String? {
+        guard let text = sqlite3_column_text(handle, column) else { return nil }
+        let count = Int(sqlite3_column_bytes(handle, column))
+        return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
+    }
+
+    func bytes(_ column: Int32) -> [UInt8] {
+        // Blob pointer first, then its size (sqlite3_column_blob docs: the size call must follow).
+        let pointer = sqlite3_column_blob(handle, column)
+        let count = Int(sqlite3_column_bytes(handle, column))
+        guard count > 0, let pointer else { return [] }
+        return Array(UnsafeRawBufferPointer(start: pointer, count: count))
+    }
+}

@@ -1,0 +1,305 @@
+// The cache in one SQLite file.
+//
+// - WAL journal, set once when the file is created, so readers never wait for the writer and
+//   the writer never waits for readers. `synchronous=NORMAL`: in WAL mode every commit is
+//   atomic and consistent; a power cut may lose the last commits but never half-writes one.
+// - One writer connection, owned by a serial dispatch queue (its own thread, off Swift's
+//   cooperative pool). Each save is one INSERT OR REPLACE: atomic, so after a crash an entry is
+//   either wholly there or wholly absent.
+// - A pool of reader connections used from the server's worker threads; a hit takes one,
+//   runs a prepared point lookup, and gives it back.
+// - Each body carries a SHA-256 checked on read: a mismatch (disk damage, a hand edit) is a
+//   miss and the row is deleted.
+// - Hit counters are tallied in memory in shards and written in batches, so a hit costs no
+//   write transaction.
+
+import CSQLite
+public import LarderCore
+public import LarderEngine
+public import Logging
+import Dispatch
+import Foundation
+import Synchronization
+
+public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
+    // @unchecked Sendable: `writer` and its statements are touched only on `writerQueue`;
+    // readers are handed out under `readers`'s lock and used by one thread at a time; the hit
+    // shards are Mutex-protected. Nothing else is mutable.
+
+    public static let schemaVersion: Int64 = 1
+
+    public let path: String
+    private let logger: Logger
+    private let writerQueue = DispatchQueue(label: "larder.sqlite.writer")
+    private let writer: SQLiteConnection
+    private let insert: SQLiteStatement
+    private let deleteDamaged: SQLiteStatement
+    private let addHits: SQLiteStatement
+    private let readers = Mutex<[Reader]>([])
+    private let closed = Atomic<Bool>(false)
+    private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
+    private let flushTimer: DispatchSourceTimer
+
+    private struct HitTally {
+        var counts: [String: (hits: Int64, lastAccess: Double)] = [:]
+        var since: Double = 0
+    }
+
+    /// Mutex is non-copyable, so each shard lives in a class to sit in an array.
+    private final class HitShard: Sendable {
+        let tally = Mutex(HitTally())
+    }
+
+    /// A reader connection with its prepared lookup. @unchecked Sendable: it moves between
+    /// threads only through the pool, and is used by one thread at a time.
+    private final class Reader: @unchecked Sendable {
+        let connection: SQLiteConnection
+        let select: SQLiteStatement
+        init(path: String) throws(SQLiteError) {
+            connection = try SQLiteConnection(path: path)
+            try connection.execute("PRAGMA busy_timeout = 5000")
+            select = try connection.prepare("""
+                SELECT namespace, method, url, status, headers, body, body_kind, body_sha256,
+                       stored_at, freshness, version, sensitive_fp, etag, last_modified
+                FROM entries WHERE key = ?1
+                """)
+        }
+    }
+
+    /// Opens (creating when absent) the database at `path`, running migrations.
+    public init(path: String, logger: Logger) throws {
+        self.path = path
+        self.logger = logger
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        writer = try SQLiteConnection(path: path)
+        try writer.execute("PRAGMA busy_timeout = 5000")
+        try Self.migrate(writer)
+        try writer.execute("PRAGMA synchronous = NORMAL")
+        insert = try writer.prepare("""
+            INSERT OR REPLACE INTO entries
+              (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
+               freshness, version, sensitive_fp, etag, last_modified, hits, last_access)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10)
+            """)
+        deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_sha256 = ?2")
+        addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
+        flushTimer = DispatchSource.makeTimerSource(queue: writerQueue)
+        flushTimer.schedule(deadline: .now() + 1, repeating: 1)
+        flushTimer.setEventHandler { [weak self] in self?.flushHits(olderThan: 1) }
+        flushTimer.resume()
+    }
+
+    /// Schema migrations, applied in order; `PRAGMA user_version` records the last applied.
+    static let migrations: [String] = [
+        // 1: entries
+        """
+        CREATE TABLE entries (
+          key           TEXT    NOT NULL UNIQUE,  -- hex HMAC-SHA-256, see CacheKey
+          namespace     TEXT    NOT NULL,
+          method        TEXT    NOT NULL,
+          url           TEXT    NOT NULL,
+          status        INTEGER NOT NULL,
+          headers       BLOB    NOT NULL,         -- JSON object, names lower-cased, no Set-Cookie
+          body          BLOB    NOT NULL,
+          body_kind     INTEGER NOT NULL,         -- 0 json, 1 text, 2 binary
+          body_sha256   BLOB    NOT NULL,
+          stored_at     REAL    NOT NULL,         -- seconds since 1970
+          freshness     REAL    NOT NULL,         -- freshness lifetime, seconds
+          version       INTEGER NOT NULL,
+          sensitive_fp  TEXT,                     -- HMAC of the sensitive value, never the value
+          etag          TEXT,
+          last_modified TEXT,
+          hits          INTEGER NOT NULL DEFAULT 0,
+          last_access   REAL    NOT NULL
+        );
+        CREATE INDEX entries_namespace ON entries(namespace);
+        CREATE INDEX entries_last_access ON entries(last_access);
+        """,
+    ]
+
+    private static func migrate(_ connection: SQLiteConnection) throws {
+        let current = try connection.scalarInt("PRAGMA user_version")
+        guard current < Int64(migrations.count) else {
+            if current > Int64(migrations.count) {
+                throw SQLiteError(code: SQLITE_ERROR, message: "schema version \(current) is newer than this Larder knows (\(migrations.count))",
+                                  context: "migrate")
+            }
+            return
+        }
+        if current == 0 {
+            // WAL is persistent in the file: set once, at creation.
+            try connection.execute("PRAGMA journal_mode = WAL")
+        }
+        try connection.execute("BEGIN IMMEDIATE")
+        do {
+            for version in Int(current)..<migrations.count {
+                try connection.execute(migrations[version])
+            }
+            try connection.execute("PRAGMA user_version = \(migrations.count)")
+            try connection.execute("COMMIT")
+        } catch {
+            try? connection.execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    // MARK: - CacheStore
+
+    public func lookup(_ key: CacheKey) -> StoredEntry? {
+        guard !closed.load(ordering: .relaxed) else { return nil }
+        let reader: Reader
+        do {
+            reader = try takeReader()
+        } catch {
+            logger.error("cannot open a reader", metadata: ["error": "\(error)"])
+            return nil
+        }
+        defer { giveBack(reader) }
+        let select = reader.select
+        defer { select.reset() }
+        do {
+            try select.bind(1, key.hex)
+            guard try select.step() else { return nil }
+            let body = select.bytes(5)
+            let checksum = select.bytes(7)
+            guard BodyChecksum.compute(body) == checksum else {
+                logger.warning("stored body fails its checksum; dropping the entry", metadata: ["key": "\(key)"])
+                writerQueue.async { [self] in removeDamaged(key, checksum: checksum) }
+                return nil
+            }
+            guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
+                  let kind = BodyKind(rawValue: Int(select.int64(6))) else { return nil }
+            return StoredEntry(
+                key: key, namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "",
+                status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
+                freshness: EntryFreshness(storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10)),
+                sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13))
+        } catch {
+            logger.error("lookup failed; answering as a miss", metadata: ["key": "\(key)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
+        writerQueue.async { [self] in
+            guard !closed.load(ordering: .relaxed) else { return completion(false) }
+            do {
+                try write(entry)
+                completion(true)
+            } catch {
+                logger.error("store failed", metadata: ["key": "\(entry.key)", "error": "\(error)"])
+                completion(false)
+            }
+        }
+    }
+
+    /// Saves and waits; for tests and tools.
+    public func saveAndWait(_ entry: StoredEntry) throws {
+        try writerQueue.sync { try write(entry) }
+    }
+
+    public func recordHit(_ key: CacheKey, at time: Double) {
+        let shard = hitShards[Int(key.hex.utf8.first ?? 0) & 7]
+        shard.tally.withLock { tally in
+            if tally.counts.isEmpty { tally.since = time }
+            let previous = tally.counts[key.hex] ?? (0, 0)
+            tally.counts[key.hex] = (previous.hits + 1, max(previous.lastAccess, time))
+        }
+    }
+
+    /// Writes pending hit counts now; for shutdown and tests.
+    public func flushHitsAndWait() {
+        writerQueue.sync { flushHits(olderThan: nil) }
+    }
+
+    /// Flushes counters and closes every connection. Idempotent.
+    public func close() {
+        guard !closed.exchange(true, ordering: .relaxed) else { return }
+        flushTimer.cancel()
+        writerQueue.sync {
+            flushHits(olderThan: nil)
+            try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        }
+        readers.withLock { $0.removeAll() }
+    }
+
+    // MARK: - Writer-queue work
+
+    private func write(_ entry: StoredEntry) throws(SQLiteError) {
+        let statement = insert
+        defer { statement.reset() }
+        try statement.bind(1, entry.key.hex)
+        try statement.bind(2, entry.namespace)
+        try statement.bind(3, entry.method.rawValue)
+        try statement.bind(4, entry.url)
+        try statement.bind(5, Int64(entry.status))
+        try statement.bind(6, entry.headersJSON)
+        try statement.bind(7, entry.body)
+        try statement.bind(8, Int64(entry.bodyKind.rawValue))
+        try statement.bind(9, BodyChecksum.compute(entry.body))
+        try statement.bind(10, entry.freshness.storedAt)
+        try statement.bind(11, entry.freshness.freshnessLifetime)
+        try statement.bind(12, entry.freshness.version)
+        try statement.bind(13, entry.sensitiveFingerprint)
+        try statement.bind(14, entry.etag)
+        try statement.bind(15, entry.lastModified)
+        _ = try statement.step()
+    }
+
+    private func removeDamaged(_ key: CacheKey, checksum: [UInt8]) {
+        let statement = deleteDamaged
+        defer { statement.reset() }
+        do {
+            try statement.bind(1, key.hex)
+            try statement.bind(2, checksum)
+            _ = try statement.step()
+        } catch {
+            logger.error("cannot delete a damaged entry", metadata: ["key": "\(key)", "error": "\(error)"])
+        }
+    }
+
+    /// Writes the tallies of shards older than `olderThan` seconds (all when nil) in one transaction.
+    private func flushHits(olderThan age: Double?) {
+        let now = Date().timeIntervalSince1970
+        var batch: [String: (hits: Int64, lastAccess: Double)] = [:]
+        for shard in hitShards {
+            let taken = shard.tally.withLock { tally -> [String: (hits: Int64, lastAccess: Double)] in
+                guard !tally.counts.isEmpty else { return [:] }
+                if let age, now - tally.since < age, tally.counts.count < 4096 { return [:] }
+                defer { tally.counts = [:] }
+                return tally.counts
+            }
+            batch.merge(taken) { ($0.hits + $1.hits, max($0.lastAccess, $1.lastAccess)) }
+        }
+        guard !batch.isEmpty else { return }
+        do {
+            try writer.execute("BEGIN")
+            for (key, tally) in batch {
+                defer { addHits.reset() }
+                try addHits.bind(1, key)
+                try addHits.bind(2, tally.hits)
+                try addHits.bind(3, tally.lastAccess)
+                _ = try addHits.step()
+            }
+            try writer.execute("COMMIT")
+        } catch {
+            try? writer.execute("ROLLBACK")
+            logger.warning("cannot record hit counts", metadata: ["error": "\(error)"])
+        }
+    }
+
+    // MARK: - Reader pool
+
+    private func takeReader() throws -> Reader {
+        if let reader = readers.withLock({ $0.popLast() }) { return reader }
+        return try Reader(path: path)
+    }
+
+    private func giveBack(_ reader: Reader) {
+        guard !closed.load(ordering: .relaxed) else { return }
+        readers.withLock { $0.append(reader) }
+    }
+}
