@@ -15,7 +15,9 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start(
     unsigned int connectionTimeoutSeconds,
     unsigned int connectionLimit,
     MHD_AccessHandlerCallback _Nonnull handler, void *_Nullable handlerContext,
-    MHD_RequestCompletedCallback _Nonnull completed, void *_Nullable completedContext) {
+    MHD_RequestCompletedCallback _Nonnull completed, void *_Nullable completedContext,
+    void *_Nullable (*_Nonnull uriLogger)(void *_Nullable, const char *_Nonnull, struct MHD_Connection *_Nonnull),
+    void *_Nullable uriLoggerContext) {
     return MHD_start_daemon(flags, 0, 0, 0, handler, handlerContext,
                             MHD_OPTION_SOCK_ADDR, address,
                             MHD_OPTION_THREAD_POOL_SIZE, threadPoolSize,
@@ -23,6 +25,7 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start(
                             MHD_OPTION_CONNECTION_LIMIT, connectionLimit,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completedContext,
+                            MHD_OPTION_URI_LOG_CALLBACK, uriLogger, uriLoggerContext,
                             MHD_OPTION_END);
 }
 

@@ -1,0 +1,397 @@
+// Upstream requests over libcurl's multi interface, driven by one thread.
+//
+// One thread owns the multi handle and every easy handle: it adds new transfers, runs
+// `curl_multi_perform`, collects finished ones and sleeps in `curl_multi_poll`. Other threads
+// only enqueue work under a lock and wake it with `curl_multi_wakeup`, so no easy handle is
+// ever touched by two threads. Connections are kept in the multi handle's pool and reused.
+//
+// Redirects are followed here, not by libcurl, so each hop's URL is checked against the
+// access policy (scheme and allowed hosts) before it is requested; every connection's actual
+// address is checked in the open-socket callback, before `connect`, whatever the name was.
+
+import CCurl
+import Dispatch
+import Foundation
+public import LarderCore
+public import LarderEngine
+public import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public final class CurlUpstream: Upstream, @unchecked Sendable {
+    // @unchecked Sendable: `multi` and `transfers` are used only on the loop thread; `inbox`
+    // is Mutex-protected; `curl_multi_wakeup` is documented as callable from any thread.
+
+    /// Call once, before any thread starts (libcurl's global init is not thread-safe).
+    public static func globalInit() {
+        curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+    }
+
+    public static let maxRedirects = 5
+
+    private let multi: UnsafeMutableRawPointer
+    private let policy: UpstreamAccessPolicy
+    private let clock: Clock
+    private let logger: Logger
+    private let userAgent: String
+    private let inbox = Mutex<Inbox>(Inbox())
+    private var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
+    private let finished = DispatchSemaphore(value: 0)
+    private let started = Atomic<Bool>(false)
+
+    private struct Inbox {
+        var exchanges: [Exchange] = []
+        var stopping = false
+    }
+
+    public init(policy: UpstreamAccessPolicy, clock: Clock, userAgent: String, logger: Logger) {
+        guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed") }
+        self.multi = multi
+        self.policy = policy
+        self.clock = clock
+        self.userAgent = userAgent
+        self.logger = logger
+        larder_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 256)
+    }
+
+    deinit {
+        curl_multi_cleanup(multi)
+    }
+
+    /// Starts the loop thread.
+    public func start() {
+        guard !started.exchange(true, ordering: .relaxed) else { return }
+        let thread = Thread { [self] in run() }
+        thread.name = "larder-curl"
+        thread.start()
+    }
+
+    public func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+        let exchange = Exchange(request: request, completion: completion, requestTime: clock.now())
+        let accepted = inbox.withLock { inbox -> Bool in
+            guard !inbox.stopping else { return false }
+            inbox.exchanges.append(exchange)
+            return true
+        }
+        guard accepted else {
+            return completion(.failure(LarderError(.shuttingDown, "Larder is shutting down")))
+        }
+        curl_multi_wakeup(multi)
+    }
+
+    /// Fails every transfer in flight with `shutting_down`, stops the thread and waits for it.
+    public func shutdown() {
+        let wasStopping = inbox.withLock { inbox -> Bool in
+            defer { inbox.stopping = true }
+            return inbox.stopping
+        }
+        guard !wasStopping, started.load(ordering: .relaxed) else { return }
+        curl_multi_wakeup(multi)
+        finished.wait()
+    }
+
+    // MARK: - Loop thread
+
+    private func run() {
+        var running: Int32 = 0
+        while true {
+            let (incoming, stopping) = inbox.withLock { inbox -> ([Exchange], Bool) in
+                defer { inbox.exchanges.removeAll(keepingCapacity: true) }
+                return (inbox.exchanges, inbox.stopping)
+            }
+            if stopping {
+                for exchange in incoming { exchange.fail(LarderError(.shuttingDown, "Larder is shutting down")) }
+                for (handle, transfer) in transfers {
+                    curl_multi_remove_handle(multi, handle)
+                    transfer.exchange.fail(LarderError(.shuttingDown, "Larder is shutting down"))
+                    transfer.release()
+                }
+                transfers.removeAll()
+                finished.signal()
+                return
+            }
+            for exchange in incoming { begin(exchange) }
+            curl_multi_perform(multi, &running)
+            var remaining: Int32 = 0
+            while let message = curl_multi_info_read(multi, &remaining) {
+                guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle else { continue }
+                let result = larder_curl_msg_result(message)
+                curl_multi_remove_handle(multi, handle)
+                if let transfer = transfers.removeValue(forKey: handle) {
+                    finish(transfer, result: result)
+                }
+            }
+            curl_multi_poll(multi, nil, 0, 1000, nil)
+        }
+    }
+
+    /// Starts the exchange's current hop.
+    private func begin(_ exchange: Exchange) {
+        let remainingMs = Int((exchange.deadline - clock.now()) * 1000)
+        guard remainingMs > 0 else {
+            return exchange.fail(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms"))
+        }
+        if let refusal = policy.refusal(forHost: exchange.url.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) {
+            return exchange.fail(LarderError(.upstreamForbidden, refusal))
+        }
+        guard let handle = curl_easy_init() else {
+            return exchange.fail(LarderError(.upstreamUnreachable, "cannot create a transfer"))
+        }
+        let transfer = Transfer(handle: handle, exchange: exchange, policy: policy)
+        transfer.configure(userAgent: userAgent, timeoutMs: remainingMs)
+        transfers[handle] = transfer
+        curl_multi_add_handle(multi, handle)
+    }
+
+    private func finish(_ transfer: Transfer, result: CURLcode) {
+        defer { transfer.release() }
+        let exchange = transfer.exchange
+        guard result == CURLE_OK else {
+            return exchange.fail(transfer.error(for: result, timeoutMs: exchange.request.timeoutMs))
+        }
+        var status = 0
+        larder_curl_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status)
+        if [301, 302, 303, 307, 308].contains(status), let location = transfer.headers.values("location").first {
+            return redirect(exchange, status: status, location: location)
+        }
+        exchange.succeed(UpstreamResponse(status: status, headers: transfer.headers, body: transfer.body,
+                                          requestTime: exchange.requestTime, responseTime: clock.now()))
+    }
+
+    /// RFC 9110 §15.4: follow with the method the status calls for.
+    private func redirect(_ exchange: Exchange, status: Int, location: String) {
+        guard exchange.hops < Self.maxRedirects else {
+            return exchange.fail(LarderError(.tooManyRedirects, "more than \(Self.maxRedirects) redirects"))
+        }
+        guard let resolved = URL(string: location, relativeTo: URL(string: exchange.url.absoluteString))?.absoluteString else {
+            return exchange.fail(LarderError(.upstreamError, "redirect to an invalid location"))
+        }
+        let next: UpstreamURL
+        do {
+            next = try UpstreamURL(parsing: resolved, field: "location")
+        } catch {
+            return exchange.fail(LarderError(.upstreamForbidden, "redirect refused: \(error.message)"))
+        }
+        exchange.hops += 1
+        // 303 turns anything but HEAD into GET; 301 and 302 turn POST into GET (as browsers do).
+        if (status == 303 && exchange.method != .head) || ((status == 301 || status == 302) && exchange.method == .post) {
+            exchange.method = .get
+            exchange.body = nil
+            exchange.headers.removeAll { $0.name.caseInsensitiveEquals("content-type") }
+        }
+        // Credentials never follow a redirect to another origin.
+        if next.host != exchange.url.host || next.scheme != exchange.url.scheme || next.port != exchange.url.port {
+            exchange.headers.removeAll { $0.name.caseInsensitiveEquals("authorization") || $0.name.caseInsensitiveEquals("cookie") }
+        }
+        exchange.url = next
+        begin(exchange)
+    }
+}
+
+/// One logical request, across its redirect hops. Confined to the loop thread.
+private final class Exchange: @unchecked Sendable {
+    let request: UpstreamRequest
+    let completion: @Sendable (Result<UpstreamResponse, LarderError>) -> Void
+    let requestTime: Double
+    let deadline: Double
+    var url: UpstreamURL
+    var method: HTTPMethod
+    var headers: [HeaderField]
+    var body: [UInt8]?
+    var hops = 0
+
+    init(request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void, requestTime: Double) {
+        self.request = request
+        self.completion = completion
+        self.requestTime = requestTime
+        self.deadline = requestTime + Double(request.timeoutMs) / 1000
+        self.url = request.url
+        self.method = request.method
+        self.headers = request.headers
+        self.body = request.body
+    }
+
+    func fail(_ error: LarderError) { completion(.failure(error)) }
+    func succeed(_ response: UpstreamResponse) { completion(.success(response)) }
+}
+
+/// One hop: an easy handle and what its callbacks collect. Retained (through `Unmanaged`)
+/// while libcurl may call back into it; `release` balances that.
+private final class Transfer {
+    let handle: UnsafeMutableRawPointer
+    let exchange: Exchange
+    let policy: UpstreamAccessPolicy
+    var headers: [HeaderField] = []
+    var body: [UInt8] = []
+    var tooLarge = false
+    var refusal: String?
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
+    private var unmanaged: Unmanaged<Transfer>?
+
+    init(handle: UnsafeMutableRawPointer, exchange: Exchange, policy: UpstreamAccessPolicy) {
+        self.handle = handle
+        self.exchange = exchange
+        self.policy = policy
+        errorBuffer.initialize(to: 0)
+    }
+
+    deinit {
+        errorBuffer.deallocate()
+    }
+
+    func configure(userAgent: String, timeoutMs: Int) {
+        let context = Unmanaged.passRetained(self)
+        unmanaged = context
+        let opaque = context.toOpaque()
+        let request = exchange.request
+        larder_curl_setopt_string(handle, CURLOPT_URL, exchange.url.absoluteString)
+        larder_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
+        larder_curl_setopt_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        larder_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 0)
+        larder_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1)
+        // Never through a proxy from the environment: the address checks apply to the origin.
+        larder_curl_setopt_string(handle, CURLOPT_PROXY, "")
+        larder_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, timeoutMs)
+        larder_curl_setopt_offset(handle, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(request.maxBodyBytes))
+        larder_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, errorBuffer)
+        larder_curl_setopt_pointer(handle, CURLOPT_PRIVATE, opaque)
+        larder_curl_setopt_data_callback(handle, CURLOPT_WRITEFUNCTION, writeCallback)
+        larder_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, opaque)
+        larder_curl_setopt_data_callback(handle, CURLOPT_HEADERFUNCTION, headerCallback)
+        larder_curl_setopt_pointer(handle, CURLOPT_HEADERDATA, opaque)
+        larder_curl_setopt_opensocket(handle, openSocketCallback)
+        larder_curl_setopt_pointer(handle, CURLOPT_OPENSOCKETDATA, opaque)
+
+        switch exchange.method {
+        case .get:
+            larder_curl_setopt_long(handle, CURLOPT_HTTPGET, 1)
+        case .head:
+            larder_curl_setopt_long(handle, CURLOPT_NOBODY, 1)
+        case .post, .put, .patch, .delete:
+            if exchange.method != .post {
+                larder_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, exchange.method.rawValue)
+            }
+            if let body = exchange.body {
+                larder_curl_setopt_offset(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
+                body.withUnsafeBytes { bytes in
+                    // COPYPOSTFIELDS: libcurl keeps its own copy, so `body` need not outlive the call.
+                    _ = larder_curl_setopt_pointer(handle, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(errorBuffer)))
+                }
+            } else if exchange.method == .post {
+                larder_curl_setopt_offset(handle, CURLOPT_POSTFIELDSIZE_LARGE, 0)
+                larder_curl_setopt_string(handle, CURLOPT_COPYPOSTFIELDS, "")
+            }
+        }
+
+        var list: UnsafeMutablePointer<curl_slist>?
+        var hasUserAgent = false
+        for field in exchange.headers {
+            if field.name.caseInsensitiveEquals("user-agent") { hasUserAgent = true }
+            // "Name:" alone would remove a libcurl default; "Name;" sends an empty value.
+            let line = field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
+            list = curl_slist_append(list, line)
+        }
+        if !hasUserAgent { list = curl_slist_append(list, "User-Agent: \(userAgent)") }
+        // No "Expect: 100-continue" round trip for larger bodies.
+        list = curl_slist_append(list, "Expect:")
+        headerList = list
+        larder_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
+    }
+
+    /// Frees the handle and the header list, and drops the callbacks' reference.
+    func release() {
+        curl_easy_cleanup(handle)
+        curl_slist_free_all(headerList)
+        headerList = nil
+        unmanaged?.release()
+        unmanaged = nil
+    }
+
+    func error(for code: CURLcode, timeoutMs: Int) -> LarderError {
+        let detail = errorBuffer.pointee != 0 ? String(cString: errorBuffer) : String(cString: curl_easy_strerror(code))
+        if let refusal {
+            return LarderError(.upstreamForbidden, "connection refused by policy: \(refusal)")
+        }
+        if tooLarge || code == CURLE_FILESIZE_EXCEEDED {
+            return LarderError(.upstreamTooLarge, "upstream body is larger than \(exchange.request.maxBodyBytes) bytes")
+        }
+        switch code {
+        case CURLE_OPERATION_TIMEDOUT:
+            return LarderError(.upstreamTimeout, "upstream did not answer within \(timeoutMs) ms")
+        case CURLE_COULDNT_RESOLVE_HOST:
+            return LarderError(.upstreamUnreachable, "cannot resolve host '\(exchange.url.host)': \(detail)")
+        default:
+            return LarderError(.upstreamUnreachable, "\(exchange.url.authority): \(detail)")
+        }
+    }
+
+    func receiveHeaderLine(_ line: String) {
+        if line.hasPrefix("HTTP/") {
+            // A new status line: an interim (1xx) response came first; start over.
+            headers.removeAll(keepingCapacity: true)
+            return
+        }
+        let trimmed = line.trimmingCharacters(in: CharacterSet(charactersIn: "\r\n"))
+        guard !trimmed.isEmpty else { return }
+        if trimmed.first == " " || trimmed.first == "\t" {
+            // obs-fold (RFC 9112 §5.2): a continuation of the previous field.
+            if !headers.isEmpty { headers[headers.count - 1].value += " " + trimmed.trimmingSpaces }
+            return
+        }
+        guard let colon = trimmed.firstIndex(of: ":") else { return }
+        headers.append(HeaderField(String(trimmed[..<colon]), trimmed[trimmed.index(after: colon)...].trimmingSpaces))
+    }
+}
+
+// MARK: - C callbacks (capture nothing; context arrives through the void* slot)
+
+private let writeCallback: larder_curl_data_callback = { data, size, count, context in
+    let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+    let length = size * count
+    guard transfer.body.count + length <= transfer.exchange.request.maxBodyBytes else {
+        transfer.tooLarge = true
+        return 0 // makes libcurl abort with CURLE_WRITE_ERROR
+    }
+    data.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
+        transfer.body.append(contentsOf: UnsafeBufferPointer(start: bytes, count: length))
+    }
+    return length
+}
+
+private let headerCallback: larder_curl_data_callback = { data, size, count, context in
+    let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+    let length = size * count
+    let line = data.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
+        String(decoding: UnsafeBufferPointer(start: bytes, count: length), as: UTF8.self)
+    }
+    transfer.receiveHeaderLine(line)
+    return length
+}
+
+private let openSocketCallback: larder_curl_opensocket_callback = { context, purpose, address in
+    let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
+    let family = address.pointee.family
+    let ip: IPAddress? = withUnsafeMutablePointer(to: &address.pointee.addr) { pointer in
+        let raw = UnsafeRawPointer(pointer)
+        if family == AF_INET {
+            let sin = raw.assumingMemoryBound(to: sockaddr_in.self).pointee
+            return withUnsafeBytes(of: sin.sin_addr) { IPAddress(bytes: Array($0)) }
+        } else if family == AF_INET6 {
+            let sin6 = raw.assumingMemoryBound(to: sockaddr_in6.self).pointee
+            return withUnsafeBytes(of: sin6.sin6_addr) { IPAddress(bytes: Array($0)) }
+        }
+        return nil
+    }
+    guard let ip else {
+        transfer.refusal = "address family \(family) is not allowed"
+        return larder_curl_socket_bad()
+    }
+    if let refusal = transfer.policy.refusal(forAddress: ip) {
+        transfer.refusal = refusal
+        return larder_curl_socket_bad()
+    }
+    return socket(family, address.pointee.socktype, address.pointee.protocol)
+}

@@ -1,0 +1,323 @@
+// An HTTP/1.1 server over libmicrohttpd, independent of what Larder serves.
+//
+// Threading: libmicrohttpd runs in epoll mode with an internal pool of worker threads
+// (a single thread without a pool stalls at 128+ connections in 0.9.75). The handler runs on
+// a worker thread. It either returns a response at once (cache hits: no suspension, no hop)
+// or returns nil and answers later through its `HTTPResponder` from any thread; the
+// connection is then suspended (MHD_ALLOW_SUSPEND_RESUME) and resumed when the answer arrives.
+//
+// libmicrohttpd calls the access handler several times per request: once with the headers,
+// once per chunk of body, and a last time with no data. Responses are queued only on a later
+// call, never the first, or libmicrohttpd closes the connection after the response and
+// keep-alive is lost (about 5× slower).
+//
+// Shutdown: stop accepting (quiesce), let the application finish or fail what is in flight,
+// wait until every suspended connection was resumed and completed, then stop the daemon
+// (stopping with a suspended connection aborts the process).
+
+import CMicroHTTPD
+import Dispatch
+import Foundation
+public import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public struct HTTPServerRequest: Sendable {
+    public var method: String
+    /// The path as libmicrohttpd decoded it (no query).
+    public var path: String
+    /// The request target exactly as received (path and query, still percent-encoded).
+    public var rawTarget: String
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+    /// The body was larger than the server's limit and was not kept.
+    public var bodyTooLarge: Bool
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.name.lowercased() == name.lowercased() }?.value
+    }
+}
+
+public struct HTTPServerResponse: Sendable {
+    public var status: Int
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// Answers one request later, from any thread. Call `respond` exactly once.
+public final class HTTPResponder: Sendable {
+    private let context: RequestContext
+    private let server: HTTPServer
+
+    fileprivate init(context: RequestContext, server: HTTPServer) {
+        self.context = context
+        self.server = server
+    }
+
+    public func respond(_ response: HTTPServerResponse) {
+        context.complete(response, server: server)
+    }
+}
+
+public protocol HTTPRequestHandler: Sendable {
+    /// Returns the response now, or nil and answers later through `responder`.
+    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse?
+}
+
+public struct HTTPServerConfiguration: Sendable {
+    /// Address to bind: an IPv4 or IPv6 literal, or a name resolved at start.
+    public var host: String = "127.0.0.1"
+    /// 0 picks a free port (see `HTTPServer.port`).
+    public var port: Int = 8080
+    /// libmicrohttpd worker threads (at least 2; see above).
+    public var threads: Int = 2
+    /// Idle keep-alive connections are closed after this many seconds.
+    public var connectionTimeoutSeconds: Int = 60
+    public var connectionLimit: Int = 4096
+    /// Request bodies larger than this are not kept (`bodyTooLarge`).
+    public var maxRequestBodyBytes: Int = 1 << 20
+    public init() {}
+}
+
+public struct HTTPServerError: Error, CustomStringConvertible {
+    public let description: String
+}
+
+public final class HTTPServer: @unchecked Sendable {
+    // @unchecked Sendable: `daemon` is written in start/stop only (before and after the
+    // worker threads run); the counters are atomics.
+
+    public let configuration: HTTPServerConfiguration
+    let handler: any HTTPRequestHandler
+    let logger: Logger
+    private var daemon: OpaquePointer?
+    private var selfReference: Unmanaged<HTTPServer>?
+    /// Requests answered asynchronously that have not completed yet.
+    let pendingAsync = Atomic<Int>(0)
+    public private(set) var port: Int = 0
+
+    public init(configuration: HTTPServerConfiguration, handler: any HTTPRequestHandler, logger: Logger) {
+        self.configuration = configuration
+        self.handler = handler
+        self.logger = logger
+    }
+
+    public func start() throws {
+        var storage = sockaddr_storage()
+        var flags = UInt32(MHD_USE_EPOLL.rawValue | MHD_USE_INTERNAL_POLLING_THREAD.rawValue
+                           | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
+        let isIPv6 = try Self.resolve(configuration.host, port: configuration.port, into: &storage)
+        if isIPv6 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
+        let reference = Unmanaged.passRetained(self)
+        let opaque = reference.toOpaque()
+        let started = withUnsafePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                larder_mhd_start(flags, address, UInt32(max(2, configuration.threads)),
+                                 UInt32(configuration.connectionTimeoutSeconds), UInt32(configuration.connectionLimit),
+                                 accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque)
+            }
+        }
+        guard let started else {
+            reference.release()
+            throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (in use, or not an address of this machine)")
+        }
+        daemon = started
+        selfReference = reference
+        port = Int(larder_mhd_bound_port(started))
+    }
+
+    /// Stops accepting new connections; requests in flight carry on.
+    public func stopAccepting() {
+        guard let daemon else { return }
+        let listener = MHD_quiesce_daemon(daemon)
+        if listener >= 0 { close(listener) }
+    }
+
+    /// Waits until every asynchronous request has completed, up to `timeout` seconds.
+    /// Returns whether none is left.
+    @discardableResult
+    public func waitForPending(timeout: Double) -> Bool {
+        let deadline = DispatchTime.now() + timeout
+        while pendingAsync.load(ordering: .acquiring) > 0 {
+            if DispatchTime.now() >= deadline { return false }
+            usleep(5_000)
+        }
+        return true
+    }
+
+    public var pendingCount: Int { pendingAsync.load(ordering: .relaxed) }
+
+    /// Stops the daemon. Call after `waitForPending` returned true.
+    public func stop() {
+        guard let daemon else { return }
+        MHD_stop_daemon(daemon)
+        self.daemon = nil
+        selfReference?.release()
+        selfReference = nil
+    }
+
+    /// Fills `storage` with the bind address; returns true for IPv6.
+    private static func resolve(_ host: String, port: Int, into storage: inout sockaddr_storage) throws -> Bool {
+        var hints = addrinfo()
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var result: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &result) == 0, let first = result else {
+            throw HTTPServerError(description: "cannot resolve listen address '\(host)'")
+        }
+        defer { freeaddrinfo(result) }
+        withUnsafeMutableBytes(of: &storage) { destination in
+            destination.copyMemory(from: UnsafeRawBufferPointer(start: first.pointee.ai_addr, count: Int(first.pointee.ai_addrlen)))
+        }
+        return first.pointee.ai_family == AF_INET6
+    }
+}
+
+// MARK: - Per-request state
+
+final class RequestContext: @unchecked Sendable {
+    // @unchecked Sendable: `rawTarget`, `phase` and `body` are used only by the worker thread
+    // that runs the handler for this connection (libmicrohttpd serialises calls per
+    // connection); the hand-over between the handler and `respond` goes through `state`.
+
+    enum Phase { case headers, body, dispatched }
+
+    struct HandOver {
+        var response: HTTPServerResponse?
+        var suspended = false
+        var connection: ConnectionHandle?
+    }
+
+    /// @unchecked Sendable: libmicrohttpd allows MHD_resume_connection from any thread, and
+    /// the connection stays valid while it is suspended.
+    struct ConnectionHandle: @unchecked Sendable {
+        let pointer: OpaquePointer
+    }
+
+    let rawTarget: String
+    var phase: Phase = .headers
+    var body: [UInt8] = []
+    var tooLarge = false
+    var isAsync = false
+    let state = Mutex(HandOver())
+
+    init(rawTarget: String) { self.rawTarget = rawTarget }
+
+    /// Stores the response and resumes the connection when it was suspended.
+    func complete(_ response: HTTPServerResponse, server: HTTPServer) {
+        state.withLock { handOver in
+            precondition(handOver.response == nil, "respond called twice")
+            handOver.response = response
+            if handOver.suspended, let connection = handOver.connection {
+                handOver.suspended = false
+                MHD_resume_connection(connection.pointer)
+            }
+        }
+    }
+}
+
+// MARK: - C callbacks (capture nothing; context arrives through the void* slot)
+
+private let uriLogger: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>, OpaquePointer) -> UnsafeMutableRawPointer? = { _, uri, _ in
+    // The value returned becomes the request's *con_cls; `requestCompleted` releases it.
+    Unmanaged.passRetained(RequestContext(rawTarget: String(cString: uri))).toOpaque()
+}
+
+private let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _, contextSlot, _ in
+    guard let contextSlot, let raw = contextSlot.pointee else { return }
+    let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
+    contextSlot.pointee = nil
+    if context.isAsync, let serverPointer {
+        let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+        server.pendingAsync.subtract(1, ordering: .releasing)
+    }
+}
+
+private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url, method, _, uploadData, uploadSize, contextSlot in
+    guard let serverPointer, let connection, let contextSlot, let uploadSize, let raw = contextSlot.pointee else { return MHD_Result.NO }
+    let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    let context = Unmanaged<RequestContext>.fromOpaque(raw).takeUnretainedValue()
+
+    switch context.phase {
+    case .headers:
+        // First call: headers only. Never queue here (keep-alive would be lost).
+        context.phase = .body
+        return MHD_Result.YES
+    case .body:
+        if uploadSize.pointee > 0 {
+            let count = uploadSize.pointee
+            if context.body.count + count > server.configuration.maxRequestBodyBytes {
+                context.tooLarge = true
+                context.body = []
+            } else if !context.tooLarge, let uploadData {
+                uploadData.withMemoryRebound(to: UInt8.self, capacity: count) {
+                    context.body.append(contentsOf: UnsafeBufferPointer(start: $0, count: count))
+                }
+            }
+            uploadSize.pointee = 0
+            return MHD_Result.YES
+        }
+        context.phase = .dispatched
+        let request = HTTPServerRequest(
+            method: method.map { String(cString: $0) } ?? "GET",
+            path: url.map { String(cString: $0) } ?? "/",
+            rawTarget: context.rawTarget,
+            headers: collectHeaders(connection),
+            body: context.body,
+            bodyTooLarge: context.tooLarge)
+        context.body = []
+        if let response = server.handler.handle(request, responder: HTTPResponder(context: context, server: server)) {
+            return queue(response, on: connection)
+        }
+        context.isAsync = true
+        server.pendingAsync.add(1, ordering: .relaxed)
+        // The answer may already be there (it raced us); otherwise suspend until `complete`.
+        let ready: HTTPServerResponse? = context.state.withLock { handOver in
+            if let response = handOver.response { return response }
+            handOver.suspended = true
+            handOver.connection = RequestContext.ConnectionHandle(pointer: connection)
+            MHD_suspend_connection(connection)
+            return nil
+        }
+        if let ready { return queue(ready, on: connection) }
+        return MHD_Result.YES
+    case .dispatched:
+        // Called again after MHD_resume_connection: the answer is in.
+        guard let response = context.state.withLock({ $0.response }) else { return MHD_Result.YES }
+        return queue(response, on: connection)
+    }
+}
+
+private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer) -> MHD_Result {
+    let mhdResponse = response.body.withUnsafeBytes { bytes in
+        MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),
+                                         .RESPMEM_MUST_COPY)
+    }
+    guard let mhdResponse else { return MHD_Result.NO }
+    for header in response.headers {
+        MHD_add_response_header(mhdResponse, header.name, header.value)
+    }
+    let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
+    MHD_destroy_response(mhdResponse)
+    return result
+}
+
+private func collectHeaders(_ connection: OpaquePointer) -> [(name: String, value: String)] {
+    var headers: [(name: String, value: String)] = []
+    withUnsafeMutablePointer(to: &headers) { pointer in
+        _ = MHD_get_connection_values(connection, .HEADER_KIND, { slot, _, key, value in
+            guard let slot, let key else { return MHD_Result.YES }
+            let list = slot.assumingMemoryBound(to: [(name: String, value: String)].self)
+            list.pointee.append((String(cString: key), value.map { String(cString: $0) } ?? ""))
+            return MHD_Result.YES
+        }, pointer)
+    }
+    return headers
+}

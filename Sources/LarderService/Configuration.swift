@@ -1,0 +1,60 @@
+// Larder's configuration: one Sendable value, built once by the executable (or a test) and
+// passed down. Every field has a documented default and unit.
+
+import LarderCore
+
+public struct LarderConfiguration: Sendable {
+    /// Address to listen on.
+    public var host: String = "127.0.0.1"
+    /// Port to listen on; 0 picks a free one.
+    public var port: Int = 8080
+    /// The SQLite file (created with its directory when absent).
+    public var databasePath: String = "data/larder.sqlite"
+    /// 32 random bytes keying the cache-key HMAC, created on first start; nil = `<database>.secret`.
+    public var secretPath: String?
+    /// Named upstreams (NAME → base URL). Recorded now; used by routes in a later release.
+    public var upstreams: [String: String] = [:]
+    /// Host patterns Larder may fetch from ("api.example.com", "*.example.com"); empty = any.
+    public var allowHosts: [String] = []
+    /// Also refuse loopback and private address ranges upstream.
+    public var denyPrivate: Bool = false
+    /// libmicrohttpd worker threads (2 or more).
+    public var serverThreads: Int = 2
+    /// Largest /fetch request body, bytes.
+    public var maxRequestBodyBytes: Int = 1 << 20
+    /// Largest upstream response body, bytes (larger → `upstream_too_large`).
+    public var maxUpstreamBodyBytes: Int = 64 << 20
+    /// On SIGTERM, seconds to let in-flight requests finish before they are cancelled.
+    public var shutdownGraceSeconds: Double = 10
+    /// One line per request on stderr.
+    public var accessLog: Bool = true
+
+    public init() {}
+
+    public var resolvedSecretPath: String { secretPath ?? databasePath + ".secret" }
+
+    /// Checks values a user typed; throws with the option at fault.
+    public func validate() throws(ConfigurationError) {
+        guard (0...65535).contains(port) else { throw ConfigurationError("port \(port) is out of range 0–65535") }
+        guard !databasePath.isEmpty else { throw ConfigurationError("the database path is empty") }
+        guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
+        for (name, url) in upstreams {
+            guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+                throw ConfigurationError("upstream name '\(name)' must be letters, digits, '-' or '_'")
+            }
+            do {
+                _ = try UpstreamURL(parsing: url, field: "upstream \(name)")
+            } catch {
+                throw ConfigurationError(error.message)
+            }
+        }
+        for pattern in allowHosts where pattern.isEmpty || pattern.dropFirst(pattern.hasPrefix("*.") ? 2 : 0).contains("*") {
+            throw ConfigurationError("allow-host pattern '\(pattern)' must be a host name or '*.' followed by one")
+        }
+    }
+}
+
+public struct ConfigurationError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,122 @@
+// Wires the adapters together and runs them: SQLite store, libcurl upstream, fetch engine,
+// libmicrohttpd server. Used by the `larder` executable and by the integration tests.
+
+import Crypto
+import Dispatch
+import Foundation
+import LarderCore
+import LarderCurl
+import LarderEngine
+import LarderHTTP
+import LarderSQLite
+public import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public enum LarderVersion {
+    public static let string = "0.1.0"
+}
+
+public final class LarderService: @unchecked Sendable {
+    // @unchecked Sendable: the adapter references are set in `start` before the server
+    // accepts a request and cleared in `shutdown` after it stopped.
+
+    public let configuration: LarderConfiguration
+    private let logger: Logger
+    private var store: SQLiteCacheStore?
+    private var upstream: CurlUpstream?
+    private var server: HTTPServer?
+
+    private static let curlInitialised: Void = CurlUpstream.globalInit()
+
+    public init(configuration: LarderConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// The port the server listens on (useful when configured as 0).
+    public var port: Int { server?.port ?? 0 }
+
+    public func start() throws {
+        try configuration.validate()
+        _ = Self.curlInitialised
+        let clock = Clock { Date().timeIntervalSince1970 }
+        let secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
+        let store = try SQLiteCacheStore(path: configuration.databasePath, logger: logger)
+        let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
+        let upstream = CurlUpstream(policy: policy, clock: clock, userAgent: "larder/\(LarderVersion.string)", logger: logger)
+        upstream.start()
+        var limits = FetchEngine.Limits()
+        limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
+        limits.maxStoredBodyBytes = configuration.maxUpstreamBodyBytes
+        let engine = FetchEngine(store: store, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
+                                 clock: clock, limits: limits, logger: logger)
+        let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog)
+
+        var serverConfiguration = HTTPServerConfiguration()
+        serverConfiguration.host = configuration.host
+        serverConfiguration.port = configuration.port
+        serverConfiguration.threads = configuration.serverThreads
+        serverConfiguration.maxRequestBodyBytes = configuration.maxRequestBodyBytes
+        let server = HTTPServer(configuration: serverConfiguration, handler: router, logger: logger)
+        do {
+            try server.start()
+        } catch {
+            upstream.shutdown()
+            store.close()
+            throw error
+        }
+        self.store = store
+        self.upstream = upstream
+        self.server = server
+        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), database \(configuration.databasePath)")
+    }
+
+    /// Stops accepting, lets in-flight requests finish (up to the grace period), cancels the
+    /// rest, resumes every suspended connection, stops the server and closes the database.
+    public func shutdown() {
+        guard let server, let upstream, let store else { return }
+        server.stopAccepting()
+        if !server.waitForPending(timeout: configuration.shutdownGraceSeconds) {
+            logger.warning("cancelling \(server.pendingCount) requests still in flight")
+        }
+        upstream.shutdown()
+        if !server.waitForPending(timeout: 10) {
+            logger.error("requests still suspended after cancellation; stopping anyway")
+        }
+        server.stop()
+        store.close()
+        self.server = nil
+        self.upstream = nil
+        self.store = nil
+        logger.info("larder stopped")
+    }
+}
+
+/// The instance secret: 32 random bytes in a file readable by the owner only.
+enum SecretFile {
+    static func loadOrCreate(at path: String) throws -> [UInt8] {
+        if let data = FileManager.default.contents(atPath: path) {
+            guard data.count >= 32 else { throw ConfigurationError("secret file \(path) is shorter than 32 bytes") }
+            return Array(data)
+        }
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else {
+            // Another process created it first: use theirs.
+            if let data = FileManager.default.contents(atPath: path), data.count >= 32 { return Array(data) }
+            throw ConfigurationError("cannot create secret file \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(descriptor) }
+        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
+        guard written == bytes.count else { throw ConfigurationError("cannot write secret file \(path)") }
+        fsync(descriptor)
+        return bytes
+    }
+}
