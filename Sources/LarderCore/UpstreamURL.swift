@@ -154,7 +154,15 @@ public struct UpstreamURL: Sendable, Equatable {
     /// §5.2.4 remove_dot_segments. libcurl applies the same rule before sending, so the key
     /// matches what the upstream actually receives.
     static func removeDotSegments(_ path: String) -> String {
-        guard path.contains(".") else { return path }
+        // Fast exit: only "/." can start a dot segment (checked on bytes; Foundation's
+        // String.contains(String) is slow on this hot path).
+        var previousWasSlash = false
+        var hasDotSegment = false
+        for byte in path.utf8 {
+            if previousWasSlash, byte == UInt8(ascii: ".") { hasDotSegment = true; break }
+            previousWasSlash = byte == UInt8(ascii: "/")
+        }
+        guard hasDotSegment else { return path }
         var output: [Substring] = []
         let segments = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
         for (offset, segment) in segments.enumerated() {

@@ -22,6 +22,12 @@ public struct FetchReply: Sendable {
     }
 }
 
+/// A validated request with its cache key derived.
+public struct PreparedFetch: Sendable {
+    public let request: FetchRequest
+    public let derived: CacheKeyBuilder.Derived
+}
+
 public final class FetchEngine: Sendable {
     public struct Limits: Sendable {
         /// Largest upstream body accepted, in bytes (larger → `upstream_too_large`).
@@ -48,11 +54,22 @@ public final class FetchEngine: Sendable {
         self.logger = logger
     }
 
+    /// Derives the key once; a prepared request can be answered any number of times.
+    public func prepare(_ request: FetchRequest) -> PreparedFetch {
+        PreparedFetch(request: request, derived: keys.derive(for: request))
+    }
+
     /// Answers `request`. Returns the reply when the cache can answer at once; otherwise
     /// returns nil and calls `reply` exactly once, later, from another thread.
     public func fetch(_ request: FetchRequest, receivedAt: Double,
                       reply: @escaping @Sendable (FetchReply) -> Void) -> FetchReply? {
-        let derived = keys.derive(for: request)
+        fetch(prepare(request), receivedAt: receivedAt, reply: reply)
+    }
+
+    public func fetch(_ prepared: PreparedFetch, receivedAt: Double,
+                      reply: @escaping @Sendable (FetchReply) -> Void) -> FetchReply? {
+        let request = prepared.request
+        let derived = prepared.derived
         let options = request.cache
         let cacheable = CacheRules.isCacheable(method: request.method, ttl: options.ttl)
         let readsCache = cacheable && options.policy != .noStore && options.policy != .reload

@@ -24,6 +24,8 @@ public struct LarderConfiguration: Sendable {
     public var maxRequestBodyBytes: Int = 1 << 20
     /// Largest upstream response body, bytes (larger → `upstream_too_large`).
     public var maxUpstreamBodyBytes: Int = 64 << 20
+    /// Bytes of hot entries kept in memory in front of SQLite; 0 disables the memory tier.
+    public var memoryCapacityBytes: Int = 64 << 20
     /// On SIGTERM, seconds to let in-flight requests finish before they are cancelled.
     public var shutdownGraceSeconds: Double = 10
     /// One line per request on stderr.
@@ -38,6 +40,7 @@ public struct LarderConfiguration: Sendable {
         guard (0...65535).contains(port) else { throw ConfigurationError("port \(port) is out of range 0–65535") }
         guard !databasePath.isEmpty else { throw ConfigurationError("the database path is empty") }
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
+        guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
         for (name, url) in upstreams {
             guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
                 throw ConfigurationError("upstream name '\(name)' must be letters, digits, '-' or '_'")

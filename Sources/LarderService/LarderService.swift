@@ -50,7 +50,8 @@ public final class LarderService: @unchecked Sendable {
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
         limits.maxStoredBodyBytes = configuration.maxUpstreamBodyBytes
-        let engine = FetchEngine(store: store, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
+        let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
+        let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
                                  clock: clock, limits: limits, logger: logger)
         let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog)
 

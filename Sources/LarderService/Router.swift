@@ -11,6 +11,7 @@ struct Router: HTTPRequestHandler {
     let clock: Clock
     let logger: Logger
     let accessLog: Bool
+    let memo = RequestMemo()
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
 
@@ -37,13 +38,18 @@ struct Router: HTTPRequestHandler {
         if request.bodyTooLarge {
             return finish(request, error: .invalid("body", "request body is larger than the limit"), receivedAt: receivedAt)
         }
-        let fetchRequest: FetchRequest
-        do {
-            fetchRequest = try FetchRequest.parse(json: request.body)
-        } catch {
-            return finish(request, error: error, receivedAt: receivedAt)
+        let prepared: PreparedFetch
+        if let known = memo.lookup(request.body) {
+            prepared = known
+        } else {
+            do {
+                prepared = engine.prepare(try FetchRequest.parse(json: request.body))
+            } catch {
+                return finish(request, error: error, receivedAt: receivedAt)
+            }
+            memo.insert(request.body, prepared)
         }
-        let immediate = engine.fetch(fetchRequest, receivedAt: receivedAt) { reply in
+        let immediate = engine.fetch(prepared, receivedAt: receivedAt) { reply in
             responder.respond(finish(request, reply: reply, receivedAt: receivedAt))
         }
         return immediate.map { finish(request, reply: $0, receivedAt: receivedAt) }

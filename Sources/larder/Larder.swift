@@ -50,6 +50,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Largest upstream response body in bytes (default 67108864).")
     var maxBodyBytes: Int = 64 << 20
 
+    @Option(help: "Megabytes of hot entries kept in memory in front of SQLite; 0 disables (default 64).")
+    var memoryMb: Int = 64
+
     @Option(help: "Seconds in-flight requests get to finish on SIGTERM (default 10).")
     var shutdownGrace: Double = 10
 
@@ -92,6 +95,7 @@ struct Serve: ParsableCommand {
         configuration.denyPrivate = denyPrivate
         configuration.serverThreads = threads
         configuration.maxUpstreamBodyBytes = maxBodyBytes
+        configuration.memoryCapacityBytes = memoryMb << 20
         configuration.shutdownGraceSeconds = shutdownGrace
         configuration.accessLog = accessLog
         do {

@@ -1,0 +1,43 @@
+/* The benchmark's reference: a libmicrohttpd server answering every request with the same
+ * 1 KiB JSON body, in the same threading mode as Larder (epoll, internal pool of 2 threads,
+ * response queued on the second handler call). Built and run by scripts/bench. */
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char body[1024];
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *connection, const char *url,
+                              const char *method, const char *version, const char *upload_data,
+                              size_t *upload_data_size, void **con_cls) {
+    static int marker;
+    (void)cls; (void)url; (void)method; (void)version; (void)upload_data;
+    if (*con_cls == NULL) { *con_cls = &marker; return MHD_YES; }
+    if (*upload_data_size != 0) { *upload_data_size = 0; return MHD_YES; }
+    struct MHD_Response *response =
+        MHD_create_response_from_buffer(sizeof body, body, MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(response, "Content-Type", "application/json");
+    enum MHD_Result result = MHD_queue_response(connection, 200, response);
+    MHD_destroy_response(response);
+    return result;
+}
+
+int main(int argc, char **argv) {
+    int port = argc > 1 ? atoi(argv[1]) : 18100;
+    memset(body, 'x', sizeof body);
+    body[0] = '"'; body[sizeof body - 1] = '"';
+    struct MHD_Daemon *daemon = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL, NULL, handle, NULL,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)2, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
+        MHD_OPTION_END);
+    if (daemon == NULL) { fprintf(stderr, "cannot start on port %d\n", port); return 1; }
+    sigset_t set;
+    sigemptyset(&set); sigaddset(&set, SIGTERM); sigaddset(&set, SIGINT);
+    int signal_number;
+    sigwait(&set, &signal_number);
+    MHD_stop_daemon(daemon);
+    return 0;
+}
