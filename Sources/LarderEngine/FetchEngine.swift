@@ -111,12 +111,14 @@ public final class FetchEngine: Sendable {
     private func complete(_ request: FetchRequest, derived: CacheKeyBuilder.Derived, outcome: CacheOutcome,
                           response: UpstreamResponse, receivedAt: Double, reply: @escaping @Sendable (FetchReply) -> Void) {
         let options = request.cache
+        // Ages are measured on the engine's clock (injected), durations on the upstream's.
+        let receivedAtNow = clock.now()
         let upstreamMs = (response.responseTime - response.requestTime) * 1000
         let kind = BodyKind.classify(contentType: response.headers.values("content-type").first, body: response.body)
         let decision = CacheRules.store(policy: options.policy, method: request.method, ttl: options.ttl,
                                         partitioned: derived.partitioned, status: response.status,
                                         headers: response.headers, bodySize: response.body.count,
-                                        maxBodySize: limits.maxStoredBodyBytes, receivedAt: response.responseTime)
+                                        maxBodySize: limits.maxStoredBodyBytes, receivedAt: receivedAtNow)
         let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         switch decision {
         case .refuse(let reason):
@@ -126,7 +128,7 @@ public final class FetchEngine: Sendable {
             reply(render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
                          report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
         case .store(let lifetime):
-            let freshness = EntryFreshness(storedAt: response.responseTime, freshnessLifetime: lifetime, version: options.version)
+            let freshness = EntryFreshness(storedAt: receivedAtNow, freshnessLifetime: lifetime, version: options.version)
             let entry = StoredEntry(
                 key: derived.key, namespace: options.namespace, method: request.method,
                 url: request.url.absoluteString, status: response.status,
@@ -137,7 +139,7 @@ public final class FetchEngine: Sendable {
                 lastModified: response.headers.values("last-modified").first)
             store.save(entry) { [self] saved in
                 let report = CacheReport(outcome: outcome, key: derived.key, age: 0,
-                                         ttl: saved ? freshness.remaining(now: response.responseTime, ttl: options.ttl) : nil,
+                                         ttl: saved ? freshness.remaining(now: receivedAtNow, ttl: options.ttl) : nil,
                                          version: options.version, stored: saved)
                 reply(self.render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
                                   report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))

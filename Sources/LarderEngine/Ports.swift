@@ -2,6 +2,7 @@
 // in-memory store.
 
 public import LarderCore
+import Foundation
 
 /// One cached response as stored.
 public struct StoredEntry: Sendable, Equatable {
@@ -94,4 +95,7 @@ public protocol Upstream: Sendable {
 public struct Clock: Sendable {
     public var now: @Sendable () -> Double
     public init(now: @escaping @Sendable () -> Double) { self.now = now }
+
+    /// Wall-clock seconds since 1970.
+    public static let system = Clock { Date().timeIntervalSince1970 }
 }

@@ -6,7 +6,7 @@ import Dispatch
 import Foundation
 import LarderCore
 import LarderCurl
-import LarderEngine
+public import LarderEngine
 import LarderHTTP
 import LarderSQLite
 public import Logging
@@ -30,9 +30,14 @@ public final class LarderService: @unchecked Sendable {
 
     private static let curlInitialised: Void = CurlUpstream.globalInit()
 
-    public init(configuration: LarderConfiguration, logger: Logger) {
+    private let clock: Clock
+
+    /// `clock` drives cache ages and freshness (tests inject one); upstream deadlines always
+    /// use the real clock.
+    public init(configuration: LarderConfiguration, logger: Logger, clock: Clock = .system) {
         self.configuration = configuration
         self.logger = logger
+        self.clock = clock
     }
 
     /// The port the server listens on (useful when configured as 0).
@@ -41,11 +46,10 @@ public final class LarderService: @unchecked Sendable {
     public func start() throws {
         try configuration.validate()
         _ = Self.curlInitialised
-        let clock = Clock { Date().timeIntervalSince1970 }
         let secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
         let store = try SQLiteCacheStore(path: configuration.databasePath, logger: logger)
         let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
-        let upstream = CurlUpstream(policy: policy, clock: clock, userAgent: "larder/\(LarderVersion.string)", logger: logger)
+        let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger)
         upstream.start()
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes

@@ -1,0 +1,91 @@
+// Starts real Larder services (in-process, port 0, real SQLite files in a temporary
+// directory) against a real origin, and cleans everything up after each test.
+
+import Foundation
+import LarderCore
+import LarderEngine
+import LarderService
+import Logging
+import Synchronization
+import XCTest
+
+/// A clock the test moves by hand, so ages and expiry need no sleeping.
+final class ManualClock: Sendable {
+    private let seconds: Mutex<Double>
+
+    init(start: Double = 1_800_000_000) { seconds = Mutex(start) }
+
+    var now: Double { seconds.withLock { $0 } }
+    func advance(by delta: Double) { seconds.withLock { $0 += delta } }
+    var clock: Clock { Clock { [self] in now } }
+}
+
+final class RunningLarder {
+    let service: LarderService
+    let configuration: LarderConfiguration
+
+    init(configuration: LarderConfiguration, clock: Clock) throws {
+        self.configuration = configuration
+        var logger = Logger(label: "larder-test") { StreamLogHandler.standardError(label: $0) }
+        logger.logLevel = .warning
+        service = LarderService(configuration: configuration, logger: logger, clock: clock)
+        try service.start()
+    }
+
+    var port: Int { service.port }
+
+    func connection() throws -> TestConnection { try TestConnection(port: port) }
+
+    func stop() { service.shutdown() }
+}
+
+class IntegrationTestCase: XCTestCase {
+    var origin: TestOrigin!
+    var directory: URL!
+    let clock = ManualClock()
+    private var running: [RunningLarder] = []
+
+    override func setUpWithError() throws {
+        origin = try TestOrigin.start()
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-tests-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        for larder in running { larder.stop() }
+        running.removeAll()
+        origin?.stop()
+        if let directory { try? FileManager.default.removeItem(at: directory) }
+    }
+
+    var databasePath: String { directory.appendingPathComponent("larder.sqlite").path }
+
+    /// Starts Larder on port 0 with the test's database; `configure` adjusts the defaults.
+    @discardableResult
+    func startLarder(_ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+        var configuration = LarderConfiguration()
+        configuration.port = 0
+        configuration.databasePath = databasePath
+        configuration.accessLog = false
+        configuration.shutdownGraceSeconds = 5
+        configure(&configuration)
+        let larder = try RunningLarder(configuration: configuration, clock: clock.clock)
+        running.append(larder)
+        return larder
+    }
+
+    func stopLarder(_ larder: RunningLarder) {
+        larder.stop()
+        running.removeAll { $0 === larder }
+    }
+
+    /// A path no other test uses.
+    func uniquePath(_ name: String = #function) -> String {
+        let cleaned = name.filter { $0.isLetter || $0.isNumber }
+        return "/\(cleaned)-\(UUID().uuidString.prefix(8))"
+    }
+
+    func url(_ path: String, _ query: String = "") -> String {
+        origin.base + path + (query.isEmpty ? "" : "?" + query)
+    }
+}

@@ -1,0 +1,127 @@
+// A minimal blocking HTTP/1.1 client over a POSIX socket, with keep-alive, so tests control
+// exactly which connection each request uses.
+
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct TestResponse {
+    let status: Int
+    let headers: [String: String]
+    let body: [UInt8]
+
+    var text: String { String(decoding: body, as: UTF8.self) }
+
+    var json: [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])) as? [String: Any] ?? [:]
+    }
+
+    /// The `cache` object of a /fetch envelope.
+    var cache: [String: Any] { json["cache"] as? [String: Any] ?? [:] }
+    var outcome: String? { cache["outcome"] as? String }
+    var errorCode: String? { (json["error"] as? [String: Any])?["code"] as? String }
+    var errorField: String? { (json["error"] as? [String: Any])?["field"] as? String }
+    /// The upstream JSON body carried in the envelope.
+    var upstreamBody: [String: Any] { json["body"] as? [String: Any] ?? [:] }
+    /// The origin's request counter for the path, as it answered.
+    var originCount: Int? { upstreamBody["n"] as? Int }
+}
+
+struct TestClientError: Error, CustomStringConvertible {
+    let description: String
+}
+
+final class TestConnection {
+    private let descriptor: Int32
+    private var buffer: [UInt8] = []
+
+    init(port: Int, timeoutSeconds: Int = 30) throws {
+        descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { throw TestClientError(description: "socket failed") }
+        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else {
+            close(descriptor)
+            throw TestClientError(description: "connect to port \(port) failed: errno \(errno)")
+        }
+    }
+
+    deinit { close(descriptor) }
+
+    func request(_ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> TestResponse {
+        var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        if !body.isEmpty || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
+        head += "\r\n"
+        try sendAll(Array(head.utf8) + body)
+        return try readResponse(method: method)
+    }
+
+    /// POST /fetch with a JSON object.
+    func fetch(_ object: [String: Any]) throws -> TestResponse {
+        try request("POST", "/fetch", headers: ["Content-Type": "application/json"],
+                    body: Array(try JSONSerialization.data(withJSONObject: object)))
+    }
+
+    /// POST /fetch with raw bytes.
+    func fetchRaw(_ body: String) throws -> TestResponse {
+        try request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: Array(body.utf8))
+    }
+
+    func sendAll(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let sent = bytes[offset...].withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard sent > 0 else { throw TestClientError(description: "send failed: errno \(errno)") }
+            offset += sent
+        }
+    }
+
+    private func fill() throws {
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        let received = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+        guard received > 0 else { throw TestClientError(description: received == 0 ? "connection closed" : "recv failed: errno \(errno)") }
+        buffer.append(contentsOf: chunk[0..<received])
+    }
+
+    private func readResponse(method: String) throws -> TestResponse {
+        var headEnd: Int?
+        var searchFrom = 0
+        while headEnd == nil {
+            if buffer.count >= 4 {
+                for index in searchFrom...(buffer.count - 4)
+                where buffer[index] == 13 && buffer[index + 1] == 10 && buffer[index + 2] == 13 && buffer[index + 3] == 10 {
+                    headEnd = index
+                    break
+                }
+                searchFrom = max(0, buffer.count - 3)
+            }
+            if headEnd == nil { try fill() }
+        }
+        let head = String(decoding: buffer[0..<headEnd!], as: UTF8.self)
+        buffer.removeFirst(headEnd! + 4)
+        let lines = head.components(separatedBy: "\r\n")
+        let statusParts = lines[0].split(separator: " ")
+        guard statusParts.count >= 2, let status = Int(statusParts[1]) else {
+            throw TestClientError(description: "bad status line: \(lines[0])")
+        }
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        let length = method == "HEAD" ? 0 : Int(headers["content-length"] ?? "0") ?? 0
+        while buffer.count < length { try fill() }
+        let body = Array(buffer[0..<length])
+        buffer.removeFirst(length)
+        return TestResponse(status: status, headers: headers, body: body)
+    }
+}

@@ -1,0 +1,151 @@
+// A scriptable origin on a loopback port that counts what it receives.
+//
+// Behaviour is chosen per request by query parameters:
+//   status=NNN         response status (default 200)
+//   delay=MS           answer after MS milliseconds (the connection waits, nothing blocks)
+//   size=N             body of N bytes of "a" (text/plain) instead of the default JSON
+//   cc=VALUE           Cache-Control
+//   ct=VALUE           Content-Type
+//   h=Name:Value       an extra response header (repeatable)
+//   location=URL       Location header (use with status=302 etc.)
+//   binary=1           a small binary body
+// The default body is JSON: {"path": …, "n": <how many requests this path has seen>,
+// "method": …, "query": …, "body": <request body as text>, "headers": {…}}.
+
+import Dispatch
+import Foundation
+import LarderHTTP
+import Logging
+import Synchronization
+
+struct RecordedRequest: Sendable {
+    let method: String
+    let target: String
+    let headers: [String: String]
+    let body: [UInt8]
+}
+
+final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
+    // @unchecked Sendable: `server` is set once in `start`; the rest is Mutex-protected.
+    private let log = Mutex<[String: [RecordedRequest]]>([:])
+    private let changed = Condition()
+    private var server: HTTPServer!
+
+    var port: Int { server.port }
+    var base: String { "http://127.0.0.1:\(port)" }
+
+    static func start() throws -> TestOrigin {
+        let origin = TestOrigin()
+        var configuration = HTTPServerConfiguration()
+        configuration.port = 0
+        configuration.threads = 2
+        configuration.maxRequestBodyBytes = 4 << 20
+        origin.server = HTTPServer(configuration: configuration, handler: origin, logger: Logger(label: "origin"))
+        try origin.server.start()
+        return origin
+    }
+
+    func stop() {
+        server.stopAccepting()
+        server.waitForPending(timeout: 10)
+        server.stop()
+    }
+
+    /// How many requests reached `path`.
+    func count(_ path: String) -> Int {
+        log.withLock { $0[path]?.count ?? 0 }
+    }
+
+    func requests(_ path: String) -> [RecordedRequest] {
+        log.withLock { $0[path] ?? [] }
+    }
+
+    /// Waits until `path` has seen at least `count` requests (woken on each arrival).
+    func waitForCount(_ path: String, atLeast count: Int, timeout: Double = 10) -> Bool {
+        changed.wait(timeout: timeout) { self.count(path) >= count }
+    }
+
+    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
+        let (path, query) = Self.split(request.rawTarget)
+        var headers: [String: String] = [:]
+        for header in request.headers { headers[header.name.lowercased()] = header.value }
+        let recorded = RecordedRequest(method: request.method, target: request.rawTarget, headers: headers, body: request.body)
+        let n = log.withLock { log -> Int in
+            log[path, default: []].append(recorded)
+            return log[path]!.count
+        }
+        changed.broadcast()
+
+        let status = Int(query.first { $0.0 == "status" }?.1 ?? "") ?? 200
+        var responseHeaders: [(name: String, value: String)] = []
+        var body: [UInt8]
+        if let size = query.first(where: { $0.0 == "size" }).flatMap({ Int($0.1) }) {
+            body = [UInt8](repeating: UInt8(ascii: "a"), count: size)
+            responseHeaders.append(("Content-Type", "text/plain"))
+        } else if query.contains(where: { $0.0 == "binary" }) {
+            body = [0xFF, 0x00, 0xFE, 0x01, 0x80]
+            responseHeaders.append(("Content-Type", "application/octet-stream"))
+        } else {
+            let document: [String: Any] = [
+                "path": path, "n": n, "method": request.method,
+                "query": Dictionary(query.map { ($0.0, $0.1) }, uniquingKeysWith: { $1 }),
+                "body": String(decoding: request.body, as: UTF8.self), "headers": headers,
+            ]
+            body = Array(try! JSONSerialization.data(withJSONObject: document, options: [.sortedKeys]))
+            if !query.contains(where: { $0.0 == "ct" }) { responseHeaders.append(("Content-Type", "application/json")) }
+        }
+        for (name, value) in query {
+            switch name {
+            case "cc": responseHeaders.append(("Cache-Control", value))
+            case "ct": responseHeaders.append(("Content-Type", value))
+            case "location": responseHeaders.append(("Location", value))
+            case "h":
+                if let colon = value.firstIndex(of: ":") {
+                    responseHeaders.append((String(value[..<colon]), String(value[value.index(after: colon)...])))
+                }
+            default: break
+            }
+        }
+        let response = HTTPServerResponse(status: status, headers: responseHeaders, body: request.method == "HEAD" ? [] : body)
+        if let delay = query.first(where: { $0.0 == "delay" }).flatMap({ Int($0.1) }) {
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { responder.respond(response) }
+            return nil
+        }
+        return response
+    }
+
+    static func split(_ target: String) -> (String, [(String, String)]) {
+        guard let mark = target.firstIndex(of: "?") else { return (target, []) }
+        let path = String(target[..<mark])
+        let query = target[target.index(after: mark)...].split(separator: "&").map { pair -> (String, String) in
+            let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+            let name = parts[0].removingPercentEncoding ?? parts[0]
+            let value = parts.count > 1 ? (parts[1].replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? parts[1]) : ""
+            return (name, value)
+        }
+        return (path, query)
+    }
+}
+
+/// A condition variable with a predicate wait, for awaiting events across threads.
+final class Condition: @unchecked Sendable {
+    // @unchecked Sendable: NSCondition is thread-safe.
+    private let condition = NSCondition()
+
+    func broadcast() {
+        condition.lock()
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Waits until `predicate` holds (checked on every broadcast) or `timeout` passes.
+    func wait(timeout: Double, until predicate: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while !predicate() {
+            if !condition.wait(until: deadline) { return predicate() }
+        }
+        return true
+    }
+}
