@@ -113,7 +113,7 @@ private struct WireFetchRequest: Decodable {
     var headers: [String: String]?
     var body: JSONValue?
     var bodyBase64: String?
-    var timeoutMs: Int?
+    var timeoutMs: WireInteger?
     var cache: WireCacheOptions?
 
     func validated() throws(LarderError) -> FetchRequest {
@@ -161,7 +161,7 @@ private struct WireFetchRequest: Decodable {
             throw .invalid("body", "a HEAD request cannot carry a body")
         }
 
-        let timeout = timeoutMs ?? FetchRequest.defaultTimeoutMs
+        let timeout = timeoutMs.map { Int(clamping: $0.value) } ?? FetchRequest.defaultTimeoutMs
         guard (1...FetchRequest.maxTimeoutMs).contains(timeout) else {
             throw .invalid("timeoutMs", "must be between 1 and \(FetchRequest.maxTimeoutMs)")
         }
@@ -178,7 +178,7 @@ private struct WireFetchRequest: Decodable {
 private struct WireCacheOptions: Decodable {
     var policy: String?
     var ttl: Double?
-    var version: Int64?
+    var version: WireInteger?
     var sensitive: JSONValue?
     var ignoreQuery: [String]?
     var namespace: String?
@@ -198,7 +198,7 @@ private struct WireCacheOptions: Decodable {
             }
             options.ttl = ttl
         }
-        options.version = version ?? 0
+        options.version = version?.value ?? 0
         options.sensitive = sensitive
         options.ignoreQuery = Set(ignoreQuery ?? [])
         if let namespace {
@@ -208,5 +208,20 @@ private struct WireCacheOptions: Decodable {
             options.namespace = namespace
         }
         return options
+    }
+}
+
+/// An integer field. swift-foundation reports a fractional number decoded as an integer as
+/// "not valid JSON" with no field; this names the field instead.
+private struct WireInteger: Decodable {
+    let value: Int64
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let value = try? container.decode(Int64.self) {
+            self.value = value
+        } else {
+            throw DecodingError.typeMismatch(Int64.self, DecodingError.Context(codingPath: decoder.codingPath, debugDescription: "expected an integer"))
+        }
     }
 }

@@ -8,6 +8,7 @@
 //   ct=VALUE           Content-Type
 //   h=Name:Value       an extra response header (repeatable)
 //   location=URL       Location header (use with status=302 etc.)
+//   loop=1             Location header pointing back at this very request
 //   binary=1           a small binary body
 // The default body is JSON: {"path": …, "n": <how many requests this path has seen>,
 // "method": …, "query": …, "body": <request body as text>, "headers": {…}}.
@@ -99,6 +100,7 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
             case "cc": responseHeaders.append(("Cache-Control", value))
             case "ct": responseHeaders.append(("Content-Type", value))
             case "location": responseHeaders.append(("Location", value))
+            case "loop": responseHeaders.append(("Location", request.rawTarget))
             case "h":
                 if let colon = value.firstIndex(of: ":") {
                     responseHeaders.append((String(value[..<colon]), String(value[value.index(after: colon)...])))

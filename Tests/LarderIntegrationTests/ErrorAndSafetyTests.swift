@@ -1,0 +1,158 @@
+// Every error code of /fetch, and the upstream access policy.
+
+import Foundation
+import XCTest
+
+final class ErrorAndSafetyTests: IntegrationTestCase {
+    private func assertError(_ response: TestResponse, status: Int, code: String, field: String? = nil,
+                             file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(response.status, status, response.text, file: file, line: line)
+        XCTAssertEqual(response.errorCode, code, response.text, file: file, line: line)
+        XCTAssertEqual(response.headers["content-type"], "application/json", file: file, line: line)
+        XCTAssertNotNil((response.json["error"] as? [String: Any])?["message"] as? String, file: file, line: line)
+        if let field { XCTAssertEqual(response.errorField, field, response.text, file: file, line: line) }
+    }
+
+    func testInvalidRequestsAreRejectedNamingTheField() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        assertError(try client.fetchRaw("{not json"), status: 400, code: "invalid_request", field: "body")
+        assertError(try client.fetchRaw(""), status: 400, code: "invalid_request", field: "body")
+        assertError(try client.fetchRaw("[1,2]"), status: 400, code: "invalid_request")
+        assertError(try client.fetch([:]), status: 400, code: "invalid_request", field: "url")
+        assertError(try client.fetch(["url": 5]), status: 400, code: "invalid_request", field: "url")
+        assertError(try client.fetch(["url": "/relative/path"]), status: 400, code: "invalid_request", field: "url")
+        assertError(try client.fetch(["url": "file:///etc/passwd"]), status: 400, code: "invalid_request", field: "url")
+        assertError(try client.fetch(["url": "gopher://example.test/"]), status: 400, code: "invalid_request", field: "url")
+        assertError(try client.fetch(["url": "http://user:pw@example.test/"]), status: 400, code: "invalid_request", field: "url")
+        assertError(try client.fetch(["url": "http://example.test:70000/"]), status: 400, code: "invalid_request", field: "url")
+        assertError(try client.fetch(["url": url("/x"), "method": "BREW"]), status: 400, code: "invalid_request", field: "method")
+        assertError(try client.fetch(["url": url("/x"), "cache": ["policy": "sometimes"]]), status: 400, code: "invalid_request", field: "cache.policy")
+        assertError(try client.fetch(["url": url("/x"), "cache": ["ttl": -1]]), status: 400, code: "invalid_request", field: "cache.ttl")
+        assertError(try client.fetch(["url": url("/x"), "cache": ["ttl": "soon"]]), status: 400, code: "invalid_request", field: "cache.ttl")
+        assertError(try client.fetch(["url": url("/x"), "cache": ["version": 1.5]]), status: 400, code: "invalid_request", field: "cache.version")
+        assertError(try client.fetch(["url": url("/x"), "cache": ["namespace": ""]]), status: 400, code: "invalid_request", field: "cache.namespace")
+        assertError(try client.fetch(["url": url("/x"), "timeoutMs": 0]), status: 400, code: "invalid_request", field: "timeoutMs")
+        assertError(try client.fetch(["url": url("/x"), "headers": ["X-A": 1]]), status: 400, code: "invalid_request", field: "headers.X-A")
+        assertError(try client.fetch(["url": url("/x"), "headers": ["Bad Name": "v"]]), status: 400, code: "invalid_request", field: "headers")
+        assertError(try client.fetch(["url": url("/x"), "headers": ["X-A": "a\r\nInjected: yes"]]), status: 400, code: "invalid_request")
+        assertError(try client.fetch(["url": url("/x"), "headers": ["Host": "internal"]]), status: 400, code: "invalid_request", field: "headers.Host")
+        assertError(try client.fetch(["url": url("/x"), "body": [1], "bodyBase64": "AA=="]), status: 400, code: "invalid_request", field: "bodyBase64")
+        assertError(try client.fetch(["url": url("/x"), "method": "POST", "bodyBase64": "***"]), status: 400, code: "invalid_request", field: "bodyBase64")
+        assertError(try client.fetch(["url": url("/x"), "query": ["a": ["nested"]]]), status: 400, code: "invalid_request", field: "query.a")
+        XCTAssertEqual(origin.count("/x"), 0)
+        // The connection is still usable after all of that.
+        XCTAssertEqual(try client.request("GET", "/healthz").status, 200)
+    }
+
+    func testRequestBodyOverOneMebibyteIsRejected() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let padding = String(repeating: "a", count: (1 << 20) + 10)
+        let response = try client.fetchRaw(#"{"url":"\#(url("/big"))","headers":{"X-Pad":"\#(padding)"}}"#)
+        assertError(response, status: 400, code: "invalid_request", field: "body")
+        XCTAssertEqual(origin.count("/big"), 0)
+    }
+
+    func testRoutingErrors() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        assertError(try client.request("GET", "/nowhere"), status: 404, code: "not_found")
+        let wrongMethod = try client.request("GET", "/fetch")
+        assertError(wrongMethod, status: 405, code: "method_not_allowed")
+        XCTAssertEqual(wrongMethod.headers["allow"], "POST")
+        let health = try client.request("GET", "/healthz")
+        XCTAssertEqual(health.status, 200)
+        XCTAssertEqual(health.json["status"] as? String, "ok")
+    }
+
+    func testUnreachableUpstream() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        // A port nothing listens on: bind one, learn its number, close it.
+        let closedPort = try ephemeralClosedPort()
+        assertError(try client.fetch(["url": "http://127.0.0.1:\(closedPort)/x"]), status: 502, code: "upstream_unreachable")
+    }
+
+    func testUpstreamTimeout() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let response = try client.fetch(["url": url(path, "delay=1000"), "timeoutMs": 100])
+        assertError(response, status: 504, code: "upstream_timeout")
+    }
+
+    func testUpstreamBodyOverTheLimit() throws {
+        let larder = try startLarder { $0.maxUpstreamBodyBytes = 4096 }
+        let client = try larder.connection()
+        assertError(try client.fetch(["url": url(uniquePath(), "size=10000")]), status: 502, code: "upstream_too_large")
+        XCTAssertEqual(try client.fetch(["url": url(uniquePath("small"), "size=4000")]).status, 200)
+    }
+
+    func testLinkLocalAndMetadataAddressesAreAlwaysRefused() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        // Refused in the open-socket callback, before any packet is sent.
+        assertError(try client.fetch(["url": "http://169.254.169.254/latest/meta-data/"]), status: 403, code: "upstream_forbidden")
+        assertError(try client.fetch(["url": "http://[fe80::1]/"]), status: 403, code: "upstream_forbidden")
+        assertError(try client.fetch(["url": "http://[::ffff:169.254.169.254]/"]), status: 403, code: "upstream_forbidden")
+    }
+
+    func testDenyPrivateRefusesLoopbackByAddressNotJustName() throws {
+        let larder = try startLarder { $0.denyPrivate = true }
+        let client = try larder.connection()
+        let path = uniquePath()
+        assertError(try client.fetch(["url": url(path)]), status: 403, code: "upstream_forbidden")
+        assertError(try client.fetch(["url": "http://localhost:\(origin.port)\(path)"]), status: 403, code: "upstream_forbidden")
+        XCTAssertEqual(origin.count(path), 0)
+    }
+
+    func testAllowHostPatterns() throws {
+        let larder = try startLarder { $0.allowHosts = ["localhost", "*.example.test"] }
+        let client = try larder.connection()
+        let path = uniquePath()
+        assertError(try client.fetch(["url": url(path)]), status: 403, code: "upstream_forbidden")
+        XCTAssertEqual(try client.fetch(["url": "http://localhost:\(origin.port)\(path)"]).status, 200)
+        XCTAssertEqual(origin.count(path), 1)
+    }
+
+    func testEveryRedirectHopIsChecked() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = uniquePath("target")
+        // A followed redirect.
+        let followed = try client.fetch(["url": url(path, "status=302&location=\(target)"), "cache": ["ttl": 60]])
+        XCTAssertEqual(followed.json["status"] as? Int, 200)
+        XCTAssertEqual(followed.upstreamBody["path"] as? String, target)
+        // Into the metadata service: refused at the hop.
+        let metadata = "http%3A%2F%2F169.254.169.254%2Flatest"
+        assertError(try client.fetch(["url": url(uniquePath("meta"), "status=302&location=\(metadata)")]), status: 403, code: "upstream_forbidden")
+        // To another scheme: refused.
+        assertError(try client.fetch(["url": url(uniquePath("scheme"), "status=301&location=file%3A%2F%2F%2Fetc%2Fpasswd")]),
+                    status: 403, code: "upstream_forbidden")
+        // An endless loop stops after 5 hops.
+        let loop = uniquePath("loop")
+        assertError(try client.fetch(["url": url(loop, "status=307&loop=1")]),
+                    status: 502, code: "too_many_redirects")
+        XCTAssertEqual(origin.count(loop), 6)
+    }
+
+    func testCredentialsDoNotFollowACrossOriginRedirect() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = uniquePath("target")
+        let elsewhere = "http%3A%2F%2Flocalhost%3A\(origin.port)\(target)"
+        _ = try client.fetch(["url": url(path, "status=302&location=\(elsewhere)"), "headers": ["Authorization": "Bearer t"]])
+        XCTAssertEqual(origin.requests(path).first?.headers["authorization"], "Bearer t")
+        XCTAssertNil(origin.requests(target).first?.headers["authorization"])
+    }
+
+    private func ephemeralClosedPort() throws -> Int {
+        let probe = try TestOrigin.start()
+        let port = probe.port
+        probe.stop()
+        return port
+    }
+}
