@@ -8,6 +8,7 @@
 //   ct=VALUE           Content-Type
 //   h=Name:Value       an extra response header (repeatable)
 //   location=URL       Location header (use with status=302 etc.)
+//   cookie=1           Set-Cookie: TestOrigin.cookie (a value that appears nowhere in the URL)
 //   loop=1             Location header pointing back at this very request
 //   binary=1           a small binary body
 // The default body is JSON: {"path": …, "n": <how many requests this path has seen>,
@@ -31,6 +32,8 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
     private let log = Mutex<[String: [RecordedRequest]]>([:])
     private let changed = Condition()
     private var server: HTTPServer!
+
+    static let cookie = "sid=origin-cookie-secret-4242"
 
     var port: Int { server.port }
     var base: String { "http://127.0.0.1:\(port)" }
@@ -101,6 +104,7 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
             case "ct": responseHeaders.append(("Content-Type", value))
             case "location": responseHeaders.append(("Location", value))
             case "loop": responseHeaders.append(("Location", request.rawTarget))
+            case "cookie": responseHeaders.append(("Set-Cookie", TestOrigin.cookie))
             case "h":
                 if let colon = value.firstIndex(of: ":") {
                     responseHeaders.append((String(value[..<colon]), String(value[value.index(after: colon)...])))

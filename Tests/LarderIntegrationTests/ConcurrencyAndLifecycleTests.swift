@@ -1,0 +1,244 @@
+// The threading model and the process lifecycle: hits are not delayed by slow upstreams,
+// many suspended requests resume correctly, entries survive restarts, SIGTERM is clean,
+// and secrets never reach the database files in clear.
+
+import Foundation
+import Synchronization
+import XCTest
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
+    func testSlowUpstreamDoesNotDelayAHitOnAnotherConnection() throws {
+        let larder = try startLarder()
+        let hotPath = uniquePath("hot")
+        XCTAssertEqual(try larder.connection().fetch(["url": url(hotPath), "cache": ["ttl": 300]]).outcome, "miss")
+
+        let slowPath = uniquePath("slow")
+        let slowDone = Atomic<Bool>(false)
+        let slowResult = Mutex<TestResponse?>(nil)
+        let finished = Condition()
+        let port = larder.port, slowURL = url(slowPath, "delay=2000")
+        Thread {
+            let response = try? TestConnection(port: port).fetch(["url": slowURL])
+            slowResult.withLock { $0 = response }
+            slowDone.store(true, ordering: .sequentiallyConsistent)
+            finished.broadcast()
+        }.start()
+        XCTAssertTrue(origin.waitForCount(slowPath, atLeast: 1), "the slow request reached the origin")
+
+        // While the slow request is suspended, hits on other connections are answered.
+        let client = try larder.connection()
+        for _ in 0..<20 {
+            XCTAssertEqual(try client.fetch(["url": url(hotPath), "cache": ["ttl": 300]]).outcome, "hit")
+        }
+        XCTAssertFalse(slowDone.load(ordering: .sequentiallyConsistent), "hits were answered before the slow upstream finished")
+        XCTAssertTrue(finished.wait(timeout: 10) { slowDone.load(ordering: .sequentiallyConsistent) })
+        XCTAssertEqual(slowResult.withLock { $0?.json["status"] as? Int }, 200)
+    }
+
+    func testManyConcurrentMissesAllResume() throws {
+        let larder = try startLarder()
+        let base = uniquePath()
+        let count = 64
+        let statuses = Mutex<[Int]>([])
+        let group = DispatchGroup()
+        let port = larder.port
+        for index in 0..<count {
+            group.enter()
+            let target = url("\(base)-\(index)", "delay=200")
+            Thread {
+                defer { group.leave() }
+                let response = try? TestConnection(port: port).fetch(["url": target, "cache": ["ttl": 60]])
+                statuses.withLock { $0.append(response?.status ?? -1) }
+            }.start()
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(statuses.withLock { $0 }, Array(repeating: 200, count: count))
+    }
+
+    func testEntriesSurviveARestart() throws {
+        let first = try startLarder()
+        let path = uniquePath()
+        let request: [String: Any] = ["url": url(path), "cache": ["ttl": 300, "sensitive": "user-1"]]
+        let miss = try first.connection().fetch(request)
+        XCTAssertEqual(miss.outcome, "miss")
+        stopLarder(first)
+
+        let second = try startLarder()
+        clock.advance(by: 5)
+        let hit = try second.connection().fetch(request)
+        XCTAssertEqual(hit.outcome, "hit")
+        XCTAssertEqual(hit.cache["age"] as? Int, 5)
+        XCTAssertEqual(hit.cache["key"] as? String, miss.cache["key"] as? String)
+        XCTAssertEqual(origin.count(path), 1)
+    }
+
+    func testSecretsNeverLandInTheDatabaseInClear() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        // A text body: the default JSON body echoes the request headers, which would put the
+        // credentials into the (legitimately stored) response body.
+        let miss = try client.fetch(["url": url(path, "cookie=1&size=16"),
+                              "headers": ["Authorization": "Bearer token-secret-1234", "Cookie": "jar=cookie-secret-9876"],
+                              "cache": ["ttl": 300, "sensitive": ["user": "sensitive-secret-5555"]]])
+        XCTAssertEqual((miss.json["headers"] as? [String: String])?["set-cookie"], TestOrigin.cookie)
+        XCTAssertEqual(origin.requests(path).first?.headers["authorization"], "Bearer token-secret-1234")
+        stopLarder(larder)
+        var bytes = Data()
+        for suffix in ["", "-wal", "-shm"] {
+            bytes.append(FileManager.default.contents(atPath: databasePath + suffix) ?? Data())
+        }
+        XCTAssertGreaterThan(bytes.count, 0)
+        let haystack = String(decoding: bytes, as: UTF8.self)
+        XCTAssertTrue(haystack.contains(path), "the entry itself is there")
+        for secret in ["token-secret-1234", "cookie-secret-9876", "sensitive-secret-5555", "origin-cookie-secret-4242"] {
+            XCTAssertFalse(haystack.contains(secret), "\(secret) found in the database")
+        }
+    }
+
+    func testLoadOf256KeepAliveConnectionsDoingHits() throws {
+        let larder = try startLarder()
+        let path = uniquePath()
+        let request: [String: Any] = ["url": url(path), "cache": ["ttl": 3600]]
+        XCTAssertEqual(try larder.connection().fetch(request).outcome, "miss")
+        let body = Array(try JSONSerialization.data(withJSONObject: request))
+
+        let connections = 256, requestsEach = 40
+        let failures = Mutex<[String]>([])
+        let hits = Atomic<Int>(0)
+        let group = DispatchGroup()
+        let port = larder.port
+        for _ in 0..<connections {
+            group.enter()
+            let thread = Thread {
+                defer { group.leave() }
+                do {
+                    let client = try TestConnection(port: port, timeoutSeconds: 20)
+                    for _ in 0..<requestsEach {
+                        let response = try client.request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
+                        if response.status == 200, response.headers["x-cache"] == "HIT" {
+                            hits.add(1, ordering: .relaxed)
+                        } else {
+                            failures.withLock { $0.append("status \(response.status) \(response.headers["x-cache"] ?? "-")") }
+                        }
+                    }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
+                }
+            }
+            thread.stackSize = 256 << 10
+            thread.start()
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 120), .success, "no stall")
+        XCTAssertEqual(failures.withLock { Array($0.prefix(5)) }, [])
+        XCTAssertEqual(hits.load(ordering: .relaxed), connections * requestsEach)
+        XCTAssertEqual(origin.count(path), 1)
+    }
+}
+
+/// Tests of the `larder` executable itself: signals and exit codes.
+final class ExecutableTests: IntegrationTestCase {
+    private var binary: URL {
+        if let override = ProcessInfo.processInfo.environment["LARDER_BINARY"] { return URL(fileURLWithPath: override) }
+        // The test bundle sits beside the products of the same build.
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        while directory.path != "/" {
+            let candidate = directory.appendingPathComponent("larder")
+            if FileManager.default.isExecutableFile(atPath: candidate.path), !candidate.hasDirectoryPath { return candidate }
+            directory.deleteLastPathComponent()
+        }
+        return URL(fileURLWithPath: "/nonexistent/larder")
+    }
+
+    private func launch(_ arguments: [String]) throws -> (Process, Pipe) {
+        let path = binary.path
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw XCTSkip("the larder executable is not built next to the tests (run scripts/test, or set LARDER_BINARY)")
+        }
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        return (process, errors)
+    }
+
+    /// Reads the process's stderr until the "listening on HOST:PORT" line; returns the port.
+    private func waitForPort(_ errors: Pipe) throws -> Int {
+        var seen = ""
+        let handle = errors.fileHandleForReading
+        while true {
+            let chunk = handle.availableData
+            guard !chunk.isEmpty else { throw TestClientError(description: "larder exited before listening: \(seen)") }
+            seen += String(decoding: chunk, as: UTF8.self)
+            if let range = seen.range(of: #"listening on [0-9.]+:([0-9]+)"#, options: .regularExpression) {
+                let match = seen[range]
+                return Int(match.split(separator: ":").last!)!
+            }
+        }
+    }
+
+    private func waitForExit(_ process: Process, timeout: Double = 20) -> Bool {
+        let exited = DispatchSemaphore(value: 0)
+        Thread {
+            process.waitUntilExit()
+            exited.signal()
+        }.start()
+        return exited.wait(timeout: .now() + timeout) == .success
+    }
+
+    func testVersionAndHelp() throws {
+        let (version, _) = try launch(["--version"])
+        XCTAssertTrue(waitForExit(version))
+        XCTAssertEqual(version.terminationStatus, 0)
+        let (bad, _) = try launch(["serve", "--port", "70000"])
+        XCTAssertTrue(waitForExit(bad))
+        XCTAssertNotEqual(bad.terminationStatus, 0)
+    }
+
+    func testSigtermWithASuspendedRequestInFlightFinishesItAndExitsZero() throws {
+        let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--shutdown-grace", "10"])
+        let port = try waitForPort(errors)
+        let path = uniquePath()
+        let result = Mutex<TestResponse?>(nil)
+        let done = Condition()
+        let target = url(path, "delay=1000")
+        Thread {
+            let response = try? TestConnection(port: port).fetch(["url": target])
+            result.withLock { $0 = response }
+            done.broadcast()
+        }.start()
+        XCTAssertTrue(origin.waitForCount(path, atLeast: 1))
+        kill(process.processIdentifier, SIGTERM)
+        XCTAssertTrue(waitForExit(process), "larder exited")
+        XCTAssertEqual(process.terminationStatus, 0)
+        XCTAssertTrue(done.wait(timeout: 10) { result.withLock { $0 != nil } })
+        XCTAssertEqual(result.withLock { $0?.json["status"] as? Int }, 200, "the in-flight request was finished, not dropped")
+    }
+
+    func testSigtermAfterTheGracePeriodCancelsInFlightRequestsAndExitsZero() throws {
+        let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--shutdown-grace", "0"])
+        let port = try waitForPort(errors)
+        let path = uniquePath()
+        let result = Mutex<TestResponse?>(nil)
+        let done = Condition()
+        let target = url(path, "delay=5000")
+        Thread {
+            let response = try? TestConnection(port: port).fetch(["url": target])
+            result.withLock { $0 = response }
+            done.broadcast()
+        }.start()
+        XCTAssertTrue(origin.waitForCount(path, atLeast: 1))
+        kill(process.processIdentifier, SIGINT)
+        XCTAssertTrue(waitForExit(process), "larder exited")
+        XCTAssertEqual(process.terminationStatus, 0)
+        XCTAssertTrue(done.wait(timeout: 10) { result.withLock { $0 != nil } })
+        XCTAssertEqual(result.withLock { $0?.status }, 503)
+        XCTAssertEqual(result.withLock { $0?.errorCode }, "shutting_down")
+    }
+}
