@@ -65,7 +65,8 @@ final class SQLiteConnection {
 
 final class SQLiteStatement {
     let handle: OpaquePointer
-    private unowned let connection: SQLiteConnection
+    // Strong: a statement keeps its connection open (sqlite3_close_v2 would defer anyway).
+    private let connection: SQLiteConnection
 
     init(handle: OpaquePointer, connection: SQLiteConnection) {
         self.handle = handle

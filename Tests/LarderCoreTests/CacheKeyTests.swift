@@ -1,0 +1,121 @@
+import LarderCore
+import XCTest
+
+final class CacheKeyTests: XCTestCase {
+    private let builder = CacheKeyBuilder(secret: Array(repeating: 7, count: 32))
+
+    private func request(_ url: String, method: HTTPMethod = .get, headers: [HeaderField] = [], body: [UInt8]? = nil,
+                         query: [String: String] = [:], _ configure: (inout CacheOptions) -> Void = { _ in }) throws -> FetchRequest {
+        var options = CacheOptions()
+        configure(&options)
+        return FetchRequest(method: method, url: try UpstreamURL(parsing: url, mergingQuery: query), headers: headers,
+                            body: body, cache: options)
+    }
+
+    private func key(_ request: FetchRequest) -> String { builder.derive(for: request).key.hex }
+
+    func testKeyIsHexSHA256Sized() throws {
+        let derived = builder.derive(for: try request("http://a.test/x"))
+        XCTAssertEqual(derived.key.hex.count, 64)
+        XCTAssertTrue(derived.key.hex.allSatisfy { $0.isHexDigit && !$0.isUppercase })
+        XCTAssertNil(derived.sensitiveFingerprint)
+        XCTAssertFalse(derived.partitioned)
+    }
+
+    func testEquivalentURLsShareAKey() throws {
+        let reference = key(try request("http://api.example.test/v1/cities?a=1&b=2"))
+        XCTAssertEqual(key(try request("HTTP://API.Example.TEST:80/v1/cities?b=2&a=1")), reference)
+        XCTAssertEqual(key(try request("http://api.example.test/v1/./x/../cities?a=1&b=2#fragment")), reference)
+        XCTAssertEqual(key(try request("http://api.example.test/v1/%63ities?a=1&b=2")), reference)
+        XCTAssertEqual(key(try request("http://api.example.test/v1/cities?a=1", query: ["b": "2"])), reference)
+        XCTAssertNotEqual(key(try request("https://api.example.test/v1/cities?a=1&b=2")), reference)
+        XCTAssertNotEqual(key(try request("http://api.example.test:8080/v1/cities?a=1&b=2")), reference)
+        XCTAssertNotEqual(key(try request("http://api.example.test/v1/Cities?a=1&b=2")), reference, "paths are case-sensitive")
+        XCTAssertNotEqual(key(try request("http://api.example.test/v1/cities?a=1&b=3")), reference)
+    }
+
+    func testIgnoredQueryParametersAreLeftOutOfTheKey() throws {
+        let withIgnore: (inout CacheOptions) -> Void = { $0.ignoreQuery = ["ts"] }
+        XCTAssertEqual(key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?ts=999&q=1", withIgnore)))
+        XCTAssertEqual(key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?q=1")))
+        XCTAssertNotEqual(key(try request("http://a.test/x?q=1&ts=100")), key(try request("http://a.test/x?q=1&ts=999")))
+    }
+
+    func testMethodNamespaceAndBodyAreInTheKey() throws {
+        let get = key(try request("http://a.test/x"))
+        XCTAssertNotEqual(key(try request("http://a.test/x", method: .head)), get)
+        XCTAssertNotEqual(key(try request("http://a.test/x") { $0.namespace = "other" }), get)
+        let postA = key(try request("http://a.test/x", method: .post, body: Array(#"{"q":"a"}"#.utf8)))
+        let postB = key(try request("http://a.test/x", method: .post, body: Array(#"{"q":"b"}"#.utf8)))
+        let postNone = key(try request("http://a.test/x", method: .post))
+        XCTAssertNotEqual(postA, postB)
+        XCTAssertNotEqual(postA, postNone)
+        XCTAssertEqual(postA, key(try request("http://a.test/x", method: .post, body: Array(#"{"q":"a"}"#.utf8))))
+    }
+
+    func testVersionIsNotInTheKey() throws {
+        XCTAssertEqual(key(try request("http://a.test/x") { $0.version = 1 }), key(try request("http://a.test/x") { $0.version = 2 }))
+    }
+
+    func testSensitiveValuesPartitionAndAreOnlyFingerprinted() throws {
+        let one = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["user": .int(1)]) })
+        let two = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["user": .int(2)]) })
+        XCTAssertNotEqual(one.key, two.key)
+        XCTAssertTrue(one.partitioned)
+        let fingerprint = try XCTUnwrap(one.sensitiveFingerprint)
+        XCTAssertEqual(fingerprint.count, 64)
+        XCTAssertFalse(fingerprint.contains("user"))
+        // Canonical JSON: key order does not matter.
+        let a = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["a": .int(1), "b": .string("x")]) })
+        let b = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["b": .string("x"), "a": .double(1.0)]) })
+        XCTAssertEqual(a.key, b.key)
+    }
+
+    func testCredentialsPartitionTheKey() throws {
+        let anonymous = builder.derive(for: try request("http://a.test/x"))
+        let alice = builder.derive(for: try request("http://a.test/x", headers: [HeaderField("Authorization", "Bearer alice")]))
+        let aliceLower = builder.derive(for: try request("http://a.test/x", headers: [HeaderField("authorization", "Bearer alice")]))
+        let bob = builder.derive(for: try request("http://a.test/x", headers: [HeaderField("Authorization", "Bearer bob")]))
+        let cookie = builder.derive(for: try request("http://a.test/x", headers: [HeaderField("Cookie", "s=1")]))
+        let other = builder.derive(for: try request("http://a.test/x", headers: [HeaderField("X-Trace", "1")]))
+        XCTAssertEqual(alice.key, aliceLower.key, "header names are case-insensitive")
+        XCTAssertTrue(alice.partitioned)
+        XCTAssertEqual(Set([anonymous.key, alice.key, bob.key, cookie.key]).count, 4)
+        XCTAssertEqual(other.key, anonymous.key, "other headers are not in the key")
+    }
+
+    func testTheInstanceSecretKeysTheHash() throws {
+        let other = CacheKeyBuilder(secret: Array(repeating: 8, count: 32))
+        let fetch = try request("http://a.test/x")
+        XCTAssertNotEqual(builder.derive(for: fetch).key, other.derive(for: fetch).key)
+    }
+}
+
+final class UpstreamURLTests: XCTestCase {
+    func testNormalisation() throws {
+        let url = try UpstreamURL(parsing: "HTTPS://Example.TEST:443/a/%7euser/./b/../c?z=1&a=%2f&flag#top")
+        XCTAssertEqual(url.scheme, "https")
+        XCTAssertEqual(url.host, "example.test")
+        XCTAssertNil(url.port)
+        XCTAssertEqual(url.path, "/a/~user/c")
+        XCTAssertEqual(url.keyString(), "https://example.test/a/~user/c?a=%2F&flag&z=1")
+        XCTAssertEqual(url.absoluteString, "https://example.test/a/~user/c?z=1&a=%2F&flag")
+        XCTAssertEqual(try UpstreamURL(parsing: "http://x.test").path, "/")
+        XCTAssertEqual(try UpstreamURL(parsing: "http://[::1]:8080/p").authority, "[::1]:8080")
+    }
+
+    func testQueryMergeReplacesNamedParameters() throws {
+        let url = try UpstreamURL(parsing: "http://x.test/p?a=1&b=2&a=3", mergingQuery: ["a": "new value", "c": "&"])
+        XCTAssertEqual(url.absoluteString, "http://x.test/p?b=2&a=new%20value&c=%26")
+    }
+
+    func testRejections() {
+        for bad in ["", "relative/path", "/abs/path", "file:///etc/passwd", "ftp://x.test/", "gopher://x.test/",
+                    "http://user:pw@x.test/", "http://x.test:0/", "http://x.test:65536/", "http:///nohost"] {
+            XCTAssertThrowsError(try UpstreamURL(parsing: bad), bad) { error in
+                XCTAssertEqual((error as? LarderError)?.code, .invalidRequest)
+                XCTAssertEqual((error as? LarderError)?.field, "url")
+            }
+        }
+    }
+}

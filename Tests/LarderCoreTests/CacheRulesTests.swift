@@ -1,0 +1,174 @@
+import LarderCore
+import XCTest
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class FreshnessTests: XCTestCase {
+    private let now = 1_800_000_000.0
+
+    private func lifetime(_ headers: [(String, String)]) -> Double {
+        let fields = headers.map { HeaderField($0.0, $0.1) }
+        return CacheRules.freshnessLifetime(cacheControl: CacheControl(fields.values("cache-control")), headers: fields, receivedAt: now)
+    }
+
+    func testSMaxAgeOverMaxAgeOverExpires() {
+        let date = HTTPDate.format(now)
+        let expires = HTTPDate.format(now + 500)
+        XCTAssertEqual(lifetime([("Cache-Control", "max-age=60, s-maxage=120"), ("Expires", expires), ("Date", date)]), 120)
+        XCTAssertEqual(lifetime([("Cache-Control", "max-age=60"), ("Expires", expires), ("Date", date)]), 60)
+        XCTAssertEqual(lifetime([("Expires", expires), ("Date", date)]), 500)
+        XCTAssertEqual(lifetime([("Expires", expires)]), 500, "Date absent: measured from receipt")
+        XCTAssertEqual(lifetime([]), 0)
+    }
+
+    func testInvalidValuesMeanStale() {
+        XCTAssertEqual(lifetime([("Expires", "0")]), 0, "RFC 9111 §5.3: invalid Expires = already expired")
+        XCTAssertEqual(lifetime([("Expires", HTTPDate.format(now - 100)), ("Date", HTTPDate.format(now))]), 0)
+        XCTAssertEqual(lifetime([("Cache-Control", "max-age=abc")]), 0)
+        XCTAssertEqual(lifetime([("Cache-Control", "max-age=10, max-age=20")]), 0, "conflicting duplicates")
+        XCTAssertEqual(lifetime([("Cache-Control", "max-age=10, max-age=10")]), 10, "identical duplicates are fine")
+        XCTAssertEqual(lifetime([("Cache-Control", "no-cache, max-age=100")]), 0)
+    }
+
+    func testCacheControlParsing() {
+        let parsed = CacheControl(["Public, MAX-AGE=\"30\", community=\"UCI, \\\"x\\\"\"", "private"])
+        XCTAssertTrue(parsed.has("public"))
+        XCTAssertTrue(parsed.has("private"))
+        XCTAssertEqual(parsed.seconds("max-age"), .value(30))
+        XCTAssertEqual(parsed.directives.first { $0.name == "community" }?.value, "UCI, \"x\"")
+        XCTAssertEqual(CacheControl(["max-age=99999999999"]).seconds("max-age"), .value(2_147_483_648))
+        XCTAssertEqual(CacheControl([""]).directives.count, 0)
+    }
+
+    func testHTTPDateForms() {
+        let expected = 784_111_777.0
+        XCTAssertEqual(HTTPDate.parse("Sun, 06 Nov 1994 08:49:37 GMT"), expected)
+        XCTAssertEqual(HTTPDate.parse("Sunday, 06-Nov-94 08:49:37 GMT"), expected)
+        XCTAssertEqual(HTTPDate.parse("Sun Nov  6 08:49:37 1994"), expected)
+        XCTAssertEqual(HTTPDate.format(expected), "Sun, 06 Nov 1994 08:49:37 GMT")
+        XCTAssertNil(HTTPDate.parse("yesterday"))
+        XCTAssertNil(HTTPDate.parse("Sun, 06 Nov 1994 25:49:37 GMT"))
+    }
+}
+
+final class StoreDecisionTests: XCTestCase {
+    private func decide(policy: CachePolicy = .useProtocol, method: HTTPMethod = .get, ttl: Double? = nil, partitioned: Bool = false,
+                        status: Int = 200, headers: [(String, String)] = [], size: Int = 10) -> StoreDecision {
+        CacheRules.store(policy: policy, method: method, ttl: ttl, partitioned: partitioned, status: status,
+                         headers: headers.map { HeaderField($0.0, $0.1) }, bodySize: size, maxBodySize: 100, receivedAt: 0)
+    }
+
+    func testEachRefusalHasItsRule() {
+        XCTAssertEqual(decide(policy: .noStore), .refuse(.policyNoStore))
+        XCTAssertEqual(decide(method: .put, ttl: 10), .refuse(.methodNotCacheable))
+        XCTAssertEqual(decide(method: .post), .refuse(.methodNotCacheable))
+        XCTAssertEqual(decide(status: 404), .refuse(.statusNotCacheable))
+        XCTAssertEqual(decide(status: 304), .refuse(.statusNotCacheable))
+        XCTAssertEqual(decide(ttl: 100, headers: [("Cache-Control", "no-store")]), .refuse(.responseNoStore))
+        XCTAssertEqual(decide(headers: [("Cache-Control", "private, max-age=5")]), .refuse(.responsePrivate))
+        XCTAssertEqual(decide(size: 101), .refuse(.bodyTooLarge))
+    }
+
+    func testStoredResponses() {
+        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5")]), .store(freshnessLifetime: 5))
+        XCTAssertEqual(decide(method: .post, ttl: 10), .store(freshnessLifetime: 0))
+        XCTAssertEqual(decide(partitioned: true, headers: [("Cache-Control", "private, max-age=5")]), .store(freshnessLifetime: 5))
+        XCTAssertEqual(decide(status: 204), .store(freshnessLifetime: 0))
+        XCTAssertEqual(decide(policy: .reload, headers: [("Cache-Control", "no-cache")]), .store(freshnessLifetime: 0))
+    }
+}
+
+final class LookupDecisionTests: XCTestCase {
+    private let stored = EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 3)
+
+    private func decide(_ policy: CachePolicy, method: HTTPMethod = .get, ttl: Double? = nil, version: Int64 = 3,
+                        entry: EntryFreshness?, now: Double) -> LookupDecision {
+        CacheRules.lookup(policy: policy, method: method, ttl: ttl, version: version, entry: entry, now: now)
+    }
+
+    func testProtocolPolicyUsesStoredLifetimeOrTTL() {
+        XCTAssertEqual(decide(.useProtocol, entry: stored, now: 1059), .serve(fresh: true))
+        XCTAssertEqual(decide(.useProtocol, entry: stored, now: 1060), .fetch)
+        XCTAssertEqual(decide(.useProtocol, ttl: 300, entry: stored, now: 1299), .serve(fresh: true), "ttl overrides the headers")
+        XCTAssertEqual(decide(.useProtocol, ttl: 10, entry: stored, now: 1011), .fetch, "…both ways")
+        XCTAssertEqual(decide(.useProtocol, entry: nil, now: 0), .fetch)
+    }
+
+    func testVersionMismatchIsNeverServed() {
+        XCTAssertEqual(decide(.useProtocol, version: 4, entry: stored, now: 1001), .fetch)
+        XCTAssertEqual(decide(.cacheElseLoad, version: 4, entry: stored, now: 1001), .fetch)
+        XCTAssertEqual(decide(.cacheOnly, version: 4, entry: stored, now: 1001), .failNotCached)
+    }
+
+    func testOtherPolicies() {
+        XCTAssertEqual(decide(.reload, entry: stored, now: 1001), .fetch)
+        XCTAssertEqual(decide(.noStore, entry: stored, now: 1001), .fetch)
+        XCTAssertEqual(decide(.cacheElseLoad, entry: stored, now: 99_999), .serve(fresh: false))
+        XCTAssertEqual(decide(.cacheElseLoad, entry: stored, now: 1001), .serve(fresh: true))
+        XCTAssertEqual(decide(.cacheElseLoad, entry: nil, now: 1001), .fetch)
+        XCTAssertEqual(decide(.cacheOnly, entry: stored, now: 99_999), .serve(fresh: false))
+        XCTAssertEqual(decide(.cacheOnly, entry: nil, now: 1001), .failNotCached)
+    }
+
+    func testUncacheableMethodsNeverReadTheCache() {
+        XCTAssertEqual(decide(.useProtocol, method: .put, entry: stored, now: 1001), .fetch)
+        XCTAssertEqual(decide(.useProtocol, method: .post, entry: stored, now: 1001), .fetch)
+        XCTAssertEqual(decide(.useProtocol, method: .post, ttl: 100, entry: stored, now: 1001), .serve(fresh: true))
+    }
+
+    func testAgeAndRemaining() {
+        XCTAssertEqual(stored.age(now: 1012), 12)
+        XCTAssertEqual(stored.age(now: 900), 0, "a clock that went backwards never gives a negative age")
+        XCTAssertEqual(stored.remaining(now: 1012, ttl: 300), 288)
+        XCTAssertEqual(stored.remaining(now: 2000, ttl: nil), 0)
+    }
+}
+
+final class AccessPolicyTests: XCTestCase {
+    /// Parses with the C library, as the adapter's addresses come from it.
+    private func address(_ text: String) -> IPAddress {
+        if text.contains(":") {
+            var raw = in6_addr()
+            precondition(inet_pton(AF_INET6, text, &raw) == 1, text)
+            return withUnsafeBytes(of: raw) { IPAddress(bytes: Array($0))! }
+        }
+        var raw = in_addr()
+        precondition(inet_pton(AF_INET, text, &raw) == 1, text)
+        return withUnsafeBytes(of: raw) { IPAddress(bytes: Array($0))! }
+    }
+
+    func testMetadataAndLinkLocalAreAlwaysRefused() {
+        let open = UpstreamAccessPolicy()
+        XCTAssertNotNil(open.refusal(forAddress: address("169.254.169.254")))
+        XCTAssertNotNil(open.refusal(forAddress: address("169.254.0.1")))
+        XCTAssertNotNil(open.refusal(forAddress: address("fe80::1")))
+        XCTAssertNotNil(open.refusal(forAddress: address("fd00:ec2::254")))
+        XCTAssertNotNil(open.refusal(forAddress: address("::ffff:169.254.169.254")), "IPv4-mapped")
+        XCTAssertNil(open.refusal(forAddress: address("127.0.0.1")))
+        XCTAssertNil(open.refusal(forAddress: address("10.1.2.3")))
+        XCTAssertNil(open.refusal(forAddress: address("93.184.216.34")))
+    }
+
+    func testDenyPrivate() {
+        let strict = UpstreamAccessPolicy(denyPrivate: true)
+        for refused in ["127.0.0.1", "127.255.0.1", "10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1",
+                        "0.0.0.0", "::1", "::", "fc00::1", "fd12:3456::1", "::ffff:127.0.0.1", "224.0.0.1"] {
+            XCTAssertNotNil(strict.refusal(forAddress: address(refused)), refused)
+        }
+        for allowed in ["172.32.0.1", "8.8.8.8", "2001:db8::1", "93.184.216.34"] {
+            XCTAssertNil(strict.refusal(forAddress: address(allowed)), allowed)
+        }
+    }
+
+    func testAllowHostPatterns() {
+        let policy = UpstreamAccessPolicy(allowHosts: ["api.example.com", "*.cdn.example.com"])
+        XCTAssertNil(policy.refusal(forHost: "api.example.com"))
+        XCTAssertNil(policy.refusal(forHost: "API.Example.COM"))
+        XCTAssertNil(policy.refusal(forHost: "a.b.cdn.example.com"))
+        XCTAssertNotNil(policy.refusal(forHost: "cdn.example.com"))
+        XCTAssertNotNil(policy.refusal(forHost: "evilcdn.example.com"))
+        XCTAssertNotNil(policy.refusal(forHost: "example.com"))
+        XCTAssertNil(UpstreamAccessPolicy().refusal(forHost: "anything.test"))
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import LarderCore
+import XCTest
+
+final class FetchRequestParsingTests: XCTestCase {
+    private func parse(_ json: String) throws -> FetchRequest {
+        try FetchRequest.parse(json: Array(json.utf8))
+    }
+
+    private func field(_ json: String) -> String? {
+        do {
+            _ = try parse(json)
+            return nil
+        } catch {
+            return (error as? LarderError)?.field
+        }
+    }
+
+    func testDefaults() throws {
+        let request = try parse(#"{"url":"http://a.test/x"}"#)
+        XCTAssertEqual(request.method, .get)
+        XCTAssertEqual(request.timeoutMs, 30_000)
+        XCTAssertEqual(request.cache, CacheOptions())
+        XCTAssertNil(request.body)
+    }
+
+    func testFullRequest() throws {
+        let request = try parse(#"""
+            {"url":"http://a.test/x?b=1","method":"post","query":{"c":"2"},"headers":{"X-A":"1"},"body":{"k":[1,2.5,null,true]},
+             "timeoutMs":500,"cache":{"policy":"cache-else-load","ttl":1.5,"version":7,"sensitive":{"u":1},"ignoreQuery":["ts"],"namespace":"n"}}
+            """#)
+        XCTAssertEqual(request.method, .post)
+        XCTAssertEqual(request.url.absoluteString, "http://a.test/x?b=1&c=2")
+        XCTAssertEqual(request.body.map { String(decoding: $0, as: UTF8.self) }, #"{"k":[1,2.5,null,true]}"#)
+        XCTAssertEqual(request.headers.values("content-type"), ["application/json"])
+        XCTAssertEqual(request.timeoutMs, 500)
+        XCTAssertEqual(request.cache.policy, .cacheElseLoad)
+        XCTAssertEqual(request.cache.ttl, 1.5)
+        XCTAssertEqual(request.cache.version, 7)
+        XCTAssertEqual(request.cache.sensitive, .object(["u": .int(1)]))
+        XCTAssertEqual(request.cache.ignoreQuery, ["ts"])
+        XCTAssertEqual(request.cache.namespace, "n")
+    }
+
+    func testErrorsNameTheField() {
+        XCTAssertEqual(field("{"), "body")
+        XCTAssertEqual(field("42"), "body")
+        XCTAssertEqual(field("{}"), "url")
+        XCTAssertEqual(field(#"{"url":"ftp://a.test/"}"#), "url")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","method":"TRACE"}"#), "method")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","cache":{"policy":"x"}}"#), "cache.policy")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","cache":{"version":"1"}}"#), "cache.version")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","cache":{"version":1.5}}"#), "cache.version")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","cache":{"ignoreQuery":"ts"}}"#), "cache.ignoreQuery")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","timeoutMs":700000}"#), "timeoutMs")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","headers":{"Connection":"close"}}"#), "headers.Connection")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","headers":{"Proxy-Foo":"1"}}"#), "headers.Proxy-Foo")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","method":"HEAD","body":1}"#), "body")
+    }
+}
+
+final class EnvelopeTests: XCTestCase {
+    private func report(_ outcome: CacheOutcome = .hit, ttl: Double? = 288) -> CacheReport {
+        CacheReport(outcome: outcome, key: CacheKey(hex: "ab"), age: 12.7, ttl: ttl, version: 2, stored: true)
+    }
+
+    private func decode(_ bytes: [UInt8]) throws -> [String: Any] {
+        try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any])
+    }
+
+    func testJSONBodiesAreEmbedded() throws {
+        let headers = ResponseHeaders.renderJSON([HeaderField("Content-Type", "application/json"), HeaderField("X-Multi", "a"),
+                                                  HeaderField("x-multi", "b"), HeaderField("Connection", "close, X-Hop"),
+                                                  HeaderField("X-Hop", "1"), HeaderField("Set-Cookie", "s=1")], dropCookies: true)
+        let body = Array(#"{"n":[1,2],"s":"é"}"#.utf8)
+        let document = try decode(Envelope.render(status: 200, headersJSON: headers, body: body, kind: .json, cache: report(),
+                                                  totalMs: 0.4567, upstreamMs: nil))
+        XCTAssertEqual(document["status"] as? Int, 200)
+        XCTAssertEqual(document["headers"] as? [String: String], ["content-type": "application/json", "x-multi": "a, b"])
+        XCTAssertEqual((document["body"] as? [String: Any])?["s"] as? String, "é")
+        let cache = try XCTUnwrap(document["cache"] as? [String: Any])
+        XCTAssertEqual(cache["outcome"] as? String, "hit")
+        XCTAssertEqual(cache["age"] as? Int, 12)
+        XCTAssertEqual(cache["ttl"] as? Int, 288)
+        XCTAssertEqual((document["timing"] as? [String: Any])?["totalMs"] as? Double, 0.457)
+        XCTAssertTrue((document["timing"] as? [String: Any])?["upstreamMs"] is NSNull)
+    }
+
+    func testTextAndBinaryBodiesAreEscaped() throws {
+        let text = try decode(Envelope.render(status: 200, headersJSON: Array("{}".utf8), body: Array("a\"b\\c\n\u{1}".utf8), kind: .text,
+                                              cache: report(ttl: nil), totalMs: 1, upstreamMs: 2))
+        XCTAssertEqual(text["bodyText"] as? String, "a\"b\\c\n\u{1}")
+        XCTAssertTrue((text["cache"] as? [String: Any])?["ttl"] is NSNull)
+        let binary = try decode(Envelope.render(status: 200, headersJSON: Array("{}".utf8), body: [0, 255], kind: .binary,
+                                                cache: report(), totalMs: 1, upstreamMs: 2))
+        XCTAssertEqual(binary["bodyBase64"] as? String, "AP8=")
+    }
+
+    func testBodyClassification() {
+        XCTAssertEqual(BodyKind.classify(contentType: "application/json; charset=utf-8", body: Array("[1]".utf8)), .json)
+        XCTAssertEqual(BodyKind.classify(contentType: "application/problem+json", body: Array("{}".utf8)), .json)
+        XCTAssertEqual(BodyKind.classify(contentType: "application/json", body: Array("{oops".utf8)), .text)
+        XCTAssertEqual(BodyKind.classify(contentType: "text/plain", body: Array("[1]".utf8)), .text)
+        XCTAssertEqual(BodyKind.classify(contentType: nil, body: [0xFF, 0xFE]), .binary)
+        XCTAssertEqual(BodyKind.classify(contentType: "application/json", body: []), .text)
+    }
+
+    func testErrorBody() throws {
+        let document = try decode(LarderError.invalid("cache.ttl", "must be \"positive\"").jsonBody)
+        let error = try XCTUnwrap(document["error"] as? [String: Any])
+        XCTAssertEqual(error["code"] as? String, "invalid_request")
+        XCTAssertEqual(error["field"] as? String, "cache.ttl")
+        XCTAssertEqual(error["message"] as? String, "cache.ttl: must be \"positive\"")
+        XCTAssertEqual(LarderError(.upstreamTimeout, "").status, 504)
+        XCTAssertEqual(LarderError(.upstreamForbidden, "").status, 403)
+    }
+}

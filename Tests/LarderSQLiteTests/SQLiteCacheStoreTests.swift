@@ -1,0 +1,195 @@
+// The SQLite store on real files in a temporary directory.
+
+import Foundation
+import LarderCore
+import LarderEngine
+import Logging
+@testable import LarderSQLite
+import Synchronization
+import XCTest
+
+final class SQLiteCacheStoreTests: XCTestCase {
+    private var directory: URL!
+    private var path: String { directory.appendingPathComponent("cache.sqlite").path }
+    private let logger = Logger(label: "sqlite-test")
+
+    override func setUpWithError() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-sqlite-\(UUID().uuidString)")
+    }
+
+    override func tearDown() {
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    private func entry(_ key: String, body: String = "{\"a\":1}", version: Int64 = 1) -> StoredEntry {
+        StoredEntry(key: CacheKey(hex: key), namespace: "default", method: .get, url: "http://a.test/\(key)", status: 200,
+                    headersJSON: Array(#"{"content-type":"application/json"}"#.utf8), body: Array(body.utf8), bodyKind: .json,
+                    freshness: EntryFreshness(storedAt: 1000.5, freshnessLifetime: 60, version: version),
+                    sensitiveFingerprint: "fp", etag: "\"v1\"", lastModified: nil)
+    }
+
+    private func save(_ store: SQLiteCacheStore, _ entry: StoredEntry) {
+        let done = expectation(description: "saved")
+        store.save(entry) { saved in
+            XCTAssertTrue(saved)
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 10)
+    }
+
+    func testRoundTrip() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        XCTAssertNil(store.lookup(CacheKey(hex: "k1")))
+        let original = entry("k1")
+        save(store, original)
+        XCTAssertEqual(store.lookup(CacheKey(hex: "k1")), original)
+        // INSERT OR REPLACE: a second save under the key replaces the first.
+        let replacement = entry("k1", body: "[2]", version: 2)
+        save(store, replacement)
+        XCTAssertEqual(store.lookup(CacheKey(hex: "k1")), replacement)
+    }
+
+    func testEntriesSurviveReopening() throws {
+        let first = try SQLiteCacheStore(path: path, logger: logger)
+        save(first, entry("persisted"))
+        first.close()
+        let second = try SQLiteCacheStore(path: path, logger: logger)
+        defer { second.close() }
+        XCTAssertEqual(second.lookup(CacheKey(hex: "persisted"))?.body, Array("{\"a\":1}".utf8))
+        XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("PRAGMA user_version"), SQLiteCacheStore.schemaVersion)
+        let mode = try SQLiteConnection(path: path).prepare("PRAGMA journal_mode")
+        XCTAssertTrue(try mode.step())
+        XCTAssertEqual(mode.string(0), "wal")
+    }
+
+    func testChecksumMismatchIsAMissAndTheRowIsDeleted() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        save(store, entry("damaged"))
+        save(store, entry("healthy"))
+        let editor = try SQLiteConnection(path: path)
+        try editor.execute("PRAGMA busy_timeout = 5000")
+        try editor.execute("UPDATE entries SET body = X'7B7D' WHERE key = 'damaged'")
+
+        XCTAssertNil(store.lookup(CacheKey(hex: "damaged")))
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "healthy")))
+        // The delete runs on the writer queue; a flush waits for that queue.
+        store.flushHitsAndWait()
+        XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM entries WHERE key = 'damaged'"), 0)
+        XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM entries"), 1)
+    }
+
+    func testReadersDoNotWaitForAnOpenWriteTransaction() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        save(store, entry("stable"))
+        // Another connection holds a write transaction open with an uncommitted change.
+        let writer = try SQLiteConnection(path: path)
+        try writer.execute("BEGIN IMMEDIATE")
+        try writer.execute("UPDATE entries SET status = 500 WHERE key = 'stable'")
+        // busy_timeout is 5 s: if reads waited for the writer, this would block until then.
+        let started = Date()
+        XCTAssertEqual(store.lookup(CacheKey(hex: "stable"))?.status, 200, "the committed version is read")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 4, "the read did not wait for the writer's lock")
+        try writer.execute("ROLLBACK")
+    }
+
+    func testHitsAreCountedInBatches() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        save(store, entry("popular"))
+        for index in 0..<25 { store.recordHit(CacheKey(hex: "popular"), at: 2000 + Double(index)) }
+        store.flushHitsAndWait()
+        let reader = try SQLiteConnection(path: path)
+        XCTAssertEqual(try reader.scalarInt("SELECT hits FROM entries WHERE key = 'popular'"), 25)
+        let lastAccess = try reader.prepare("SELECT last_access FROM entries WHERE key = 'popular'")
+        XCTAssertTrue(try lastAccess.step())
+        XCTAssertEqual(lastAccess.double(0), 2024)
+    }
+
+    func testADatabaseFromANewerLarderIsRefused() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        store.close()
+        try SQLiteConnection(path: path).execute("PRAGMA user_version = 99")
+        XCTAssertThrowsError(try SQLiteCacheStore(path: path, logger: logger))
+    }
+
+    func testConcurrentReadersAndWriter() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        save(store, entry("shared", body: "[0]"))
+        let failures = Atomic<Int>(0)
+        let group = DispatchGroup()
+        for _ in 0..<4 {
+            group.enter()
+            Thread {
+                defer { group.leave() }
+                for _ in 0..<500 where store.lookup(CacheKey(hex: "shared")) == nil {
+                    failures.add(1, ordering: .relaxed)
+                }
+            }.start()
+        }
+        for index in 1...100 { store.save(entry("shared", body: "[\(index)]")) { _ in } }
+        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        store.flushHitsAndWait()
+        XCTAssertEqual(failures.load(ordering: .relaxed), 0, "a reader never saw a missing or half-written entry")
+        XCTAssertEqual(store.lookup(CacheKey(hex: "shared"))?.body, Array("[100]".utf8))
+    }
+}
+
+final class MemoryTierTests: XCTestCase {
+    private func entry(_ key: String, size: Int) -> StoredEntry {
+        StoredEntry(key: CacheKey(hex: key), namespace: "n", method: .get, url: "u", status: 200, headersJSON: [],
+                    body: [UInt8](repeating: 1, count: size), bodyKind: .binary,
+                    freshness: EntryFreshness(storedAt: 0, freshnessLifetime: 0, version: 0),
+                    sensitiveFingerprint: nil, etag: nil, lastModified: nil)
+    }
+
+    /// Counts lookups that reach the backing store.
+    private final class CountingStore: CacheStore {
+        let inner = MemoryCacheStore()
+        let lookups = Atomic<Int>(0)
+        func lookup(_ key: CacheKey) -> StoredEntry? {
+            lookups.add(1, ordering: .relaxed)
+            return inner.lookup(key)
+        }
+        func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) { inner.save(entry, completion: completion) }
+        func recordHit(_ key: CacheKey, at time: Double) { inner.recordHit(key, at: time) }
+    }
+
+    func testHotEntriesAreServedFromMemory() {
+        let backing = CountingStore()
+        let tier = MemoryTier(backing: backing, capacityBytes: 1 << 20, shardCount: 1)
+        tier.save(entry("a", size: 100)) { _ in }
+        for _ in 0..<10 { XCTAssertNotNil(tier.lookup(CacheKey(hex: "a"))) }
+        XCTAssertEqual(backing.lookups.load(ordering: .relaxed), 0)
+        XCTAssertNil(tier.lookup(CacheKey(hex: "absent")))
+        XCTAssertEqual(backing.lookups.load(ordering: .relaxed), 1)
+    }
+
+    func testCapacityIsBoundedAndEvictedEntriesComeFromTheStore() {
+        let backing = CountingStore()
+        let tier = MemoryTier(backing: backing, capacityBytes: 4096, shardCount: 1)
+        for index in 0..<20 { tier.save(entry("k\(index)", size: 600)) { _ in } }
+        // At most four 856-byte slots fit in 4096 bytes; the rest were evicted from memory.
+        // Newest first: a lookup that goes to the store brings its entry back into memory
+        // and evicts another, so the survivors must be read before that happens.
+        var fromMemory = 0
+        for index in (0..<20).reversed() {
+            let before = backing.lookups.load(ordering: .relaxed)
+            XCTAssertNotNil(tier.lookup(CacheKey(hex: "k\(index)")), "still in the store")
+            if backing.lookups.load(ordering: .relaxed) == before { fromMemory += 1 }
+        }
+        XCTAssertEqual(fromMemory, 4)
+    }
+
+    func testZeroCapacityPassesThrough() {
+        let backing = CountingStore()
+        let tier = MemoryTier(backing: backing, capacityBytes: 0)
+        tier.save(entry("a", size: 1)) { _ in }
+        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")))
+        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")))
+        XCTAssertEqual(backing.lookups.load(ordering: .relaxed), 2)
+    }
+}
