@@ -99,8 +99,9 @@ public final class HTTPServer: @unchecked Sendable {
     let logger: Logger
     private var daemon: OpaquePointer?
     private var selfReference: Unmanaged<HTTPServer>?
-    /// Requests answered asynchronously that have not completed yet.
-    let pendingAsync = Atomic<Int>(0)
+    /// Requests handed to the handler whose response has not been sent yet.
+    let inFlight = Atomic<Int>(0)
+    private let drained = NSCondition()
     public private(set) var port: Int = 0
 
     public init(configuration: HTTPServerConfiguration, handler: any HTTPRequestHandler, logger: Logger) {
@@ -140,19 +141,29 @@ public final class HTTPServer: @unchecked Sendable {
         if listener >= 0 { close(listener) }
     }
 
-    /// Waits until every asynchronous request has completed, up to `timeout` seconds.
-    /// Returns whether none is left.
+    /// Waits until every request handed to the handler has been answered and completed, up
+    /// to `timeout` seconds. Returns whether none is left. Woken by the last completion.
     @discardableResult
     public func waitForPending(timeout: Double) -> Bool {
-        let deadline = DispatchTime.now() + timeout
-        while pendingAsync.load(ordering: .acquiring) > 0 {
-            if DispatchTime.now() >= deadline { return false }
-            usleep(5_000)
+        let deadline = Date().addingTimeInterval(timeout)
+        drained.lock()
+        defer { drained.unlock() }
+        while inFlight.load(ordering: .acquiring) > 0 {
+            if !drained.wait(until: deadline) { return inFlight.load(ordering: .acquiring) == 0 }
         }
         return true
     }
 
-    public var pendingCount: Int { pendingAsync.load(ordering: .relaxed) }
+    /// Called when a request completes; wakes `waitForPending` when none is left.
+    fileprivate func completed() {
+        if inFlight.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
+            drained.lock()
+            drained.broadcast()
+            drained.unlock()
+        }
+    }
+
+    public var pendingCount: Int { inFlight.load(ordering: .relaxed) }
 
     /// Stops the daemon. Call after `waitForPending` returned true.
     public func stop() {
@@ -205,7 +216,8 @@ final class RequestContext: @unchecked Sendable {
     var phase: Phase = .headers
     var body: [UInt8] = []
     var tooLarge = false
-    var isAsync = false
+    /// Dispatched to the handler and not yet completed (counted in `HTTPServer.inFlight`).
+    var inFlight = false
     let state = Mutex(HandOver())
 
     init(rawTarget: String) { self.rawTarget = rawTarget }
@@ -234,9 +246,9 @@ private let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _,
     guard let contextSlot, let raw = contextSlot.pointee else { return }
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
     contextSlot.pointee = nil
-    if context.isAsync, let serverPointer {
+    if context.inFlight, let serverPointer {
         let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
-        server.pendingAsync.subtract(1, ordering: .releasing)
+        server.completed()
     }
 }
 
@@ -265,6 +277,10 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
             return MHD_Result.YES
         }
         context.phase = .dispatched
+        // Counted before the handler runs: the handler may start work elsewhere (an upstream
+        // request) that shutdown must wait for, even before this thread gets to suspend.
+        context.inFlight = true
+        server.inFlight.add(1, ordering: .relaxed)
         let request = HTTPServerRequest(
             method: method.map { String(cString: $0) } ?? "GET",
             path: url.map { String(cString: $0) } ?? "/",
@@ -276,8 +292,6 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
         if let response = server.handler.handle(request, responder: HTTPResponder(context: context, server: server)) {
             return queue(response, on: connection)
         }
-        context.isAsync = true
-        server.pendingAsync.add(1, ordering: .relaxed)
         // The answer may already be there (it raced us); otherwise suspend until `complete`.
         let ready: HTTPServerResponse? = context.state.withLock { handOver in
             if let response = handOver.response { return response }
