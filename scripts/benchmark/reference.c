@@ -2,6 +2,7 @@
  * 1 KiB JSON body, in the same threading mode as Larder (epoll, internal pool of 2 threads,
  * response queued on the second handler call). Built and run by scripts/bench. */
 #include <microhttpd.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *connection, cons
 
 int main(int argc, char **argv) {
     int port = argc > 1 ? atoi(argv[1]) : 18100;
+    /* Block the stop signals before MHD starts its threads, so only sigwait below sees them. */
+    sigset_t set;
+    sigemptyset(&set); sigaddset(&set, SIGTERM); sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
     memset(body, 'x', sizeof body);
     body[0] = '"'; body[sizeof body - 1] = '"';
     struct MHD_Daemon *daemon = MHD_start_daemon(
@@ -34,8 +39,6 @@ int main(int argc, char **argv) {
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)2, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
         MHD_OPTION_END);
     if (daemon == NULL) { fprintf(stderr, "cannot start on port %d\n", port); return 1; }
-    sigset_t set;
-    sigemptyset(&set); sigaddset(&set, SIGTERM); sigaddset(&set, SIGINT);
     int signal_number;
     sigwait(&set, &signal_number);
     MHD_stop_daemon(daemon);
