@@ -6,7 +6,6 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case invalidRequest = "invalid_request"
         case notFound = "not_found"
         case methodNotAllowed = "method_not_allowed"
-        case unauthorized = "unauthorized"
         case upstreamUnreachable = "upstream_unreachable"
         case upstreamTimeout = "upstream_timeout"
         case upstreamTooLarge = "upstream_too_large"
@@ -31,7 +30,6 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
     public var status: Int {
         switch code {
         case .invalidRequest: 400
-        case .unauthorized: 401
         case .upstreamForbidden: 403
         case .notFound: 404
         case .methodNotAllowed: 405

@@ -115,3 +115,16 @@ final class EnvelopeTests: XCTestCase {
         XCTAssertEqual(LarderError(.upstreamForbidden, "").status, 403)
     }
 }
+
+final class DocumentationTests: XCTestCase {
+    /// Every error code Larder can send is documented in the OpenAPI spec and the README.
+    func testEveryErrorCodeIsDocumented() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let spec = try String(contentsOf: root.appendingPathComponent("openapi/larder.yaml"), encoding: .utf8)
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        for code in LarderError.Code.allCases {
+            XCTAssertTrue(spec.contains(code.rawValue), "\(code.rawValue) missing from openapi/larder.yaml")
+            XCTAssertTrue(readme.contains("`\(code.rawValue)`"), "\(code.rawValue) missing from README.md")
+        }
+    }
+}
