@@ -201,44 +201,40 @@ final class ExecutableTests: IntegrationTestCase {
         XCTAssertNotEqual(bad.terminationStatus, 0)
     }
 
-    func testSigtermWithASuspendedRequestInFlightFinishesItAndExitsZero() throws {
-        let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--shutdown-grace", "10"])
+    /// Starts larder, sends a /fetch whose origin answers after `originDelayMs`, delivers
+    /// `signal` once the origin has the request, and returns larder's exit status and the
+    /// response the caller got (nil if the connection was dropped without one).
+    private func signalWithRequestInFlight(grace: Int, originDelayMs: Int, signal: Int32) throws -> (Int32, TestResponse?) {
+        let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--shutdown-grace", "\(grace)"])
         let port = try waitForPort(errors)
         let path = uniquePath()
         let result = Mutex<TestResponse?>(nil)
+        let answered = Atomic<Bool>(false)
         let done = Condition()
-        let target = url(path, "delay=1000")
+        let target = url(path, "delay=\(originDelayMs)")
         Thread {
             let response = try? TestConnection(port: port).fetch(["url": target])
             result.withLock { $0 = response }
+            answered.store(true, ordering: .sequentiallyConsistent)
             done.broadcast()
         }.start()
         XCTAssertTrue(origin.waitForCount(path, atLeast: 1))
-        kill(process.processIdentifier, SIGTERM)
+        kill(process.processIdentifier, signal)
         XCTAssertTrue(waitForExit(process), "larder exited")
-        XCTAssertEqual(process.terminationStatus, 0)
-        XCTAssertTrue(done.wait(timeout: 10) { result.withLock { $0 != nil } })
-        XCTAssertEqual(result.withLock { $0?.json["status"] as? Int }, 200, "the in-flight request was finished, not dropped")
+        XCTAssertTrue(done.wait(timeout: 10) { answered.load(ordering: .sequentiallyConsistent) })
+        return (process.terminationStatus, result.withLock { $0 })
     }
 
-    func testSigtermAfterTheGracePeriodCancelsInFlightRequestsAndExitsZero() throws {
-        let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--shutdown-grace", "0"])
-        let port = try waitForPort(errors)
-        let path = uniquePath()
-        let result = Mutex<TestResponse?>(nil)
-        let done = Condition()
-        let target = url(path, "delay=5000")
-        Thread {
-            let response = try? TestConnection(port: port).fetch(["url": target])
-            result.withLock { $0 = response }
-            done.broadcast()
-        }.start()
-        XCTAssertTrue(origin.waitForCount(path, atLeast: 1))
-        kill(process.processIdentifier, SIGINT)
-        XCTAssertTrue(waitForExit(process), "larder exited")
-        XCTAssertEqual(process.terminationStatus, 0)
-        XCTAssertTrue(done.wait(timeout: 10) { result.withLock { $0 != nil } })
-        XCTAssertEqual(result.withLock { $0?.status }, 503)
-        XCTAssertEqual(result.withLock { $0?.errorCode }, "shutting_down")
+    func testSigtermWithASuspendedRequestInFlightFinishesItAndExitsZero() throws {
+        let (status, response) = try signalWithRequestInFlight(grace: 10, originDelayMs: 1000, signal: SIGTERM)
+        XCTAssertEqual(status, 0)
+        XCTAssertEqual(response?.json["status"] as? Int, 200, "the in-flight request was finished, not dropped")
+    }
+
+    func testSigintAfterTheGracePeriodCancelsInFlightRequestsAndExitsZero() throws {
+        let (status, response) = try signalWithRequestInFlight(grace: 0, originDelayMs: 5000, signal: SIGINT)
+        XCTAssertEqual(status, 0)
+        XCTAssertEqual(response?.status, 503, "answered, not dropped")
+        XCTAssertEqual(response?.errorCode, "shutting_down")
     }
 }
