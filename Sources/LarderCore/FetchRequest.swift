@@ -59,8 +59,8 @@ public struct FetchRequest: Sendable {
 // MARK: - Parsing
 
 extension FetchRequest {
-    /// Parses and validates a /fetch body.
-    public static func parse(json bytes: [UInt8]) throws(LarderError) -> FetchRequest {
+    /// Parses and validates a /fetch body; `upstreams` are the named upstreams by name.
+    public static func parse(json bytes: [UInt8], upstreams: [String: NamedUpstream] = [:]) throws(LarderError) -> FetchRequest {
         let wire: WireFetchRequest
         do {
             wire = try JSONDecoder().decode(WireFetchRequest.self, from: Data(bytes))
@@ -69,7 +69,7 @@ extension FetchRequest {
         } catch {
             throw LarderError.invalid("body", "not valid JSON")
         }
-        return try wire.validated()
+        return try wire.validated(upstreams: upstreams)
     }
 
     private static func describe(_ error: DecodingError) -> LarderError {
@@ -108,6 +108,9 @@ extension FetchRequest {
 
 private struct WireFetchRequest: Decodable {
     var url: String?
+    var upstream: String?
+    var path: String?
+    var cdn: Bool?
     var method: String?
     var query: [String: String]?
     var headers: [String: String]?
@@ -116,8 +119,28 @@ private struct WireFetchRequest: Decodable {
     var timeoutMs: WireInteger?
     var cache: WireCacheOptions?
 
-    func validated() throws(LarderError) -> FetchRequest {
-        guard let url else { throw .invalid("url", "is required") }
+    func validated(upstreams: [String: NamedUpstream]) throws(LarderError) -> FetchRequest {
+        var named: NamedUpstream?
+        let target: String
+        switch (url, upstream) {
+        case (.some, .some):
+            throw .invalid("upstream", "give either url or upstream, not both")
+        case (let url?, nil):
+            guard path == nil, cdn == nil else { throw .invalid(path != nil ? "path" : "cdn", "goes with upstream, not url") }
+            target = url
+        case (nil, let name?):
+            guard let found = upstreams[name] else {
+                throw LarderError(.unknownUpstream, "no upstream named '\(name)'", field: "upstream")
+            }
+            guard let built = found.url(for: path ?? "", cdn: cdn ?? false) else {
+                throw .invalid("cdn", "upstream '\(name)' has no cdnUrl")
+            }
+            named = found
+            target = built
+        case (nil, nil):
+            throw .invalid("url", "is required (or upstream and path)")
+        }
+        let url = target
         let method: HTTPMethod
         if let raw = self.method {
             guard let parsed = HTTPMethod(rawValue: raw.uppercased()) else {
@@ -131,7 +154,9 @@ private struct WireFetchRequest: Decodable {
             guard !name.isEmpty else { throw .invalid("query", "parameter names must not be empty") }
             guard HTTPToken.isValidValue(value) else { throw .invalid("query.\(name)", "must not contain line breaks") }
         }
-        let upstreamURL = try UpstreamURL(parsing: url, mergingQuery: query ?? [:])
+        var mergedQuery = named?.query ?? [:]
+        mergedQuery.merge(query ?? [:]) { _, callers in callers }
+        let upstreamURL = try UpstreamURL(parsing: url, mergingQuery: mergedQuery)
 
         var fields: [HeaderField] = []
         for (name, value) in (headers ?? [:]).sorted(by: { $0.key < $1.key }) {
@@ -142,6 +167,9 @@ private struct WireFetchRequest: Decodable {
                 throw .invalid("headers.\(name)", "is managed by Larder and cannot be set")
             }
             fields.append(HeaderField(name, value))
+        }
+        for field in named?.headers ?? [] where fields.values(field.name).isEmpty {
+            fields.append(field)
         }
 
         var requestBody: [UInt8]?
@@ -165,7 +193,7 @@ private struct WireFetchRequest: Decodable {
         guard (1...FetchRequest.maxTimeoutMs).contains(timeout) else {
             throw .invalid("timeoutMs", "must be between 1 and \(FetchRequest.maxTimeoutMs)")
         }
-        let options = try (cache ?? WireCacheOptions()).validated()
+        let options = try (cache ?? WireCacheOptions()).validated(defaults: named?.cache ?? CacheDefaults())
         if options.policy == .cacheOnly || options.policy == .cacheElseLoad,
            !CacheRules.isCacheable(method: method, ttl: options.ttl) {
             throw .invalid("cache.policy", "'\(options.policy.rawValue)' needs a cacheable request: GET, HEAD, or POST with cache.ttl")
@@ -183,8 +211,11 @@ private struct WireCacheOptions: Decodable {
     var ignoreQuery: [String]?
     var namespace: String?
 
-    func validated() throws(LarderError) -> CacheOptions {
+    func validated(defaults: CacheDefaults) throws(LarderError) -> CacheOptions {
         var options = CacheOptions()
+        options.policy = defaults.policy ?? options.policy
+        options.ttl = defaults.ttl
+        options.namespace = defaults.namespace ?? options.namespace
         if let policy {
             guard let parsed = CachePolicy(rawValue: policy) else {
                 let known = CachePolicy.allCases.map(\.rawValue).joined(separator: ", ")
@@ -198,7 +229,7 @@ private struct WireCacheOptions: Decodable {
             }
             options.ttl = ttl
         }
-        options.version = version?.value ?? 0
+        options.version = version?.value ?? defaults.version ?? 0
         options.sensitive = sensitive
         options.ignoreQuery = Set(ignoreQuery ?? [])
         if let namespace {

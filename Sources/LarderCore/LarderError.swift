@@ -5,6 +5,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Code: String, Sendable, CaseIterable {
         case invalidRequest = "invalid_request"
         case notFound = "not_found"
+        case unknownUpstream = "unknown_upstream"
         case methodNotAllowed = "method_not_allowed"
         case upstreamUnreachable = "upstream_unreachable"
         case upstreamTimeout = "upstream_timeout"
@@ -31,7 +32,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         switch code {
         case .invalidRequest: 400
         case .upstreamForbidden: 403
-        case .notFound: 404
+        case .notFound, .unknownUpstream: 404
         case .methodNotAllowed: 405
         case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects: 502
         case .shuttingDown: 503

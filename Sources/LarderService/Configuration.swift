@@ -1,7 +1,7 @@
 // Larder's configuration: one Sendable value, built once by the executable (or a test) and
 // passed down. Every field has a documented default and unit.
 
-import LarderCore
+public import LarderCore
 
 public struct LarderConfiguration: Sendable {
     /// Address to listen on.
@@ -12,8 +12,8 @@ public struct LarderConfiguration: Sendable {
     public var databasePath: String = "data/larder.sqlite"
     /// 32 random bytes keying the cache-key HMAC, created on first start; nil = `<database>.secret`.
     public var secretPath: String?
-    /// Named upstreams (NAME → base URL). Recorded now; used by routes in a later release.
-    public var upstreams: [String: String] = [:]
+    /// Named upstreams, usable from /fetch as `"upstream": NAME, "path": …`.
+    public var upstreams: [NamedUpstream] = []
     /// Host patterns Larder may fetch from ("api.example.com", "*.example.com"); empty = any.
     public var allowHosts: [String] = []
     /// Also refuse loopback and private address ranges upstream.
@@ -41,14 +41,13 @@ public struct LarderConfiguration: Sendable {
         guard !databasePath.isEmpty else { throw ConfigurationError("the database path is empty") }
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
         guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
-        for (name, url) in upstreams {
-            guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
-                throw ConfigurationError("upstream name '\(name)' must be letters, digits, '-' or '_'")
-            }
+        var seen: Set<String> = []
+        for upstream in upstreams {
+            guard seen.insert(upstream.name).inserted else { throw ConfigurationError("upstream '\(upstream.name)' is defined twice") }
             do {
-                _ = try UpstreamURL(parsing: url, field: "upstream \(name)")
+                try upstream.validate()
             } catch {
-                throw ConfigurationError(error.message)
+                throw ConfigurationError("upstream '\(upstream.name)': \(error.message)")
             }
         }
         for pattern in allowHosts where pattern.isEmpty || pattern.dropFirst(pattern.hasPrefix("*.") ? 2 : 0).contains("*") {

@@ -57,7 +57,8 @@ public final class LarderService: @unchecked Sendable {
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
         let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
                                  clock: clock, limits: limits, logger: logger)
-        let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog)
+        let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog,
+                            upstreams: Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first }))
 
         var serverConfiguration = HTTPServerConfiguration()
         serverConfiguration.host = configuration.host

@@ -11,6 +11,7 @@ struct Router: HTTPRequestHandler {
     let clock: Clock
     let logger: Logger
     let accessLog: Bool
+    let upstreams: [String: NamedUpstream]
     let memo = RequestMemo()
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
@@ -43,7 +44,7 @@ struct Router: HTTPRequestHandler {
             prepared = known
         } else {
             do {
-                prepared = engine.prepare(try FetchRequest.parse(json: request.body))
+                prepared = engine.prepare(try FetchRequest.parse(json: request.body, upstreams: upstreams))
             } catch {
                 return finish(request, error: error, receivedAt: receivedAt)
             }

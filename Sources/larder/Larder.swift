@@ -4,6 +4,7 @@
 
 import ArgumentParser
 import Foundation
+import LarderCore
 import LarderService
 import Logging
 #if canImport(Glibc)
@@ -23,6 +24,9 @@ struct Larder: ParsableCommand {
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Serve POST /fetch from a persistent SQLite cache.")
 
+    @Option(help: "A YAML or JSON settings file (see the README); command-line options override it.")
+    var config: String?
+
     @Option(help: "Address to listen on (env LARDER_HOST; default 127.0.0.1).")
     var host: String?
 
@@ -35,7 +39,7 @@ struct Serve: ParsableCommand {
     @Option(help: "File holding the 32-byte key secret (default: <db>.secret, created when absent).")
     var secretFile: String?
 
-    @Option(name: .customLong("upstream"), help: "A named upstream, NAME=URL (repeatable).")
+    @Option(name: .customLong("upstream"), help: "A named upstream, NAME=URL (repeatable); use it from /fetch with \"upstream\" and \"path\".")
     var upstreams: [String] = []
 
     @Option(name: .customLong("allow-host"), help: "Only fetch from hosts matching this pattern, e.g. api.example.com or *.example.com (repeatable; default any host).")
@@ -45,19 +49,63 @@ struct Serve: ParsableCommand {
     var denyPrivate = false
 
     @Option(help: "libmicrohttpd worker threads (default 2).")
-    var threads: Int = 2
+    var threads: Int?
 
     @Option(help: "Largest upstream response body in bytes (default 67108864).")
-    var maxBodyBytes: Int = 64 << 20
+    var maxBodyBytes: Int?
 
     @Option(help: "Megabytes of hot entries kept in memory in front of SQLite; 0 disables (default 64).")
-    var memoryMb: Int = 64
+    var memoryMb: Int?
 
     @Option(help: "Seconds in-flight requests get to finish on SIGTERM (default 10).")
-    var shutdownGrace: Double = 10
+    var shutdownGrace: Double?
 
-    @Flag(inversion: .prefixedNo, help: "One access-log line per request on stderr.")
-    var accessLog = true
+    @Flag(inversion: .prefixedNo, help: "One access-log line per request on stderr (default on).")
+    var accessLog: Bool?
+
+    /// Defaults, then the config file, then the environment, then the command line.
+    func configuration() throws -> LarderConfiguration {
+        var configuration = LarderConfiguration()
+        if let config {
+            do {
+                try ConfigFile.apply(config, to: &configuration)
+            } catch {
+                throw ValidationError(error.description)
+            }
+        }
+        let environment = ProcessInfo.processInfo.environment
+        if let raw = environment["LARDER_HOST"] { configuration.host = raw }
+        if let raw = environment["LARDER_PORT"] {
+            guard let port = Int(raw) else { throw ValidationError("LARDER_PORT '\(raw)' is not a port number") }
+            configuration.port = port
+        }
+        if let raw = environment["LARDER_DB"] { configuration.databasePath = raw }
+        if let host { configuration.host = host }
+        if let port { configuration.port = port }
+        if let db { configuration.databasePath = db }
+        if let secretFile { configuration.secretPath = secretFile }
+        for entry in upstreams {
+            guard let equals = entry.firstIndex(of: "=") else {
+                throw ValidationError("--upstream '\(entry)' is not NAME=URL")
+            }
+            let name = String(entry[..<equals])
+            configuration.upstreams.removeAll { $0.name == name }
+            configuration.upstreams.append(NamedUpstream(name: name, baseURL: String(entry[entry.index(after: equals)...])))
+        }
+        if !allowHosts.isEmpty { configuration.allowHosts = allowHosts }
+        if denyPrivate { configuration.denyPrivate = true }
+        if let threads { configuration.serverThreads = threads }
+        if let maxBodyBytes { configuration.maxUpstreamBodyBytes = maxBodyBytes }
+        if let memoryMb { configuration.memoryCapacityBytes = memoryMb << 20 }
+        if let shutdownGrace { configuration.shutdownGraceSeconds = shutdownGrace }
+        if let accessLog { configuration.accessLog = accessLog }
+        do {
+            try configuration.validate()
+        } catch {
+            throw ValidationError(error.description)
+        }
+        return configuration
+    }
 
     func run() throws {
         // Block the signals before any thread starts, so only `sigwait` below receives them.
@@ -74,35 +122,7 @@ struct Serve: ParsableCommand {
             return handler
         }
         let logger = Logger(label: "larder")
-        let environment = ProcessInfo.processInfo.environment
-
-        var configuration = LarderConfiguration()
-        configuration.host = host ?? environment["LARDER_HOST"] ?? configuration.host
-        if let port = port ?? environment["LARDER_PORT"].flatMap({ Int($0) }) {
-            configuration.port = port
-        } else if let raw = environment["LARDER_PORT"] {
-            throw ValidationError("LARDER_PORT '\(raw)' is not a port number")
-        }
-        configuration.databasePath = db ?? environment["LARDER_DB"] ?? configuration.databasePath
-        configuration.secretPath = secretFile
-        for entry in upstreams {
-            guard let equals = entry.firstIndex(of: "=") else {
-                throw ValidationError("--upstream '\(entry)' is not NAME=URL")
-            }
-            configuration.upstreams[String(entry[..<equals])] = String(entry[entry.index(after: equals)...])
-        }
-        configuration.allowHosts = allowHosts
-        configuration.denyPrivate = denyPrivate
-        configuration.serverThreads = threads
-        configuration.maxUpstreamBodyBytes = maxBodyBytes
-        configuration.memoryCapacityBytes = memoryMb << 20
-        configuration.shutdownGraceSeconds = shutdownGrace
-        configuration.accessLog = accessLog
-        do {
-            try configuration.validate()
-        } catch {
-            throw ValidationError(error.description)
-        }
+        let configuration = try configuration()
 
         let service = LarderService(configuration: configuration, logger: logger)
         do {

@@ -201,6 +201,18 @@ final class ExecutableTests: IntegrationTestCase {
         XCTAssertNotEqual(bad.terminationStatus, 0)
     }
 
+    func testABadConfigFileStopsStartUpNamingFileKeyAndReason() throws {
+        let path = directory.appendingPathComponent("bad.yaml").path
+        try "upstreams:\n  - name: api\n    baseUrl: gopher://old.test/\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let (process, errors) = try launch(["serve", "--config", path, "--port", "0", "--db", databasePath])
+        XCTAssertTrue(waitForExit(process))
+        XCTAssertNotEqual(process.terminationStatus, 0)
+        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertTrue(message.contains(path), message)
+        XCTAssertTrue(message.contains("upstreams[0].baseUrl"), message)
+        XCTAssertTrue(message.contains("gopher"), message)
+    }
+
     /// Starts larder, sends a /fetch whose origin answers after `originDelayMs`, delivers
     /// `signal` once the origin has the request, and returns larder's exit status and the
     /// response the caller got (nil if the connection was dropped without one).

@@ -1,0 +1,71 @@
+// Named upstreams: a base URL (and optionally a CDN URL) with headers, query arguments and
+// cache rules applied to every request that names it (YTKNetwork's global config and URL
+// filters). /fetch takes `"upstream": NAME, "path": "/x"` instead of `url`.
+
+public struct CacheDefaults: Sendable, Equatable {
+    public var policy: CachePolicy?
+    public var ttl: Double?
+    public var version: Int64?
+    public var namespace: String?
+    public init(policy: CachePolicy? = nil, ttl: Double? = nil, version: Int64? = nil, namespace: String? = nil) {
+        self.policy = policy
+        self.ttl = ttl
+        self.version = version
+        self.namespace = namespace
+    }
+}
+
+public struct NamedUpstream: Sendable, Equatable {
+    public var name: String
+    /// Absolute http(s) URL; a request's `path` is appended to it.
+    public var baseURL: String
+    /// Used instead of `baseURL` when a request says `"cdn": true`.
+    public var cdnURL: String?
+    /// Sent with every request unless the request sets the same field.
+    public var headers: [HeaderField]
+    /// Added to every request's query unless the request sets the same name.
+    public var query: [String: String]
+    /// Used for every cache option the request leaves out.
+    public var cache: CacheDefaults
+
+    public init(name: String, baseURL: String, cdnURL: String? = nil, headers: [HeaderField] = [],
+                query: [String: String] = [:], cache: CacheDefaults = CacheDefaults()) {
+        self.name = name
+        self.baseURL = baseURL
+        self.cdnURL = cdnURL
+        self.headers = headers
+        self.query = query
+        self.cache = cache
+    }
+
+    public static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= 64 && name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }
+    }
+
+    /// Checks the fields a user wrote; throws with the field at fault (for start-up errors).
+    public func validate() throws(LarderError) {
+        guard Self.isValidName(name) else { throw .invalid("name", "'\(name)' must be 1–64 letters, digits, '-' or '_'") }
+        _ = try UpstreamURL(parsing: baseURL, field: "baseUrl")
+        if let cdnURL { _ = try UpstreamURL(parsing: cdnURL, field: "cdnUrl") }
+        for field in headers {
+            guard HTTPToken.isValidName(field.name) else { throw .invalid("headers", "'\(field.name)' is not a valid header name") }
+            guard HTTPToken.isValidValue(field.value) else { throw .invalid("headers.\(field.name)", "must not contain line breaks") }
+            let lower = field.name.lowercasedASCII
+            guard !FetchRequest.managedHeaders.contains(lower), !lower.hasPrefix("proxy-") else {
+                throw .invalid("headers.\(field.name)", "is managed by Larder and cannot be set")
+            }
+        }
+        if let ttl = cache.ttl, !(ttl.isFinite && ttl >= 0) { throw .invalid("cache.ttl", "must be a number of seconds, 0 or more") }
+        if let namespace = cache.namespace, namespace.isEmpty || namespace.utf8.count > 256 {
+            throw .invalid("cache.namespace", "must be 1 to 256 bytes")
+        }
+    }
+
+    /// The absolute URL for `path` (which may carry its own query) under this upstream.
+    public func url(for path: String, cdn: Bool) -> String? {
+        guard let base = cdn ? cdnURL : baseURL else { return nil }
+        if path.isEmpty { return base }
+        let trimmedBase = base.hasSuffix("/") ? String(base.dropLast()) : base
+        return path.hasPrefix("/") || path.hasPrefix("?") ? trimmedBase + path : trimmedBase + "/" + path
+    }
+}

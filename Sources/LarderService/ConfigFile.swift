@@ -1,0 +1,150 @@
+// `larder serve --config FILE`: the same settings as the command line, plus full named
+// upstreams, in YAML or JSON (YAML is a superset of JSON). Unknown keys are errors, so a typo
+// never silently falls back to a default. Every error names the file, the key and the reason.
+//
+//   host: 127.0.0.1            port: 8080            db: data/larder.sqlite
+//   secretFile: …              allowHosts: [api.example.com, "*.cdn.example.com"]
+//   denyPrivate: false         threads: 2            maxBodyBytes: 67108864
+//   memoryMb: 64               shutdownGrace: 10     accessLog: true
+//   upstreams:
+//     - name: api
+//       baseUrl: https://api.example.com/v1
+//       cdnUrl: https://cdn.example.com/v1        # optional, used with "cdn": true
+//       headers: {X-Api-Key: "…"}                 # added unless the request sets them
+//       query: {version: "2"}                     # added unless the request sets them
+//       cache: {ttl: 60, version: 1, policy: protocol, namespace: api}
+
+import Foundation
+import LarderCore
+import Yams
+
+public enum ConfigFile {
+    /// Reads `path` and applies every key it sets to `configuration`.
+    public static func apply(_ path: String, to configuration: inout LarderConfiguration) throws(ConfigurationError) {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError("\(path): cannot read the file")
+        }
+        guard let text = String(data: data, encoding: .utf8) else { throw ConfigurationError("\(path): not UTF-8 text") }
+        let document: Any?
+        do {
+            document = try Yams.load(yaml: text)
+        } catch {
+            throw ConfigurationError("\(path): not valid YAML or JSON: \(error)")
+        }
+        let reader = Reader(file: path)
+        guard let root = document as? [String: Any] else { throw reader.error("(top level)", "must be a mapping of settings") }
+        try reader.apply(root, to: &configuration)
+    }
+
+    private struct Reader {
+        let file: String
+
+        func error(_ key: String, _ reason: String) -> ConfigurationError {
+            ConfigurationError("\(file): \(key): \(reason)")
+        }
+
+        func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
+            let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
+                                      "memoryMb", "shutdownGrace", "accessLog", "upstreams"]
+            try rejectUnknown(root, known: known, at: "")
+            if let value = root["host"] { configuration.host = try string(value, "host") }
+            if let value = root["port"] { configuration.port = try integer(value, "port") }
+            if let value = root["db"] { configuration.databasePath = try string(value, "db") }
+            if let value = root["secretFile"] { configuration.secretPath = try string(value, "secretFile") }
+            if let value = root["allowHosts"] { configuration.allowHosts = try strings(value, "allowHosts") }
+            if let value = root["denyPrivate"] { configuration.denyPrivate = try boolean(value, "denyPrivate") }
+            if let value = root["threads"] { configuration.serverThreads = try integer(value, "threads") }
+            if let value = root["maxBodyBytes"] { configuration.maxUpstreamBodyBytes = try integer(value, "maxBodyBytes") }
+            if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try integer(value, "memoryMb") << 20 }
+            if let value = root["shutdownGrace"] { configuration.shutdownGraceSeconds = try number(value, "shutdownGrace") }
+            if let value = root["accessLog"] { configuration.accessLog = try boolean(value, "accessLog") }
+            if let value = root["upstreams"] {
+                guard let list = value as? [Any] else { throw error("upstreams", "must be a list") }
+                configuration.upstreams = try list.enumerated().map { index, item throws(ConfigurationError) in
+                    try upstream(item, at: "upstreams[\(index)]")
+                }
+            }
+        }
+
+        private func upstream(_ value: Any, at key: String) throws(ConfigurationError) -> NamedUpstream {
+            guard let map = value as? [String: Any] else { throw error(key, "must be a mapping") }
+            try rejectUnknown(map, known: ["name", "baseUrl", "cdnUrl", "headers", "query", "cache"], at: key)
+            guard let rawName = map["name"] else { throw error("\(key).name", "is required") }
+            guard let rawBase = map["baseUrl"] else { throw error("\(key).baseUrl", "is required") }
+            var upstream = NamedUpstream(name: try string(rawName, "\(key).name"), baseURL: try string(rawBase, "\(key).baseUrl"))
+            if let value = map["cdnUrl"] { upstream.cdnURL = try string(value, "\(key).cdnUrl") }
+            if let value = map["headers"] {
+                upstream.headers = try scalarMap(value, "\(key).headers").sorted { $0.key < $1.key }.map { HeaderField($0.key, $0.value) }
+            }
+            if let value = map["query"] { upstream.query = try scalarMap(value, "\(key).query") }
+            if let value = map["cache"] {
+                guard let cache = value as? [String: Any] else { throw error("\(key).cache", "must be a mapping") }
+                try rejectUnknown(cache, known: ["ttl", "version", "policy", "namespace"], at: "\(key).cache")
+                if let value = cache["ttl"] { upstream.cache.ttl = try number(value, "\(key).cache.ttl") }
+                if let value = cache["version"] { upstream.cache.version = Int64(try integer(value, "\(key).cache.version")) }
+                if let value = cache["namespace"] { upstream.cache.namespace = try string(value, "\(key).cache.namespace") }
+                if let value = cache["policy"] {
+                    let raw = try string(value, "\(key).cache.policy")
+                    guard let policy = CachePolicy(rawValue: raw) else {
+                        throw error("\(key).cache.policy", "'\(raw)' is not one of \(CachePolicy.allCases.map(\.rawValue).joined(separator: ", "))")
+                    }
+                    upstream.cache.policy = policy
+                }
+            }
+            do {
+                try upstream.validate()
+            } catch {
+                throw self.error("\(key).\(error.field ?? "")", error.message)
+            }
+            return upstream
+        }
+
+        private func rejectUnknown(_ map: [String: Any], known: Set<String>, at key: String) throws(ConfigurationError) {
+            if let unknown = map.keys.sorted().first(where: { !known.contains($0) }) {
+                throw error(key.isEmpty ? unknown : "\(key).\(unknown)", "unknown key (known: \(known.sorted().joined(separator: ", ")))")
+            }
+        }
+
+        private func string(_ value: Any, _ key: String) throws(ConfigurationError) -> String {
+            guard let text = value as? String else { throw error(key, "must be a string") }
+            return text
+        }
+
+        private func integer(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
+            guard let number = value as? Int else { throw error(key, "must be an integer") }
+            return number
+        }
+
+        private func number(_ value: Any, _ key: String) throws(ConfigurationError) -> Double {
+            if let number = value as? Int { return Double(number) }
+            guard let number = value as? Double else { throw error(key, "must be a number") }
+            return number
+        }
+
+        private func boolean(_ value: Any, _ key: String) throws(ConfigurationError) -> Bool {
+            guard let flag = value as? Bool else { throw error(key, "must be true or false") }
+            return flag
+        }
+
+        private func strings(_ value: Any, _ key: String) throws(ConfigurationError) -> [String] {
+            guard let list = value as? [Any] else { throw error(key, "must be a list of strings") }
+            return try list.enumerated().map { index, item throws(ConfigurationError) in try string(item, "\(key)[\(index)]") }
+        }
+
+        /// A mapping of names to scalars (strings, numbers, booleans), as strings.
+        private func scalarMap(_ value: Any, _ key: String) throws(ConfigurationError) -> [String: String] {
+            guard let map = value as? [String: Any] else { throw error(key, "must be a mapping of names to values") }
+            var result: [String: String] = [:]
+            for (name, item) in map {
+                switch item {
+                case let text as String: result[name] = text
+                case let flag as Bool: result[name] = flag ? "true" : "false"
+                case let number as Int: result[name] = String(number)
+                case let number as Double: result[name] = String(number)
+                default: throw error("\(key).\(name)", "must be a string, number or boolean")
+                }
+            }
+            return result
+        }
+    }
+}

@@ -1,0 +1,146 @@
+// Named upstreams: --upstream / the config file, and /fetch with "upstream" and "path".
+
+import Foundation
+import LarderCore
+import LarderService
+import XCTest
+
+final class NamedUpstreamTests: IntegrationTestCase {
+    private func startWithUpstream() throws -> RunningLarder {
+        try startLarder { configuration in
+            configuration.upstreams = [
+                NamedUpstream(name: "origin", baseURL: origin.base + "/api", cdnURL: origin.base + "/cdn",
+                              headers: [HeaderField("X-Api-Key", "k-1")], query: ["v": "2"],
+                              cache: CacheDefaults(ttl: 60, namespace: "origin")),
+            ]
+        }
+    }
+
+    func testUpstreamDefaultsApplyToEveryRequest() throws {
+        let larder = try startWithUpstream()
+        let client = try larder.connection()
+        let first = try client.fetch(["upstream": "origin", "path": "/cities?page=1"])
+        XCTAssertEqual(first.status, 200, first.text)
+        XCTAssertEqual(first.outcome, "miss")
+        XCTAssertEqual(first.cache["ttl"] as? Int, 60, "the upstream's default ttl")
+        let received = try XCTUnwrap(origin.requests("/api/cities").first)
+        XCTAssertEqual(received.headers["x-api-key"], "k-1")
+        XCTAssertEqual(received.target, "/api/cities?page=1&v=2")
+        XCTAssertEqual(try client.fetch(["upstream": "origin", "path": "/cities?page=1"]).outcome, "hit")
+        XCTAssertEqual(origin.count("/api/cities"), 1)
+    }
+
+    func testRequestValuesWinOverUpstreamDefaults() throws {
+        let larder = try startWithUpstream()
+        let client = try larder.connection()
+        let response = try client.fetch(["upstream": "origin", "path": "/x", "query": ["v": "3"], "headers": ["X-Api-Key": "mine"],
+                                         "cache": ["ttl": 5]])
+        XCTAssertEqual(response.cache["ttl"] as? Int, 5)
+        let received = try XCTUnwrap(origin.requests("/api/x").first)
+        XCTAssertEqual(received.headers["x-api-key"], "mine")
+        XCTAssertEqual(received.target, "/api/x?v=3")
+    }
+
+    func testCDNURLIsUsedOnRequest() throws {
+        let larder = try startWithUpstream()
+        let client = try larder.connection()
+        XCTAssertEqual(try client.fetch(["upstream": "origin", "path": "/img", "cdn": true]).status, 200)
+        XCTAssertEqual(origin.count("/cdn/img"), 1)
+        XCTAssertEqual(origin.count("/api/img"), 0)
+    }
+
+    func testUnknownOrConflictingUpstreamFields() throws {
+        let larder = try startWithUpstream()
+        let client = try larder.connection()
+        let unknown = try client.fetch(["upstream": "nope", "path": "/x"])
+        XCTAssertEqual(unknown.status, 404)
+        XCTAssertEqual(unknown.errorCode, "unknown_upstream")
+        XCTAssertEqual(try client.fetch(["upstream": "origin", "url": url("/x")]).errorField, "upstream")
+        XCTAssertEqual(try client.fetch(["url": url("/x"), "path": "/y"]).errorField, "path")
+    }
+
+    func testUpstreamWithoutCDNRefusesCDNRequests() throws {
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "plain", baseURL: self.origin.base)] }
+        let response = try larder.connection().fetch(["upstream": "plain", "path": "/x", "cdn": true])
+        XCTAssertEqual(response.status, 400)
+        XCTAssertEqual(response.errorField, "cdn")
+    }
+}
+
+final class ConfigFileTests: XCTestCase {
+    private func write(_ text: String, as name: String = "larder.yaml") throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("config-\(UUID().uuidString)-\(name)").path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        addTeardownBlock { try? FileManager.default.removeItem(atPath: path) }
+        return path
+    }
+
+    func testYAMLFileSetsEverything() throws {
+        let path = try write("""
+            host: 0.0.0.0
+            port: 9090
+            db: /tmp/x.sqlite
+            allowHosts: [api.example.test]
+            denyPrivate: true
+            memoryMb: 8
+            shutdownGrace: 2.5
+            accessLog: false
+            upstreams:
+              - name: api
+                baseUrl: https://api.example.test/v1
+                cdnUrl: https://cdn.example.test/v1
+                headers: {X-Api-Key: secret, X-Num: 5}
+                query: {version: 2}
+                cache: {ttl: 30, version: 3, policy: cache-else-load, namespace: api}
+            """)
+        var configuration = LarderConfiguration()
+        try ConfigFile.apply(path, to: &configuration)
+        XCTAssertEqual(configuration.host, "0.0.0.0")
+        XCTAssertEqual(configuration.port, 9090)
+        XCTAssertEqual(configuration.databasePath, "/tmp/x.sqlite")
+        XCTAssertEqual(configuration.allowHosts, ["api.example.test"])
+        XCTAssertTrue(configuration.denyPrivate)
+        XCTAssertEqual(configuration.memoryCapacityBytes, 8 << 20)
+        XCTAssertEqual(configuration.shutdownGraceSeconds, 2.5)
+        XCTAssertFalse(configuration.accessLog)
+        XCTAssertEqual(configuration.upstreams, [
+            NamedUpstream(name: "api", baseURL: "https://api.example.test/v1", cdnURL: "https://cdn.example.test/v1",
+                          headers: [HeaderField("X-Api-Key", "secret"), HeaderField("X-Num", "5")], query: ["version": "2"],
+                          cache: CacheDefaults(policy: .cacheElseLoad, ttl: 30, version: 3, namespace: "api")),
+        ])
+        XCTAssertNoThrow(try configuration.validate())
+    }
+
+    func testJSONFileIsAccepted() throws {
+        let path = try write(#"{"port": 8181, "upstreams": [{"name": "a", "baseUrl": "http://a.test"}]}"#, as: "larder.json")
+        var configuration = LarderConfiguration()
+        try ConfigFile.apply(path, to: &configuration)
+        XCTAssertEqual(configuration.port, 8181)
+        XCTAssertEqual(configuration.upstreams.map(\.name), ["a"])
+    }
+
+    func testErrorsNameTheFileTheKeyAndTheReason() throws {
+        let cases: [(String, String)] = [
+            ("prot: 80", "prot: unknown key"),
+            ("port: eighty", "port: must be an integer"),
+            ("upstreams: [{name: a}]", "upstreams[0].baseUrl: is required"),
+            ("upstreams: [{name: a, baseUrl: 'ftp://x'}]", "upstreams[0].baseUrl"),
+            ("upstreams: [{name: a, baseUrl: 'http://x', cache: {policy: maybe}}]", "upstreams[0].cache.policy"),
+            ("upstreams: [{name: a, baseUrl: 'http://x', extra: 1}]", "upstreams[0].extra: unknown key"),
+            ("upstreams: [{name: 'a b', baseUrl: 'http://x'}]", "upstreams[0].name"),
+            ("[1, 2]", "must be a mapping"),
+            ("port: [", "not valid YAML"),
+        ]
+        for (text, expected) in cases {
+            let path = try write(text)
+            var configuration = LarderConfiguration()
+            XCTAssertThrowsError(try ConfigFile.apply(path, to: &configuration), text) { error in
+                let message = "\(error)"
+                XCTAssertTrue(message.hasPrefix(path), message)
+                XCTAssertTrue(message.contains(expected), "\(message) should mention \(expected)")
+            }
+        }
+        var configuration = LarderConfiguration()
+        XCTAssertThrowsError(try ConfigFile.apply("/nonexistent/larder.yaml", to: &configuration))
+    }
+}
