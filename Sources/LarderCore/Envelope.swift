@@ -42,9 +42,11 @@ public struct CacheReport: Sendable, Equatable {
     public var stored: Bool
     /// Why the response was not stored, when a rule refused it.
     public var notStoredBecause: StoreRefusal?
+    /// The request waited for another request's upstream fetch of the same key and shared it.
+    public var coalesced: Bool
 
     public init(outcome: CacheOutcome, key: CacheKey, age: Double, ttl: Double?, version: Int64, stored: Bool,
-                notStoredBecause: StoreRefusal? = nil) {
+                notStoredBecause: StoreRefusal? = nil, coalesced: Bool = false) {
         self.outcome = outcome
         self.key = key
         self.age = age
@@ -52,6 +54,7 @@ public struct CacheReport: Sendable, Equatable {
         self.version = version
         self.stored = stored
         self.notStoredBecause = notStoredBecause
+        self.coalesced = coalesced
     }
 }
 
@@ -126,6 +129,9 @@ public enum Envelope {
             out.append(contentsOf: #","notStoredBecause":""#.utf8)
             out.append(contentsOf: reason.rawValue.utf8)
             out.append(UInt8(ascii: "\""))
+        }
+        if cache.coalesced {
+            out.append(contentsOf: #","coalesced":true"#.utf8)
         }
         out.append(contentsOf: #"},"timing":{"totalMs":"#.utf8)
         JSONWriter.appendMilliseconds(totalMs, to: &out)

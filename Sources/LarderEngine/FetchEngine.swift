@@ -8,6 +8,7 @@
 
 public import LarderCore
 public import Logging
+import Synchronization
 
 /// What /fetch answers: an HTTP status and a JSON body.
 public struct FetchReply: Sendable {
@@ -43,6 +44,21 @@ public final class FetchEngine: Sendable {
     private let clock: Clock
     private let limits: Limits
     private let logger: Logger
+    private let flights = Mutex<[FlightKey: [Waiter]]>([:])
+    private let coalesced = Atomic<Int>(0)
+
+    /// Requests coalesce when they share the key and the version (the version decides whether
+    /// a stored entry may be served, so it is part of what is being waited for).
+    private struct FlightKey: Hashable {
+        let key: CacheKey
+        let version: Int64
+    }
+
+    private struct Waiter {
+        let prepared: PreparedFetch
+        let receivedAt: Double
+        let reply: @Sendable (FetchReply) -> Void
+    }
 
     public init(store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
                 limits: Limits = Limits(), logger: Logger) {
@@ -68,6 +84,11 @@ public final class FetchEngine: Sendable {
 
     public func fetch(_ prepared: PreparedFetch, receivedAt: Double,
                       reply: @escaping @Sendable (FetchReply) -> Void) -> FetchReply? {
+        fetch(prepared, receivedAt: receivedAt, mayCoalesce: true, reply: reply)
+    }
+
+    private func fetch(_ prepared: PreparedFetch, receivedAt: Double, mayCoalesce: Bool,
+                       reply: @escaping @Sendable (FetchReply) -> Void) -> FetchReply? {
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -93,6 +114,27 @@ public final class FetchEngine: Sendable {
         }
 
         let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
+        // Coalescing: concurrent misses on one key wait for the first one's upstream request
+        // (not for reload, which asks for a fetch of its own, nor for bypass).
+        var leading: FlightKey?
+        if mayCoalesce, outcome == .miss, options.policy != .reload {
+            let key = FlightKey(key: derived.key, version: options.version)
+            let waiter = Waiter(prepared: prepared, receivedAt: receivedAt, reply: reply)
+            let joined = flights.withLock { flights -> Bool in
+                if flights[key] != nil {
+                    flights[key]!.append(waiter)
+                    return true
+                }
+                flights[key] = []
+                return false
+            }
+            if joined {
+                coalesced.add(1, ordering: .relaxed)
+                return nil
+            }
+            leading = key
+        }
+        let flight = leading
         let upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: request.headers,
                                               body: request.body, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
@@ -100,16 +142,18 @@ public final class FetchEngine: Sendable {
             switch result {
             case .failure(let error):
                 reply(.failure(error))
+                self.land(flight, with: .failed(error))
             case .success(let response):
                 self.complete(request, derived: derived, outcome: outcome, response: response,
-                              receivedAt: receivedAt, reply: reply)
+                              receivedAt: receivedAt, flight: flight, reply: reply)
             }
         }
         return nil
     }
 
     private func complete(_ request: FetchRequest, derived: CacheKeyBuilder.Derived, outcome: CacheOutcome,
-                          response: UpstreamResponse, receivedAt: Double, reply: @escaping @Sendable (FetchReply) -> Void) {
+                          response: UpstreamResponse, receivedAt: Double, flight: FlightKey?,
+                          reply: @escaping @Sendable (FetchReply) -> Void) {
         let options = request.cache
         // Ages are measured on the engine's clock (injected), durations on the upstream's.
         let receivedAtNow = clock.now()
@@ -127,6 +171,7 @@ public final class FetchEngine: Sendable {
                                      stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
             reply(render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
                          report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+            land(flight, with: .notShareable)
         case .store(let lifetime):
             let freshness = EntryFreshness(storedAt: receivedAtNow, freshnessLifetime: lifetime, version: options.version)
             let entry = StoredEntry(
@@ -143,9 +188,48 @@ public final class FetchEngine: Sendable {
                                          version: options.version, stored: saved)
                 reply(self.render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
                                   report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+                self.land(flight, with: saved ? .stored(entry) : .notShareable)
             }
         }
     }
+
+    // MARK: - Coalescing
+
+    /// How the leading request of a flight ended, for the requests waiting on it.
+    private enum Landing {
+        case stored(StoredEntry)   // shareable: every waiter gets it
+        case notShareable          // private, not storable, or not stored: each waiter fetches on its own
+        case failed(LarderError)   // the upstream failed: every waiter gets the same error
+    }
+
+    /// Wakes the requests that waited on `flight`. Called after the store committed, so a
+    /// request arriving after the flight is removed finds the entry.
+    private func land(_ flight: FlightKey?, with landing: Landing) {
+        guard let flight else { return }
+        let waiters = flights.withLock { $0.removeValue(forKey: flight) } ?? []
+        guard !waiters.isEmpty else { return }
+        let now = clock.now()
+        for waiter in waiters {
+            switch landing {
+            case .failed(let error):
+                waiter.reply(.failure(error))
+            case .stored(let entry):
+                let options = waiter.prepared.request.cache
+                let report = CacheReport(outcome: .hit, key: entry.key, age: entry.freshness.age(now: now),
+                                         ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
+                                         version: entry.freshness.version, stored: true, coalesced: true)
+                waiter.reply(render(status: entry.status, headersJSON: entry.headersJSON, body: entry.body, kind: entry.bodyKind,
+                                    report: report, receivedAt: waiter.receivedAt, upstreamMs: nil))
+            case .notShareable:
+                if let immediate = fetch(waiter.prepared, receivedAt: waiter.receivedAt, mayCoalesce: false, reply: waiter.reply) {
+                    waiter.reply(immediate)
+                }
+            }
+        }
+    }
+
+    /// Requests that joined another request's upstream fetch instead of sending their own.
+    public var coalescedCount: Int { coalesced.load(ordering: .relaxed) }
 
     private func render(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind, report: CacheReport,
                         receivedAt: Double, upstreamMs: Double?) -> FetchReply {

@@ -1,0 +1,82 @@
+// Request coalescing: concurrent misses on one key share one upstream request.
+
+import Foundation
+import Synchronization
+import XCTest
+
+final class CoalescingTests: IntegrationTestCase {
+    /// Sends `count` concurrent /fetch requests, each on its own connection, all released at
+    /// once; returns the responses (nil for a transport failure).
+    private func concurrently(_ count: Int, port: Int, _ request: [String: Any]) -> [TestResponse?] {
+        let body = Array(try! JSONSerialization.data(withJSONObject: request))
+        let responses = Mutex<[TestResponse?]>([])
+        let group = DispatchGroup()
+        let gate = Condition()
+        let open = Atomic<Bool>(false)
+        for _ in 0..<count {
+            group.enter()
+            let thread = Thread {
+                defer { group.leave() }
+                let connection = try? TestConnection(port: port)
+                _ = gate.wait(timeout: 30) { open.load(ordering: .acquiring) }
+                let response = try? connection?.request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
+                responses.withLock { $0.append(response) }
+            }
+            thread.stackSize = 256 << 10
+            thread.start()
+        }
+        open.store(true, ordering: .releasing)
+        gate.broadcast()
+        XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
+        return responses.withLock { $0 }
+    }
+
+    func test500ConcurrentColdRequestsMakeExactlyOneOriginRequest() throws {
+        let larder = try startLarder()
+        let path = uniquePath()
+        let responses = concurrently(500, port: larder.port, ["url": url(path, "delay=200"), "cache": ["ttl": 300]])
+        XCTAssertEqual(responses.count, 500)
+        XCTAssertEqual(responses.filter { $0?.status == 200 && $0?.json["status"] as? Int == 200 }.count, 500)
+        XCTAssertEqual(origin.count(path), 1, "exactly one upstream request")
+        let outcomes = responses.compactMap { $0?.outcome }
+        XCTAssertEqual(outcomes.filter { $0 == "miss" }.count, 1)
+        let coalesced = responses.filter { $0?.cache["coalesced"] as? Bool == true }.count
+        XCTAssertEqual(outcomes.filter { $0 == "hit" }.count, 499, "the others were coalesced or arrived after the store")
+        XCTAssertGreaterThan(coalesced, 0)
+        XCTAssertEqual(Set(responses.compactMap { $0?.originCount }), [1], "everyone got the one response")
+    }
+
+    func testNonShareableResponsesMakeWaitersFetchOnTheirOwn() throws {
+        let larder = try startLarder()
+        let path = uniquePath()
+        let responses = concurrently(20, port: larder.port, ["url": url(path, "delay=100&cc=private")])
+        XCTAssertEqual(responses.filter { $0?.json["status"] as? Int == 200 }.count, 20)
+        XCTAssertEqual(origin.count(path), 20, "a private response is not shared")
+        XCTAssertTrue(responses.allSatisfy { $0?.cache["coalesced"] == nil })
+    }
+
+    func testDifferentVersionsDoNotCoalesce() throws {
+        let larder = try startLarder()
+        let path = uniquePath()
+        let port = larder.port
+        let first = url(path, "delay=300")
+        let done = DispatchGroup()
+        for version in [1, 2] {
+            done.enter()
+            Thread {
+                _ = try? TestConnection(port: port).fetch(["url": first, "cache": ["ttl": 60, "version": version]])
+                done.leave()
+            }.start()
+        }
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(origin.count(path), 2)
+    }
+
+    func testAnUpstreamFailureIsSharedWithTheWaiters() throws {
+        let larder = try startLarder()
+        let path = uniquePath()
+        let responses = concurrently(20, port: larder.port, ["url": url(path, "delay=1000"), "timeoutMs": 300, "cache": ["ttl": 60]])
+        XCTAssertEqual(responses.compactMap { $0?.errorCode }, Array(repeating: "upstream_timeout", count: 20))
+        XCTAssertEqual(origin.count(path), 1)
+    }
+}
