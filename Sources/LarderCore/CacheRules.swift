@@ -5,6 +5,8 @@
 public enum LookupDecision: Equatable, Sendable {
     /// Serve the stored entry; `fresh` false means it is past its freshness (outcome "stale").
     case serve(fresh: Bool)
+    /// Serve the stale entry now and refresh it in the background (stale-while-revalidate).
+    case serveStaleAndRefresh
     /// Go upstream. `readCache` false when the policy skipped the cache (no-store, reload).
     case fetch
     /// `cache-only` and nothing usable is stored.
@@ -24,7 +26,7 @@ public enum StoreRefusal: String, Sendable, Equatable {
 public enum StoreDecision: Equatable, Sendable {
     /// Store with this freshness lifetime in seconds (0 = stale at once, still usable by
     /// cache-else-load, cache-only and a later `ttl`).
-    case store(freshnessLifetime: Double)
+    case store(StoredFreshness)
     case refuse(StoreRefusal)
 }
 
@@ -33,10 +35,22 @@ public struct EntryFreshness: Sendable, Equatable {
     public var storedAt: Double
     public var freshnessLifetime: Double
     public var version: Int64
-    public init(storedAt: Double, freshnessLifetime: Double, version: Int64) {
+    /// `stale-while-revalidate` from the response (RFC 5861 §3), seconds; 0 when absent.
+    public var staleWhileRevalidate: Double
+    /// `stale-if-error` from the response (RFC 5861 §4), seconds; 0 when absent.
+    public var staleIfError: Double
+    /// `must-revalidate` or `proxy-revalidate` (RFC 9111 §5.2.2.2, §5.2.2.8): never served stale
+    /// without the origin's say-so.
+    public var mustRevalidate: Bool
+
+    public init(storedAt: Double, freshnessLifetime: Double, version: Int64, staleWhileRevalidate: Double = 0,
+                staleIfError: Double = 0, mustRevalidate: Bool = false) {
         self.storedAt = storedAt
         self.freshnessLifetime = freshnessLifetime
         self.version = version
+        self.staleWhileRevalidate = staleWhileRevalidate
+        self.staleIfError = staleIfError
+        self.mustRevalidate = mustRevalidate
     }
 
     /// Age in seconds, measured from when the entry was stored (never negative).
@@ -49,6 +63,35 @@ public struct EntryFreshness: Sendable, Equatable {
 
     public func isFresh(now: Double, ttl: Double?) -> Bool {
         age(now: now) < (ttl ?? freshnessLifetime)
+    }
+
+    /// Seconds past freshness (0 while fresh).
+    public func staleness(now: Double, ttl: Double?) -> Double {
+        max(0, age(now: now) - (ttl ?? freshnessLifetime))
+    }
+}
+
+/// Caller-chosen windows for serving stale entries; nil = the response's directive.
+public struct StaleWindows: Sendable, Equatable {
+    public var whileRevalidate: Double?
+    public var ifError: Double?
+    public init(whileRevalidate: Double? = nil, ifError: Double? = nil) {
+        self.whileRevalidate = whileRevalidate
+        self.ifError = ifError
+    }
+}
+
+/// How a response is stored: its freshness and the stale-serving allowances it grants.
+public struct StoredFreshness: Sendable, Equatable {
+    public var lifetime: Double
+    public var staleWhileRevalidate: Double = 0
+    public var staleIfError: Double = 0
+    public var mustRevalidate = false
+    public init(lifetime: Double, staleWhileRevalidate: Double = 0, staleIfError: Double = 0, mustRevalidate: Bool = false) {
+        self.lifetime = lifetime
+        self.staleWhileRevalidate = staleWhileRevalidate
+        self.staleIfError = staleIfError
+        self.mustRevalidate = mustRevalidate
     }
 }
 
@@ -65,7 +108,7 @@ public enum CacheRules {
 
     /// Whether to read the cache, and what to do with what was found.
     public static func lookup(policy: CachePolicy, method: HTTPMethod, ttl: Double?, version: Int64,
-                              entry: EntryFreshness?, now: Double) -> LookupDecision {
+                              entry: EntryFreshness?, now: Double, stale: StaleWindows = StaleWindows()) -> LookupDecision {
         switch policy {
         case .noStore, .reload:
             return .fetch
@@ -79,12 +122,32 @@ public enum CacheRules {
         let fresh = entry.isFresh(now: now, ttl: ttl)
         switch policy {
         case .useProtocol:
-            return fresh ? .serve(fresh: true) : .fetch
+            if fresh { return .serve(fresh: true) }
+            // RFC 5861 §3: within the stale-while-revalidate window, answer with the stale
+            // entry and refresh it in the background — unless the origin said must-revalidate.
+            let window = stale.whileRevalidate ?? entry.staleWhileRevalidate
+            if !entry.mustRevalidate, window > 0, entry.staleness(now: now, ttl: ttl) < window {
+                return .serveStaleAndRefresh
+            }
+            return .fetch
         case .cacheElseLoad, .cacheOnly:
             return .serve(fresh: fresh)
         case .noStore, .reload:
             return .fetch
         }
+    }
+
+    /// RFC 5861 §4: whether a stale entry may answer instead of an upstream failure
+    /// (unreachable, timeout, or a 500, 502, 503 or 504 status).
+    public static func mayServeStaleOnError(_ entry: EntryFreshness, now: Double, ttl: Double?, window: Double?) -> Bool {
+        guard !entry.mustRevalidate else { return false }
+        let allowed = window ?? entry.staleIfError
+        return allowed > 0 && entry.staleness(now: now, ttl: ttl) < allowed
+    }
+
+    /// The upstream statuses that count as errors for stale-if-error (RFC 5861 §4).
+    public static func isServerError(_ status: Int) -> Bool {
+        [500, 502, 503, 504].contains(status)
     }
 
     /// Whether and for how long to store a response (issue 2 subset of RFC 9111 §3 and §4.2.1).
@@ -103,7 +166,15 @@ public enum CacheRules {
         // inside a per-caller partition of the key.
         if cacheControl.has("private"), !partitioned { return .refuse(.responsePrivate) }
         guard bodySize <= maxBodySize else { return .refuse(.bodyTooLarge) }
-        return .store(freshnessLifetime: freshnessLifetime(cacheControl: cacheControl, headers: headers, receivedAt: receivedAt))
+        func seconds(_ name: String) -> Double {
+            if case .value(let value) = cacheControl.seconds(name) { return value }
+            return 0
+        }
+        return .store(StoredFreshness(
+            lifetime: freshnessLifetime(cacheControl: cacheControl, headers: headers, receivedAt: receivedAt),
+            staleWhileRevalidate: seconds("stale-while-revalidate"),
+            staleIfError: seconds("stale-if-error"),
+            mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")))
     }
 
     /// Freshness lifetime (RFC 9111 §4.2.1): s-maxage (Larder is a shared cache), then

@@ -44,9 +44,12 @@ public struct CacheReport: Sendable, Equatable {
     public var notStoredBecause: StoreRefusal?
     /// The request waited for another request's upstream fetch of the same key and shared it.
     public var coalesced: Bool
+    /// When a stale entry answered because the upstream failed: what failed (an error code,
+    /// or `upstream_status_NNN`).
+    public var upstreamError: String?
 
     public init(outcome: CacheOutcome, key: CacheKey, age: Double, ttl: Double?, version: Int64, stored: Bool,
-                notStoredBecause: StoreRefusal? = nil, coalesced: Bool = false) {
+                notStoredBecause: StoreRefusal? = nil, coalesced: Bool = false, upstreamError: String? = nil) {
         self.outcome = outcome
         self.key = key
         self.age = age
@@ -55,6 +58,7 @@ public struct CacheReport: Sendable, Equatable {
         self.stored = stored
         self.notStoredBecause = notStoredBecause
         self.coalesced = coalesced
+        self.upstreamError = upstreamError
     }
 }
 
@@ -132,6 +136,10 @@ public enum Envelope {
         }
         if cache.coalesced {
             out.append(contentsOf: #","coalesced":true"#.utf8)
+        }
+        if let upstreamError = cache.upstreamError {
+            out.append(contentsOf: #","upstreamError":"#.utf8)
+            JSONWriter.appendString(upstreamError, to: &out)
         }
         out.append(contentsOf: #"},"timing":{"totalMs":"#.utf8)
         JSONWriter.appendMilliseconds(totalMs, to: &out)

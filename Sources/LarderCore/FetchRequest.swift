@@ -23,7 +23,15 @@ public struct CacheOptions: Sendable, Equatable {
     public var sensitive: JSONValue?
     public var ignoreQuery: Set<String> = []
     public var namespace: String = "default"
+    /// Seconds past freshness during which a stale entry is served while it is refreshed in the
+    /// background; nil = the response's `stale-while-revalidate`.
+    public var staleWhileRevalidate: Double?
+    /// Seconds past freshness during which a stale entry is served when the upstream fails;
+    /// nil = the response's `stale-if-error`.
+    public var staleIfError: Double?
     public init() {}
+
+    public var staleWindows: StaleWindows { StaleWindows(whileRevalidate: staleWhileRevalidate, ifError: staleIfError) }
 }
 
 public struct FetchRequest: Sendable {
@@ -210,6 +218,8 @@ private struct WireCacheOptions: Decodable {
     var sensitive: JSONValue?
     var ignoreQuery: [String]?
     var namespace: String?
+    var staleWhileRevalidate: Double?
+    var staleIfError: Double?
 
     func validated(defaults: CacheDefaults) throws(LarderError) -> CacheOptions {
         var options = CacheOptions()
@@ -230,6 +240,11 @@ private struct WireCacheOptions: Decodable {
             options.ttl = ttl
         }
         options.version = version?.value ?? defaults.version ?? 0
+        for (field, value) in [("cache.staleWhileRevalidate", staleWhileRevalidate), ("cache.staleIfError", staleIfError)] {
+            if let value, !(value.isFinite && value >= 0) { throw .invalid(field, "must be a number of seconds, 0 or more") }
+        }
+        options.staleWhileRevalidate = staleWhileRevalidate
+        options.staleIfError = staleIfError
         options.sensitive = sensitive
         options.ignoreQuery = Set(ignoreQuery ?? [])
         if let namespace {

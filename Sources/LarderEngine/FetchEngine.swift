@@ -46,6 +46,7 @@ public final class FetchEngine: Sendable {
     private let logger: Logger
     private let flights = Mutex<[FlightKey: [Waiter]]>([:])
     private let coalesced = Atomic<Int>(0)
+    private let backgroundRefreshes = Atomic<Int>(0)
 
     /// Requests coalesce when they share the key and the version (the version decides whether
     /// a stored entry may be served, so it is part of what is being waited for).
@@ -94,19 +95,23 @@ public final class FetchEngine: Sendable {
         let options = request.cache
         let cacheable = CacheRules.isCacheable(method: request.method, ttl: options.ttl)
         let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
-        let entry = readsCache ? store.lookup(derived.key) : nil
+        let found = readsCache ? store.lookup(derived.key) : nil
+        // An entry under another version is never served, not even stale on error.
+        let entry = found?.freshness.version == options.version ? found : nil
         let now = clock.now()
         let decision = CacheRules.lookup(policy: options.policy, method: request.method, ttl: options.ttl,
-                                         version: options.version, entry: entry?.freshness, now: now)
+                                         version: options.version, entry: found?.freshness, now: now,
+                                         stale: options.staleWindows)
         switch decision {
         case .serve(let fresh):
             guard let entry else { preconditionFailure("serve decided without an entry") }
             store.recordHit(derived.key, at: now)
-            let report = CacheReport(outcome: fresh ? .hit : .stale, key: derived.key, age: entry.freshness.age(now: now),
-                                     ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
-                                     version: entry.freshness.version, stored: true)
-            return render(status: entry.status, headersJSON: entry.headersJSON, body: entry.body, kind: entry.bodyKind,
-                          report: report, receivedAt: receivedAt, upstreamMs: nil)
+            return serve(entry, outcome: fresh ? .hit : .stale, options: options, now: now, receivedAt: receivedAt)
+        case .serveStaleAndRefresh:
+            guard let entry else { preconditionFailure("serve decided without an entry") }
+            store.recordHit(derived.key, at: now)
+            refreshInBackground(prepared)
+            return serve(entry, outcome: .stale, options: options, now: now, receivedAt: receivedAt)
         case .failNotCached:
             return .failure(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only"))
         case .fetch:
@@ -134,26 +139,78 @@ public final class FetchEngine: Sendable {
             }
             leading = key
         }
-        let flight = leading
+        sendUpstream(prepared, outcome: outcome, fallback: entry, flight: leading, receivedAt: receivedAt, reply: reply)
+        return nil
+    }
+
+    private func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double, receivedAt: Double,
+                       upstreamError: String? = nil, coalesced: Bool = false) -> FetchReply {
+        let report = CacheReport(outcome: outcome, key: entry.key, age: entry.freshness.age(now: now),
+                                 ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
+                                 version: entry.freshness.version, stored: true, coalesced: coalesced,
+                                 upstreamError: upstreamError)
+        return render(status: entry.status, headersJSON: entry.headersJSON, body: entry.body, kind: entry.bodyKind,
+                      report: report, receivedAt: receivedAt, upstreamMs: nil)
+    }
+
+    /// Sends the request upstream; stores and answers with the response. `fallback` is the
+    /// stale entry that may answer instead of an upstream failure (stale-if-error).
+    private func sendUpstream(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightKey?,
+                              receivedAt: Double, reply: @escaping @Sendable (FetchReply) -> Void) {
+        let request = prepared.request
         let upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: request.headers,
                                               body: request.body, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
         upstream.send(upstreamRequest) { [self] result in
             switch result {
             case .failure(let error):
-                reply(.failure(error))
-                self.land(flight, with: .failed(error))
+                if let stale = staleOnError(fallback, options: request.cache, receivedAt: receivedAt, error: error.code.rawValue) {
+                    reply(stale)
+                } else {
+                    reply(.failure(error))
+                }
+                land(flight, with: .failed(error))
             case .success(let response):
-                self.complete(request, derived: derived, outcome: outcome, response: response,
-                              receivedAt: receivedAt, flight: flight, reply: reply)
+                if CacheRules.isServerError(response.status),
+                   let stale = staleOnError(fallback, options: request.cache, receivedAt: receivedAt,
+                                            error: "upstream_status_\(response.status)") {
+                    reply(stale)
+                    land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)")))
+                    return
+                }
+                complete(prepared, outcome: outcome, response: response, receivedAt: receivedAt, flight: flight, reply: reply)
             }
         }
-        return nil
     }
 
-    private func complete(_ request: FetchRequest, derived: CacheKeyBuilder.Derived, outcome: CacheOutcome,
-                          response: UpstreamResponse, receivedAt: Double, flight: FlightKey?,
-                          reply: @escaping @Sendable (FetchReply) -> Void) {
+    /// The stale entry as the answer to a failed upstream request, when stale-if-error allows.
+    private func staleOnError(_ entry: StoredEntry?, options: CacheOptions, receivedAt: Double, error: String) -> FetchReply? {
+        let now = clock.now()
+        guard let entry, CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError)
+        else { return nil }
+        store.recordHit(entry.key, at: now)
+        return serve(entry, outcome: .stale, options: options, now: now, receivedAt: receivedAt, upstreamError: error)
+    }
+
+    /// Refreshes `prepared`'s entry once, however many requests ask meanwhile: a refresh is a
+    /// flight, and a flight already under way for the key is the refresh.
+    private func refreshInBackground(_ prepared: PreparedFetch) {
+        let key = FlightKey(key: prepared.derived.key, version: prepared.request.cache.version)
+        let started = flights.withLock { flights -> Bool in
+            guard flights[key] == nil else { return false }
+            flights[key] = []
+            return true
+        }
+        guard started else { return }
+        backgroundRefreshes.add(1, ordering: .relaxed)
+        let fallback = store.lookup(prepared.derived.key)
+        sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: key, receivedAt: clock.now()) { _ in }
+    }
+
+    private func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, receivedAt: Double,
+                          flight: FlightKey?, reply: @escaping @Sendable (FetchReply) -> Void) {
+        let request = prepared.request
+        let derived = prepared.derived
         let options = request.cache
         // Ages are measured on the engine's clock (injected), durations on the upstream's.
         let receivedAtNow = clock.now()
@@ -172,8 +229,10 @@ public final class FetchEngine: Sendable {
             reply(render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
                          report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
             land(flight, with: .notShareable)
-        case .store(let lifetime):
-            let freshness = EntryFreshness(storedAt: receivedAtNow, freshnessLifetime: lifetime, version: options.version)
+        case .store(let stored):
+            let freshness = EntryFreshness(storedAt: receivedAtNow, freshnessLifetime: stored.lifetime, version: options.version,
+                                           staleWhileRevalidate: stored.staleWhileRevalidate, staleIfError: stored.staleIfError,
+                                           mustRevalidate: stored.mustRevalidate)
             let entry = StoredEntry(
                 key: derived.key, namespace: options.namespace, method: request.method,
                 url: request.url.absoluteString, status: response.status,
@@ -186,9 +245,9 @@ public final class FetchEngine: Sendable {
                 let report = CacheReport(outcome: outcome, key: derived.key, age: 0,
                                          ttl: saved ? freshness.remaining(now: receivedAtNow, ttl: options.ttl) : nil,
                                          version: options.version, stored: saved)
-                reply(self.render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
-                                  report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
-                self.land(flight, with: saved ? .stored(entry) : .notShareable)
+                reply(render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
+                             report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+                land(flight, with: saved ? .stored(entry) : .notShareable)
             }
         }
     }
@@ -199,7 +258,7 @@ public final class FetchEngine: Sendable {
     private enum Landing {
         case stored(StoredEntry)   // shareable: every waiter gets it
         case notShareable          // private, not storable, or not stored: each waiter fetches on its own
-        case failed(LarderError)   // the upstream failed: every waiter gets the same error
+        case failed(LarderError)   // the upstream failed: every waiter gets its stale entry if allowed, else the error
     }
 
     /// Wakes the requests that waited on `flight`. Called after the store committed, so a
@@ -210,16 +269,14 @@ public final class FetchEngine: Sendable {
         guard !waiters.isEmpty else { return }
         let now = clock.now()
         for waiter in waiters {
+            let options = waiter.prepared.request.cache
             switch landing {
             case .failed(let error):
-                waiter.reply(.failure(error))
+                let fallback = store.lookup(waiter.prepared.derived.key).flatMap { $0.freshness.version == options.version ? $0 : nil }
+                waiter.reply(staleOnError(fallback, options: options, receivedAt: waiter.receivedAt, error: error.code.rawValue)
+                             ?? .failure(error))
             case .stored(let entry):
-                let options = waiter.prepared.request.cache
-                let report = CacheReport(outcome: .hit, key: entry.key, age: entry.freshness.age(now: now),
-                                         ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
-                                         version: entry.freshness.version, stored: true, coalesced: true)
-                waiter.reply(render(status: entry.status, headersJSON: entry.headersJSON, body: entry.body, kind: entry.bodyKind,
-                                    report: report, receivedAt: waiter.receivedAt, upstreamMs: nil))
+                waiter.reply(serve(entry, outcome: .hit, options: options, now: now, receivedAt: waiter.receivedAt, coalesced: true))
             case .notShareable:
                 if let immediate = fetch(waiter.prepared, receivedAt: waiter.receivedAt, mayCoalesce: false, reply: waiter.reply) {
                     waiter.reply(immediate)
@@ -230,6 +287,9 @@ public final class FetchEngine: Sendable {
 
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { coalesced.load(ordering: .relaxed) }
+
+    /// Background refreshes started for stale-while-revalidate.
+    public var backgroundRefreshCount: Int { backgroundRefreshes.load(ordering: .relaxed) }
 
     private func render(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind, report: CacheReport,
                         receivedAt: Double, upstreamMs: Double?) -> FetchReply {

@@ -26,7 +26,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     // readers are handed out under `readers`'s lock and used by one thread at a time; the hit
     // shards are Mutex-protected. Nothing else is mutable.
 
-    public static let schemaVersion: Int64 = 1
+    public static var schemaVersion: Int64 { Int64(migrations.count) }
 
     public let path: String
     private let logger: Logger
@@ -60,7 +60,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             try connection.execute("PRAGMA busy_timeout = 5000")
             select = try connection.prepare("""
                 SELECT namespace, method, url, status, headers, body, body_kind, body_sha256,
-                       stored_at, freshness, version, sensitive_fp, etag, last_modified
+                       stored_at, freshness, version, sensitive_fp, etag, last_modified,
+                       stale_while_revalidate, stale_if_error, must_revalidate
                 FROM entries WHERE key = ?1
                 """)
         }
@@ -81,8 +82,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         insert = try writer.prepare("""
             INSERT OR REPLACE INTO entries
               (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
-               freshness, version, sensitive_fp, etag, last_modified, hits, last_access)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10)
+               freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
+               stale_while_revalidate, stale_if_error, must_revalidate)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18)
             """)
         deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_sha256 = ?2")
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
@@ -117,6 +119,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         );
         CREATE INDEX entries_namespace ON entries(namespace);
         CREATE INDEX entries_last_access ON entries(last_access);
+        """,
+        // 2: stale-serving allowances from the response (RFC 5861, RFC 9111 §5.2.2.2)
+        """
+        ALTER TABLE entries ADD COLUMN stale_while_revalidate REAL NOT NULL DEFAULT 0;
+        ALTER TABLE entries ADD COLUMN stale_if_error REAL NOT NULL DEFAULT 0;
+        ALTER TABLE entries ADD COLUMN must_revalidate INTEGER NOT NULL DEFAULT 0;
         """,
     ]
 
@@ -175,7 +183,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             return StoredEntry(
                 key: key, namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "",
                 status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
-                freshness: EntryFreshness(storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10)),
+                freshness: EntryFreshness(storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
+                                          staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
+                                          mustRevalidate: select.int64(16) != 0),
                 sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13))
         } catch {
             logger.error("lookup failed; answering as a miss", metadata: ["key": "\(key)", "error": "\(error)"])
@@ -246,6 +256,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try statement.bind(13, entry.sensitiveFingerprint)
         try statement.bind(14, entry.etag)
         try statement.bind(15, entry.lastModified)
+        try statement.bind(16, entry.freshness.staleWhileRevalidate)
+        try statement.bind(17, entry.freshness.staleIfError)
+        try statement.bind(18, Int64(entry.freshness.mustRevalidate ? 1 : 0))
         _ = try statement.step()
     }
 

@@ -70,12 +70,21 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(size: 101), .refuse(.bodyTooLarge))
     }
 
+    func testStaleAllowancesAreRecorded() {
+        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, stale-while-revalidate=30, stale-if-error=600")]),
+                       .store(StoredFreshness(lifetime: 5, staleWhileRevalidate: 30, staleIfError: 600)))
+        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, must-revalidate")]),
+                       .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
+        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, proxy-revalidate")]),
+                       .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
+    }
+
     func testStoredResponses() {
-        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5")]), .store(freshnessLifetime: 5))
-        XCTAssertEqual(decide(method: .post, ttl: 10), .store(freshnessLifetime: 0))
-        XCTAssertEqual(decide(partitioned: true, headers: [("Cache-Control", "private, max-age=5")]), .store(freshnessLifetime: 5))
-        XCTAssertEqual(decide(status: 204), .store(freshnessLifetime: 0))
-        XCTAssertEqual(decide(policy: .reload, headers: [("Cache-Control", "no-cache")]), .store(freshnessLifetime: 0))
+        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5")]), .store(StoredFreshness(lifetime: 5)))
+        XCTAssertEqual(decide(method: .post, ttl: 10), .store(StoredFreshness(lifetime: 0)))
+        XCTAssertEqual(decide(partitioned: true, headers: [("Cache-Control", "private, max-age=5")]), .store(StoredFreshness(lifetime: 5)))
+        XCTAssertEqual(decide(status: 204), .store(StoredFreshness(lifetime: 0)))
+        XCTAssertEqual(decide(policy: .reload, headers: [("Cache-Control", "no-cache")]), .store(StoredFreshness(lifetime: 0)))
     }
 }
 
@@ -115,6 +124,33 @@ final class LookupDecisionTests: XCTestCase {
         XCTAssertEqual(decide(.useProtocol, method: .put, entry: stored, now: 1001), .fetch)
         XCTAssertEqual(decide(.useProtocol, method: .post, entry: stored, now: 1001), .fetch)
         XCTAssertEqual(decide(.useProtocol, method: .post, ttl: 100, entry: stored, now: 1001), .serve(fresh: true))
+    }
+
+    func testStaleWhileRevalidateWindow() {
+        let entry = EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 3, staleWhileRevalidate: 30)
+        XCTAssertEqual(decide(.useProtocol, entry: entry, now: 1059), .serve(fresh: true))
+        XCTAssertEqual(decide(.useProtocol, entry: entry, now: 1089), .serveStaleAndRefresh)
+        XCTAssertEqual(decide(.useProtocol, entry: entry, now: 1090), .fetch, "past the window")
+        // The caller's window replaces the directive's.
+        XCTAssertEqual(CacheRules.lookup(policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: stored, now: 1100,
+                                         stale: StaleWindows(whileRevalidate: 100)), .serveStaleAndRefresh)
+        var strict = entry
+        strict.mustRevalidate = true
+        XCTAssertEqual(decide(.useProtocol, entry: strict, now: 1070), .fetch, "must-revalidate forbids serving stale")
+    }
+
+    func testStaleIfErrorWindow() {
+        let entry = EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 3, staleIfError: 100)
+        XCTAssertTrue(CacheRules.mayServeStaleOnError(entry, now: 1159, ttl: nil, window: nil))
+        XCTAssertFalse(CacheRules.mayServeStaleOnError(entry, now: 1160, ttl: nil, window: nil))
+        XCTAssertTrue(CacheRules.mayServeStaleOnError(stored, now: 5000, ttl: nil, window: 86400), "the caller's window")
+        XCTAssertFalse(CacheRules.mayServeStaleOnError(stored, now: 1100, ttl: nil, window: nil), "no directive, no window")
+        var strict = entry
+        strict.mustRevalidate = true
+        XCTAssertFalse(CacheRules.mayServeStaleOnError(strict, now: 1100, ttl: nil, window: 1000))
+        XCTAssertEqual([500, 502, 503, 504].map(CacheRules.isServerError), [true, true, true, true])
+        XCTAssertFalse(CacheRules.isServerError(501))
+        XCTAssertFalse(CacheRules.isServerError(404))
     }
 
     func testAgeAndRemaining() {

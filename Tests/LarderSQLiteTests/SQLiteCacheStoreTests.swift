@@ -108,6 +108,31 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(lastAccess.double(0), 2024)
     }
 
+    func testAVersion1DatabaseIsMigratedKeepingItsEntries() throws {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let old = try SQLiteConnection(path: path)
+        try old.execute("PRAGMA journal_mode = WAL")
+        try old.execute(SQLiteCacheStore.migrations[0])
+        try old.execute("PRAGMA user_version = 1")
+        try old.execute("""
+            INSERT INTO entries (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
+                                 freshness, version, hits, last_access)
+            VALUES ('old', 'default', 'GET', 'http://a.test/', 200, X'7B7D', X'5B315D', 0,
+                    X'\(BodyChecksum.compute(Array("[1]".utf8)).map { String(format: "%02X", $0) }.joined())', 5, 60, 0, 0, 5)
+            """)
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("PRAGMA user_version"), SQLiteCacheStore.schemaVersion)
+        let migrated = try XCTUnwrap(store.lookup(CacheKey(hex: "old")))
+        XCTAssertEqual(migrated.body, Array("[1]".utf8))
+        XCTAssertEqual(migrated.freshness, EntryFreshness(storedAt: 5, freshnessLifetime: 60, version: 0))
+        // New columns round-trip.
+        var fresh = entry("new")
+        fresh.freshness = EntryFreshness(storedAt: 1, freshnessLifetime: 2, version: 3, staleWhileRevalidate: 4, staleIfError: 5, mustRevalidate: true)
+        save(store, fresh)
+        XCTAssertEqual(store.lookup(CacheKey(hex: "new"))?.freshness, fresh.freshness)
+    }
+
     func testADatabaseFromANewerLarderIsRefused() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         store.close()
