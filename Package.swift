@@ -64,6 +64,10 @@ let package = Package(
         ),
 
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
+        .testTarget(
+            name: "LarderEngineTests",
+            dependencies: ["LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")]
+        ),
         .testTarget(name: "LarderSQLiteTests", dependencies: ["LarderSQLite", "LarderEngine", "LarderCore"]),
         .testTarget(
             name: "LarderIntegrationTests",

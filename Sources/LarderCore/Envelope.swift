@@ -27,7 +27,8 @@ public enum BodyKind: Int, Sendable {
 }
 
 public enum CacheOutcome: String, Sendable {
-    case hit, miss, stale, bypass
+    /// `revalidated`: a stale entry confirmed by the upstream with 304 Not Modified and served.
+    case hit, miss, stale, bypass, revalidated
 
     /// The `X-Cache` header value.
     public var headerValue: String { rawValue.uppercased() }
@@ -63,6 +64,25 @@ public struct CacheReport: Sendable, Equatable {
 }
 
 public enum ResponseHeaders {
+    /// Parses headers rendered by `renderJSON` back into fields (for updating them).
+    public static func parseJSON(_ bytes: [UInt8]) -> [HeaderField] {
+        guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: String] else { return [] }
+        return object.sorted { $0.key < $1.key }.map { HeaderField($0.key, $0.value) }
+    }
+
+    /// RFC 9111 §3.2: a 304 (or a HEAD) updates the stored header fields: each field it carries
+    /// replaces the stored one of the same name, except Content-Length and connection-level
+    /// fields; fields it does not carry are kept.
+    public static func updated(_ stored: [HeaderField], with newer: [HeaderField]) -> [HeaderField] {
+        let nominated = HopByHop.nominated(in: newer)
+        let replacing = newer.filter { field in
+            let name = field.name.lowercasedASCII
+            return name != "content-length" && !HopByHop.contains(name, nominatedBy: nominated)
+        }
+        let replacedNames = Set(replacing.map { $0.name.lowercasedASCII })
+        return stored.filter { !replacedNames.contains($0.name.lowercasedASCII) } + replacing
+    }
+
     /// Renders response headers as a JSON object: names lower-cased, repeated fields combined
     /// with ", " (RFC 9110 §5.3), hop-by-hop fields left out. `dropCookies` leaves Set-Cookie
     /// out, as for stored entries: cookies are secrets and never land in the database.

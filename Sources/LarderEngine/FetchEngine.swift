@@ -156,12 +156,28 @@ public final class FetchEngine: Sendable {
     /// Sends the request upstream; stores and answers with the response. `fallback` is the
     /// stale entry that may answer instead of an upstream failure (stale-if-error).
     private func sendUpstream(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightKey?,
-                              receivedAt: Double, reply: @escaping @Sendable (FetchReply) -> Void) {
+                              receivedAt: Double, conditional: Bool = true, reply: @escaping @Sendable (FetchReply) -> Void) {
         let request = prepared.request
-        let upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: request.headers,
+        var headers = request.headers
+        // RFC 9111 §4.3.1: revalidate a stored entry with its validators instead of
+        // re-downloading it — unless the caller sent its own conditions (then the answer is theirs).
+        var condition: StoredEntry?
+        if conditional, let fallback, request.cache.policy == .useProtocol,
+           headers.values("if-none-match").isEmpty, headers.values("if-modified-since").isEmpty,
+           fallback.etag != nil || fallback.lastModified != nil {
+            if let etag = fallback.etag { headers.append(HeaderField("If-None-Match", etag)) }
+            if let lastModified = fallback.lastModified { headers.append(HeaderField("If-Modified-Since", lastModified)) }
+            condition = fallback
+        }
+        let validating = condition
+        let upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: headers,
                                               body: request.body, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
         upstream.send(upstreamRequest) { [self] result in
+            if case .success(let response) = result, response.status == 304, let validating {
+                return revalidated(prepared, entry: validating, notModified: response, fallback: fallback, flight: flight,
+                                   receivedAt: receivedAt, reply: reply)
+            }
             switch result {
             case .failure(let error):
                 if let stale = staleOnError(fallback, options: request.cache, receivedAt: receivedAt, error: error.code.rawValue) {
@@ -180,6 +196,48 @@ public final class FetchEngine: Sendable {
                 }
                 complete(prepared, outcome: outcome, response: response, receivedAt: receivedAt, flight: flight, reply: reply)
             }
+        }
+    }
+
+    /// A 304 confirmed `entry`: update its headers and freshness from the 304 (RFC 9111
+    /// §4.3.4), store it, and serve the stored body. If the entry vanished meanwhile (purged,
+    /// damaged), there is no body to serve: ask again without conditions.
+    private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, fallback: StoredEntry?,
+                             flight: FlightKey?, receivedAt: Double, reply: @escaping @Sendable (FetchReply) -> Void) {
+        let options = prepared.request.cache
+        guard let current = store.lookup(entry.key), current.freshness.version == options.version else {
+            logger.debug("304 for an entry that is gone; fetching in full", metadata: ["key": "\(entry.key)"])
+            return sendUpstream(prepared, outcome: .miss, fallback: nil, flight: flight, receivedAt: receivedAt,
+                                conditional: false, reply: reply)
+        }
+        let now = clock.now()
+        let headers = ResponseHeaders.updated(ResponseHeaders.parseJSON(current.headersJSON), with: notModified.headers)
+        let upstreamMs = (notModified.responseTime - notModified.requestTime) * 1000
+        let decision = CacheRules.store(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
+                                        partitioned: prepared.derived.partitioned, status: current.status, headers: headers,
+                                        bodySize: current.body.count, maxBodySize: limits.maxStoredBodyBytes, receivedAt: now)
+        guard case .store(let stored) = decision else {
+            // The origin now forbids storing: serve what it confirmed, keep nothing.
+            let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0, ttl: nil, version: options.version, stored: false)
+            reply(render(status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true),
+                         body: current.body, kind: current.bodyKind, report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+            return land(flight, with: .notShareable)
+        }
+        var update = current
+        update.headersJSON = ResponseHeaders.renderJSON(headers, dropCookies: true)
+        update.freshness = EntryFreshness(storedAt: now, freshnessLifetime: stored.lifetime, version: options.version,
+                                             staleWhileRevalidate: stored.staleWhileRevalidate, staleIfError: stored.staleIfError,
+                                             mustRevalidate: stored.mustRevalidate)
+        update.etag = headers.values("etag").first
+        update.lastModified = headers.values("last-modified").first
+        let refreshed = update
+        store.save(refreshed) { [self] saved in
+            let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0,
+                                     ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
+                                     version: options.version, stored: saved)
+            reply(render(status: refreshed.status, headersJSON: refreshed.headersJSON, body: refreshed.body,
+                         kind: refreshed.bodyKind, report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+            land(flight, with: saved ? .stored(refreshed) : .notShareable)
         }
     }
 

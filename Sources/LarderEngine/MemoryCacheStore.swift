@@ -22,6 +22,10 @@ public final class MemoryCacheStore: CacheStore {
         hits.withLock { $0[key, default: 0] += 1 }
     }
 
+    public func remove(_ key: CacheKey) {
+        entries.withLock { _ = $0.removeValue(forKey: key) }
+    }
+
     public func hitCount(_ key: CacheKey) -> Int {
         hits.withLock { $0[key] ?? 0 }
     }

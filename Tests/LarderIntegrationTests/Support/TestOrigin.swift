@@ -9,6 +9,8 @@
 //   h=Name:Value       an extra response header (repeatable)
 //   location=URL       Location header (use with status=302 etc.)
 //   cookie=1           Set-Cookie: TestOrigin.cookie (a value that appears nowhere in the URL)
+//   etag=VALUE         ETag header; a request whose If-None-Match matches gets 304
+//   lm=HTTP-DATE       Last-Modified header; a request whose If-Modified-Since equals it gets 304
 //   loop=1             Location header pointing back at this very request
 //   binary=1           a small binary body
 // The default body is JSON: {"path": …, "n": <how many requests this path has seen>,
@@ -80,7 +82,12 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         }
         changed.broadcast()
 
-        let status = Int(query.first { $0.0 == "status" }?.1 ?? "") ?? 200
+        var status = Int(query.first { $0.0 == "status" }?.1 ?? "") ?? 200
+        let etag = query.first { $0.0 == "etag" }?.1
+        let lastModified = query.first { $0.0 == "lm" }?.1
+        let notModified = (etag != nil && headers["if-none-match"] == etag)
+            || (lastModified != nil && headers["if-modified-since"] == lastModified)
+        if notModified { status = 304 }
         var responseHeaders: [(name: String, value: String)] = []
         var body: [UInt8]
         if let size = query.first(where: { $0.0 == "size" }).flatMap({ Int($0.1) }) {
@@ -105,6 +112,8 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
             case "location": responseHeaders.append(("Location", value))
             case "loop": responseHeaders.append(("Location", request.rawTarget))
             case "cookie": responseHeaders.append(("Set-Cookie", TestOrigin.cookie))
+            case "etag": responseHeaders.append(("ETag", value))
+            case "lm": responseHeaders.append(("Last-Modified", value))
             case "h":
                 if let colon = value.firstIndex(of: ":") {
                     responseHeaders.append((String(value[..<colon]), String(value[value.index(after: colon)...])))
@@ -112,7 +121,9 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
             default: break
             }
         }
-        let response = HTTPServerResponse(status: status, headers: responseHeaders, body: request.method == "HEAD" ? [] : body)
+        if notModified { responseHeaders.removeAll { $0.name == "Content-Type" } }
+        let response = HTTPServerResponse(status: status, headers: responseHeaders,
+                                          body: request.method == "HEAD" || notModified ? [] : body)
         if let delay = query.first(where: { $0.0 == "delay" }).flatMap({ Int($0.1) }) {
             DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { responder.respond(response) }
             return nil

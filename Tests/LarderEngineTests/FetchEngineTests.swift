@@ -1,0 +1,113 @@
+// The engine with an in-memory store and a scripted upstream: no sockets, no threads.
+
+import Foundation
+import LarderCore
+import LarderEngine
+import Logging
+import Synchronization
+import XCTest
+
+/// An upstream whose answers the test scripts, recording what it was asked.
+final class ScriptedUpstream: Upstream {
+    let requests = Mutex<[UpstreamRequest]>([])
+    private let script: @Sendable (UpstreamRequest, Int) -> Result<UpstreamResponse, LarderError>
+
+    init(_ script: @escaping @Sendable (UpstreamRequest, Int) -> Result<UpstreamResponse, LarderError>) {
+        self.script = script
+    }
+
+    func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+        let index = requests.withLock { requests -> Int in
+            requests.append(request)
+            return requests.count - 1
+        }
+        completion(script(request, index))
+    }
+
+    static func response(_ status: Int, _ headers: [(String, String)], body: String = "") -> UpstreamResponse {
+        UpstreamResponse(status: status, headers: headers.map { HeaderField($0.0, $0.1) }, body: Array(body.utf8),
+                         requestTime: 0, responseTime: 0)
+    }
+}
+
+/// A clock the test moves by hand.
+final class TestTime: Sendable {
+    private let seconds = Mutex<Double>(1_000)
+    func withLock<T>(_ body: (inout Double) -> T) -> T { seconds.withLock { body(&$0) } }
+}
+
+final class FetchEngineTests: XCTestCase {
+    private let now = TestTime()
+
+    private func engine(store: any CacheStore, upstream: any Upstream) -> FetchEngine {
+        FetchEngine(store: store, upstream: upstream, keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)),
+                    clock: Clock { [now] in now.withLock { $0 } }, logger: Logger(label: "engine-test"))
+    }
+
+    /// Runs a fetch to completion (the scripted upstream answers synchronously).
+    private func fetch(_ engine: FetchEngine, _ request: FetchRequest) -> [String: Any] {
+        let delivered = Mutex<FetchReply?>(nil)
+        let immediate = engine.fetch(request, receivedAt: now.withLock { $0 }) { reply in delivered.withLock { $0 = reply } }
+        let reply = immediate ?? delivered.withLock { $0 }
+        XCTAssertNotNil(reply)
+        return (try? JSONSerialization.jsonObject(with: Data(reply?.body ?? []))) as? [String: Any] ?? [:]
+    }
+
+    func testA304ForAnEntryThatVanishedLeadsToAnUnconditionalRefetch() throws {
+        let store = MemoryCacheStore()
+        let keys = CacheKeyBuilder(secret: Array(repeating: 1, count: 32))
+        let request = FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item"))
+        let key = keys.derive(for: request).key
+        let upstream = ScriptedUpstream { sent, index in
+            switch index {
+            case 0: return .success(ScriptedUpstream.response(200, [("ETag", "\"a\""), ("Cache-Control", "max-age=10"),
+                                                                    ("Content-Type", "text/plain")], body: "first"))
+            case 1:
+                // The entry is purged while the conditional request is in flight.
+                XCTAssertEqual(sent.headers.values("if-none-match"), ["\"a\""])
+                store.remove(key)
+                return .success(ScriptedUpstream.response(304, [("ETag", "\"a\"")]))
+            default:
+                XCTAssertEqual(sent.headers.values("if-none-match"), [], "the refetch carries no condition")
+                return .success(ScriptedUpstream.response(200, [("ETag", "\"b\""), ("Content-Type", "text/plain")], body: "second"))
+            }
+        }
+        let engine = engine(store: store, upstream: upstream)
+        XCTAssertEqual(fetch(engine, request)["bodyText"] as? String, "first")
+        now.withLock { $0 += 20 }
+        let refetched = fetch(engine, request)
+        XCTAssertEqual(refetched["bodyText"] as? String, "second")
+        XCTAssertEqual((refetched["cache"] as? [String: Any])?["outcome"] as? String, "miss")
+        XCTAssertEqual(upstream.requests.withLock { $0.count }, 3)
+    }
+
+    func testRevalidationFollowsTheNewFreshnessFromThe304() throws {
+        let store = MemoryCacheStore()
+        let upstream = ScriptedUpstream { _, index in
+            index == 0
+                ? .success(ScriptedUpstream.response(200, [("ETag", "\"a\""), ("Cache-Control", "max-age=10")], body: "x"))
+                : .success(ScriptedUpstream.response(304, [("Cache-Control", "max-age=100")]))
+        }
+        let engine = engine(store: store, upstream: upstream)
+        let request = FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item"))
+        _ = fetch(engine, request)
+        now.withLock { $0 += 20 }
+        let revalidated = fetch(engine, request)
+        XCTAssertEqual((revalidated["cache"] as? [String: Any])?["outcome"] as? String, "revalidated")
+        XCTAssertEqual((revalidated["cache"] as? [String: Any])?["ttl"] as? Int, 100)
+        now.withLock { $0 += 50 }
+        XCTAssertEqual((fetch(engine, request)["cache"] as? [String: Any])?["outcome"] as? String, "hit")
+        XCTAssertEqual(upstream.requests.withLock { $0.count }, 2)
+    }
+
+    func testHitsAreCounted() throws {
+        let store = MemoryCacheStore()
+        let upstream = ScriptedUpstream { _, _ in .success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "x")) }
+        let engine = engine(store: store, upstream: upstream)
+        let request = FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item"))
+        for _ in 0..<3 { _ = fetch(engine, request) }
+        let key = CacheKeyBuilder(secret: Array(repeating: 1, count: 32)).derive(for: request).key
+        XCTAssertEqual(store.hitCount(key), 2)
+        XCTAssertEqual(upstream.requests.withLock { $0.count }, 1)
+    }
+}
