@@ -42,32 +42,42 @@ public struct EntryFreshness: Sendable, Equatable {
     /// `must-revalidate` or `proxy-revalidate` (RFC 9111 §5.2.2.2, §5.2.2.8): never served stale
     /// without the origin's say-so.
     public var mustRevalidate: Bool
+    /// The response's age when it was stored (RFC 9111 §4.2.3 corrected_initial_age), seconds.
+    public var initialAge: Double
 
     public init(storedAt: Double, freshnessLifetime: Double, version: Int64, staleWhileRevalidate: Double = 0,
-                staleIfError: Double = 0, mustRevalidate: Bool = false) {
+                staleIfError: Double = 0, mustRevalidate: Bool = false, initialAge: Double = 0) {
         self.storedAt = storedAt
         self.freshnessLifetime = freshnessLifetime
         self.version = version
         self.staleWhileRevalidate = staleWhileRevalidate
         self.staleIfError = staleIfError
         self.mustRevalidate = mustRevalidate
+        self.initialAge = initialAge
     }
 
-    /// Age in seconds, measured from when the entry was stored (never negative).
-    public func age(now: Double) -> Double { max(0, now - storedAt) }
+    /// Seconds since the entry was stored (never negative).
+    public func residentTime(now: Double) -> Double { max(0, now - storedAt) }
+
+    /// The age that freshness is judged by: with a caller's `ttl`, the time since it was stored
+    /// (YTKNetwork's cacheTimeInSeconds); otherwise HTTP's current_age (RFC 9111 §4.2.3),
+    /// which also counts the age the response already had when it arrived.
+    public func age(now: Double, ttl: Double?) -> Double {
+        ttl == nil ? initialAge + residentTime(now: now) : residentTime(now: now)
+    }
 
     /// Seconds of freshness left under `ttl` when given, else the stored lifetime.
     public func remaining(now: Double, ttl: Double?) -> Double {
-        max(0, (ttl ?? freshnessLifetime) - age(now: now))
+        max(0, (ttl ?? freshnessLifetime) - age(now: now, ttl: ttl))
     }
 
     public func isFresh(now: Double, ttl: Double?) -> Bool {
-        age(now: now) < (ttl ?? freshnessLifetime)
+        age(now: now, ttl: ttl) < (ttl ?? freshnessLifetime)
     }
 
     /// Seconds past freshness (0 while fresh).
     public func staleness(now: Double, ttl: Double?) -> Double {
-        max(0, age(now: now) - (ttl ?? freshnessLifetime))
+        max(0, age(now: now, ttl: ttl) - (ttl ?? freshnessLifetime))
     }
 }
 
@@ -87,11 +97,20 @@ public struct StoredFreshness: Sendable, Equatable {
     public var staleWhileRevalidate: Double = 0
     public var staleIfError: Double = 0
     public var mustRevalidate = false
-    public init(lifetime: Double, staleWhileRevalidate: Double = 0, staleIfError: Double = 0, mustRevalidate: Bool = false) {
+    public var initialAge: Double = 0
+    public init(lifetime: Double, staleWhileRevalidate: Double = 0, staleIfError: Double = 0, mustRevalidate: Bool = false,
+                initialAge: Double = 0) {
         self.lifetime = lifetime
         self.staleWhileRevalidate = staleWhileRevalidate
         self.staleIfError = staleIfError
         self.mustRevalidate = mustRevalidate
+        self.initialAge = initialAge
+    }
+
+    /// The entry's freshness, stored at `storedAt` under `version`.
+    public func entry(storedAt: Double, version: Int64) -> EntryFreshness {
+        EntryFreshness(storedAt: storedAt, freshnessLifetime: lifetime, version: version, staleWhileRevalidate: staleWhileRevalidate,
+                       staleIfError: staleIfError, mustRevalidate: mustRevalidate, initialAge: initialAge)
     }
 }
 
@@ -150,53 +169,96 @@ public enum CacheRules {
         [500, 502, 503, 504].contains(status)
     }
 
-    /// Whether and for how long to store a response (issue 2 subset of RFC 9111 §3 and §4.2.1).
+    /// Statuses a cache may store with heuristic freshness (RFC 9110 §15.1).
+    public static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
+
+    /// Heuristic freshness is this fraction of the time since Last-Modified (RFC 9111 §4.2.2)…
+    public static let heuristicFraction = 0.1
+    /// …capped at one day.
+    public static let heuristicCap: Double = 86_400
+
+    /// Whether and how to store a response (RFC 9111 §3, §4.2).
     /// - `partitioned`: the key carries a per-caller part (`sensitive` or credentials), so the
     ///   entry is private to that caller and `Cache-Control: private` does not forbid storing.
+    /// - `requestTime`, `responseTime`: when the request was sent and the response arrived, on
+    ///   the cache's clock (§4.2.3).
     public static func store(policy: CachePolicy, method: HTTPMethod, ttl: Double?, partitioned: Bool,
                              status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
-                             receivedAt: Double) -> StoreDecision {
+                             requestTime: Double, responseTime: Double) -> StoreDecision {
         if policy == .noStore { return .refuse(.policyNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
-        guard (200...299).contains(status) else { return .refuse(.statusNotCacheable) }
         let cacheControl = CacheControl(headers.values("cache-control"))
         // §5.2.2.5: no-store forbids storing; the caller's ttl does not override the origin.
         if cacheControl.has("no-store") { return .refuse(.responseNoStore) }
         // §5.2.2.7: a shared cache must not store a private response. Larder stores it only
         // inside a per-caller partition of the key.
         if cacheControl.has("private"), !partitioned { return .refuse(.responsePrivate) }
+        let freshness = freshnessLifetime(status: status, cacheControl: cacheControl, headers: headers, receivedAt: responseTime)
+        // 2xx is stored (206 partial content only once ranges are handled). Other final
+        // statuses only when the response itself makes them fresh (§3: explicitly or
+        // heuristically cacheable) and the caller did not impose a ttl (a ttl never keeps errors).
+        let storable: Bool
+        switch status {
+        case 200...299: storable = status != 206
+        case 300...599: storable = ttl == nil && status != 304 && freshness.seconds > 0
+        default: storable = false // 1xx interim responses are never stored
+        }
+        guard storable else { return .refuse(.statusNotCacheable) }
         guard bodySize <= maxBodySize else { return .refuse(.bodyTooLarge) }
         func seconds(_ name: String) -> Double {
             if case .value(let value) = cacheControl.seconds(name) { return value }
             return 0
         }
         return .store(StoredFreshness(
-            lifetime: freshnessLifetime(cacheControl: cacheControl, headers: headers, receivedAt: receivedAt),
+            lifetime: freshness.seconds,
             staleWhileRevalidate: seconds("stale-while-revalidate"),
             staleIfError: seconds("stale-if-error"),
-            mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")))
+            mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate"),
+            initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime)))
+    }
+
+    public enum FreshnessSource: Sendable, Equatable {
+        case explicit, heuristic, none
     }
 
     /// Freshness lifetime (RFC 9111 §4.2.1): s-maxage (Larder is a shared cache), then
-    /// max-age, then Expires minus Date. `no-cache` (§5.2.2.4) means revalidate every time,
-    /// which for this issue is lifetime 0. Invalid values mean stale (§4.2.1, §5.3).
-    public static func freshnessLifetime(cacheControl: CacheControl, headers: [HeaderField], receivedAt: Double) -> Double {
-        if cacheControl.has("no-cache") { return 0 }
-        switch cacheControl.seconds("s-maxage") {
-        case .value(let seconds): return seconds
-        case .invalid: return 0
-        case .absent: break
+    /// max-age, then Expires minus Date; without any of them, a heuristic (§4.2.2) for
+    /// heuristically cacheable statuses or `public` responses: a tenth of the time since
+    /// Last-Modified, at most a day. `no-cache` (§5.2.2.4) means revalidate every time
+    /// (lifetime 0). Invalid values mean stale (§4.2.1, §5.3).
+    public static func freshnessLifetime(status: Int = 200, cacheControl: CacheControl, headers: [HeaderField],
+                                         receivedAt: Double) -> (seconds: Double, source: FreshnessSource) {
+        if cacheControl.has("no-cache") { return (0, .explicit) }
+        for directive in ["s-maxage", "max-age"] {
+            switch cacheControl.seconds(directive) {
+            case .value(let seconds): return (seconds, .explicit)
+            case .invalid: return (0, .explicit)
+            case .absent: continue
+            }
         }
-        switch cacheControl.seconds("max-age") {
-        case .value(let seconds): return seconds
-        case .invalid: return 0
-        case .absent: break
-        }
-        let expiresValues = headers.values("expires")
-        guard !expiresValues.isEmpty else { return 0 }
-        // §5.3: an invalid Expires (including more than one) means already expired.
-        guard expiresValues.count == 1, let expires = HTTPDate.parse(expiresValues[0]) else { return 0 }
         let date = headers.values("date").first.flatMap(HTTPDate.parse) ?? receivedAt
-        return max(0, expires - date)
+        let expiresValues = headers.values("expires")
+        if !expiresValues.isEmpty {
+            // §5.3: an invalid Expires (including more than one) means already expired.
+            guard expiresValues.count == 1, let expires = HTTPDate.parse(expiresValues[0]) else { return (0, .explicit) }
+            return (max(0, expires - date), .explicit)
+        }
+        guard heuristicallyCacheable.contains(status) || cacheControl.has("public"),
+              let lastModified = headers.values("last-modified").first.flatMap(HTTPDate.parse), lastModified < date else {
+            return (0, .none)
+        }
+        return (min(heuristicCap, (date - lastModified) * heuristicFraction), .heuristic)
+    }
+
+    /// RFC 9111 §4.2.3 corrected_initial_age: how old the response already was on arrival —
+    /// the larger of the apparent age (arrival minus Date) and the Age header plus the time
+    /// the exchange took. §5.1: of a list, the first Age value counts; an invalid one is ignored.
+    public static func initialAge(headers: [HeaderField], requestTime: Double, responseTime: Double) -> Double {
+        let apparentAge = headers.values("date").first.flatMap(HTTPDate.parse).map { max(0, responseTime - $0) } ?? 0
+        let ageValue: Double = headers.values("age").first
+            .flatMap { $0.split(separator: ",").first.map { $0.trimmingSpaces } }
+            .flatMap { text in text.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } && !text.isEmpty ? Double(text.prefix(10)) : nil } ?? 0
+        let responseDelay = max(0, responseTime - requestTime)
+        return max(apparentAge, ageValue + responseDelay)
     }
 }

@@ -141,7 +141,8 @@ public enum Envelope {
         out.append(contentsOf: String(Int(cache.age.rounded(.down))).utf8)
         out.append(contentsOf: #","ttl":"#.utf8)
         if let ttl = cache.ttl {
-            out.append(contentsOf: String(Int(ttl.rounded(.down))).utf8)
+            // Rounded up, as age is rounded down: the two add up to the lifetime.
+            out.append(contentsOf: String(Int(ttl.rounded(.up))).utf8)
         } else {
             out.append(contentsOf: "null".utf8)
         }

@@ -145,7 +145,7 @@ public final class FetchEngine: Sendable {
 
     private func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double, receivedAt: Double,
                        upstreamError: String? = nil, coalesced: Bool = false) -> FetchReply {
-        let report = CacheReport(outcome: outcome, key: entry.key, age: entry.freshness.age(now: now),
+        let report = CacheReport(outcome: outcome, key: entry.key, age: entry.freshness.age(now: now, ttl: options.ttl),
                                  ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
                                  version: entry.freshness.version, stored: true, coalesced: coalesced,
                                  upstreamError: upstreamError)
@@ -173,9 +173,10 @@ public final class FetchEngine: Sendable {
         let upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: headers,
                                               body: request.body, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
+        let sentAt = clock.now()
         upstream.send(upstreamRequest) { [self] result in
             if case .success(let response) = result, response.status == 304, let validating {
-                return revalidated(prepared, entry: validating, notModified: response, fallback: fallback, flight: flight,
+                return revalidated(prepared, entry: validating, notModified: response, sentAt: sentAt, flight: flight,
                                    receivedAt: receivedAt, reply: reply)
             }
             switch result {
@@ -194,7 +195,8 @@ public final class FetchEngine: Sendable {
                     land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)")))
                     return
                 }
-                complete(prepared, outcome: outcome, response: response, receivedAt: receivedAt, flight: flight, reply: reply)
+                complete(prepared, outcome: outcome, response: response, sentAt: sentAt, receivedAt: receivedAt,
+                         flight: flight, reply: reply)
             }
         }
     }
@@ -202,7 +204,7 @@ public final class FetchEngine: Sendable {
     /// A 304 confirmed `entry`: update its headers and freshness from the 304 (RFC 9111
     /// §4.3.4), store it, and serve the stored body. If the entry vanished meanwhile (purged,
     /// damaged), there is no body to serve: ask again without conditions.
-    private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, fallback: StoredEntry?,
+    private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
                              flight: FlightKey?, receivedAt: Double, reply: @escaping @Sendable (FetchReply) -> Void) {
         let options = prepared.request.cache
         guard let current = store.lookup(entry.key), current.freshness.version == options.version else {
@@ -215,7 +217,8 @@ public final class FetchEngine: Sendable {
         let upstreamMs = (notModified.responseTime - notModified.requestTime) * 1000
         let decision = CacheRules.store(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
                                         partitioned: prepared.derived.partitioned, status: current.status, headers: headers,
-                                        bodySize: current.body.count, maxBodySize: limits.maxStoredBodyBytes, receivedAt: now)
+                                        bodySize: current.body.count, maxBodySize: limits.maxStoredBodyBytes,
+                                        requestTime: sentAt, responseTime: now)
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0, ttl: nil, version: options.version, stored: false)
@@ -225,9 +228,7 @@ public final class FetchEngine: Sendable {
         }
         var update = current
         update.headersJSON = ResponseHeaders.renderJSON(headers, dropCookies: true)
-        update.freshness = EntryFreshness(storedAt: now, freshnessLifetime: stored.lifetime, version: options.version,
-                                             staleWhileRevalidate: stored.staleWhileRevalidate, staleIfError: stored.staleIfError,
-                                             mustRevalidate: stored.mustRevalidate)
+        update.freshness = stored.entry(storedAt: now, version: options.version)
         update.etag = headers.values("etag").first
         update.lastModified = headers.values("last-modified").first
         let refreshed = update
@@ -265,8 +266,8 @@ public final class FetchEngine: Sendable {
         sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: key, receivedAt: clock.now()) { _ in }
     }
 
-    private func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, receivedAt: Double,
-                          flight: FlightKey?, reply: @escaping @Sendable (FetchReply) -> Void) {
+    private func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
+                          receivedAt: Double, flight: FlightKey?, reply: @escaping @Sendable (FetchReply) -> Void) {
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -277,7 +278,7 @@ public final class FetchEngine: Sendable {
         let decision = CacheRules.store(policy: options.policy, method: request.method, ttl: options.ttl,
                                         partitioned: derived.partitioned, status: response.status,
                                         headers: response.headers, bodySize: response.body.count,
-                                        maxBodySize: limits.maxStoredBodyBytes, receivedAt: receivedAtNow)
+                                        maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: receivedAtNow)
         let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         switch decision {
         case .refuse(let reason):
@@ -288,9 +289,7 @@ public final class FetchEngine: Sendable {
                          report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
             land(flight, with: .notShareable)
         case .store(let stored):
-            let freshness = EntryFreshness(storedAt: receivedAtNow, freshnessLifetime: stored.lifetime, version: options.version,
-                                           staleWhileRevalidate: stored.staleWhileRevalidate, staleIfError: stored.staleIfError,
-                                           mustRevalidate: stored.mustRevalidate)
+            let freshness = stored.entry(storedAt: receivedAtNow, version: options.version)
             let entry = StoredEntry(
                 key: derived.key, namespace: options.namespace, method: request.method,
                 url: request.url.absoluteString, status: response.status,
@@ -300,7 +299,7 @@ public final class FetchEngine: Sendable {
                 etag: response.headers.values("etag").first,
                 lastModified: response.headers.values("last-modified").first)
             store.save(entry) { [self] saved in
-                let report = CacheReport(outcome: outcome, key: derived.key, age: 0,
+                let report = CacheReport(outcome: outcome, key: derived.key, age: freshness.age(now: receivedAtNow, ttl: options.ttl),
                                          ttl: saved ? freshness.remaining(now: receivedAtNow, ttl: options.ttl) : nil,
                                          version: options.version, stored: saved)
                 reply(render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,

@@ -61,7 +61,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             select = try connection.prepare("""
                 SELECT namespace, method, url, status, headers, body, body_kind, body_sha256,
                        stored_at, freshness, version, sensitive_fp, etag, last_modified,
-                       stale_while_revalidate, stale_if_error, must_revalidate
+                       stale_while_revalidate, stale_if_error, must_revalidate, initial_age
                 FROM entries WHERE key = ?1
                 """)
         }
@@ -83,8 +83,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             INSERT OR REPLACE INTO entries
               (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
                freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
-               stale_while_revalidate, stale_if_error, must_revalidate)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18)
+               stale_while_revalidate, stale_if_error, must_revalidate, initial_age)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19)
             """)
         deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_sha256 = ?2")
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
@@ -125,6 +125,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         ALTER TABLE entries ADD COLUMN stale_while_revalidate REAL NOT NULL DEFAULT 0;
         ALTER TABLE entries ADD COLUMN stale_if_error REAL NOT NULL DEFAULT 0;
         ALTER TABLE entries ADD COLUMN must_revalidate INTEGER NOT NULL DEFAULT 0;
+        """,
+        // 3: the response's age on arrival (RFC 9111 §4.2.3 corrected_initial_age)
+        """
+        ALTER TABLE entries ADD COLUMN initial_age REAL NOT NULL DEFAULT 0;
         """,
     ]
 
@@ -185,7 +189,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
                 freshness: EntryFreshness(storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
                                           staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
-                                          mustRevalidate: select.int64(16) != 0),
+                                          mustRevalidate: select.int64(16) != 0, initialAge: select.double(17)),
                 sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13))
         } catch {
             logger.error("lookup failed; answering as a miss", metadata: ["key": "\(key)", "error": "\(error)"])
@@ -259,6 +263,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try statement.bind(16, entry.freshness.staleWhileRevalidate)
         try statement.bind(17, entry.freshness.staleIfError)
         try statement.bind(18, Int64(entry.freshness.mustRevalidate ? 1 : 0))
+        try statement.bind(19, entry.freshness.initialAge)
         _ = try statement.step()
     }
 

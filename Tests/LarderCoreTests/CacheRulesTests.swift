@@ -9,7 +9,7 @@ final class FreshnessTests: XCTestCase {
 
     private func lifetime(_ headers: [(String, String)]) -> Double {
         let fields = headers.map { HeaderField($0.0, $0.1) }
-        return CacheRules.freshnessLifetime(cacheControl: CacheControl(fields.values("cache-control")), headers: fields, receivedAt: now)
+        return CacheRules.freshnessLifetime(cacheControl: CacheControl(fields.values("cache-control")), headers: fields, receivedAt: now).seconds
     }
 
     func testSMaxAgeOverMaxAgeOverExpires() {
@@ -20,6 +20,37 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(lifetime([("Expires", expires), ("Date", date)]), 500)
         XCTAssertEqual(lifetime([("Expires", expires)]), 500, "Date absent: measured from receipt")
         XCTAssertEqual(lifetime([]), 0)
+    }
+
+    func testHeuristicFreshnessIsATenthOfTheTimeSinceLastModifiedCappedAtADay() {
+        let date = HTTPDate.format(now)
+        XCTAssertEqual(lifetime([("Date", date), ("Last-Modified", HTTPDate.format(now - 10_000))]), 1_000)
+        XCTAssertEqual(lifetime([("Date", date), ("Last-Modified", HTTPDate.format(now - 10_000_000))]), 86_400)
+        XCTAssertEqual(lifetime([("Date", date), ("Last-Modified", HTTPDate.format(now + 100))]), 0, "a future Last-Modified")
+        XCTAssertEqual(lifetime([("Cache-Control", "max-age=5"), ("Last-Modified", HTTPDate.format(now - 10_000))]), 5,
+                       "explicit freshness wins")
+        let fields = [HeaderField("Date", date), HeaderField("Last-Modified", HTTPDate.format(now - 10_000))]
+        XCTAssertEqual(CacheRules.freshnessLifetime(status: 302, cacheControl: CacheControl([]), headers: fields, receivedAt: now).source,
+                       .none, "302 is not heuristically cacheable")
+        XCTAssertEqual(CacheRules.freshnessLifetime(status: 302, cacheControl: CacheControl(["public"]), headers: fields, receivedAt: now).seconds,
+                       1_000, "unless marked public")
+        XCTAssertEqual(CacheRules.freshnessLifetime(status: 404, cacheControl: CacheControl([]), headers: fields, receivedAt: now).source,
+                       .heuristic)
+    }
+
+    func testInitialAgeFollowsSection4_2_3() {
+        let date = HTTPDate.format(now - 30)
+        // Apparent age: arrival minus Date.
+        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Date", date)], requestTime: now - 1, responseTime: now), 30)
+        // Age header plus the time the exchange took, when larger.
+        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Date", date), HeaderField("Age", "100")],
+                                             requestTime: now - 2, responseTime: now), 102)
+        // §5.1: first member of a list; invalid values ignored.
+        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "7, 9")], requestTime: now, responseTime: now), 7)
+        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "-5")], requestTime: now, responseTime: now), 0)
+        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "soon")], requestTime: now - 3, responseTime: now), 3)
+        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Date", HTTPDate.format(now + 60))], requestTime: now, responseTime: now), 0,
+                       "a Date in the future gives no negative age")
     }
 
     func testInvalidValuesMeanStale() {
@@ -56,7 +87,8 @@ final class StoreDecisionTests: XCTestCase {
     private func decide(policy: CachePolicy = .useProtocol, method: HTTPMethod = .get, ttl: Double? = nil, partitioned: Bool = false,
                         status: Int = 200, headers: [(String, String)] = [], size: Int = 10) -> StoreDecision {
         CacheRules.store(policy: policy, method: method, ttl: ttl, partitioned: partitioned, status: status,
-                         headers: headers.map { HeaderField($0.0, $0.1) }, bodySize: size, maxBodySize: 100, receivedAt: 0)
+                         headers: headers.map { HeaderField($0.0, $0.1) }, bodySize: size, maxBodySize: 100,
+                         requestTime: 0, responseTime: 0)
     }
 
     func testEachRefusalHasItsRule() {
@@ -77,6 +109,17 @@ final class StoreDecisionTests: XCTestCase {
                        .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, proxy-revalidate")]),
                        .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
+    }
+
+    func testNonSuccessStatusesAreStoredOnlyWhenTheResponseMakesThemFresh() {
+        XCTAssertEqual(decide(status: 404, headers: [("Cache-Control", "max-age=30")]), .store(StoredFreshness(lifetime: 30)))
+        XCTAssertEqual(decide(status: 301, headers: [("Cache-Control", "max-age=3600")]), .store(StoredFreshness(lifetime: 3600)))
+        XCTAssertEqual(decide(status: 404), .refuse(.statusNotCacheable), "no freshness, not stored")
+        XCTAssertEqual(decide(ttl: 60, status: 404, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable),
+                       "a caller's ttl never keeps an error")
+        XCTAssertEqual(decide(status: 206, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
+        XCTAssertEqual(decide(status: 304, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
+        XCTAssertEqual(decide(status: 100, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
     }
 
     func testStoredResponses() {
@@ -154,8 +197,12 @@ final class LookupDecisionTests: XCTestCase {
     }
 
     func testAgeAndRemaining() {
-        XCTAssertEqual(stored.age(now: 1012), 12)
-        XCTAssertEqual(stored.age(now: 900), 0, "a clock that went backwards never gives a negative age")
+        XCTAssertEqual(stored.age(now: 1012, ttl: nil), 12)
+        XCTAssertEqual(stored.age(now: 900, ttl: nil), 0, "a clock that went backwards never gives a negative age")
+        let aged = EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 3, initialAge: 50)
+        XCTAssertEqual(aged.age(now: 1012, ttl: nil), 62, "HTTP age counts the age on arrival")
+        XCTAssertEqual(aged.age(now: 1012, ttl: 300), 12, "a ttl counts from when it was stored")
+        XCTAssertFalse(aged.isFresh(now: 1012, ttl: nil))
         XCTAssertEqual(stored.remaining(now: 1012, ttl: 300), 288)
         XCTAssertEqual(stored.remaining(now: 2000, ttl: nil), 0)
     }

@@ -81,7 +81,7 @@ final class StaleServingTests: IntegrationTestCase {
         // Past the window, the failure is the answer.
         clock.advance(by: 600)
         XCTAssertEqual(try client.fetch(request).errorCode, "upstream_unreachable")
-        origin = try TestOrigin.start()
+        origin = try TestOrigin.start(clock: clock)
     }
 
     func testStaleIfErrorOnServerErrorStatuses() throws {
@@ -113,6 +113,6 @@ final class StaleServingTests: IntegrationTestCase {
         origin.stop()
         clock.advance(by: 20)
         XCTAssertEqual(try client.fetch(request).errorCode, "upstream_unreachable", "no stale-if-error")
-        origin = try TestOrigin.start()
+        origin = try TestOrigin.start(clock: clock)
     }
 }

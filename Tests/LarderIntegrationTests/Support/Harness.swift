@@ -9,11 +9,12 @@ import Logging
 import Synchronization
 import XCTest
 
-/// A clock the test moves by hand, so ages and expiry need no sleeping.
+/// A clock the test moves by hand, so ages and expiry need no sleeping. It starts at the real
+/// time, so the origin's Date headers (real time) give apparent ages below one second.
 final class ManualClock: Sendable {
     private let seconds: Mutex<Double>
 
-    init(start: Double = 1_800_000_000) { seconds = Mutex(start) }
+    init(start: Double = Date().timeIntervalSince1970) { seconds = Mutex(start) }
 
     var now: Double { seconds.withLock { $0 } }
     func advance(by delta: Double) { seconds.withLock { $0 += delta } }
@@ -46,7 +47,7 @@ class IntegrationTestCase: XCTestCase {
     private var running: [RunningLarder] = []
 
     override func setUpWithError() throws {
-        origin = try TestOrigin.start()
+        origin = try TestOrigin.start(clock: clock)
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-tests-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     }

@@ -18,6 +18,7 @@
 
 import Dispatch
 import Foundation
+import LarderCore
 import LarderHTTP
 import Logging
 import Synchronization
@@ -40,8 +41,14 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
     var port: Int { server.port }
     var base: String { "http://127.0.0.1:\(port)" }
 
-    static func start() throws -> TestOrigin {
-        let origin = TestOrigin()
+    /// The clock Larder runs on in the test: the origin's Date headers follow it, as a real
+    /// origin's follow a synchronised real clock (apparent ages stay truthful).
+    private let clock: ManualClock?
+
+    private init(clock: ManualClock?) { self.clock = clock }
+
+    static func start(clock: ManualClock? = nil) throws -> TestOrigin {
+        let origin = TestOrigin(clock: clock)
         var configuration = HTTPServerConfiguration()
         configuration.port = 0
         configuration.threads = 2
@@ -122,6 +129,7 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
             }
         }
         if notModified { responseHeaders.removeAll { $0.name == "Content-Type" } }
+        if let clock { responseHeaders.append(("Date", HTTPDate.format(clock.now))) }
         let response = HTTPServerResponse(status: status, headers: responseHeaders,
                                           body: request.method == "HEAD" || notModified ? [] : body)
         if let delay = query.first(where: { $0.0 == "delay" }).flatMap({ Int($0.1) }) {
