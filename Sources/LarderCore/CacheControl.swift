@@ -85,3 +85,44 @@ extension Comparable {
         min(max(self, range.lowerBound), range.upperBound)
     }
 }
+
+/// The caller's Cache-Control request directives (RFC 9111 §5.2.1), or `Pragma: no-cache`
+/// when there is no Cache-Control (§5.4).
+public struct RequestDirectives: Sendable, Equatable {
+    /// §5.2.1.4: do not answer from the cache without revalidating.
+    public var noCache = false
+    /// §5.2.1.5: do not store the response.
+    public var noStore = false
+    /// §5.2.1.1: only a response at most this old.
+    public var maxAge: Double?
+    /// §5.2.1.2: a stale response is acceptable this long past its freshness (infinity: any).
+    public var maxStale: Double?
+    /// §5.2.1.3: only a response fresh for at least this much longer.
+    public var minFresh: Double?
+    /// §5.2.1.7: answer from the cache or not at all (504).
+    public var onlyIfCached = false
+
+    public init() {}
+
+    public init(headers: [HeaderField]) {
+        let values = headers.values("cache-control")
+        guard !values.isEmpty else {
+            noCache = headers.values("pragma").contains { $0.split(separator: ",").contains { $0.trimmingSpaces.lowercasedASCII == "no-cache" } }
+            return
+        }
+        let cacheControl = CacheControl(values)
+        noCache = cacheControl.has("no-cache")
+        noStore = cacheControl.has("no-store")
+        onlyIfCached = cacheControl.has("only-if-cached")
+        // An invalid max-age asks for a response of age 0; an invalid min-fresh is ignored.
+        switch cacheControl.seconds("max-age") {
+        case .value(let seconds): maxAge = seconds
+        case .invalid: maxAge = 0
+        case .absent: break
+        }
+        if case .value(let seconds) = cacheControl.seconds("min-fresh") { minFresh = seconds }
+        if cacheControl.has("max-stale") {
+            if case .value(let seconds) = cacheControl.seconds("max-stale") { maxStale = seconds } else { maxStale = .infinity }
+        }
+    }
+}

@@ -16,6 +16,7 @@ public enum LookupDecision: Equatable, Sendable {
 /// Why a response was not stored. Each rule has its own name so logs can say which fired.
 public enum StoreRefusal: String, Sendable, Equatable {
     case policyNoStore = "policy_no_store"            // cache.policy = no-store
+    case requestNoStore = "request_no_store"          // the caller sent Cache-Control: no-store
     case methodNotCacheable = "method_not_cacheable"  // PUT, PATCH, DELETE; POST without ttl
     case statusNotCacheable = "status_not_cacheable"  // only 200–299 are stored
     case responseNoStore = "response_no_store"        // Cache-Control: no-store, even with ttl
@@ -127,21 +128,35 @@ public enum CacheRules {
 
     /// Whether to read the cache, and what to do with what was found.
     public static func lookup(policy: CachePolicy, method: HTTPMethod, ttl: Double?, version: Int64,
-                              entry: EntryFreshness?, now: Double, stale: StaleWindows = StaleWindows()) -> LookupDecision {
+                              entry: EntryFreshness?, now: Double, stale: StaleWindows = StaleWindows(),
+                              directives: RequestDirectives = RequestDirectives()) -> LookupDecision {
         switch policy {
         case .noStore, .reload:
             return .fetch
         case .useProtocol, .cacheElseLoad, .cacheOnly:
             break
         }
+        let cacheOnly = policy == .cacheOnly || (policy == .useProtocol && directives.onlyIfCached)
         guard isCacheable(method: method, ttl: ttl), let entry, entry.version == version else {
             // An entry under another version is never served (and the next store replaces it).
-            return policy == .cacheOnly ? .failNotCached : .fetch
+            return cacheOnly ? .failNotCached : .fetch
         }
         let fresh = entry.isFresh(now: now, ttl: ttl)
         switch policy {
         case .useProtocol:
-            if fresh { return .serve(fresh: true) }
+            // The caller's request directives (§5.2.1) narrow what is acceptable.
+            if directives.noCache { return directives.onlyIfCached ? .failNotCached : .fetch }
+            let age = entry.age(now: now, ttl: ttl)
+            let acceptableAge = directives.maxAge.map { age <= $0 } ?? true
+            let freshEnough = directives.minFresh.map { entry.remaining(now: now, ttl: ttl) >= $0 } ?? true
+            if fresh, acceptableAge, freshEnough { return .serve(fresh: true) }
+            // §5.2.1.2 max-stale, unless the origin said must-revalidate (§5.2.2.2).
+            if !fresh, acceptableAge, !entry.mustRevalidate, let maxStale = directives.maxStale,
+               entry.staleness(now: now, ttl: ttl) <= maxStale {
+                return .serve(fresh: false)
+            }
+            if directives.onlyIfCached { return .failNotCached }
+            guard acceptableAge, freshEnough else { return .fetch }
             // RFC 5861 §3: within the stale-while-revalidate window, answer with the stale
             // entry and refresh it in the background — unless the origin said must-revalidate.
             let window = stale.whileRevalidate ?? entry.staleWhileRevalidate
@@ -184,8 +199,10 @@ public enum CacheRules {
     ///   the cache's clock (§4.2.3).
     public static func store(policy: CachePolicy, method: HTTPMethod, ttl: Double?, partitioned: Bool,
                              status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
-                             requestTime: Double, responseTime: Double) -> StoreDecision {
+                             requestTime: Double, responseTime: Double,
+                             directives: RequestDirectives = RequestDirectives()) -> StoreDecision {
         if policy == .noStore { return .refuse(.policyNoStore) }
+        if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
         let cacheControl = CacheControl(headers.values("cache-control"))
         // §5.2.2.5: no-store forbids storing; the caller's ttl does not override the origin.

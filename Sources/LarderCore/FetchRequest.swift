@@ -42,6 +42,8 @@ public struct FetchRequest: Sendable {
     /// Milliseconds for the whole upstream exchange, redirects included.
     public var timeoutMs: Int
     public var cache: CacheOptions
+    /// The caller's Cache-Control request directives, from `headers`.
+    public var directives: RequestDirectives
 
     public init(method: HTTPMethod = .get, url: UpstreamURL, headers: [HeaderField] = [], body: [UInt8]? = nil,
                 timeoutMs: Int = FetchRequest.defaultTimeoutMs, cache: CacheOptions = CacheOptions()) {
@@ -51,6 +53,7 @@ public struct FetchRequest: Sendable {
         self.body = body
         self.timeoutMs = timeoutMs
         self.cache = cache
+        self.directives = RequestDirectives(headers: headers)
     }
 
     public static let defaultTimeoutMs = 30_000

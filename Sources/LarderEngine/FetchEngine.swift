@@ -101,7 +101,7 @@ public final class FetchEngine: Sendable {
         let now = clock.now()
         let decision = CacheRules.lookup(policy: options.policy, method: request.method, ttl: options.ttl,
                                          version: options.version, entry: found?.freshness, now: now,
-                                         stale: options.staleWindows)
+                                         stale: options.staleWindows, directives: request.directives)
         switch decision {
         case .serve(let fresh):
             guard let entry else { preconditionFailure("serve decided without an entry") }
@@ -218,7 +218,7 @@ public final class FetchEngine: Sendable {
         let decision = CacheRules.store(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
                                         partitioned: prepared.derived.partitioned, status: current.status, headers: headers,
                                         bodySize: current.body.count, maxBodySize: limits.maxStoredBodyBytes,
-                                        requestTime: sentAt, responseTime: now)
+                                        requestTime: sentAt, responseTime: now, directives: prepared.request.directives)
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0, ttl: nil, version: options.version, stored: false)
@@ -278,7 +278,8 @@ public final class FetchEngine: Sendable {
         let decision = CacheRules.store(policy: options.policy, method: request.method, ttl: options.ttl,
                                         partitioned: derived.partitioned, status: response.status,
                                         headers: response.headers, bodySize: response.body.count,
-                                        maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: receivedAtNow)
+                                        maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: receivedAtNow,
+                                        directives: request.directives)
         let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         switch decision {
         case .refuse(let reason):

@@ -100,6 +100,10 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(ttl: 100, headers: [("Cache-Control", "no-store")]), .refuse(.responseNoStore))
         XCTAssertEqual(decide(headers: [("Cache-Control", "private, max-age=5")]), .refuse(.responsePrivate))
         XCTAssertEqual(decide(size: 101), .refuse(.bodyTooLarge))
+        XCTAssertEqual(CacheRules.store(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: [],
+                                        bodySize: 1, maxBodySize: 10, requestTime: 0, responseTime: 0,
+                                        directives: RequestDirectives(headers: [HeaderField("Cache-Control", "no-store")])),
+                       .refuse(.requestNoStore))
     }
 
     func testStaleAllowancesAreRecorded() {
@@ -194,6 +198,42 @@ final class LookupDecisionTests: XCTestCase {
         XCTAssertEqual([500, 502, 503, 504].map(CacheRules.isServerError), [true, true, true, true])
         XCTAssertFalse(CacheRules.isServerError(501))
         XCTAssertFalse(CacheRules.isServerError(404))
+    }
+
+    func testRequestDirectivesParsing() {
+        let parsed = RequestDirectives(headers: [HeaderField("Cache-Control", "max-age=10, min-fresh=5, max-stale, only-if-cached")])
+        XCTAssertEqual(parsed.maxAge, 10)
+        XCTAssertEqual(parsed.minFresh, 5)
+        XCTAssertEqual(parsed.maxStale, .infinity)
+        XCTAssertTrue(parsed.onlyIfCached)
+        XCTAssertEqual(RequestDirectives(headers: [HeaderField("Cache-Control", "max-stale=30")]).maxStale, 30)
+        XCTAssertEqual(RequestDirectives(headers: [HeaderField("Cache-Control", "max-age=x")]).maxAge, 0)
+        XCTAssertTrue(RequestDirectives(headers: [HeaderField("Pragma", "no-cache")]).noCache)
+        XCTAssertFalse(RequestDirectives(headers: [HeaderField("Pragma", "no-cache"), HeaderField("Cache-Control", "max-age=5")]).noCache,
+                       "Pragma only counts without Cache-Control")
+    }
+
+    func testRequestDirectivesNarrowWhatIsServed() {
+        func decide(_ header: String, entry: EntryFreshness? = nil, now: Double) -> LookupDecision {
+            CacheRules.lookup(policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: entry ?? stored, now: now,
+                              directives: RequestDirectives(headers: [HeaderField("Cache-Control", header)]))
+        }
+        XCTAssertEqual(decide("no-cache", now: 1001), .fetch)
+        XCTAssertEqual(decide("max-age=10", now: 1005), .serve(fresh: true))
+        XCTAssertEqual(decide("max-age=10", now: 1011), .fetch, "older than the caller accepts")
+        XCTAssertEqual(decide("min-fresh=30", now: 1020), .serve(fresh: true))
+        XCTAssertEqual(decide("min-fresh=30", now: 1031), .fetch, "not fresh for long enough")
+        XCTAssertEqual(decide("max-stale=100", now: 1150), .serve(fresh: false))
+        XCTAssertEqual(decide("max-stale=100", now: 1161), .fetch)
+        XCTAssertEqual(decide("max-stale", now: 99_999), .serve(fresh: false))
+        var strict = stored
+        strict.mustRevalidate = true
+        XCTAssertEqual(decide("max-stale", entry: strict, now: 1100), .fetch, "must-revalidate beats max-stale")
+        XCTAssertEqual(decide("only-if-cached", now: 1001), .serve(fresh: true))
+        XCTAssertEqual(decide("only-if-cached", now: 2000), .failNotCached)
+        XCTAssertEqual(CacheRules.lookup(policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: nil, now: 0,
+                                         directives: RequestDirectives(headers: [HeaderField("Cache-Control", "only-if-cached")])),
+                       .failNotCached)
     }
 
     func testAgeAndRemaining() {

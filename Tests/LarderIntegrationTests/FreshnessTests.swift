@@ -53,3 +53,60 @@ final class FreshnessIntegrationTests: IntegrationTestCase {
         XCTAssertEqual(origin.count(plain), 2)
     }
 }
+
+final class RequestDirectiveTests: IntegrationTestCase {
+    private func fetch(_ client: TestConnection, _ path: String, _ cacheControl: String? = nil,
+                       pragma: String? = nil) throws -> TestResponse {
+        var headers: [String: String] = [:]
+        if let cacheControl { headers["Cache-Control"] = cacheControl }
+        if let pragma { headers["Pragma"] = pragma }
+        return try client.fetch(["url": url(path, "cc=max-age%3D60"), "headers": headers])
+    }
+
+    func testNoCacheAndPragmaGoToTheOrigin() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        XCTAssertEqual(try fetch(client, path).outcome, "miss")
+        XCTAssertEqual(try fetch(client, path, "no-cache").outcome, "miss")
+        XCTAssertEqual(try fetch(client, path, pragma: "no-cache").outcome, "miss")
+        XCTAssertEqual(origin.count(path), 3)
+    }
+
+    func testMaxAgeMinFreshAndMaxStale() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        XCTAssertEqual(try fetch(client, path).outcome, "miss")
+        clock.advance(by: 30)
+        XCTAssertEqual(try fetch(client, path, "max-age=40").outcome, "hit")
+        XCTAssertEqual(try fetch(client, path, "max-age=20").outcome, "miss", "too old for this caller")
+        clock.advance(by: 50)
+        XCTAssertEqual(try fetch(client, path, "min-fresh=20").outcome, "miss", "only 10 s of freshness left")
+        clock.advance(by: 70)
+        XCTAssertEqual(try fetch(client, path, "max-stale=60").outcome, "stale", "10 s stale, 60 accepted")
+        XCTAssertEqual(try fetch(client, path, "max-stale=5").outcome, "miss")
+        XCTAssertEqual(origin.count(path), 4)
+    }
+
+    func testOnlyIfCachedNeverReachesTheOrigin() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let missing = try fetch(client, path, "only-if-cached")
+        XCTAssertEqual(missing.status, 504)
+        XCTAssertEqual(missing.errorCode, "not_cached")
+        XCTAssertEqual(origin.count(path), 0)
+        XCTAssertEqual(try fetch(client, path).outcome, "miss")
+        XCTAssertEqual(try fetch(client, path, "only-if-cached").outcome, "hit")
+    }
+
+    func testRequestNoStoreIsNotStored() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let response = try fetch(client, path, "no-store")
+        XCTAssertEqual(response.cache["notStoredBecause"] as? String, "request_no_store")
+        XCTAssertEqual(try fetch(client, path).outcome, "miss")
+    }
+}
