@@ -10,16 +10,37 @@ public import LarderCore
 public import Logging
 import Synchronization
 
-/// What /fetch answers: an HTTP status and a JSON body.
-public struct FetchReply: Sendable {
-    public var status: Int
-    public var body: [UInt8]
-    /// nil for errors.
-    public var outcome: CacheOutcome?
-    public var error: LarderError?
+/// What the engine answers with: a response (from the cache or the upstream) and how it was
+/// obtained, or a failure. The routes render it: /fetch as the JSON envelope, /proxy as is.
+public enum CacheAnswer: Sendable {
+    case served(ServedResponse)
+    case failed(LarderError)
 
-    public static func failure(_ error: LarderError) -> FetchReply {
-        FetchReply(status: error.status, body: error.jsonBody, outcome: nil, error: error)
+    public var outcome: CacheOutcome? {
+        if case .served(let response) = self { return response.report.outcome }
+        return nil
+    }
+}
+
+public struct ServedResponse: Sendable {
+    public var status: Int
+    /// Headers as a JSON object (names lower-cased, repeated fields joined, no hop-by-hop).
+    public var headersJSON: [UInt8]
+    /// The upstream's header fields, when the response came from the upstream just now
+    /// (nil for stored responses, whose fields are `headersJSON`).
+    public var liveHeaders: [HeaderField]?
+    public var body: [UInt8]
+    public var bodyKind: BodyKind
+    public var report: CacheReport
+    /// Duration of the upstream exchange; nil when answered from the cache.
+    public var upstreamMs: Double?
+    /// The stored entry's validators and dates, for answering conditional requests.
+    public var etag: String?
+    public var lastModified: String?
+
+    /// The header fields to send on: the live ones, or the stored ones.
+    public var headers: [HeaderField] {
+        liveHeaders ?? ResponseHeaders.parseJSON(headersJSON)
     }
 }
 
@@ -57,8 +78,7 @@ public final class FetchEngine: Sendable {
 
     private struct Waiter {
         let prepared: PreparedFetch
-        let receivedAt: Double
-        let reply: @Sendable (FetchReply) -> Void
+        let reply: @Sendable (CacheAnswer) -> Void
     }
 
     public init(store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
@@ -78,18 +98,18 @@ public final class FetchEngine: Sendable {
 
     /// Answers `request`. Returns the reply when the cache can answer at once; otherwise
     /// returns nil and calls `reply` exactly once, later, from another thread.
-    public func fetch(_ request: FetchRequest, receivedAt: Double,
-                      reply: @escaping @Sendable (FetchReply) -> Void) -> FetchReply? {
-        fetch(prepare(request), receivedAt: receivedAt, reply: reply)
+    public func fetch(_ request: FetchRequest,
+                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        fetch(prepare(request), reply: reply)
     }
 
-    public func fetch(_ prepared: PreparedFetch, receivedAt: Double,
-                      reply: @escaping @Sendable (FetchReply) -> Void) -> FetchReply? {
-        fetch(prepared, receivedAt: receivedAt, mayCoalesce: true, reply: reply)
+    public func fetch(_ prepared: PreparedFetch,
+                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        fetch(prepared, mayCoalesce: true, reply: reply)
     }
 
-    private func fetch(_ prepared: PreparedFetch, receivedAt: Double, mayCoalesce: Bool,
-                       reply: @escaping @Sendable (FetchReply) -> Void) -> FetchReply? {
+    private func fetch(_ prepared: PreparedFetch, mayCoalesce: Bool,
+                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -106,14 +126,14 @@ public final class FetchEngine: Sendable {
         case .serve(let fresh):
             guard let entry else { preconditionFailure("serve decided without an entry") }
             store.recordHit(derived.key, at: now)
-            return serve(entry, outcome: fresh ? .hit : .stale, options: options, now: now, receivedAt: receivedAt)
+            return serve(entry, outcome: fresh ? .hit : .stale, options: options, now: now)
         case .serveStaleAndRefresh:
             guard let entry else { preconditionFailure("serve decided without an entry") }
             store.recordHit(derived.key, at: now)
             refreshInBackground(prepared)
-            return serve(entry, outcome: .stale, options: options, now: now, receivedAt: receivedAt)
+            return serve(entry, outcome: .stale, options: options, now: now)
         case .failNotCached:
-            return .failure(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only"))
+            return .failed(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only"))
         case .fetch:
             break
         }
@@ -124,7 +144,7 @@ public final class FetchEngine: Sendable {
         var leading: FlightKey?
         if mayCoalesce, outcome == .miss, options.policy != .reload {
             let key = FlightKey(key: derived.key, version: options.version)
-            let waiter = Waiter(prepared: prepared, receivedAt: receivedAt, reply: reply)
+            let waiter = Waiter(prepared: prepared, reply: reply)
             let joined = flights.withLock { flights -> Bool in
                 if flights[key] != nil {
                     flights[key]!.append(waiter)
@@ -139,24 +159,25 @@ public final class FetchEngine: Sendable {
             }
             leading = key
         }
-        sendUpstream(prepared, outcome: outcome, fallback: entry, flight: leading, receivedAt: receivedAt, reply: reply)
+        sendUpstream(prepared, outcome: outcome, fallback: entry, flight: leading, reply: reply)
         return nil
     }
 
-    private func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double, receivedAt: Double,
-                       upstreamError: String? = nil, coalesced: Bool = false) -> FetchReply {
+    private func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double,
+                       upstreamError: String? = nil, coalesced: Bool = false) -> CacheAnswer {
         let report = CacheReport(outcome: outcome, key: entry.key, age: entry.freshness.age(now: now, ttl: options.ttl),
                                  ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
                                  version: entry.freshness.version, stored: true, coalesced: coalesced,
                                  upstreamError: upstreamError)
-        return render(status: entry.status, headersJSON: entry.headersJSON, body: entry.body, kind: entry.bodyKind,
-                      report: report, receivedAt: receivedAt, upstreamMs: nil)
+        return .served(ServedResponse(status: entry.status, headersJSON: entry.headersJSON, liveHeaders: nil, body: entry.body,
+                                      bodyKind: entry.bodyKind, report: report, upstreamMs: nil, etag: entry.etag,
+                                      lastModified: entry.lastModified))
     }
 
     /// Sends the request upstream; stores and answers with the response. `fallback` is the
     /// stale entry that may answer instead of an upstream failure (stale-if-error).
     private func sendUpstream(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightKey?,
-                              receivedAt: Double, conditional: Bool = true, reply: @escaping @Sendable (FetchReply) -> Void) {
+                              conditional: Bool = true, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
         var headers = request.headers
         // RFC 9111 §4.3.1: revalidate a stored entry with its validators instead of
@@ -177,25 +198,25 @@ public final class FetchEngine: Sendable {
         upstream.send(upstreamRequest) { [self] result in
             if case .success(let response) = result, response.status == 304, let validating {
                 return revalidated(prepared, entry: validating, notModified: response, sentAt: sentAt, flight: flight,
-                                   receivedAt: receivedAt, reply: reply)
+                                   reply: reply)
             }
             switch result {
             case .failure(let error):
-                if let stale = staleOnError(fallback, options: request.cache, receivedAt: receivedAt, error: error.code.rawValue) {
+                if let stale = staleOnError(fallback, options: request.cache, error: error.code.rawValue) {
                     reply(stale)
                 } else {
-                    reply(.failure(error))
+                    reply(.failed(error))
                 }
                 land(flight, with: .failed(error))
             case .success(let response):
                 if CacheRules.isServerError(response.status),
-                   let stale = staleOnError(fallback, options: request.cache, receivedAt: receivedAt,
+                   let stale = staleOnError(fallback, options: request.cache,
                                             error: "upstream_status_\(response.status)") {
                     reply(stale)
                     land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)")))
                     return
                 }
-                complete(prepared, outcome: outcome, response: response, sentAt: sentAt, receivedAt: receivedAt,
+                complete(prepared, outcome: outcome, response: response, sentAt: sentAt,
                          flight: flight, reply: reply)
             }
         }
@@ -205,11 +226,11 @@ public final class FetchEngine: Sendable {
     /// §4.3.4), store it, and serve the stored body. If the entry vanished meanwhile (purged,
     /// damaged), there is no body to serve: ask again without conditions.
     private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
-                             flight: FlightKey?, receivedAt: Double, reply: @escaping @Sendable (FetchReply) -> Void) {
+                             flight: FlightKey?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let options = prepared.request.cache
         guard let current = store.lookup(entry.key), current.freshness.version == options.version else {
             logger.debug("304 for an entry that is gone; fetching in full", metadata: ["key": "\(entry.key)"])
-            return sendUpstream(prepared, outcome: .miss, fallback: nil, flight: flight, receivedAt: receivedAt,
+            return sendUpstream(prepared, outcome: .miss, fallback: nil, flight: flight,
                                 conditional: false, reply: reply)
         }
         let now = clock.now()
@@ -222,8 +243,10 @@ public final class FetchEngine: Sendable {
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0, ttl: nil, version: options.version, stored: false)
-            reply(render(status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true),
-                         body: current.body, kind: current.bodyKind, report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+            reply(.served(ServedResponse(status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true),
+                                         liveHeaders: nil, body: current.body, bodyKind: current.bodyKind, report: report,
+                                         upstreamMs: upstreamMs, etag: headers.values("etag").first,
+                                         lastModified: headers.values("last-modified").first)))
             return land(flight, with: .notShareable)
         }
         var update = current
@@ -236,19 +259,20 @@ public final class FetchEngine: Sendable {
             let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0,
                                      ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
                                      version: options.version, stored: saved)
-            reply(render(status: refreshed.status, headersJSON: refreshed.headersJSON, body: refreshed.body,
-                         kind: refreshed.bodyKind, report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+            reply(.served(ServedResponse(status: refreshed.status, headersJSON: refreshed.headersJSON, liveHeaders: nil,
+                                         body: refreshed.body, bodyKind: refreshed.bodyKind, report: report,
+                                         upstreamMs: upstreamMs, etag: refreshed.etag, lastModified: refreshed.lastModified)))
             land(flight, with: saved ? .stored(refreshed) : .notShareable)
         }
     }
 
     /// The stale entry as the answer to a failed upstream request, when stale-if-error allows.
-    private func staleOnError(_ entry: StoredEntry?, options: CacheOptions, receivedAt: Double, error: String) -> FetchReply? {
+    private func staleOnError(_ entry: StoredEntry?, options: CacheOptions, error: String) -> CacheAnswer? {
         let now = clock.now()
         guard let entry, CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError)
         else { return nil }
         store.recordHit(entry.key, at: now)
-        return serve(entry, outcome: .stale, options: options, now: now, receivedAt: receivedAt, upstreamError: error)
+        return serve(entry, outcome: .stale, options: options, now: now, upstreamError: error)
     }
 
     /// Refreshes `prepared`'s entry once, however many requests ask meanwhile: a refresh is a
@@ -263,22 +287,22 @@ public final class FetchEngine: Sendable {
         guard started else { return }
         backgroundRefreshes.add(1, ordering: .relaxed)
         let fallback = store.lookup(prepared.derived.key)
-        sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: key, receivedAt: clock.now()) { _ in }
+        sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: key) { _ in }
     }
 
     private func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
-                          receivedAt: Double, flight: FlightKey?, reply: @escaping @Sendable (FetchReply) -> Void) {
+                          flight: FlightKey?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
         // Ages are measured on the engine's clock (injected), durations on the upstream's.
-        let receivedAtNow = clock.now()
+        let arrivedAt = clock.now()
         let upstreamMs = (response.responseTime - response.requestTime) * 1000
         let kind = BodyKind.classify(contentType: response.headers.values("content-type").first, body: response.body)
         let decision = CacheRules.store(policy: options.policy, method: request.method, ttl: options.ttl,
                                         partitioned: derived.partitioned, status: response.status,
                                         headers: response.headers, bodySize: response.body.count,
-                                        maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: receivedAtNow,
+                                        maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: arrivedAt,
                                         directives: request.directives)
         let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         switch decision {
@@ -286,11 +310,13 @@ public final class FetchEngine: Sendable {
             logger.debug("not stored", metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)"])
             let report = CacheReport(outcome: outcome, key: derived.key, age: 0, ttl: nil, version: options.version,
                                      stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
-            reply(render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
-                         report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+            reply(.served(ServedResponse(status: response.status, headersJSON: liveHeaders, liveHeaders: response.headers,
+                                         body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
+                                         etag: response.headers.values("etag").first,
+                                         lastModified: response.headers.values("last-modified").first)))
             land(flight, with: .notShareable)
         case .store(let stored):
-            let freshness = stored.entry(storedAt: receivedAtNow, version: options.version)
+            let freshness = stored.entry(storedAt: arrivedAt, version: options.version)
             let entry = StoredEntry(
                 key: derived.key, namespace: options.namespace, method: request.method,
                 url: request.url.absoluteString, status: response.status,
@@ -300,11 +326,12 @@ public final class FetchEngine: Sendable {
                 etag: response.headers.values("etag").first,
                 lastModified: response.headers.values("last-modified").first)
             store.save(entry) { [self] saved in
-                let report = CacheReport(outcome: outcome, key: derived.key, age: freshness.age(now: receivedAtNow, ttl: options.ttl),
-                                         ttl: saved ? freshness.remaining(now: receivedAtNow, ttl: options.ttl) : nil,
+                let report = CacheReport(outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
+                                         ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,
                                          version: options.version, stored: saved)
-                reply(render(status: response.status, headersJSON: liveHeaders, body: response.body, kind: kind,
-                             report: report, receivedAt: receivedAt, upstreamMs: upstreamMs))
+                reply(.served(ServedResponse(status: response.status, headersJSON: liveHeaders, liveHeaders: response.headers,
+                                             body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
+                                             etag: entry.etag, lastModified: entry.lastModified)))
                 land(flight, with: saved ? .stored(entry) : .notShareable)
             }
         }
@@ -331,12 +358,12 @@ public final class FetchEngine: Sendable {
             switch landing {
             case .failed(let error):
                 let fallback = store.lookup(waiter.prepared.derived.key).flatMap { $0.freshness.version == options.version ? $0 : nil }
-                waiter.reply(staleOnError(fallback, options: options, receivedAt: waiter.receivedAt, error: error.code.rawValue)
-                             ?? .failure(error))
+                waiter.reply(staleOnError(fallback, options: options, error: error.code.rawValue)
+                             ?? .failed(error))
             case .stored(let entry):
-                waiter.reply(serve(entry, outcome: .hit, options: options, now: now, receivedAt: waiter.receivedAt, coalesced: true))
+                waiter.reply(serve(entry, outcome: .hit, options: options, now: now, coalesced: true))
             case .notShareable:
-                if let immediate = fetch(waiter.prepared, receivedAt: waiter.receivedAt, mayCoalesce: false, reply: waiter.reply) {
+                if let immediate = fetch(waiter.prepared, mayCoalesce: false, reply: waiter.reply) {
                     waiter.reply(immediate)
                 }
             }
@@ -348,12 +375,4 @@ public final class FetchEngine: Sendable {
 
     /// Background refreshes started for stale-while-revalidate.
     public var backgroundRefreshCount: Int { backgroundRefreshes.load(ordering: .relaxed) }
-
-    private func render(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind, report: CacheReport,
-                        receivedAt: Double, upstreamMs: Double?) -> FetchReply {
-        let totalMs = max(0, (clock.now() - receivedAt) * 1000)
-        let bytes = Envelope.render(status: status, headersJSON: headersJSON, body: body, kind: kind, cache: report,
-                                    totalMs: totalMs, upstreamMs: upstreamMs)
-        return FetchReply(status: 200, body: bytes, outcome: report.outcome, error: nil)
-    }
 }

@@ -50,17 +50,26 @@ struct Router: HTTPRequestHandler {
             }
             memo.insert(request.body, prepared)
         }
-        let immediate = engine.fetch(prepared, receivedAt: receivedAt) { reply in
-            responder.respond(finish(request, reply: reply, receivedAt: receivedAt))
+        let immediate = engine.fetch(prepared) { answer in
+            responder.respond(envelope(request, answer, receivedAt: receivedAt))
         }
-        return immediate.map { finish(request, reply: $0, receivedAt: receivedAt) }
+        return immediate.map { envelope(request, $0, receivedAt: receivedAt) }
     }
 
-    private func finish(_ request: HTTPServerRequest, reply: FetchReply, receivedAt: Double) -> HTTPServerResponse {
-        var headers = Self.jsonHeaders
-        if let outcome = reply.outcome { headers.append(("X-Cache", outcome.headerValue)) }
-        return finish(request, response: HTTPServerResponse(status: reply.status, headers: headers, body: reply.body),
-                      outcome: reply.outcome ?? nil, errorCode: reply.error?.code.rawValue, receivedAt: receivedAt)
+    /// /fetch answers with the JSON envelope and an X-Cache header.
+    private func envelope(_ request: HTTPServerRequest, _ answer: CacheAnswer, receivedAt: Double) -> HTTPServerResponse {
+        switch answer {
+        case .failed(let error):
+            return finish(request, error: error, receivedAt: receivedAt)
+        case .served(let served):
+            let totalMs = max(0, (clock.now() - receivedAt) * 1000)
+            let body = Envelope.render(status: served.status, headersJSON: served.headersJSON, body: served.body,
+                                       kind: served.bodyKind, cache: served.report, totalMs: totalMs, upstreamMs: served.upstreamMs)
+            var headers = Self.jsonHeaders
+            headers.append(("X-Cache", served.report.outcome.headerValue))
+            return finish(request, response: HTTPServerResponse(status: 200, headers: headers, body: body),
+                          outcome: served.report.outcome, receivedAt: receivedAt)
+        }
     }
 
     private func finish(_ request: HTTPServerRequest, error: LarderError, allow: String? = nil, receivedAt: Double) -> HTTPServerResponse {

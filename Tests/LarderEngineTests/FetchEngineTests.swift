@@ -46,11 +46,15 @@ final class FetchEngineTests: XCTestCase {
 
     /// Runs a fetch to completion (the scripted upstream answers synchronously).
     private func fetch(_ engine: FetchEngine, _ request: FetchRequest) -> [String: Any] {
-        let delivered = Mutex<FetchReply?>(nil)
-        let immediate = engine.fetch(request, receivedAt: now.withLock { $0 }) { reply in delivered.withLock { $0 = reply } }
-        let reply = immediate ?? delivered.withLock { $0 }
-        XCTAssertNotNil(reply)
-        return (try? JSONSerialization.jsonObject(with: Data(reply?.body ?? []))) as? [String: Any] ?? [:]
+        let delivered = Mutex<CacheAnswer?>(nil)
+        let immediate = engine.fetch(request) { answer in delivered.withLock { $0 = answer } }
+        guard case .served(let served)? = immediate ?? delivered.withLock({ $0 }) else {
+            XCTFail("no response")
+            return [:]
+        }
+        let envelope = Envelope.render(status: served.status, headersJSON: served.headersJSON, body: served.body,
+                                       kind: served.bodyKind, cache: served.report, totalMs: 0, upstreamMs: served.upstreamMs)
+        return (try? JSONSerialization.jsonObject(with: Data(envelope))) as? [String: Any] ?? [:]
     }
 
     func testA304ForAnEntryThatVanishedLeadsToAnUnconditionalRefetch() throws {
