@@ -9,6 +9,7 @@
 //   body=<n>:<hex SHA-256 of the request body, or empty when there is none>\n
 //   sensitive=<n>:<canonical JSON of `sensitive`, or empty>\n
 //   credentials=<n>:<Authorization and Cookie values, each "name:value\n", or empty>\n
+//                   (always empty on the shared /proxy route)
 //
 // and <n> is the byte length of the value that follows, so no two different inputs encode
 // alike. The instance secret makes keys and fingerprints useless to anyone holding only the
@@ -46,7 +47,10 @@ public struct CacheKeyBuilder: Sendable {
     public func derive(for request: FetchRequest) -> Derived {
         let sensitive = request.cache.sensitive.map(\.canonicalBytes)
         var credentials: [UInt8] = []
-        for field in request.headers where field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie") {
+        // A shared cache (the proxy route) does not partition by credentials; RFC 9111 §3.5
+        // decides instead what may be stored for a request with Authorization.
+        for field in request.headers where !request.shared
+            && (field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie")) {
             credentials.append(contentsOf: field.name.lowercasedASCII.utf8)
             credentials.append(UInt8(ascii: ":"))
             credentials.append(contentsOf: field.value.utf8)

@@ -21,6 +21,8 @@ public enum StoreRefusal: String, Sendable, Equatable {
     case statusNotCacheable = "status_not_cacheable"  // only 200–299 are stored
     case responseNoStore = "response_no_store"        // Cache-Control: no-store, even with ttl
     case responsePrivate = "response_private"         // private response, no per-caller partition
+    case authorizedRequest = "authorized_request"     // shared cache, Authorization, response not marked shareable
+    case responseVaries = "response_varies"           // Vary: secondary keys are not implemented yet, so not stored
     case bodyTooLarge = "body_too_large"
 }
 
@@ -200,16 +202,26 @@ public enum CacheRules {
     public static func store(policy: CachePolicy, method: HTTPMethod, ttl: Double?, partitioned: Bool,
                              status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
                              requestTime: Double, responseTime: Double,
-                             directives: RequestDirectives = RequestDirectives()) -> StoreDecision {
+                             directives: RequestDirectives = RequestDirectives(),
+                             sharedWithAuthorization: Bool = false) -> StoreDecision {
         if policy == .noStore { return .refuse(.policyNoStore) }
         if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
-        let cacheControl = CacheControl(headers.values("cache-control"))
+        let cacheControl = effectiveCacheControl(headers)
+        // §3.5: a shared cache stores a response to a request with Authorization only when the
+        // response says it may be shared.
+        if sharedWithAuthorization,
+           !(cacheControl.has("public") || cacheControl.has("s-maxage") || cacheControl.has("must-revalidate")) {
+            return .refuse(.authorizedRequest)
+        }
         // §5.2.2.5: no-store forbids storing; the caller's ttl does not override the origin.
         if cacheControl.has("no-store") { return .refuse(.responseNoStore) }
         // §5.2.2.7: a shared cache must not store a private response. Larder stores it only
         // inside a per-caller partition of the key.
         if cacheControl.has("private"), !partitioned { return .refuse(.responsePrivate) }
+        // §4.1: a response with Vary may only answer requests whose nominated fields match.
+        // Until secondary keys exist, such a response is not stored at all (always allowed).
+        if headers.values("vary").contains(where: { !$0.trimmingSpaces.isEmpty }) { return .refuse(.responseVaries) }
         let freshness = freshnessLifetime(status: status, cacheControl: cacheControl, headers: headers, receivedAt: responseTime)
         // 2xx is stored (206 partial content only once ranges are handled). Other final
         // statuses only when the response itself makes them fresh (§3: explicitly or
@@ -234,6 +246,17 @@ public enum CacheRules {
             initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime)))
     }
 
+    /// RFC 9213: Larder is a shared cache, so `CDN-Cache-Control`, when present, replaces
+    /// `Cache-Control` (and `Expires`) for its decisions. It is not passed downstream.
+    public static func effectiveCacheControl(_ headers: [HeaderField]) -> CacheControl {
+        let targeted = headers.values("cdn-cache-control")
+        return CacheControl(targeted.isEmpty ? headers.values("cache-control") : targeted)
+    }
+
+    public static func hasTargetedCacheControl(_ headers: [HeaderField]) -> Bool {
+        !headers.values("cdn-cache-control").isEmpty
+    }
+
     public enum FreshnessSource: Sendable, Equatable {
         case explicit, heuristic, none
     }
@@ -254,7 +277,8 @@ public enum CacheRules {
             }
         }
         let date = headers.values("date").first.flatMap(HTTPDate.parse) ?? receivedAt
-        let expiresValues = headers.values("expires")
+        // RFC 9213 §2.2: with a targeted field, Expires does not count either.
+        let expiresValues = hasTargetedCacheControl(headers) ? [] : headers.values("expires")
         if !expiresValues.isEmpty {
             // §5.3: an invalid Expires (including more than one) means already expired.
             guard expiresValues.count == 1, let expires = HTTPDate.parse(expiresValues[0]) else { return (0, .explicit) }

@@ -44,9 +44,13 @@ public struct FetchRequest: Sendable {
     public var cache: CacheOptions
     /// The caller's Cache-Control request directives, from `headers`.
     public var directives: RequestDirectives
+    /// Served as a shared cache (the /proxy route, RFC 9111 as written): credentials do not
+    /// partition the key, and a request with Authorization is stored only when the response
+    /// allows it (§3.5). False for /fetch, which keeps a private partition per credential.
+    public var shared: Bool
 
     public init(method: HTTPMethod = .get, url: UpstreamURL, headers: [HeaderField] = [], body: [UInt8]? = nil,
-                timeoutMs: Int = FetchRequest.defaultTimeoutMs, cache: CacheOptions = CacheOptions()) {
+                timeoutMs: Int = FetchRequest.defaultTimeoutMs, cache: CacheOptions = CacheOptions(), shared: Bool = false) {
         self.method = method
         self.url = url
         self.headers = headers
@@ -54,7 +58,11 @@ public struct FetchRequest: Sendable {
         self.timeoutMs = timeoutMs
         self.cache = cache
         self.directives = RequestDirectives(headers: headers)
+        self.shared = shared
     }
+
+    /// Whether the request carries Authorization (for the shared-cache rule, RFC 9111 §3.5).
+    public var hasAuthorization: Bool { !headers.values("authorization").isEmpty }
 
     public static let defaultTimeoutMs = 30_000
     public static let maxTimeoutMs = 600_000

@@ -239,7 +239,8 @@ public final class FetchEngine: Sendable {
         let decision = CacheRules.store(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
                                         partitioned: prepared.derived.partitioned, status: current.status, headers: headers,
                                         bodySize: current.body.count, maxBodySize: limits.maxStoredBodyBytes,
-                                        requestTime: sentAt, responseTime: now, directives: prepared.request.directives)
+                                        requestTime: sentAt, responseTime: now, directives: prepared.request.directives,
+                                        sharedWithAuthorization: prepared.request.shared && prepared.request.hasAuthorization)
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0, ttl: nil, version: options.version, stored: false)
@@ -303,7 +304,8 @@ public final class FetchEngine: Sendable {
                                         partitioned: derived.partitioned, status: response.status,
                                         headers: response.headers, bodySize: response.body.count,
                                         maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: arrivedAt,
-                                        directives: request.directives)
+                                        directives: request.directives,
+                                        sharedWithAuthorization: request.shared && request.hasAuthorization)
         let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         switch decision {
         case .refuse(let reason):

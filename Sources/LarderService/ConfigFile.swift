@@ -6,6 +6,7 @@
 //   secretFile: …              allowHosts: [api.example.com, "*.cdn.example.com"]
 //   denyPrivate: false         threads: 2            maxBodyBytes: 67108864
 //   memoryMb: 64               shutdownGrace: 10     accessLog: true
+//   proxyRoot: api             proxyPort: 8081
 //   upstreams:
 //     - name: api
 //       baseUrl: https://api.example.com/v1
@@ -45,7 +46,7 @@ public enum ConfigFile {
 
         func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
-                                      "memoryMb", "shutdownGrace", "accessLog", "upstreams"]
+                                      "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -58,6 +59,8 @@ public enum ConfigFile {
             if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try integer(value, "memoryMb") << 20 }
             if let value = root["shutdownGrace"] { configuration.shutdownGraceSeconds = try number(value, "shutdownGrace") }
             if let value = root["accessLog"] { configuration.accessLog = try boolean(value, "accessLog") }
+            if let value = root["proxyRoot"] { configuration.proxyRoot = try string(value, "proxyRoot") }
+            if let value = root["proxyPort"] { configuration.proxyPort = try integer(value, "proxyPort") }
             if let value = root["upstreams"] {
                 guard let list = value as? [Any] else { throw error("upstreams", "must be a list") }
                 configuration.upstreams = try list.enumerated().map { index, item throws(ConfigurationError) in

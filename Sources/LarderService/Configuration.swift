@@ -14,6 +14,11 @@ public struct LarderConfiguration: Sendable {
     public var secretPath: String?
     /// Named upstreams, usable from /fetch as `"upstream": NAME, "path": …`.
     public var upstreams: [NamedUpstream] = []
+    /// Serve a second listener where every path is proxied to this named upstream, at the root
+    /// (deployment in front of one origin, as Varnish or nginx are deployed).
+    public var proxyRoot: String?
+    /// Port of the proxy-root listener (same host); 0 picks a free one.
+    public var proxyPort: Int = 8081
     /// Host patterns Larder may fetch from ("api.example.com", "*.example.com"); empty = any.
     public var allowHosts: [String] = []
     /// Also refuse loopback and private address ranges upstream.
@@ -49,6 +54,13 @@ public struct LarderConfiguration: Sendable {
             } catch {
                 throw ConfigurationError("upstream '\(upstream.name)': \(error.message)")
             }
+        }
+        if let proxyRoot {
+            guard upstreams.contains(where: { $0.name == proxyRoot }) else {
+                throw ConfigurationError("proxy root '\(proxyRoot)' is not a named upstream (define it with --upstream or the config file)")
+            }
+            guard (0...65535).contains(proxyPort) else { throw ConfigurationError("proxy port \(proxyPort) is out of range 0–65535") }
+            guard proxyPort == 0 || proxyPort != port else { throw ConfigurationError("the proxy port must differ from the port") }
         }
         for pattern in allowHosts where pattern.isEmpty || pattern.dropFirst(pattern.hasPrefix("*.") ? 2 : 0).contains("*") {
             throw ConfigurationError("allow-host pattern '\(pattern)' must be a host name or '*.' followed by one")

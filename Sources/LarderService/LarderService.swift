@@ -27,6 +27,7 @@ public final class LarderService: @unchecked Sendable {
     private var store: SQLiteCacheStore?
     private var upstream: CurlUpstream?
     private var server: HTTPServer?
+    private var proxyServer: HTTPServer?
 
     private static let curlInitialised: Void = CurlUpstream.globalInit()
 
@@ -42,6 +43,9 @@ public final class LarderService: @unchecked Sendable {
 
     /// The port the server listens on (useful when configured as 0).
     public var port: Int { server?.port ?? 0 }
+
+    /// The proxy-root listener's port, when there is one.
+    public var proxyPort: Int? { proxyServer?.port }
 
     public func start() throws {
         try configuration.validate()
@@ -66,9 +70,18 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.threads = configuration.serverThreads
         serverConfiguration.maxRequestBodyBytes = configuration.maxRequestBodyBytes
         let server = HTTPServer(configuration: serverConfiguration, handler: router, logger: logger)
+        var proxyServer: HTTPServer?
+        if let root = configuration.proxyRoot {
+            var proxyConfiguration = serverConfiguration
+            proxyConfiguration.port = configuration.proxyPort
+            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ProxyRootHandler(router: router, upstream: root),
+                                     logger: logger)
+        }
         do {
             try server.start()
+            try proxyServer?.start()
         } catch {
+            server.stop()
             upstream.shutdown()
             store.close()
             throw error
@@ -76,23 +89,30 @@ public final class LarderService: @unchecked Sendable {
         self.store = store
         self.upstream = upstream
         self.server = server
+        self.proxyServer = proxyServer
         logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), database \(configuration.databasePath)")
+        if let proxyServer, let root = configuration.proxyRoot {
+            logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
+        }
     }
 
     /// Stops accepting, lets in-flight requests finish (up to the grace period), cancels the
     /// rest, resumes every suspended connection, stops the server and closes the database.
     public func shutdown() {
         guard let server, let upstream, let store else { return }
-        server.stopAccepting()
-        if !server.waitForPending(timeout: configuration.shutdownGraceSeconds) {
-            logger.warning("cancelling \(server.pendingCount) requests still in flight")
+        let servers = [server] + (proxyServer.map { [$0] } ?? [])
+        for listener in servers { listener.stopAccepting() }
+        let deadline = Date().addingTimeInterval(configuration.shutdownGraceSeconds)
+        for listener in servers where !listener.waitForPending(timeout: max(0, deadline.timeIntervalSinceNow)) {
+            logger.warning("cancelling \(listener.pendingCount) requests still in flight")
         }
         upstream.shutdown()
-        if !server.waitForPending(timeout: 10) {
+        for listener in servers where !listener.waitForPending(timeout: 10) {
             logger.error("requests still suspended after cancellation; stopping anyway")
         }
-        server.stop()
+        for listener in servers { listener.stop() }
         store.close()
+        self.proxyServer = nil
         self.server = nil
         self.upstream = nil
         self.store = nil
@@ -124,5 +144,15 @@ enum SecretFile {
         guard written == bytes.count else { throw ConfigurationError("cannot write secret file \(path)") }
         fsync(descriptor)
         return bytes
+    }
+}
+
+/// The proxy-root listener: every request is proxied to one upstream, path and query as they are.
+struct ProxyRootHandler: HTTPRequestHandler {
+    let router: Router
+    let upstream: String
+
+    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
+        router.proxy(request, upstream: upstream, target: request.rawTarget, responder: responder, receivedAt: router.clock.now())
     }
 }

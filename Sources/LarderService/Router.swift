@@ -13,6 +13,7 @@ struct Router: HTTPRequestHandler {
     let accessLog: Bool
     let upstreams: [String: NamedUpstream]
     let memo = RequestMemo()
+    var proxyRoute: ProxyRoute { ProxyRoute(engine: engine, upstreams: upstreams) }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
 
@@ -31,7 +32,21 @@ struct Router: HTTPRequestHandler {
             return finish(request, response: HTTPServerResponse(status: 200, headers: Self.jsonHeaders, body: Array(#"{"status":"ok"}"#.utf8)),
                           outcome: nil, receivedAt: receivedAt)
         default:
+            if request.rawTarget.hasPrefix("/proxy/") {
+                let rest = request.rawTarget.dropFirst("/proxy/".count)
+                let end = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
+                return proxy(request, upstream: String(rest[..<end]), target: String(rest[end...]), responder: responder,
+                             receivedAt: receivedAt)
+            }
             return finish(request, error: LarderError(.notFound, "no route for \(request.path)"), receivedAt: receivedAt)
+        }
+    }
+
+    /// Forwards to upstream `name` through the cache (see ProxyRoute).
+    func proxy(_ request: HTTPServerRequest, upstream name: String, target: String, responder: HTTPResponder,
+               receivedAt: Double) -> HTTPServerResponse? {
+        proxyRoute.handle(request, upstream: name, target: target, responder: responder) { response, outcome, errorCode in
+            finish(request, response: response, outcome: outcome, errorCode: errorCode, receivedAt: receivedAt)
         }
     }
 

@@ -42,6 +42,12 @@ struct Serve: ParsableCommand {
     @Option(name: .customLong("upstream"), help: "A named upstream, NAME=URL (repeatable); use it from /fetch with \"upstream\" and \"path\".")
     var upstreams: [String] = []
 
+    @Option(help: "Also listen on --proxy-port and proxy every path to this named upstream, at the root.")
+    var proxyRoot: String?
+
+    @Option(help: "Port of the proxy-root listener (default 8081).")
+    var proxyPort: Int?
+
     @Option(name: .customLong("allow-host"), help: "Only fetch from hosts matching this pattern, e.g. api.example.com or *.example.com (repeatable; default any host).")
     var allowHosts: [String] = []
 
@@ -93,6 +99,8 @@ struct Serve: ParsableCommand {
             configuration.upstreams.append(NamedUpstream(name: name, baseURL: String(entry[entry.index(after: equals)...])))
         }
         if !allowHosts.isEmpty { configuration.allowHosts = allowHosts }
+        if let proxyRoot { configuration.proxyRoot = proxyRoot }
+        if let proxyPort { configuration.proxyPort = proxyPort }
         if denyPrivate { configuration.denyPrivate = true }
         if let threads { configuration.serverThreads = threads }
         if let maxBodyBytes { configuration.maxUpstreamBodyBytes = maxBodyBytes }

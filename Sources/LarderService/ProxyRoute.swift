@@ -1,0 +1,173 @@
+// The reverse-proxy route: `/proxy/{NAME}/{path…}?{query}` (or every path on the proxy-root
+// listener) forwards the request to upstream NAME and answers with the upstream's response as
+// it is — status, headers, body, no envelope — through the same cache, as a shared cache
+// under RFC 9111:
+//  - credentials do not partition the key; a request with Authorization is stored only when
+//    the response allows sharing (§3.5); `private` responses are never stored;
+//  - the caller's Cache-Control request directives apply (§5.2.1);
+//  - HEAD is answered from a stored GET;
+//  - If-None-Match / If-Modified-Since are answered with 304 from the response (§4.3.2);
+//  - every response carries `Age` (§5.1) and `Cache-Status` (RFC 9211); the stored `Date` is
+//    never rewritten; hop-by-hop fields (RFC 9110 §7.6.1) and CDN-Cache-Control (RFC 9213)
+//    are neither forwarded nor passed on.
+
+import LarderCore
+import LarderEngine
+import LarderHTTP
+
+struct ProxyRoute: Sendable {
+    let engine: FetchEngine
+    let upstreams: [String: NamedUpstream]
+
+    /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
+    private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
+    /// Conditions Larder evaluates itself for cacheable requests, so the upstream always sends
+    /// a full response that can be stored.
+    private static let conditionals: Set<String> = ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range"]
+    /// Response fields never passed on (besides hop-by-hop): the server sets its own framing,
+    /// and CDN-Cache-Control is for this cache only (RFC 9213 §2.1).
+    private static let notPassedOn: Set<String> = ["content-length", "cdn-cache-control", "age"]
+
+    /// Answers a proxied request for `target` (path and query, as received) on upstream `name`.
+    func handle(_ request: HTTPServerRequest, upstream name: String, target: String, responder: HTTPResponder,
+                finish: @escaping @Sendable (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse? {
+        guard let upstream = upstreams[name] else {
+            let error = LarderError(.unknownUpstream, "no upstream named '\(name)'")
+            return finish(Self.errorResponse(error), nil, error.code.rawValue)
+        }
+        guard let method = HTTPMethod(rawValue: request.method) else {
+            let error = LarderError(.methodNotAllowed, "the proxy forwards GET, HEAD, POST, PUT, PATCH and DELETE")
+            var response = Self.errorResponse(error)
+            response.headers.append(("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE"))
+            return finish(response, nil, error.code.rawValue)
+        }
+        let fetch: FetchRequest
+        do {
+            fetch = try Self.forwardedRequest(request, method: method, upstream: upstream, target: target)
+        } catch {
+            return finish(Self.errorResponse(error), nil, error.code.rawValue)
+        }
+
+        let clientConditions = request.headers.filter { Self.conditionals.contains($0.name.lowercasedASCII) }
+        let deliver: @Sendable (CacheAnswer, Bool) -> HTTPServerResponse = { answer, headOnly in
+            let response = Self.render(answer, method: method, headOnly: headOnly, conditions: clientConditions)
+            return finish(response, answer.outcome, { if case .failed(let error) = answer { return error.code.rawValue }; return nil }())
+        }
+
+        if method == .head {
+            // RFC 9111 §4.3.5 / §4: a HEAD can be answered from a stored GET; only when nothing
+            // usable is stored does the HEAD go upstream (and is not stored).
+            var lookup = fetch
+            lookup.method = .get
+            lookup.directives.onlyIfCached = true
+            let stored = engine.fetch(engine.prepare(lookup)) { _ in }
+            if case .served = stored { return deliver(stored!, true) }
+            var forward = fetch
+            forward.cache.policy = .noStore
+            let immediate = engine.fetch(engine.prepare(forward)) { answer in responder.respond(deliver(answer, true)) }
+            return immediate.map { deliver($0, true) }
+        }
+        let immediate = engine.fetch(engine.prepare(fetch)) { answer in responder.respond(deliver(answer, false)) }
+        return immediate.map { deliver($0, false) }
+    }
+
+    /// The request as it goes upstream: the client's method, path, query, fields and body.
+    static func forwardedRequest(_ request: HTTPServerRequest, method: HTTPMethod, upstream: NamedUpstream,
+                                 target: String) throws(LarderError) -> FetchRequest {
+        guard let base = upstream.url(for: target, cdn: false) else { throw LarderError(.unknownUpstream, "no base URL") }
+        let url = try UpstreamURL(parsing: base, mergingQuery: upstream.query, field: "path")
+        let fields = request.headers.map { HeaderField($0.name, $0.value) }
+        let nominated = HopByHop.nominated(in: fields)
+        let cacheable = method == .get && fields.values("range").isEmpty
+        var headers: [HeaderField] = []
+        for field in fields {
+            let name = field.name.lowercasedASCII
+            if HopByHop.contains(name, nominatedBy: nominated) || name.hasPrefix("proxy-") || notForwarded.contains(name) { continue }
+            if cacheable, conditionals.contains(name) { continue }
+            headers.append(field)
+        }
+        for field in upstream.headers where headers.values(field.name).isEmpty { headers.append(field) }
+        var options = CacheOptions()
+        options.namespace = "proxy:\(upstream.name)"
+        // A range request is passed through: partial responses are never stored.
+        if !fields.values("range").isEmpty { options.policy = .noStore }
+        return FetchRequest(method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
+                            cache: options, shared: true)
+    }
+
+    static func render(_ answer: CacheAnswer, method: HTTPMethod, headOnly: Bool, conditions: [(name: String, value: String)]) -> HTTPServerResponse {
+        guard case .served(let served) = answer else {
+            if case .failed(let error) = answer { return errorResponse(error) }
+            return HTTPServerResponse(status: 502)
+        }
+        let upstreamHeaders = served.headers
+        let nominated = HopByHop.nominated(in: upstreamHeaders)
+        var headers: [(name: String, value: String)] = []
+        for field in upstreamHeaders {
+            let name = field.name.lowercasedASCII
+            if HopByHop.contains(name, nominatedBy: nominated) || notPassedOn.contains(name) { continue }
+            headers.append((field.name, field.value))
+        }
+        let report = served.report
+        headers.append(("Age", String(Int(report.age.rounded(.down)))))
+        headers.append(("Cache-Status", cacheStatus(report, status: served.status, method: method)))
+
+        if (method == .get || method == .head), served.status == 200,
+           notModified(conditions: conditions, etag: served.etag, lastModified: served.lastModified) {
+            // §4.3.2 / RFC 9110 §15.4.5: the 304 carries the fields a 200 would, but no body.
+            let kept: Set<String> = ["cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status", "last-modified"]
+            return HTTPServerResponse(status: 304, headers: headers.filter { kept.contains($0.name.lowercasedASCII) }, body: [])
+        }
+        return HTTPServerResponse(status: served.status, headers: headers, body: headOnly ? [] : served.body)
+    }
+
+    /// RFC 9110 §13.1.2 / §13.1.3, weak comparison for If-None-Match; If-Modified-Since only
+    /// when there is no If-None-Match.
+    static func notModified(conditions: [(name: String, value: String)], etag: String?, lastModified: String?) -> Bool {
+        let noneMatch = conditions.filter { $0.name.lowercasedASCII == "if-none-match" }.map(\.value)
+        if !noneMatch.isEmpty {
+            guard let etag else { return false }
+            let candidates = noneMatch.flatMap { $0.split(separator: ",").map { $0.trimmingSpaces } }
+            func opaque(_ tag: String) -> String { tag.hasPrefix("W/") ? String(tag.dropFirst(2)) : tag }
+            return candidates.contains { $0 == "*" || opaque($0) == opaque(etag) }
+        }
+        guard let since = conditions.first(where: { $0.name.lowercasedASCII == "if-modified-since" }).flatMap({ HTTPDate.parse($0.value) }),
+              let modified = lastModified.flatMap(HTTPDate.parse) else { return false }
+        return modified <= since
+    }
+
+    /// RFC 9211 Cache-Status for Larder's part in the answer.
+    static func cacheStatus(_ report: CacheReport, status: Int, method: HTTPMethod) -> String {
+        var parts = ["larder"]
+        switch report.outcome {
+        case .hit:
+            parts.append("hit")
+            if report.coalesced { parts.append("collapsed") }
+            parts.append("ttl=\(Int((report.ttl ?? 0).rounded(.up)))")
+        case .stale:
+            parts.append("hit")
+            parts.append("ttl=0")
+            parts.append(report.upstreamError == nil ? "detail=stale" : "detail=stale-if-error")
+        case .revalidated:
+            parts.append("fwd=stale")
+            parts.append("fwd-status=304")
+            if report.stored { parts.append("stored") }
+            if let ttl = report.ttl { parts.append("ttl=\(Int(ttl.rounded(.up)))") }
+        case .miss:
+            parts.append("fwd=uri-miss")
+            parts.append("fwd-status=\(status)")
+            if report.stored {
+                parts.append("stored")
+                if let ttl = report.ttl { parts.append("ttl=\(Int(ttl.rounded(.up)))") }
+            }
+        case .bypass:
+            parts.append(CacheRules.isCacheable(method: method, ttl: nil) ? "fwd=bypass" : "fwd=method")
+            parts.append("fwd-status=\(status)")
+        }
+        return parts.joined(separator: "; ")
+    }
+
+    static func errorResponse(_ error: LarderError) -> HTTPServerResponse {
+        HTTPServerResponse(status: error.status, headers: [("Content-Type", "application/json")], body: error.jsonBody)
+    }
+}

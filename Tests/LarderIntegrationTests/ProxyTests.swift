@@ -1,0 +1,192 @@
+// The reverse-proxy route as a shared cache (RFC 9111), end to end.
+
+import Foundation
+import LarderCore
+import LarderService
+import XCTest
+
+final class ProxyTests: IntegrationTestCase {
+    private func startProxy(_ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+        try startLarder { configuration in
+            configuration.upstreams = [NamedUpstream(name: "origin", baseURL: origin.base + "/base")]
+            configure(&configuration)
+        }
+    }
+
+    func testResponsesPassAsTheyAreAndHitsNeverReachTheOrigin() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let first = try client.request("GET", "/proxy/origin\(path)?q=1&cc=max-age%3D60&h=X-Origin:yes")
+        XCTAssertEqual(first.status, 200)
+        XCTAssertEqual(first.headers["content-type"], "application/json")
+        XCTAssertEqual(first.headers["x-origin"], "yes")
+        XCTAssertEqual(first.headers["cache-control"], "max-age=60")
+        XCTAssertEqual(first.headers["age"], "0")
+        XCTAssertEqual(first.headers["cache-status"], "larder; fwd=uri-miss; fwd-status=200; stored; ttl=60")
+        let document = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(first.body)) as? [String: Any])
+        XCTAssertEqual(document["path"] as? String, "/base\(path)", "no envelope: the origin's own body")
+        XCTAssertEqual(origin.requests("/base\(path)").first?.target, "/base\(path)?q=1&cc=max-age%3D60&h=X-Origin:yes")
+
+        clock.advance(by: 10)
+        let hit = try client.request("GET", "/proxy/origin\(path)?q=1&cc=max-age%3D60&h=X-Origin:yes")
+        XCTAssertEqual(hit.status, 200)
+        XCTAssertEqual(hit.body, first.body)
+        XCTAssertEqual(hit.headers["age"], "10")
+        XCTAssertEqual(hit.headers["cache-status"], "larder; hit; ttl=50")
+        XCTAssertEqual(hit.headers["x-origin"], "yes")
+        XCTAssertEqual(hit.headers["date"], first.headers["date"], "the stored Date is never rewritten")
+        XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+
+    func testUnknownUpstreamAndUnsupportedMethod() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let unknown = try client.request("GET", "/proxy/nobody/x")
+        XCTAssertEqual(unknown.status, 404)
+        XCTAssertEqual(unknown.errorCode, "unknown_upstream")
+        let options = try client.request("OPTIONS", "/proxy/origin/x")
+        XCTAssertEqual(options.status, 405)
+    }
+
+    func testHopByHopFieldsAreNeitherForwardedNorPassedOn() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let response = try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60&h=Connection:X-Hop&h=X-Hop:1&h=Keep-Alive:timeout%3D5&h=X-End:2",
+                                          headers: ["Connection": "X-Private", "X-Private": "secret", "Keep-Alive": "timeout=5",
+                                                    "TE": "trailers", "Proxy-Authorization": "Basic eA==", "X-Kept": "1"])
+        let received = try XCTUnwrap(origin.requests("/base\(path)").first)
+        for name in ["x-private", "keep-alive", "te", "proxy-authorization"] {
+            XCTAssertNil(received.headers[name], name)
+        }
+        XCTAssertEqual(received.headers["x-kept"], "1")
+        XCTAssertNil(response.headers["x-hop"])
+        XCTAssertNil(response.headers["keep-alive"])
+        XCTAssertEqual(response.headers["x-end"], "2")
+        let hit = try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60&h=Connection:X-Hop&h=X-Hop:1&h=Keep-Alive:timeout%3D5&h=X-End:2")
+        XCTAssertTrue(hit.headers["cache-status"]?.contains("hit") ?? false)
+        XCTAssertNil(hit.headers["x-hop"], "not stored either")
+        XCTAssertEqual(hit.headers["x-end"], "2")
+    }
+
+    func testAuthorizationIsSharedOnlyWhenTheResponseAllowsIt() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let plain = uniquePath("plain")
+        _ = try client.request("GET", "/proxy/origin\(plain)?cc=max-age%3D60", headers: ["Authorization": "Bearer a"])
+        let again = try client.request("GET", "/proxy/origin\(plain)?cc=max-age%3D60", headers: ["Authorization": "Bearer a"])
+        XCTAssertTrue(again.headers["cache-status"]?.contains("fwd=uri-miss") ?? false, "§3.5: not stored")
+        XCTAssertEqual(origin.count("/base\(plain)"), 2)
+
+        let shared = uniquePath("public")
+        _ = try client.request("GET", "/proxy/origin\(shared)?cc=public,max-age%3D60", headers: ["Authorization": "Bearer a"])
+        let other = try client.request("GET", "/proxy/origin\(shared)?cc=public,max-age%3D60", headers: ["Authorization": "Bearer b"])
+        XCTAssertTrue(other.headers["cache-status"]?.hasPrefix("larder; hit") ?? false, "public: shared across callers")
+        XCTAssertEqual(origin.count("/base\(shared)"), 1)
+
+        let privatePath = uniquePath("private")
+        _ = try client.request("GET", "/proxy/origin\(privatePath)?cc=private,max-age%3D60")
+        _ = try client.request("GET", "/proxy/origin\(privatePath)?cc=private,max-age%3D60")
+        XCTAssertEqual(origin.count("/base\(privatePath)"), 2, "a shared cache never stores private")
+    }
+
+    func testHeadIsAnsweredFromAStoredGet() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=max-age%3D60"
+        let get = try client.request("GET", target)
+        let head = try client.request("HEAD", target)
+        XCTAssertEqual(head.status, 200)
+        XCTAssertTrue(head.body.isEmpty)
+        XCTAssertTrue(head.headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        XCTAssertEqual(head.headers["content-type"], get.headers["content-type"])
+        XCTAssertEqual(origin.requests("/base\(path)").map(\.method), ["GET"])
+
+        let cold = uniquePath("cold")
+        let coldHead = try client.request("HEAD", "/proxy/origin\(cold)")
+        XCTAssertEqual(coldHead.status, 200)
+        XCTAssertEqual(origin.requests("/base\(cold)").map(\.method), ["HEAD"])
+    }
+
+    func testConditionalRequestsAreAnsweredWith304() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=max-age%3D60&etag=%22v1%22"
+        // A cold conditional request: the origin is asked unconditionally (so the response
+        // can be stored), and Larder answers the condition itself.
+        let cold = try client.request("GET", target, headers: ["If-None-Match": "\"v1\""])
+        XCTAssertEqual(cold.status, 304)
+        XCTAssertTrue(cold.body.isEmpty)
+        XCTAssertEqual(cold.headers["etag"], "\"v1\"")
+        XCTAssertNil(origin.requests("/base\(path)").first?.headers["if-none-match"])
+        let warm = try client.request("GET", target, headers: ["If-None-Match": "W/\"v0\", W/\"v1\""])
+        XCTAssertEqual(warm.status, 304)
+        let changed = try client.request("GET", target, headers: ["If-None-Match": "\"v2\""])
+        XCTAssertEqual(changed.status, 200)
+        XCTAssertFalse(changed.body.isEmpty)
+        XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+
+    func testUnsafeMethodsPassThrough() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let post = try client.request("POST", "/proxy/origin\(path)", headers: ["Content-Type": "text/plain"], body: Array("hello".utf8))
+        XCTAssertEqual(post.status, 200)
+        XCTAssertEqual(post.headers["cache-status"], "larder; fwd=method; fwd-status=200")
+        let received = try XCTUnwrap(origin.requests("/base\(path)").first)
+        XCTAssertEqual(received.method, "POST")
+        XCTAssertEqual(String(decoding: received.body, as: UTF8.self), "hello")
+    }
+
+    func testSetCookieIsPassedOnButNeverStored() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=public,max-age%3D60&cookie=1"
+        XCTAssertEqual(try client.request("GET", target).headers["set-cookie"], TestOrigin.cookie)
+        let hit = try client.request("GET", target)
+        XCTAssertTrue(hit.headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        XCTAssertNil(hit.headers["set-cookie"], "another caller never gets the cookie")
+    }
+
+    func testCDNCacheControlWinsAndIsNotPassedOn() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=no-store&h=CDN-Cache-Control:max-age%3D100"
+        let first = try client.request("GET", target)
+        XCTAssertEqual(first.headers["cache-control"], "no-store", "Cache-Control is for downstream caches")
+        XCTAssertNil(first.headers["cdn-cache-control"])
+        XCTAssertEqual(try client.request("GET", target).headers["cache-status"], "larder; hit; ttl=100")
+        XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+
+    func testUpstreamFailureIsAJSONError() throws {
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "down", baseURL: "http://127.0.0.1:1")] }
+        let response = try larder.connection().request("GET", "/proxy/down/x")
+        XCTAssertEqual(response.status, 502)
+        XCTAssertEqual(response.errorCode, "upstream_unreachable")
+    }
+
+    func testProxyRootListenerProxiesEveryPath() throws {
+        let larder = try startProxy { configuration in
+            configuration.proxyRoot = "origin"
+            configuration.proxyPort = 0
+        }
+        let port = try XCTUnwrap(larder.service.proxyPort)
+        let client = try TestConnection(port: port)
+        let path = uniquePath()
+        let first = try client.request("GET", "\(path)?cc=max-age%3D60")
+        XCTAssertEqual(first.status, 200)
+        XCTAssertEqual(origin.requests("/base\(path)").first?.target, "/base\(path)?cc=max-age%3D60")
+        XCTAssertTrue(try client.request("GET", "\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        // The proxy route on the main port shares the same cache.
+        XCTAssertTrue(try larder.connection().request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?
+            .hasPrefix("larder; hit") ?? false)
+        XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+}
