@@ -58,6 +58,18 @@ public struct UpstreamURL: Sendable, Equatable {
         self.queryItems = items
     }
 
+    /// A URI reference (e.g. a Location field) resolved against this URL (RFC 3986 §5);
+    /// nil when it is not a valid http(s) URL.
+    public func resolving(_ reference: String) -> UpstreamURL? {
+        guard let resolved = URL(string: reference, relativeTo: URL(string: absoluteString))?.absoluteString else { return nil }
+        return try? UpstreamURL(parsing: resolved, field: "location")
+    }
+
+    /// Same scheme, host and port (RFC 6454 origin).
+    public func isSameOrigin(as other: UpstreamURL) -> Bool {
+        scheme == other.scheme && host == other.host && port == other.port
+    }
+
     public var authority: String {
         port.map { "\(host):\($0)" } ?? host
     }

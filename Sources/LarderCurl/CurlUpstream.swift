@@ -170,6 +170,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         }
         let next: UpstreamURL
         do {
+            // Parsed (not just resolved) so that a scheme other than http(s) is refused by name.
             next = try UpstreamURL(parsing: resolved, field: "location")
         } catch {
             return exchange.fail(LarderError(.upstreamForbidden, "redirect refused: \(error.message)"))
@@ -182,7 +183,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
             exchange.headers.removeAll { $0.name.caseInsensitiveEquals("content-type") }
         }
         // Credentials never follow a redirect to another origin.
-        if next.host != exchange.url.host || next.scheme != exchange.url.scheme || next.port != exchange.url.port {
+        if !next.isSameOrigin(as: exchange.url) {
             exchange.headers.removeAll { $0.name.caseInsensitiveEquals("authorization") || $0.name.caseInsensitiveEquals("cookie") }
         }
         exchange.url = next

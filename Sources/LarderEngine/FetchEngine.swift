@@ -312,16 +312,26 @@ public final class FetchEngine: Sendable {
             logger.debug("not stored", metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)"])
             let report = CacheReport(outcome: outcome, key: derived.key, age: 0, ttl: nil, version: options.version,
                                      stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
-            reply(.served(ServedResponse(status: response.status, headersJSON: liveHeaders, liveHeaders: response.headers,
-                                         body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
-                                         etag: response.headers.values("etag").first,
-                                         lastModified: response.headers.values("last-modified").first)))
-            land(flight, with: .notShareable)
+            let served = ServedResponse(status: response.status, headersJSON: liveHeaders, liveHeaders: response.headers,
+                                        body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
+                                        etag: response.headers.values("etag").first,
+                                        lastModified: response.headers.values("last-modified").first)
+            let stale = Self.invalidatedURLs(request: request, response: response)
+            guard !stale.isEmpty else {
+                reply(.served(served))
+                return land(flight, with: .notShareable)
+            }
+            // The answer waits for the invalidation, so the caller's next read sees it.
+            store.invalidate(urlKeys: stale) { [self] removed in
+                if !removed.isEmpty { logger.debug("invalidated", metadata: ["entries": "\(removed.count)"]) }
+                reply(.served(served))
+                land(flight, with: .notShareable)
+            }
         case .store(let stored):
             let freshness = stored.entry(storedAt: arrivedAt, version: options.version)
             let entry = StoredEntry(
                 key: derived.key, namespace: options.namespace, method: request.method,
-                url: request.url.absoluteString, status: response.status,
+                url: request.url.absoluteString, urlKey: request.url.keyString(), status: response.status,
                 headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: true),
                 body: response.body, bodyKind: kind, freshness: freshness,
                 sensitiveFingerprint: derived.sensitiveFingerprint,
@@ -337,6 +347,21 @@ public final class FetchEngine: Sendable {
                 land(flight, with: saved ? .stored(entry) : .notShareable)
             }
         }
+    }
+
+    /// RFC 9111 §4.4: a non-error response to an unsafe method invalidates the stored
+    /// responses for the target URI, and for Location and Content-Location when they are on
+    /// the same origin (another origin's entries are not this request's to invalidate).
+    static func invalidatedURLs(request: FetchRequest, response: UpstreamResponse) -> [String] {
+        guard [.post, .put, .patch, .delete].contains(request.method), (200...399).contains(response.status) else { return [] }
+        var urls = [request.url.keyString()]
+        for name in ["location", "content-location"] {
+            if let reference = response.headers.values(name).first, let target = request.url.resolving(reference),
+               target.isSameOrigin(as: request.url) {
+                urls.append(target.keyString())
+            }
+        }
+        return urls
     }
 
     // MARK: - Coalescing

@@ -22,6 +22,16 @@ public final class MemoryCacheStore: CacheStore {
         hits.withLock { $0[key, default: 0] += 1 }
     }
 
+    public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        let wanted = Set(urlKeys)
+        let removed = entries.withLock { entries -> [CacheKey] in
+            let keys = entries.values.filter { wanted.contains($0.urlKey) }.map(\.key)
+            for key in keys { entries.removeValue(forKey: key) }
+            return keys
+        }
+        completion(removed)
+    }
+
     public func remove(_ key: CacheKey) {
         entries.withLock { _ = $0.removeValue(forKey: key) }
     }

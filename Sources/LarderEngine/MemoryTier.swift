@@ -84,6 +84,13 @@ public final class MemoryTier: CacheStore {
         backing.recordHit(key, at: time)
     }
 
+    public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        backing.invalidate(urlKeys: urlKeys) { [self] removed in
+            for key in removed { forget(key) }
+            completion(removed)
+        }
+    }
+
     /// Drops `key` from memory (after a delete in the store).
     public func forget(_ key: CacheKey) {
         guard shardBudget > 0 else { return }

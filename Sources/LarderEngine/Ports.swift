@@ -10,6 +10,8 @@ public struct StoredEntry: Sendable, Equatable {
     public var namespace: String
     public var method: HTTPMethod
     public var url: String
+    /// The normalised URL (UpstreamURL.keyString()), for invalidation by URI (RFC 9111 §4.4).
+    public var urlKey: String
     public var status: Int
     /// The response headers as a JSON object, pre-rendered (names lower-cased, no Set-Cookie).
     public var headersJSON: [UInt8]
@@ -20,13 +22,14 @@ public struct StoredEntry: Sendable, Equatable {
     public var etag: String?
     public var lastModified: String?
 
-    public init(key: CacheKey, namespace: String, method: HTTPMethod, url: String, status: Int, headersJSON: [UInt8],
-                body: [UInt8], bodyKind: BodyKind, freshness: EntryFreshness, sensitiveFingerprint: String?,
+    public init(key: CacheKey, namespace: String, method: HTTPMethod, url: String, urlKey: String? = nil, status: Int,
+                headersJSON: [UInt8], body: [UInt8], bodyKind: BodyKind, freshness: EntryFreshness, sensitiveFingerprint: String?,
                 etag: String?, lastModified: String?) {
         self.key = key
         self.namespace = namespace
         self.method = method
         self.url = url
+        self.urlKey = urlKey ?? url
         self.status = status
         self.headersJSON = headersJSON
         self.body = body
@@ -48,6 +51,9 @@ public protocol CacheStore: Sendable {
     func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void)
     /// Counts a hit; may be batched.
     func recordHit(_ key: CacheKey, at time: Double)
+    /// Removes every entry whose normalised URL is one of `urlKeys`, in every namespace and
+    /// partition; calls back with the keys removed.
+    func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void)
 }
 
 public struct UpstreamRequest: Sendable {

@@ -35,6 +35,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let insert: SQLiteStatement
     private let deleteDamaged: SQLiteStatement
     private let addHits: SQLiteStatement
+    private let selectByURL: SQLiteStatement
+    private let deleteByURL: SQLiteStatement
     private let readers = Mutex<[Reader]>([])
     private let closed = Atomic<Bool>(false)
     private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
@@ -61,7 +63,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             select = try connection.prepare("""
                 SELECT namespace, method, url, status, headers, body, body_kind, body_sha256,
                        stored_at, freshness, version, sensitive_fp, etag, last_modified,
-                       stale_while_revalidate, stale_if_error, must_revalidate, initial_age
+                       stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key
                 FROM entries WHERE key = ?1
                 """)
         }
@@ -83,11 +85,13 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             INSERT OR REPLACE INTO entries
               (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
                freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
-               stale_while_revalidate, stale_if_error, must_revalidate, initial_age)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19)
+               stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19, ?20)
             """)
         deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_sha256 = ?2")
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
+        selectByURL = try writer.prepare("SELECT key FROM entries WHERE url_key = ?1")
+        deleteByURL = try writer.prepare("DELETE FROM entries WHERE url_key = ?1")
         flushTimer = DispatchSource.makeTimerSource(queue: writerQueue)
         flushTimer.schedule(deadline: .now() + 1, repeating: 1)
         flushTimer.setEventHandler { [weak self] in self?.flushHits(olderThan: 1) }
@@ -129,6 +133,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // 3: the response's age on arrival (RFC 9111 §4.2.3 corrected_initial_age)
         """
         ALTER TABLE entries ADD COLUMN initial_age REAL NOT NULL DEFAULT 0;
+        """,
+        // 4: the normalised URL, for invalidation by URI (RFC 9111 §4.4). Rows stored before
+        // have none and are not found by invalidation.
+        """
+        ALTER TABLE entries ADD COLUMN url_key TEXT;
+        CREATE INDEX entries_url_key ON entries(url_key);
         """,
     ]
 
@@ -185,7 +195,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
                   let kind = BodyKind(rawValue: Int(select.int64(6))) else { return nil }
             return StoredEntry(
-                key: key, namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "",
+                key: key, namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "", urlKey: select.string(18),
                 status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
                 freshness: EntryFreshness(storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
                                           staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
@@ -207,6 +217,31 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 logger.error("store failed", metadata: ["key": "\(entry.key)", "error": "\(error)"])
                 completion(false)
             }
+        }
+    }
+
+    public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        writerQueue.async { [self] in
+            guard !closed.load(ordering: .relaxed) else { return completion([]) }
+            var removed: [CacheKey] = []
+            do {
+                try writer.execute("BEGIN IMMEDIATE")
+                for urlKey in Set(urlKeys) {
+                    defer { selectByURL.reset(); deleteByURL.reset() }
+                    try selectByURL.bind(1, urlKey)
+                    while try selectByURL.step() {
+                        if let key = selectByURL.string(0) { removed.append(CacheKey(hex: key)) }
+                    }
+                    try deleteByURL.bind(1, urlKey)
+                    _ = try deleteByURL.step()
+                }
+                try writer.execute("COMMIT")
+            } catch {
+                try? writer.execute("ROLLBACK")
+                logger.error("invalidation failed", metadata: ["error": "\(error)"])
+                removed = []
+            }
+            completion(removed)
         }
     }
 
@@ -264,6 +299,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try statement.bind(17, entry.freshness.staleIfError)
         try statement.bind(18, Int64(entry.freshness.mustRevalidate ? 1 : 0))
         try statement.bind(19, entry.freshness.initialAge)
+        try statement.bind(20, entry.urlKey)
         _ = try statement.step()
     }
 

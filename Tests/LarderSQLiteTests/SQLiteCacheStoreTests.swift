@@ -133,6 +133,25 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(store.lookup(CacheKey(hex: "new"))?.freshness, fresh.freshness)
     }
 
+    func testInvalidationByURLRemovesEveryMatchingEntry() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        for (key, url) in [("k1", "http://a.test/item"), ("k2", "http://a.test/item"), ("k3", "http://a.test/other")] {
+            var item = entry(key)
+            item.urlKey = url
+            save(store, item)
+        }
+        let done = expectation(description: "invalidated")
+        store.invalidate(urlKeys: ["http://a.test/item"]) { removed in
+            XCTAssertEqual(Set(removed), [CacheKey(hex: "k1"), CacheKey(hex: "k2")])
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 10)
+        XCTAssertNil(store.lookup(CacheKey(hex: "k1")))
+        XCTAssertNil(store.lookup(CacheKey(hex: "k2")))
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "k3")))
+    }
+
     func testADatabaseFromANewerLarderIsRefused() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         store.close()
@@ -181,6 +200,22 @@ final class MemoryTierTests: XCTestCase {
         }
         func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) { inner.save(entry, completion: completion) }
         func recordHit(_ key: CacheKey, at time: Double) { inner.recordHit(key, at: time) }
+        func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
+            inner.invalidate(urlKeys: urlKeys, completion: completion)
+        }
+    }
+
+    func testInvalidationDropsEntriesFromMemoryToo() {
+        let backing = CountingStore()
+        let tier = MemoryTier(backing: backing, capacityBytes: 1 << 20, shardCount: 1)
+        var entry = entry("a", size: 10)
+        entry.urlKey = "http://a.test/x"
+        tier.save(entry) { _ in }
+        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")))
+        let removed = Mutex<[CacheKey]>([])
+        tier.invalidate(urlKeys: ["http://a.test/x"]) { keys in removed.withLock { $0 = keys } }
+        XCTAssertEqual(removed.withLock { $0 }, [CacheKey(hex: "a")])
+        XCTAssertNil(tier.lookup(CacheKey(hex: "a")))
     }
 
     func testHotEntriesAreServedFromMemory() {

@@ -2,6 +2,7 @@
 //
 // Behaviour is chosen per request by query parameters:
 //   status=NNN         response status (default 200)
+//   unsafe=NNN         response status for methods other than GET and HEAD
 //   delay=MS           answer after MS milliseconds (the connection waits, nothing blocks)
 //   size=N             body of N bytes of "a" (text/plain) instead of the default JSON
 //   cc=VALUE           Cache-Control
@@ -90,6 +91,9 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         changed.broadcast()
 
         var status = Int(query.first { $0.0 == "status" }?.1 ?? "") ?? 200
+        if request.method != "GET", request.method != "HEAD", let unsafe = query.first(where: { $0.0 == "unsafe" }).flatMap({ Int($0.1) }) {
+            status = unsafe
+        }
         let etag = query.first { $0.0 == "etag" }?.1
         let lastModified = query.first { $0.0 == "lm" }?.1
         let notModified = (etag != nil && headers["if-none-match"] == etag)
