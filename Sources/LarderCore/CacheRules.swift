@@ -186,6 +186,9 @@ public enum CacheRules {
         [500, 502, 503, 504].contains(status)
     }
 
+    /// Statuses whose caching semantics Larder implements (for must-understand, §5.2.2.3).
+    public static let understoodStatuses: Set<Int> = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501]
+
     /// Statuses a cache may store with heuristic freshness (RFC 9110 §15.1).
     public static let heuristicallyCacheable: Set<Int> = [200, 203, 204, 206, 300, 301, 308, 404, 405, 410, 414, 501]
 
@@ -208,6 +211,10 @@ public enum CacheRules {
         if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
         let cacheControl = effectiveCacheControl(headers)
+        // §5.2.2.3 must-understand: store only if the status code's caching rules are
+        // understood — and then no-store, sent for caches that do not, is overridden.
+        let mustUnderstand = cacheControl.has("must-understand")
+        if mustUnderstand, !understoodStatuses.contains(status) { return .refuse(.statusNotCacheable) }
         // §3.5: a shared cache stores a response to a request with Authorization only when the
         // response says it may be shared.
         if sharedWithAuthorization,
@@ -215,7 +222,7 @@ public enum CacheRules {
             return .refuse(.authorizedRequest)
         }
         // §5.2.2.5: no-store forbids storing; the caller's ttl does not override the origin.
-        if cacheControl.has("no-store") { return .refuse(.responseNoStore) }
+        if cacheControl.has("no-store"), !mustUnderstand { return .refuse(.responseNoStore) }
         // §5.2.2.7: a shared cache must not store a private response. Larder stores it only
         // inside a per-caller partition of the key.
         if cacheControl.has("private"), !partitioned { return .refuse(.responsePrivate) }

@@ -7,6 +7,7 @@
 //  - the caller's Cache-Control request directives apply (§5.2.1);
 //  - HEAD is answered from a stored GET;
 //  - If-None-Match / If-Modified-Since are answered with 304 from the response (§4.3.2);
+//  - a single byte Range is cut from the full response (206), honouring If-Range;
 //  - every response carries `Age` (§5.1) and `Cache-Status` (RFC 9211); the stored `Date` is
 //    never rewritten; hop-by-hop fields (RFC 9110 §7.6.1) and CDN-Cache-Control (RFC 9213)
 //    are neither forwarded nor passed on.
@@ -21,9 +22,10 @@ struct ProxyRoute: Sendable {
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
-    /// Conditions Larder evaluates itself for cacheable requests, so the upstream always sends
-    /// a full response that can be stored.
-    private static let conditionals: Set<String> = ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since", "if-range"]
+    /// Conditions (and ranges) Larder evaluates itself for cacheable requests, so the upstream
+    /// always sends a full response that can be stored.
+    private static let conditionals: Set<String> = ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
+                                                    "if-range", "range"]
     /// Response fields never passed on (besides hop-by-hop): the server sets its own framing,
     /// and CDN-Cache-Control is for this cache only (RFC 9213 §2.1).
     private static let notPassedOn: Set<String> = ["content-length", "cdn-cache-control", "age"]
@@ -78,7 +80,7 @@ struct ProxyRoute: Sendable {
         let url = try UpstreamURL(parsing: base, mergingQuery: upstream.query, field: "path")
         let fields = request.headers.map { HeaderField($0.name, $0.value) }
         let nominated = HopByHop.nominated(in: fields)
-        let cacheable = method == .get && fields.values("range").isEmpty
+        let cacheable = method == .get
         var headers: [HeaderField] = []
         for field in fields {
             let name = field.name.lowercasedASCII
@@ -89,8 +91,6 @@ struct ProxyRoute: Sendable {
         for field in upstream.headers where headers.values(field.name).isEmpty { headers.append(field) }
         var options = CacheOptions()
         options.namespace = "proxy:\(upstream.name)"
-        // A range request is passed through: partial responses are never stored.
-        if !fields.values("range").isEmpty { options.policy = .noStore }
         return FetchRequest(method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
                             cache: options, shared: true)
     }
@@ -117,6 +117,22 @@ struct ProxyRoute: Sendable {
             // §4.3.2 / RFC 9110 §15.4.5: the 304 carries the fields a 200 would, but no body.
             let kept: Set<String> = ["cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status", "last-modified"]
             return HTTPServerResponse(status: 304, headers: headers.filter { kept.contains($0.name.lowercasedASCII) }, body: [])
+        }
+        if method == .get, served.status == 200 {
+            // RFC 9110 §14: a single range is cut from the full response.
+            let field = { (name: String) in conditions.first { $0.name.lowercasedASCII == name }?.value }
+            switch ByteRange.answer(range: field("range"), ifRange: field("if-range"), length: served.body.count,
+                                    etag: served.etag, lastModified: served.lastModified) {
+            case .full:
+                break
+            case .partial(let bytes):
+                headers.append(("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(served.body.count)"))
+                return HTTPServerResponse(status: 206, headers: headers, body: Array(served.body[bytes]))
+            case .unsatisfiable:
+                headers.removeAll { $0.name.lowercasedASCII == "content-type" }
+                headers.append(("Content-Range", "bytes */\(served.body.count)"))
+                return HTTPServerResponse(status: 416, headers: headers, body: [])
+            }
         }
         return HTTPServerResponse(status: served.status, headers: headers, body: headOnly ? [] : served.body)
     }

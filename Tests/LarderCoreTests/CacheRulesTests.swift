@@ -128,6 +128,13 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(status: 100, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
     }
 
+    func testMustUnderstandOverridesNoStoreForUnderstoodStatuses() {
+        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, no-store, must-understand")]), .store(StoredFreshness(lifetime: 5)))
+        XCTAssertEqual(decide(status: 299, headers: [("Cache-Control", "max-age=5, no-store, must-understand")]),
+                       .refuse(.statusNotCacheable), "a status Larder does not understand")
+        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, no-store")]), .refuse(.responseNoStore))
+    }
+
     func testStoredResponses() {
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5")]), .store(StoredFreshness(lifetime: 5)))
         XCTAssertEqual(decide(method: .post, ttl: 10), .store(StoredFreshness(lifetime: 0)))

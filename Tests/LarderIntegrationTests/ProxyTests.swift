@@ -3,6 +3,7 @@
 import Foundation
 import LarderCore
 import LarderService
+import Synchronization
 import XCTest
 
 final class ProxyTests: IntegrationTestCase {
@@ -128,6 +129,52 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(changed.status, 200)
         XCTAssertFalse(changed.body.isEmpty)
         XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+
+    func testRangesAreCutFromTheStoredFullResponse() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=max-age%3D60&size=100&etag=%22r1%22"
+        let first = try client.request("GET", target, headers: ["Range": "bytes=10-19"])
+        XCTAssertEqual(first.status, 206)
+        XCTAssertEqual(first.headers["content-range"], "bytes 10-19/100")
+        XCTAssertEqual(first.body.count, 10)
+        XCTAssertNil(origin.requests("/base\(path)").first?.headers["range"], "the full response was fetched")
+        let suffix = try client.request("GET", target, headers: ["Range": "bytes=-5"])
+        XCTAssertEqual(suffix.status, 206)
+        XCTAssertEqual(suffix.headers["content-range"], "bytes 95-99/100")
+        XCTAssertTrue(suffix.headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        let outside = try client.request("GET", target, headers: ["Range": "bytes=200-"])
+        XCTAssertEqual(outside.status, 416)
+        XCTAssertEqual(outside.headers["content-range"], "bytes */100")
+        let changed = try client.request("GET", target, headers: ["Range": "bytes=0-9", "If-Range": "\"r0\""])
+        XCTAssertEqual(changed.status, 200, "If-Range did not match: the whole response")
+        XCTAssertEqual(changed.body.count, 100)
+        let whole = try client.request("GET", target)
+        XCTAssertEqual(whole.status, 200)
+        XCTAssertEqual(whole.body.count, 100, "a later plain request gets the full body, not a part")
+        XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+
+    func testCoalescingThroughTheProxy() throws {
+        let larder = try startProxy()
+        let path = uniquePath()
+        let port = larder.port
+        let statuses = Mutex<[String]>([])
+        let group = DispatchGroup()
+        for _ in 0..<50 {
+            group.enter()
+            Thread {
+                defer { group.leave() }
+                let response = try? TestConnection(port: port).request("GET", "/proxy/origin\(path)?cc=max-age%3D60&delay=300")
+                statuses.withLock { $0.append(response?.headers["cache-status"] ?? "error") }
+            }.start()
+        }
+        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        XCTAssertEqual(origin.count("/base\(path)"), 1)
+        XCTAssertEqual(statuses.withLock { $0.filter { $0.contains("fwd=uri-miss") }.count }, 1)
+        XCTAssertGreaterThan(statuses.withLock { $0.filter { $0.contains("collapsed") }.count }, 0)
     }
 
     func testUnsafeMethodsPassThrough() throws {
