@@ -26,9 +26,9 @@ public struct ServedResponse: Sendable {
     public var status: Int
     /// Headers as a JSON object (names lower-cased, repeated fields joined, no hop-by-hop).
     public var headersJSON: [UInt8]
-    /// The upstream's header fields, when the response came from the upstream just now
-    /// (nil for stored responses, whose fields are `headersJSON`).
-    public var liveHeaders: [HeaderField]?
+    /// The header fields: the upstream's own when the response came from it just now (Set-Cookie
+    /// included), the stored ones otherwise.
+    public var headers: [HeaderField]
     public var body: [UInt8]
     public var bodyKind: BodyKind
     public var report: CacheReport
@@ -38,10 +38,6 @@ public struct ServedResponse: Sendable {
     public var etag: String?
     public var lastModified: String?
 
-    /// The header fields to send on: the live ones, or the stored ones.
-    public var headers: [HeaderField] {
-        liveHeaders ?? ResponseHeaders.parseJSON(headersJSON)
-    }
 }
 
 /// A validated request with its cache key derived.
@@ -169,7 +165,7 @@ public final class FetchEngine: Sendable {
                                  ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
                                  version: entry.freshness.version, stored: true, coalesced: coalesced,
                                  upstreamError: upstreamError)
-        return .served(ServedResponse(status: entry.status, headersJSON: entry.headersJSON, liveHeaders: nil, body: entry.body,
+        return .served(ServedResponse(status: entry.status, headersJSON: entry.headersJSON, headers: entry.headerFields, body: entry.body,
                                       bodyKind: entry.bodyKind, report: report, upstreamMs: nil, etag: entry.etag,
                                       lastModified: entry.lastModified))
     }
@@ -245,7 +241,7 @@ public final class FetchEngine: Sendable {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0, ttl: nil, version: options.version, stored: false)
             reply(.served(ServedResponse(status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true),
-                                         liveHeaders: nil, body: current.body, bodyKind: current.bodyKind, report: report,
+                                         headers: headers, body: current.body, bodyKind: current.bodyKind, report: report,
                                          upstreamMs: upstreamMs, etag: headers.values("etag").first,
                                          lastModified: headers.values("last-modified").first)))
             return land(flight, with: .notShareable)
@@ -260,7 +256,7 @@ public final class FetchEngine: Sendable {
             let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0,
                                      ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
                                      version: options.version, stored: saved)
-            reply(.served(ServedResponse(status: refreshed.status, headersJSON: refreshed.headersJSON, liveHeaders: nil,
+            reply(.served(ServedResponse(status: refreshed.status, headersJSON: refreshed.headersJSON, headers: refreshed.headerFields,
                                          body: refreshed.body, bodyKind: refreshed.bodyKind, report: report,
                                          upstreamMs: upstreamMs, etag: refreshed.etag, lastModified: refreshed.lastModified)))
             land(flight, with: saved ? .stored(refreshed) : .notShareable)
@@ -312,7 +308,7 @@ public final class FetchEngine: Sendable {
             logger.debug("not stored", metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)"])
             let report = CacheReport(outcome: outcome, key: derived.key, age: 0, ttl: nil, version: options.version,
                                      stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
-            let served = ServedResponse(status: response.status, headersJSON: liveHeaders, liveHeaders: response.headers,
+            let served = ServedResponse(status: response.status, headersJSON: liveHeaders, headers: response.headers,
                                         body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
                                         etag: response.headers.values("etag").first,
                                         lastModified: response.headers.values("last-modified").first)
@@ -341,7 +337,7 @@ public final class FetchEngine: Sendable {
                 let report = CacheReport(outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
                                          ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,
                                          version: options.version, stored: saved)
-                reply(.served(ServedResponse(status: response.status, headersJSON: liveHeaders, liveHeaders: response.headers,
+                reply(.served(ServedResponse(status: response.status, headersJSON: liveHeaders, headers: response.headers,
                                              body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
                                              etag: entry.etag, lastModified: entry.lastModified)))
                 land(flight, with: saved ? .stored(entry) : .notShareable)

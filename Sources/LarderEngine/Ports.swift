@@ -14,7 +14,11 @@ public struct StoredEntry: Sendable, Equatable {
     public var urlKey: String
     public var status: Int
     /// The response headers as a JSON object, pre-rendered (names lower-cased, no Set-Cookie).
-    public var headersJSON: [UInt8]
+    public var headersJSON: [UInt8] {
+        didSet { headerFields = ResponseHeaders.parseJSON(headersJSON) }
+    }
+    /// The same headers as fields, parsed once (the proxy sends them on every hit).
+    public private(set) var headerFields: [HeaderField]
     public var body: [UInt8]
     public var bodyKind: BodyKind
     public var freshness: EntryFreshness
@@ -32,6 +36,7 @@ public struct StoredEntry: Sendable, Equatable {
         self.urlKey = urlKey ?? url
         self.status = status
         self.headersJSON = headersJSON
+        self.headerFields = ResponseHeaders.parseJSON(headersJSON)
         self.body = body
         self.bodyKind = bodyKind
         self.freshness = freshness

@@ -19,6 +19,9 @@ import LarderHTTP
 struct ProxyRoute: Sendable {
     let engine: FetchEngine
     let upstreams: [String: NamedUpstream]
+    /// Prepared GET requests by their wire form (upstream, target, header fields): a repeated
+    /// request skips URL parsing and key derivation, as /fetch skips JSON parsing.
+    let memo: RequestMemo
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
@@ -43,17 +46,28 @@ struct ProxyRoute: Sendable {
             response.headers.append(("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE"))
             return finish(response, nil, error.code.rawValue)
         }
+        var memoKey: [UInt8] = []
+        if method == .get, request.body.isEmpty {
+            memoKey.reserveCapacity(256)
+            for part in [name, target] { memoKey.append(contentsOf: part.utf8); memoKey.append(0) }
+            for header in request.headers {
+                memoKey.append(contentsOf: header.name.utf8); memoKey.append(0)
+                memoKey.append(contentsOf: header.value.utf8); memoKey.append(0)
+            }
+            if let prepared = memo.lookup(memoKey) {
+                return answer(prepared, method: method, request: request, responder: responder, finish: finish)
+            }
+        }
         let fetch: FetchRequest
         do {
             fetch = try Self.forwardedRequest(request, method: method, upstream: upstream, target: target)
         } catch {
             return finish(Self.errorResponse(error), nil, error.code.rawValue)
         }
-
-        let clientConditions = request.headers.filter { Self.conditionals.contains($0.name.lowercasedASCII) }
-        let deliver: @Sendable (CacheAnswer, Bool) -> HTTPServerResponse = { answer, headOnly in
-            let response = Self.render(answer, method: method, headOnly: headOnly, conditions: clientConditions)
-            return finish(response, answer.outcome, { if case .failed(let error) = answer { return error.code.rawValue }; return nil }())
+        if method == .get {
+            let prepared = engine.prepare(fetch)
+            if !memoKey.isEmpty { memo.insert(memoKey, prepared) }
+            return answer(prepared, method: method, request: request, responder: responder, finish: finish)
         }
 
         if method == .head {
@@ -62,15 +76,31 @@ struct ProxyRoute: Sendable {
             var lookup = fetch
             lookup.method = .get
             lookup.directives.onlyIfCached = true
-            let stored = engine.fetch(engine.prepare(lookup)) { _ in }
-            if case .served = stored { return deliver(stored!, true) }
+            if let stored = engine.fetch(engine.prepare(lookup), reply: { _ in }), case .served = stored {
+                return Self.deliver(stored, method: method, request: request, finish: finish)
+            }
             var forward = fetch
             forward.cache.policy = .noStore
-            let immediate = engine.fetch(engine.prepare(forward)) { answer in responder.respond(deliver(answer, true)) }
-            return immediate.map { deliver($0, true) }
+            return answer(engine.prepare(forward), method: method, request: request, responder: responder, finish: finish)
         }
-        let immediate = engine.fetch(engine.prepare(fetch)) { answer in responder.respond(deliver(answer, false)) }
-        return immediate.map { deliver($0, false) }
+        return answer(engine.prepare(fetch), method: method, request: request, responder: responder, finish: finish)
+    }
+
+    private func answer(_ prepared: PreparedFetch, method: HTTPMethod, request: HTTPServerRequest, responder: HTTPResponder,
+                        finish: @escaping @Sendable (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse? {
+        let immediate = engine.fetch(prepared) { answer in
+            responder.respond(Self.deliver(answer, method: method, request: request, finish: finish))
+        }
+        return immediate.map { Self.deliver($0, method: method, request: request, finish: finish) }
+    }
+
+    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest,
+                                finish: (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse {
+        let conditions = request.headers.filter { conditionals.contains($0.name.lowercasedASCII) }
+        let response = render(answer, method: method, headOnly: method == .head, conditions: conditions)
+        var errorCode: String?
+        if case .failed(let error) = answer { errorCode = error.code.rawValue }
+        return finish(response, answer.outcome, errorCode)
     }
 
     /// The request as it goes upstream: the client's method, path, query, fields and body.

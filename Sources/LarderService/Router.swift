@@ -13,7 +13,8 @@ struct Router: HTTPRequestHandler {
     let accessLog: Bool
     let upstreams: [String: NamedUpstream]
     let memo = RequestMemo()
-    var proxyRoute: ProxyRoute { ProxyRoute(engine: engine, upstreams: upstreams) }
+    let proxyMemo = RequestMemo()
+    var proxyRoute: ProxyRoute { ProxyRoute(engine: engine, upstreams: upstreams, memo: proxyMemo) }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
 

@@ -1,6 +1,7 @@
 /* The benchmark's reference: a libmicrohttpd server answering every request with the same
  * 1 KiB JSON body, in the same threading mode as Larder (epoll, internal pool of 2 threads,
- * response queued on the second handler call). Built and run by scripts/bench. */
+ * response queued on the second handler call). Built and run by scripts/bench, which also
+ * uses it as the origin behind Larder and nginx. */
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
@@ -21,6 +22,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *connection, cons
     struct MHD_Response *response =
         MHD_create_response_from_buffer(sizeof body, body, MHD_RESPMEM_MUST_COPY);
     MHD_add_response_header(response, "Content-Type", "application/json");
+    /* Cacheable for a day, so caches in front of it (Larder's proxy, nginx) keep it. */
+    MHD_add_response_header(response, "Cache-Control", "max-age=86400");
     enum MHD_Result result = MHD_queue_response(connection, 200, response);
     MHD_destroy_response(response);
     return result;
