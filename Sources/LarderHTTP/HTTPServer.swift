@@ -81,6 +81,10 @@ public struct HTTPServerConfiguration: Sendable {
     /// Idle keep-alive connections are closed after this many seconds.
     public var connectionTimeoutSeconds: Int = 60
     public var connectionLimit: Int = 4096
+    /// libmicrohttpd's per-connection memory pool (request line and header fields must fit).
+    /// libmicrohttpd clears the pool between requests, so a smaller pool is cheaper per request;
+    /// 16 KiB holds request headers as large as nginx's default buffers accept.
+    public var connectionMemoryBytes: Int = 16 << 10
     /// Request bodies larger than this are not kept (`bodyTooLarge`).
     public var maxRequestBodyBytes: Int = 1 << 20
     public init() {}
@@ -122,7 +126,7 @@ public final class HTTPServer: @unchecked Sendable {
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
                 larder_mhd_start(flags, address, UInt32(max(2, configuration.threads)),
                                  UInt32(configuration.connectionTimeoutSeconds), UInt32(configuration.connectionLimit),
-                                 accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque)
+                                 configuration.connectionMemoryBytes, accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque)
             }
         }
         guard let started else {

@@ -54,6 +54,13 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
         XCTAssertEqual(origin.count("/big"), 0)
     }
 
+    func testLargeHeadersAreServedAndOversizedOnesRefusedCleanly() throws {
+        let larder = try startLarder()
+        XCTAssertEqual(try larder.connection().request("GET", "/healthz", headers: ["X-Big": String(repeating: "a", count: 9_000)]).status, 200)
+        XCTAssertEqual(try larder.connection().request("GET", "/healthz", headers: ["X-Big": String(repeating: "a", count: 20_000)]).status, 431)
+        XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200, "still serving")
+    }
+
     func testRoutingErrors() throws {
         let larder = try startLarder()
         let client = try larder.connection()
