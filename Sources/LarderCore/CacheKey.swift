@@ -75,6 +75,11 @@ public struct CacheKeyBuilder: Sendable {
         return Derived(key: key, sensitiveFingerprint: fingerprint, partitioned: sensitive != nil || !credentials.isEmpty)
     }
 
+    /// HMAC of `bytes` under the instance secret, labelled so different uses never collide.
+    func fingerprint(label: String, _ bytes: [UInt8]) -> String {
+        Self.hex(HMAC<SHA256>.authenticationCode(for: Array("\(label)\n".utf8) + bytes, using: SymmetricKey(data: secretBytes)))
+    }
+
     private static func append(_ name: String, _ value: [UInt8], to out: inout [UInt8]) {
         out.append(contentsOf: name.utf8)
         out.append(UInt8(ascii: "="))

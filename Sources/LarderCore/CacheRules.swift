@@ -22,7 +22,7 @@ public enum StoreRefusal: String, Sendable, Equatable {
     case responseNoStore = "response_no_store"        // Cache-Control: no-store, even with ttl
     case responsePrivate = "response_private"         // private response, no per-caller partition
     case authorizedRequest = "authorized_request"     // shared cache, Authorization, response not marked shareable
-    case responseVaries = "response_varies"           // Vary: secondary keys are not implemented yet, so not stored
+    case responseVaries = "response_varies"           // Vary: * (never matches)
     case bodyTooLarge = "body_too_large"
 }
 
@@ -226,9 +226,8 @@ public enum CacheRules {
         // §5.2.2.7: a shared cache must not store a private response. Larder stores it only
         // inside a per-caller partition of the key.
         if cacheControl.has("private"), !partitioned { return .refuse(.responsePrivate) }
-        // §4.1: a response with Vary may only answer requests whose nominated fields match.
-        // Until secondary keys exist, such a response is not stored at all (always allowed).
-        if headers.values("vary").contains(where: { !$0.trimmingSpaces.isEmpty }) { return .refuse(.responseVaries) }
+        // §4.1: `Vary: *` never matches a later request, so storing it would be useless.
+        if Vary.names(in: headers) == nil { return .refuse(.responseVaries) }
         let freshness = freshnessLifetime(status: status, cacheControl: cacheControl, headers: headers, receivedAt: responseTime)
         // 2xx is stored (206 partial content only once ranges are handled). Other final
         // statuses only when the response itself makes them fresh (§3: explicitly or

@@ -111,7 +111,7 @@ public final class FetchEngine: Sendable {
         let options = request.cache
         let cacheable = CacheRules.isCacheable(method: request.method, ttl: options.ttl)
         let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
-        let found = readsCache ? store.lookup(derived.key) : nil
+        let found = readsCache ? variant(for: prepared) : nil
         // An entry under another version is never served, not even stale on error.
         let entry = found?.freshness.version == options.version ? found : nil
         let now = clock.now()
@@ -121,11 +121,11 @@ public final class FetchEngine: Sendable {
         switch decision {
         case .serve(let fresh):
             guard let entry else { preconditionFailure("serve decided without an entry") }
-            store.recordHit(derived.key, at: now)
+            store.recordHit(entry.key, at: now)
             return serve(entry, outcome: fresh ? .hit : .stale, options: options, now: now)
         case .serveStaleAndRefresh:
             guard let entry else { preconditionFailure("serve decided without an entry") }
-            store.recordHit(derived.key, at: now)
+            store.recordHit(entry.key, at: now)
             refreshInBackground(prepared)
             return serve(entry, outcome: .stale, options: options, now: now)
         case .failNotCached:
@@ -161,7 +161,7 @@ public final class FetchEngine: Sendable {
 
     private func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double,
                        upstreamError: String? = nil, coalesced: Bool = false) -> CacheAnswer {
-        let report = CacheReport(outcome: outcome, key: entry.key, age: entry.freshness.age(now: now, ttl: options.ttl),
+        let report = CacheReport(outcome: outcome, key: entry.primaryKey, age: entry.freshness.age(now: now, ttl: options.ttl),
                                  ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
                                  version: entry.freshness.version, stored: true, coalesced: coalesced,
                                  upstreamError: upstreamError)
@@ -224,7 +224,8 @@ public final class FetchEngine: Sendable {
     private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
                              flight: FlightKey?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let options = prepared.request.cache
-        guard let current = store.lookup(entry.key), current.freshness.version == options.version else {
+        guard let current = store.lookup(entry.primaryKey).first(where: { $0.key == entry.key }),
+              current.freshness.version == options.version else {
             logger.debug("304 for an entry that is gone; fetching in full", metadata: ["key": "\(entry.key)"])
             return sendUpstream(prepared, outcome: .miss, fallback: nil, flight: flight,
                                 conditional: false, reply: reply)
@@ -239,7 +240,7 @@ public final class FetchEngine: Sendable {
                                         sharedWithAuthorization: prepared.request.shared && prepared.request.hasAuthorization)
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
-            let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0, ttl: nil, version: options.version, stored: false)
+            let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version, stored: false)
             reply(.served(ServedResponse(status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true),
                                          headers: headers, body: current.body, bodyKind: current.bodyKind, report: report,
                                          upstreamMs: upstreamMs, etag: headers.values("etag").first,
@@ -253,7 +254,7 @@ public final class FetchEngine: Sendable {
         update.lastModified = headers.values("last-modified").first
         let refreshed = update
         store.save(refreshed) { [self] saved in
-            let report = CacheReport(outcome: .revalidated, key: entry.key, age: 0,
+            let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0,
                                      ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
                                      version: options.version, stored: saved)
             reply(.served(ServedResponse(status: refreshed.status, headersJSON: refreshed.headersJSON, headers: refreshed.headerFields,
@@ -283,7 +284,7 @@ public final class FetchEngine: Sendable {
         }
         guard started else { return }
         backgroundRefreshes.add(1, ordering: .relaxed)
-        let fallback = store.lookup(prepared.derived.key)
+        let fallback = variant(for: prepared)
         sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: key) { _ in }
     }
 
@@ -325,8 +326,13 @@ public final class FetchEngine: Sendable {
             }
         case .store(let stored):
             let freshness = stored.entry(storedAt: arrivedAt, version: options.version)
+            // §4.1: a varying response is stored as one variant among others under the key.
+            let varyNames = Vary.names(in: response.headers) ?? []
+            let fingerprint = varyNames.isEmpty ? nil : keys.variantFingerprint(names: varyNames, request: request.headers)
+            let rowKey = fingerprint.map { CacheKey(hex: derived.key.hex + "." + $0.prefix(32)) } ?? derived.key
             let entry = StoredEntry(
-                key: derived.key, namespace: options.namespace, method: request.method,
+                key: rowKey, primaryKey: derived.key, varyNames: varyNames, variantFingerprint: fingerprint,
+                namespace: options.namespace, method: request.method,
                 url: request.url.absoluteString, urlKey: request.url.keyString(), status: response.status,
                 headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: true),
                 body: response.body, bodyKind: kind, freshness: freshness,
@@ -380,17 +386,30 @@ public final class FetchEngine: Sendable {
             let options = waiter.prepared.request.cache
             switch landing {
             case .failed(let error):
-                let fallback = store.lookup(waiter.prepared.derived.key).flatMap { $0.freshness.version == options.version ? $0 : nil }
+                let fallback = variant(for: waiter.prepared).flatMap { $0.freshness.version == options.version ? $0 : nil }
                 waiter.reply(staleOnError(fallback, options: options, error: error.code.rawValue)
                              ?? .failed(error))
-            case .stored(let entry):
+            case .stored(let entry) where entry.matches(waiter.prepared.request.headers, keys: keys):
                 waiter.reply(serve(entry, outcome: .hit, options: options, now: now, coalesced: true))
+            case .stored:
+                // §4.1: the response varies on fields this waiter sent differently.
+                if let immediate = fetch(waiter.prepared, mayCoalesce: false, reply: waiter.reply) {
+                    waiter.reply(immediate)
+                }
             case .notShareable:
                 if let immediate = fetch(waiter.prepared, mayCoalesce: false, reply: waiter.reply) {
                     waiter.reply(immediate)
                 }
             }
         }
+    }
+
+    /// The stored response that may answer `prepared`: of the variants under its key, the one
+    /// whose nominated request fields match (RFC 9111 §4.1).
+    private func variant(for prepared: PreparedFetch) -> StoredEntry? {
+        let variants = store.lookup(prepared.derived.key)
+        if variants.count == 1, variants[0].varyNames.isEmpty { return variants[0] }
+        return variants.first { $0.matches(prepared.request.headers, keys: keys) }
     }
 
     /// Requests that joined another request's upstream fetch instead of sending their own.

@@ -4,17 +4,24 @@ public import LarderCore
 import Synchronization
 
 public final class MemoryCacheStore: CacheStore {
-    private let entries = Mutex<[CacheKey: StoredEntry]>([:])
+    private let entries = Mutex<[CacheKey: [StoredEntry]]>([:])
     private let hits = Mutex<[CacheKey: Int]>([:])
+    private let maxVariants: Int
 
-    public init() {}
+    public init(maxVariants: Int = 16) {
+        self.maxVariants = maxVariants
+    }
 
-    public func lookup(_ key: CacheKey) -> StoredEntry? {
-        entries.withLock { $0[key] }
+    public func lookup(_ primaryKey: CacheKey) -> [StoredEntry] {
+        entries.withLock { $0[primaryKey] ?? [] }
     }
 
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
-        entries.withLock { $0[entry.key] = entry }
+        entries.withLock { entries in
+            var variants = (entries[entry.primaryKey] ?? []).filter { $0.varyNames == entry.varyNames && $0.key != entry.key }
+            variants.append(entry)
+            entries[entry.primaryKey] = Array(variants.sorted { $0.freshness.storedAt > $1.freshness.storedAt }.prefix(maxVariants))
+        }
         completion(true)
     }
 
@@ -25,15 +32,19 @@ public final class MemoryCacheStore: CacheStore {
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         let wanted = Set(urlKeys)
         let removed = entries.withLock { entries -> [CacheKey] in
-            let keys = entries.values.filter { wanted.contains($0.urlKey) }.map(\.key)
-            for key in keys { entries.removeValue(forKey: key) }
-            return keys
+            var primaries: [CacheKey] = []
+            for (primary, variants) in entries where variants.contains(where: { wanted.contains($0.urlKey) }) {
+                entries[primary] = variants.filter { !wanted.contains($0.urlKey) }
+                primaries.append(primary)
+            }
+            return primaries
         }
         completion(removed)
     }
 
-    public func remove(_ key: CacheKey) {
-        entries.withLock { _ = $0.removeValue(forKey: key) }
+    /// Removes everything under a primary key.
+    public func remove(_ primaryKey: CacheKey) {
+        entries.withLock { _ = $0.removeValue(forKey: primaryKey) }
     }
 
     public func hitCount(_ key: CacheKey) -> Int {

@@ -3,10 +3,12 @@
 // Hot entries are answered from memory: no SQLite read transaction (whose WAL locks are
 // fcntl calls), no checksum (the body was verified when it was loaded from disk). Every
 // write goes through here, so memory never holds an entry the store does not: `save` updates
-// memory only after the store committed. One Larder process per database file.
+// memory only after the store committed, and a generation count per shard keeps a lookup
+// that raced a write from putting back what the write replaced. One Larder process per
+// database file.
 //
-// Eviction is CLOCK (second chance) per shard, bounded by bytes; the shards keep lock
-// contention negligible with a handful of server threads.
+// Slots hold all variants of a primary key. Eviction is CLOCK (second chance) per shard,
+// bounded by bytes; the shards keep lock contention negligible with a few server threads.
 
 public import LarderCore
 import Synchronization
@@ -21,14 +23,17 @@ public final class MemoryTier: CacheStore {
     }
 
     private struct State {
-        var entries: [CacheKey: Slot] = [:]
+        var slots: [CacheKey: Slot] = [:]
         var ring: [CacheKey] = []
         var hand = 0
         var bytes = 0
+        /// Bumped by every write and removal, so a lookup that started before it does not
+        /// store what it read.
+        var generation = 0
     }
 
     private struct Slot {
-        var entry: StoredEntry
+        var entries: [StoredEntry]
         var referenced: Bool
         var size: Int
     }
@@ -44,36 +49,35 @@ public final class MemoryTier: CacheStore {
         shards[Int(key.hex.utf8.last ?? 0) % shards.count]
     }
 
-    private static func size(of entry: StoredEntry) -> Int {
-        entry.body.count + entry.headersJSON.count + entry.url.utf8.count + 256
+    private static func size(of entries: [StoredEntry]) -> Int {
+        entries.reduce(0) { $0 + $1.body.count + $1.headersJSON.count + $1.url.utf8.count + 256 }
     }
 
-    public func lookup(_ key: CacheKey) -> StoredEntry? {
-        guard shardBudget > 0 else { return backing.lookup(key) }
-        let shard = shard(for: key)
-        let cached: StoredEntry? = shard.state.withLock { state in
-            guard var slot = state.entries[key] else { return nil }
+    public func lookup(_ primaryKey: CacheKey) -> [StoredEntry] {
+        guard shardBudget > 0 else { return backing.lookup(primaryKey) }
+        let shard = shard(for: primaryKey)
+        let (cached, generation) = shard.state.withLock { state -> ([StoredEntry]?, Int) in
+            guard var slot = state.slots[primaryKey] else { return (nil, state.generation) }
             if !slot.referenced {
                 slot.referenced = true
-                let entry = slot.entry
-                state.entries[key] = slot
-                return entry
+                state.slots[primaryKey] = slot
             }
-            return slot.entry
+            return (slot.entries, state.generation)
         }
         if let cached { return cached }
-        guard let loaded = backing.lookup(key) else { return nil }
-        remember(loaded, in: shard)
+        let loaded = backing.lookup(primaryKey)
+        if !loaded.isEmpty { remember(loaded, under: primaryKey, in: shard, ifGeneration: generation) }
         return loaded
     }
 
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
         backing.save(entry) { [self] saved in
             if shardBudget > 0 {
-                if saved {
-                    remember(entry, in: shard(for: entry.key))
+                if saved, entry.varyNames.isEmpty {
+                    // A response that does not vary is now the only row under its primary key.
+                    remember([entry], under: entry.primaryKey, in: shard(for: entry.primaryKey), ifGeneration: nil)
                 } else {
-                    forget(entry.key)
+                    forget(entry.primaryKey)
                 }
             }
             completion(saved)
@@ -86,46 +90,51 @@ public final class MemoryTier: CacheStore {
 
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         backing.invalidate(urlKeys: urlKeys) { [self] removed in
-            for key in removed { forget(key) }
+            for primaryKey in removed { forget(primaryKey) }
             completion(removed)
         }
     }
 
-    /// Drops `key` from memory (after a delete in the store).
-    public func forget(_ key: CacheKey) {
+    /// Drops a primary key from memory (after a change in the store).
+    public func forget(_ primaryKey: CacheKey) {
         guard shardBudget > 0 else { return }
-        shard(for: key).state.withLock { state in
-            if let slot = state.entries.removeValue(forKey: key) {
+        shard(for: primaryKey).state.withLock { state in
+            state.generation += 1
+            if let slot = state.slots.removeValue(forKey: primaryKey) {
                 state.bytes -= slot.size
-                state.ring.removeAll { $0 == key }
+                state.ring.removeAll { $0 == primaryKey }
                 state.hand = state.ring.isEmpty ? 0 : state.hand % state.ring.count
             }
         }
     }
 
-    private func remember(_ entry: StoredEntry, in shard: Shard) {
-        let size = Self.size(of: entry)
-        // One entry may take at most a quarter of its shard.
-        guard size <= shardBudget / 4 else { return forget(entry.key) }
+    /// Keeps `entries` under `primaryKey`; with `ifGeneration`, only when nothing was written
+    /// to the shard since that generation was read.
+    private func remember(_ entries: [StoredEntry], under primaryKey: CacheKey, in shard: Shard, ifGeneration: Int?) {
+        let size = Self.size(of: entries)
+        // One slot may take at most a quarter of its shard.
+        guard size <= shardBudget / 4 else { return forget(primaryKey) }
         shard.state.withLock { state in
-            if let old = state.entries[entry.key] {
+            if let expected = ifGeneration, expected != state.generation { return }
+            if ifGeneration == nil { state.generation += 1 }
+            if let old = state.slots[primaryKey] {
                 state.bytes -= old.size
             } else {
-                state.ring.append(entry.key)
+                state.ring.append(primaryKey)
             }
-            state.entries[entry.key] = Slot(entry: entry, referenced: false, size: size)
+            state.slots[primaryKey] = Slot(entries: entries, referenced: false, size: size)
             state.bytes += size
-            // CLOCK: sweep, clearing reference bits, evicting the first unreferenced entry.
+            // CLOCK: sweep, clearing reference bits, evicting the first unreferenced slot.
             while state.bytes > shardBudget, !state.ring.isEmpty {
                 if state.hand >= state.ring.count { state.hand = 0 }
                 let candidate = state.ring[state.hand]
-                if candidate != entry.key, var slot = state.entries[candidate] {
+                if candidate != primaryKey, var slot = state.slots[candidate] {
                     if slot.referenced {
                         slot.referenced = false
-                        state.entries[candidate] = slot
+                        state.slots[candidate] = slot
                         state.hand += 1
                     } else {
-                        state.entries.removeValue(forKey: candidate)
+                        state.slots.removeValue(forKey: candidate)
                         state.bytes -= slot.size
                         state.ring.remove(at: state.hand)
                     }

@@ -6,7 +6,14 @@ import Foundation
 
 /// One cached response as stored.
 public struct StoredEntry: Sendable, Equatable {
+    /// The row's own key: the primary key, or the primary key and a variant (Vary).
     public var key: CacheKey
+    /// The request's cache key; all variants of a response share it.
+    public var primaryKey: CacheKey
+    /// The request fields the response varies on (lower-cased, sorted); empty when it does not.
+    public var varyNames: [String]
+    /// HMAC of the nominated fields' values when it varies (CacheKeyBuilder.variantFingerprint).
+    public var variantFingerprint: String?
     public var namespace: String
     public var method: HTTPMethod
     public var url: String
@@ -26,10 +33,14 @@ public struct StoredEntry: Sendable, Equatable {
     public var etag: String?
     public var lastModified: String?
 
-    public init(key: CacheKey, namespace: String, method: HTTPMethod, url: String, urlKey: String? = nil, status: Int,
+    public init(key: CacheKey, primaryKey: CacheKey? = nil, varyNames: [String] = [], variantFingerprint: String? = nil,
+                namespace: String, method: HTTPMethod, url: String, urlKey: String? = nil, status: Int,
                 headersJSON: [UInt8], body: [UInt8], bodyKind: BodyKind, freshness: EntryFreshness, sensitiveFingerprint: String?,
                 etag: String?, lastModified: String?) {
         self.key = key
+        self.primaryKey = primaryKey ?? key
+        self.varyNames = varyNames
+        self.variantFingerprint = variantFingerprint
         self.namespace = namespace
         self.method = method
         self.url = url
@@ -46,18 +57,29 @@ public struct StoredEntry: Sendable, Equatable {
     }
 }
 
+extension StoredEntry {
+    /// Whether this entry may answer a request with these fields (RFC 9111 §4.1).
+    public func matches(_ request: [HeaderField], keys: CacheKeyBuilder) -> Bool {
+        guard !varyNames.isEmpty else { return true }
+        return variantFingerprint == keys.variantFingerprint(names: varyNames, request: request)
+    }
+}
+
 /// Persistent storage of entries.
 public protocol CacheStore: Sendable {
-    /// Synchronous and safe from any thread: called on the server's worker thread so a hit is
-    /// answered without a hop. Returns nil when absent or damaged (a damaged row is removed).
-    func lookup(_ key: CacheKey) -> StoredEntry?
-    /// Writes atomically (replacing any entry under the key); calls back off the caller's
-    /// thread with whether it was written.
+    /// The entries stored under a primary key: one, or one per variant when the response
+    /// varies (at most the store's variant limit). Synchronous and safe from any thread:
+    /// called on the server's worker thread so a hit is answered without a hop. Damaged rows
+    /// are left out (and removed).
+    func lookup(_ primaryKey: CacheKey) -> [StoredEntry]
+    /// Writes atomically, replacing the row with the same key, and the primary key's rows
+    /// that vary on other fields; keeps at most the variant limit. Calls back off the
+    /// caller's thread with whether it was written.
     func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void)
     /// Counts a hit; may be batched.
     func recordHit(_ key: CacheKey, at time: Double)
     /// Removes every entry whose normalised URL is one of `urlKeys`, in every namespace and
-    /// partition; calls back with the keys removed.
+    /// partition; calls back with the primary keys of what was removed.
     func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void)
 }
 

@@ -37,6 +37,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let addHits: SQLiteStatement
     private let selectByURL: SQLiteStatement
     private let deleteByURL: SQLiteStatement
+    private let dropOtherVariants: SQLiteStatement
+    private let trimVariants: SQLiteStatement
+    /// Variants kept per primary key (Vary); the oldest are replaced.
+    public let maxVariants: Int
     private let readers = Mutex<[Reader]>([])
     private let closed = Atomic<Bool>(false)
     private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
@@ -63,15 +67,17 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             select = try connection.prepare("""
                 SELECT namespace, method, url, status, headers, body, body_kind, body_sha256,
                        stored_at, freshness, version, sensitive_fp, etag, last_modified,
-                       stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key
-                FROM entries WHERE key = ?1
+                       stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
+                       key, vary, variant_fp
+                FROM entries WHERE primary_key = ?1
                 """)
         }
     }
 
     /// Opens (creating when absent) the database at `path`, running migrations.
-    public init(path: String, logger: Logger) throws {
+    public init(path: String, maxVariants: Int = 16, logger: Logger) throws {
         self.path = path
+        self.maxVariants = max(1, maxVariants)
         self.logger = logger
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {
@@ -85,12 +91,19 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             INSERT OR REPLACE INTO entries
               (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
                freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
-               stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key)
-            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19, ?20)
+               stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
+               primary_key, vary, variant_fp)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19, ?20,
+                    ?21, ?22, ?23)
             """)
         deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_sha256 = ?2")
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
-        selectByURL = try writer.prepare("SELECT key FROM entries WHERE url_key = ?1")
+        selectByURL = try writer.prepare("SELECT DISTINCT primary_key FROM entries WHERE url_key = ?1")
+        dropOtherVariants = try writer.prepare("DELETE FROM entries WHERE primary_key = ?1 AND vary <> ?2")
+        trimVariants = try writer.prepare("""
+            DELETE FROM entries WHERE primary_key = ?1 AND key NOT IN
+              (SELECT key FROM entries WHERE primary_key = ?1 ORDER BY stored_at DESC LIMIT CAST(?2 AS INTEGER))
+            """)
         deleteByURL = try writer.prepare("DELETE FROM entries WHERE url_key = ?1")
         flushTimer = DispatchSource.makeTimerSource(queue: writerQueue)
         flushTimer.schedule(deadline: .now() + 1, repeating: 1)
@@ -140,6 +153,15 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         ALTER TABLE entries ADD COLUMN url_key TEXT;
         CREATE INDEX entries_url_key ON entries(url_key);
         """,
+        // 5: variants (RFC 9111 §4.1 Vary): rows share the request's primary key; `key` stays
+        // the row's own, unique key.
+        """
+        ALTER TABLE entries ADD COLUMN primary_key TEXT;
+        UPDATE entries SET primary_key = key;
+        CREATE INDEX entries_primary_key ON entries(primary_key);
+        ALTER TABLE entries ADD COLUMN vary TEXT NOT NULL DEFAULT '';
+        ALTER TABLE entries ADD COLUMN variant_fp TEXT;
+        """,
     ]
 
     private static func migrate(_ connection: SQLiteConnection) throws {
@@ -170,40 +192,47 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     // MARK: - CacheStore
 
-    public func lookup(_ key: CacheKey) -> StoredEntry? {
-        guard !closed.load(ordering: .relaxed) else { return nil }
+    public func lookup(_ primaryKey: CacheKey) -> [StoredEntry] {
+        guard !closed.load(ordering: .relaxed) else { return [] }
         let reader: Reader
         do {
             reader = try takeReader()
         } catch {
             logger.error("cannot open a reader", metadata: ["error": "\(error)"])
-            return nil
+            return []
         }
         defer { giveBack(reader) }
         let select = reader.select
         defer { select.reset() }
+        var entries: [StoredEntry] = []
         do {
-            try select.bind(1, key.hex)
-            guard try select.step() else { return nil }
-            let body = select.bytes(5)
-            let checksum = select.bytes(7)
-            guard BodyChecksum.compute(body) == checksum else {
-                logger.warning("stored body fails its checksum; dropping the entry", metadata: ["key": "\(key)"])
-                writerQueue.async { [self] in removeDamaged(key, checksum: checksum) }
-                return nil
+            try select.bind(1, primaryKey.hex)
+            while try select.step() {
+                let key = CacheKey(hex: select.string(19) ?? primaryKey.hex)
+                let body = select.bytes(5)
+                let checksum = select.bytes(7)
+                guard BodyChecksum.compute(body) == checksum else {
+                    logger.warning("stored body fails its checksum; dropping the entry", metadata: ["key": "\(key)"])
+                    writerQueue.async { [self] in removeDamaged(key, checksum: checksum) }
+                    continue
+                }
+                guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
+                      let kind = BodyKind(rawValue: Int(select.int64(6))) else { continue }
+                let vary = select.string(20) ?? ""
+                entries.append(StoredEntry(
+                    key: key, primaryKey: primaryKey, varyNames: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init),
+                    variantFingerprint: select.string(21),
+                    namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "", urlKey: select.string(18),
+                    status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
+                    freshness: EntryFreshness(storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
+                                              staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
+                                              mustRevalidate: select.int64(16) != 0, initialAge: select.double(17)),
+                    sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
             }
-            guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
-                  let kind = BodyKind(rawValue: Int(select.int64(6))) else { return nil }
-            return StoredEntry(
-                key: key, namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "", urlKey: select.string(18),
-                status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
-                freshness: EntryFreshness(storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
-                                          staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
-                                          mustRevalidate: select.int64(16) != 0, initialAge: select.double(17)),
-                sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13))
+            return entries
         } catch {
-            logger.error("lookup failed; answering as a miss", metadata: ["key": "\(key)", "error": "\(error)"])
-            return nil
+            logger.error("lookup failed; answering as a miss", metadata: ["key": "\(primaryKey)", "error": "\(error)"])
+            return []
         }
     }
 
@@ -277,7 +306,31 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     // MARK: - Writer-queue work
 
+    /// One transaction: drop the primary key's rows that vary on other fields (the resource
+    /// changed how it varies), replace the row, keep the newest `maxVariants` variants.
     private func write(_ entry: StoredEntry) throws(SQLiteError) {
+        try writer.execute("BEGIN IMMEDIATE")
+        do {
+            try run(dropOtherVariants, entry.primaryKey.hex, entry.varyNames.joined(separator: ","))
+            try insertRow(entry)
+            if !entry.varyNames.isEmpty {
+                try run(trimVariants, entry.primaryKey.hex, String(maxVariants))
+            }
+            try writer.execute("COMMIT")
+        } catch {
+            try? writer.execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    private func run(_ statement: SQLiteStatement, _ first: String, _ second: String) throws(SQLiteError) {
+        defer { statement.reset() }
+        try statement.bind(1, first)
+        try statement.bind(2, second)
+        _ = try statement.step()
+    }
+
+    private func insertRow(_ entry: StoredEntry) throws(SQLiteError) {
         let statement = insert
         defer { statement.reset() }
         try statement.bind(1, entry.key.hex)
@@ -300,6 +353,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try statement.bind(18, Int64(entry.freshness.mustRevalidate ? 1 : 0))
         try statement.bind(19, entry.freshness.initialAge)
         try statement.bind(20, entry.urlKey)
+        try statement.bind(21, entry.primaryKey.hex)
+        try statement.bind(22, entry.varyNames.joined(separator: ","))
+        try statement.bind(23, entry.variantFingerprint)
         _ = try statement.step()
     }
 

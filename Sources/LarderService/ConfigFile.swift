@@ -6,7 +6,7 @@
 //   secretFile: …              allowHosts: [api.example.com, "*.cdn.example.com"]
 //   denyPrivate: false         threads: 2            maxBodyBytes: 67108864
 //   memoryMb: 64               shutdownGrace: 10     accessLog: true
-//   proxyRoot: api             proxyPort: 8081
+//   proxyRoot: api             proxyPort: 8081       maxVariants: 16
 //   upstreams:
 //     - name: api
 //       baseUrl: https://api.example.com/v1
@@ -46,7 +46,7 @@ public enum ConfigFile {
 
         func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
-                                      "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort"]
+                                      "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -61,6 +61,7 @@ public enum ConfigFile {
             if let value = root["accessLog"] { configuration.accessLog = try boolean(value, "accessLog") }
             if let value = root["proxyRoot"] { configuration.proxyRoot = try string(value, "proxyRoot") }
             if let value = root["proxyPort"] { configuration.proxyPort = try integer(value, "proxyPort") }
+            if let value = root["maxVariants"] { configuration.maxVariants = try integer(value, "maxVariants") }
             if let value = root["upstreams"] {
                 guard let list = value as? [Any] else { throw error("upstreams", "must be a list") }
                 configuration.upstreams = try list.enumerated().map { index, item throws(ConfigurationError) in

@@ -29,6 +29,8 @@ public struct LarderConfiguration: Sendable {
     public var maxRequestBodyBytes: Int = 1 << 20
     /// Largest upstream response body, bytes (larger → `upstream_too_large`).
     public var maxUpstreamBodyBytes: Int = 64 << 20
+    /// Variants kept per cache key for responses with Vary; the oldest are replaced.
+    public var maxVariants: Int = 16
     /// Bytes of hot entries kept in memory in front of SQLite; 0 disables the memory tier.
     public var memoryCapacityBytes: Int = 64 << 20
     /// On SIGTERM, seconds to let in-flight requests finish before they are cancelled.
@@ -45,6 +47,7 @@ public struct LarderConfiguration: Sendable {
         guard (0...65535).contains(port) else { throw ConfigurationError("port \(port) is out of range 0–65535") }
         guard !databasePath.isEmpty else { throw ConfigurationError("the database path is empty") }
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
+        guard (1...1024).contains(maxVariants) else { throw ConfigurationError("max variants must be 1 to 1024") }
         guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
         var seen: Set<String> = []
         for upstream in upstreams {

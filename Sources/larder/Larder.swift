@@ -60,6 +60,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Largest upstream response body in bytes (default 67108864).")
     var maxBodyBytes: Int?
 
+    @Option(help: "Variants kept per cache key for responses with Vary (default 16).")
+    var maxVariants: Int?
+
     @Option(help: "Megabytes of hot entries kept in memory in front of SQLite; 0 disables (default 64).")
     var memoryMb: Int?
 
@@ -105,6 +108,7 @@ struct Serve: ParsableCommand {
         if let threads { configuration.serverThreads = threads }
         if let maxBodyBytes { configuration.maxUpstreamBodyBytes = maxBodyBytes }
         if let memoryMb { configuration.memoryCapacityBytes = memoryMb << 20 }
+        if let maxVariants { configuration.maxVariants = maxVariants }
         if let shutdownGrace { configuration.shutdownGraceSeconds = shutdownGrace }
         if let accessLog { configuration.accessLog = accessLog }
         do {

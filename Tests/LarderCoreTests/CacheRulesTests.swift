@@ -100,7 +100,7 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(ttl: 100, headers: [("Cache-Control", "no-store")]), .refuse(.responseNoStore))
         XCTAssertEqual(decide(headers: [("Cache-Control", "private, max-age=5")]), .refuse(.responsePrivate))
         XCTAssertEqual(decide(size: 101), .refuse(.bodyTooLarge))
-        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "Accept-Language")]), .refuse(.responseVaries))
+        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "Accept-Language")]), .store(StoredFreshness(lifetime: 5)))
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "*")]), .refuse(.responseVaries))
         XCTAssertEqual(CacheRules.store(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: [],
                                         bodySize: 1, maxBodySize: 10, requestTime: 0, responseTime: 0,

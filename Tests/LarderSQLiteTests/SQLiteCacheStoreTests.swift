@@ -40,14 +40,14 @@ final class SQLiteCacheStoreTests: XCTestCase {
     func testRoundTrip() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
-        XCTAssertNil(store.lookup(CacheKey(hex: "k1")))
+        XCTAssertNil(store.lookup(CacheKey(hex: "k1")).first)
         let original = entry("k1")
         save(store, original)
-        XCTAssertEqual(store.lookup(CacheKey(hex: "k1")), original)
+        XCTAssertEqual(store.lookup(CacheKey(hex: "k1")).first, original)
         // INSERT OR REPLACE: a second save under the key replaces the first.
         let replacement = entry("k1", body: "[2]", version: 2)
         save(store, replacement)
-        XCTAssertEqual(store.lookup(CacheKey(hex: "k1")), replacement)
+        XCTAssertEqual(store.lookup(CacheKey(hex: "k1")).first, replacement)
     }
 
     func testEntriesSurviveReopening() throws {
@@ -56,7 +56,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         first.close()
         let second = try SQLiteCacheStore(path: path, logger: logger)
         defer { second.close() }
-        XCTAssertEqual(second.lookup(CacheKey(hex: "persisted"))?.body, Array("{\"a\":1}".utf8))
+        XCTAssertEqual(second.lookup(CacheKey(hex: "persisted")).first?.body, Array("{\"a\":1}".utf8))
         XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("PRAGMA user_version"), SQLiteCacheStore.schemaVersion)
         let mode = try SQLiteConnection(path: path).prepare("PRAGMA journal_mode")
         XCTAssertTrue(try mode.step())
@@ -72,8 +72,8 @@ final class SQLiteCacheStoreTests: XCTestCase {
         try editor.execute("PRAGMA busy_timeout = 5000")
         try editor.execute("UPDATE entries SET body = X'7B7D' WHERE key = 'damaged'")
 
-        XCTAssertNil(store.lookup(CacheKey(hex: "damaged")))
-        XCTAssertNotNil(store.lookup(CacheKey(hex: "healthy")))
+        XCTAssertNil(store.lookup(CacheKey(hex: "damaged")).first)
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "healthy")).first)
         // The delete runs on the writer queue; a flush waits for that queue.
         store.flushHitsAndWait()
         XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM entries WHERE key = 'damaged'"), 0)
@@ -90,7 +90,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         try writer.execute("UPDATE entries SET status = 500 WHERE key = 'stable'")
         // busy_timeout is 5 s: if reads waited for the writer, this would block until then.
         let started = Date()
-        XCTAssertEqual(store.lookup(CacheKey(hex: "stable"))?.status, 200, "the committed version is read")
+        XCTAssertEqual(store.lookup(CacheKey(hex: "stable")).first?.status, 200, "the committed version is read")
         XCTAssertLessThan(Date().timeIntervalSince(started), 4, "the read did not wait for the writer's lock")
         try writer.execute("ROLLBACK")
     }
@@ -123,14 +123,14 @@ final class SQLiteCacheStoreTests: XCTestCase {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
         XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("PRAGMA user_version"), SQLiteCacheStore.schemaVersion)
-        let migrated = try XCTUnwrap(store.lookup(CacheKey(hex: "old")))
+        let migrated = try XCTUnwrap(store.lookup(CacheKey(hex: "old")).first)
         XCTAssertEqual(migrated.body, Array("[1]".utf8))
         XCTAssertEqual(migrated.freshness, EntryFreshness(storedAt: 5, freshnessLifetime: 60, version: 0))
         // New columns round-trip.
         var fresh = entry("new")
         fresh.freshness = EntryFreshness(storedAt: 1, freshnessLifetime: 2, version: 3, staleWhileRevalidate: 4, staleIfError: 5, mustRevalidate: true)
         save(store, fresh)
-        XCTAssertEqual(store.lookup(CacheKey(hex: "new"))?.freshness, fresh.freshness)
+        XCTAssertEqual(store.lookup(CacheKey(hex: "new")).first?.freshness, fresh.freshness)
     }
 
     func testInvalidationByURLRemovesEveryMatchingEntry() throws {
@@ -147,9 +147,9 @@ final class SQLiteCacheStoreTests: XCTestCase {
             done.fulfill()
         }
         wait(for: [done], timeout: 10)
-        XCTAssertNil(store.lookup(CacheKey(hex: "k1")))
-        XCTAssertNil(store.lookup(CacheKey(hex: "k2")))
-        XCTAssertNotNil(store.lookup(CacheKey(hex: "k3")))
+        XCTAssertNil(store.lookup(CacheKey(hex: "k1")).first)
+        XCTAssertNil(store.lookup(CacheKey(hex: "k2")).first)
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "k3")).first)
     }
 
     func testADatabaseFromANewerLarderIsRefused() throws {
@@ -169,7 +169,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
             group.enter()
             Thread {
                 defer { group.leave() }
-                for _ in 0..<500 where store.lookup(CacheKey(hex: "shared")) == nil {
+                for _ in 0..<500 where store.lookup(CacheKey(hex: "shared")).first == nil {
                     failures.add(1, ordering: .relaxed)
                 }
             }.start()
@@ -178,7 +178,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
         store.flushHitsAndWait()
         XCTAssertEqual(failures.load(ordering: .relaxed), 0, "a reader never saw a missing or half-written entry")
-        XCTAssertEqual(store.lookup(CacheKey(hex: "shared"))?.body, Array("[100]".utf8))
+        XCTAssertEqual(store.lookup(CacheKey(hex: "shared")).first?.body, Array("[100]".utf8))
     }
 }
 
@@ -194,7 +194,7 @@ final class MemoryTierTests: XCTestCase {
     private final class CountingStore: CacheStore {
         let inner = MemoryCacheStore()
         let lookups = Atomic<Int>(0)
-        func lookup(_ key: CacheKey) -> StoredEntry? {
+        func lookup(_ key: CacheKey) -> [StoredEntry] {
             lookups.add(1, ordering: .relaxed)
             return inner.lookup(key)
         }
@@ -211,20 +211,20 @@ final class MemoryTierTests: XCTestCase {
         var entry = entry("a", size: 10)
         entry.urlKey = "http://a.test/x"
         tier.save(entry) { _ in }
-        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")))
+        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")).first)
         let removed = Mutex<[CacheKey]>([])
         tier.invalidate(urlKeys: ["http://a.test/x"]) { keys in removed.withLock { $0 = keys } }
         XCTAssertEqual(removed.withLock { $0 }, [CacheKey(hex: "a")])
-        XCTAssertNil(tier.lookup(CacheKey(hex: "a")))
+        XCTAssertNil(tier.lookup(CacheKey(hex: "a")).first)
     }
 
     func testHotEntriesAreServedFromMemory() {
         let backing = CountingStore()
         let tier = MemoryTier(backing: backing, capacityBytes: 1 << 20, shardCount: 1)
         tier.save(entry("a", size: 100)) { _ in }
-        for _ in 0..<10 { XCTAssertNotNil(tier.lookup(CacheKey(hex: "a"))) }
+        for _ in 0..<10 { XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")).first) }
         XCTAssertEqual(backing.lookups.load(ordering: .relaxed), 0)
-        XCTAssertNil(tier.lookup(CacheKey(hex: "absent")))
+        XCTAssertNil(tier.lookup(CacheKey(hex: "absent")).first)
         XCTAssertEqual(backing.lookups.load(ordering: .relaxed), 1)
     }
 
@@ -238,7 +238,7 @@ final class MemoryTierTests: XCTestCase {
         var fromMemory = 0
         for index in (0..<20).reversed() {
             let before = backing.lookups.load(ordering: .relaxed)
-            XCTAssertNotNil(tier.lookup(CacheKey(hex: "k\(index)")), "still in the store")
+            XCTAssertNotNil(tier.lookup(CacheKey(hex: "k\(index)")).first, "still in the store")
             if backing.lookups.load(ordering: .relaxed) == before { fromMemory += 1 }
         }
         XCTAssertEqual(fromMemory, 4)
@@ -248,8 +248,8 @@ final class MemoryTierTests: XCTestCase {
         let backing = CountingStore()
         let tier = MemoryTier(backing: backing, capacityBytes: 0)
         tier.save(entry("a", size: 1)) { _ in }
-        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")))
-        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")))
+        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")).first)
+        XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")).first)
         XCTAssertEqual(backing.lookups.load(ordering: .relaxed), 2)
     }
 }
