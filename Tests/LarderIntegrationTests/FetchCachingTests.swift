@@ -139,16 +139,23 @@ final class FetchCachingTests: IntegrationTestCase {
         XCTAssertEqual(origin.count(path), 4)
     }
 
-    func testHeadIsCachedSeparatelyFromGet() throws {
+    func testHeadIsAnsweredFromAStoredGet() throws {
         let larder = try startLarder()
         let client = try larder.connection()
         let path = uniquePath()
-        let head = try client.fetch(["url": url(path), "method": "HEAD", "cache": ["ttl": 60]])
-        XCTAssertEqual(head.outcome, "miss")
-        XCTAssertEqual(head.json["bodyText"] as? String, "")
-        XCTAssertEqual(try client.fetch(["url": url(path), "method": "HEAD", "cache": ["ttl": 60]]).outcome, "hit")
         XCTAssertEqual(try client.fetch(["url": url(path), "cache": ["ttl": 60]]).outcome, "miss")
-        XCTAssertEqual(origin.requests(path).map(\.method), ["HEAD", "GET"])
+        let head = try client.fetch(["url": url(path), "method": "HEAD", "cache": ["ttl": 60]])
+        XCTAssertEqual(head.outcome, "hit")
+        XCTAssertEqual(head.json["bodyText"] as? String, "", "no body for a HEAD")
+        XCTAssertEqual((head.json["headers"] as? [String: String])?["content-type"], "application/json")
+        XCTAssertEqual(origin.requests(path).map(\.method), ["GET"])
+
+        // Nothing stored: the HEAD goes upstream, and is cached as a HEAD; it never triggers a GET.
+        let cold = uniquePath("cold")
+        XCTAssertEqual(try client.fetch(["url": url(cold), "method": "HEAD", "cache": ["ttl": 60]]).outcome, "miss")
+        XCTAssertEqual(try client.fetch(["url": url(cold), "method": "HEAD", "cache": ["ttl": 60]]).outcome, "hit")
+        XCTAssertEqual(try client.fetch(["url": url(cold), "method": "HEAD", "cache": ["policy": "cache-else-load"]]).outcome, "stale", "served, never fetched")
+        XCTAssertEqual(origin.requests(cold).map(\.method), ["HEAD"])
     }
 
     func testProtocolPolicyFollowsCacheControl() throws {
