@@ -10,24 +10,10 @@ final class CoalescingTests: IntegrationTestCase {
     private func concurrently(_ count: Int, port: Int, _ request: [String: Any]) -> [TestResponse?] {
         let body = Array(try! JSONSerialization.data(withJSONObject: request))
         let responses = Mutex<[TestResponse?]>([])
-        let group = DispatchGroup()
-        let gate = Condition()
-        let open = Atomic<Bool>(false)
-        for _ in 0..<count {
-            group.enter()
-            let thread = Thread {
-                defer { group.leave() }
-                let connection = try? TestConnection(port: port)
-                _ = gate.wait(timeout: 30) { open.load(ordering: .acquiring) }
-                let response = try? connection?.request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
-                responses.withLock { $0.append(response) }
-            }
-            thread.stackSize = 256 << 10
-            thread.start()
-        }
-        open.store(true, ordering: .releasing)
-        gate.broadcast()
-        XCTAssertEqual(group.wait(timeout: .now() + 60), .success)
+        XCTAssertTrue(concurrently(count) { _ in
+            let response = try? TestConnection(port: port).request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
+            responses.withLock { $0.append(response) }
+        })
         return responses.withLock { $0 }
     }
 
@@ -60,15 +46,9 @@ final class CoalescingTests: IntegrationTestCase {
         let path = uniquePath()
         let port = larder.port
         let first = url(path, "delay=300")
-        let done = DispatchGroup()
-        for version in [1, 2] {
-            done.enter()
-            Thread {
-                _ = try? TestConnection(port: port).fetch(["url": first, "cache": ["ttl": 60, "version": version]])
-                done.leave()
-            }.start()
-        }
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertTrue(concurrently(2) { index in
+            _ = try? TestConnection(port: port).fetch(["url": first, "cache": ["ttl": 60, "version": index + 1]])
+        })
         XCTAssertEqual(origin.count(path), 2)
     }
 

@@ -43,18 +43,12 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let base = uniquePath()
         let count = 64
         let statuses = Mutex<[Int]>([])
-        let group = DispatchGroup()
         let port = larder.port
-        for index in 0..<count {
-            group.enter()
-            let target = url("\(base)-\(index)", "delay=200")
-            Thread {
-                defer { group.leave() }
-                let response = try? TestConnection(port: port).fetch(["url": target, "cache": ["ttl": 60]])
-                statuses.withLock { $0.append(response?.status ?? -1) }
-            }.start()
-        }
-        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+        let target = url(base, "delay=200")
+        XCTAssertTrue(concurrently(count, timeout: 30) { index in
+            let response = try? TestConnection(port: port).fetch(["url": target + "&i=\(index)", "cache": ["ttl": 60]])
+            statuses.withLock { $0.append(response?.status ?? -1) }
+        })
         XCTAssertEqual(statuses.withLock { $0 }, Array(repeating: 200, count: count))
     }
 
@@ -109,30 +103,22 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let connections = 256, requestsEach = 40
         let failures = Mutex<[String]>([])
         let hits = Atomic<Int>(0)
-        let group = DispatchGroup()
         let port = larder.port
-        for _ in 0..<connections {
-            group.enter()
-            let thread = Thread {
-                defer { group.leave() }
-                do {
-                    let client = try TestConnection(port: port, timeoutSeconds: 20)
-                    for _ in 0..<requestsEach {
-                        let response = try client.request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
-                        if response.status == 200, response.headers["x-cache"] == "HIT" {
-                            hits.add(1, ordering: .relaxed)
-                        } else {
-                            failures.withLock { $0.append("status \(response.status) \(response.headers["x-cache"] ?? "-")") }
-                        }
+        XCTAssertTrue(concurrently(connections, timeout: 120) { _ in
+            do {
+                let client = try TestConnection(port: port, timeoutSeconds: 20)
+                for _ in 0..<requestsEach {
+                    let response = try client.request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
+                    if response.status == 200, response.headers["x-cache"] == "HIT" {
+                        hits.add(1, ordering: .relaxed)
+                    } else {
+                        failures.withLock { $0.append("status \(response.status) \(response.headers["x-cache"] ?? "-")") }
                     }
-                } catch {
-                    failures.withLock { $0.append("\(error)") }
                 }
+            } catch {
+                failures.withLock { $0.append("\(error)") }
             }
-            thread.stackSize = 256 << 10
-            thread.start()
-        }
-        XCTAssertEqual(group.wait(timeout: .now() + 120), .success, "no stall")
+        }, "no stall")
         XCTAssertEqual(failures.withLock { Array($0.prefix(5)) }, [])
         XCTAssertEqual(hits.load(ordering: .relaxed), connections * requestsEach)
         XCTAssertEqual(origin.count(path), 1)

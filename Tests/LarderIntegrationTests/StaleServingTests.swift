@@ -18,16 +18,10 @@ final class StaleServingTests: IntegrationTestCase {
         let port = larder.port
         let body = Array(try JSONSerialization.data(withJSONObject: request))
         let outcomes = Mutex<[String]>([])
-        let group = DispatchGroup()
-        for _ in 0..<20 {
-            group.enter()
-            Thread {
-                defer { group.leave() }
-                let response = try? TestConnection(port: port).request("POST", "/fetch", headers: [:], body: body)
-                outcomes.withLock { $0.append(response?.outcome ?? "error") }
-            }.start()
-        }
-        XCTAssertEqual(group.wait(timeout: .now() + 10), .success)
+        XCTAssertTrue(concurrently(20) { _ in
+            let response = try? TestConnection(port: port).request("POST", "/fetch", headers: [:], body: body)
+            outcomes.withLock { $0.append(response?.outcome ?? "error") }
+        })
         XCTAssertEqual(outcomes.withLock { $0 }, Array(repeating: "stale", count: 20))
         XCTAssertTrue(origin.waitForCount(path, atLeast: 2), "the background refresh reached the origin")
 

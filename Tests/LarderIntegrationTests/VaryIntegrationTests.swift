@@ -74,20 +74,14 @@ final class VaryIntegrationTests: IntegrationTestCase {
         let target = url(path, "cc=max-age%3D60&h=Vary:Accept-Language&delay=200")
         let mismatches = Atomic<Int>(0)
         let answered = Atomic<Int>(0)
-        let group = DispatchGroup()
-        for index in 0..<20 {
-            group.enter()
+        XCTAssertTrue(concurrently(20) { index in
             let language = index % 2 == 0 ? "en" : "fr"
-            Thread {
-                defer { group.leave() }
-                guard let response = try? TestConnection(port: port).fetch(["url": target, "headers": ["Accept-Language": language]])
-                else { return }
-                answered.add(1, ordering: .relaxed)
-                let echoed = (response.upstreamBody["headers"] as? [String: String])?["accept-language"]
-                if echoed != language { mismatches.add(1, ordering: .relaxed) }
-            }.start()
-        }
-        XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
+            guard let response = try? TestConnection(port: port).fetch(["url": target, "headers": ["Accept-Language": language]])
+            else { return }
+            answered.add(1, ordering: .relaxed)
+            let echoed = (response.upstreamBody["headers"] as? [String: String])?["accept-language"]
+            if echoed != language { mismatches.add(1, ordering: .relaxed) }
+        })
         XCTAssertEqual(answered.load(ordering: .relaxed), 20)
         XCTAssertEqual(mismatches.load(ordering: .relaxed), 0, "every caller got its own language")
     }

@@ -86,6 +86,28 @@ class IntegrationTestCase: XCTestCase {
         return "/\(cleaned)-\(UUID().uuidString.prefix(8))"
     }
 
+    /// Runs `body(index)` on `count` threads released together, and waits for all of them.
+    /// Returns false if they did not all finish within `timeout` seconds.
+    @discardableResult
+    func concurrently(_ count: Int, timeout: Double = 60, _ body: @escaping @Sendable (Int) -> Void) -> Bool {
+        let group = DispatchGroup()
+        let gate = Condition()
+        let open = Atomic<Bool>(false)
+        for index in 0..<count {
+            group.enter()
+            let thread = Thread {
+                defer { group.leave() }
+                _ = gate.wait(timeout: timeout) { open.load(ordering: .acquiring) }
+                body(index)
+            }
+            thread.stackSize = 256 << 10
+            thread.start()
+        }
+        open.store(true, ordering: .releasing)
+        gate.broadcast()
+        return group.wait(timeout: .now() + timeout) == .success
+    }
+
     func url(_ path: String, _ query: String = "") -> String {
         origin.base + path + (query.isEmpty ? "" : "?" + query)
     }
