@@ -176,6 +176,9 @@ private struct WireFetchRequest: Decodable {
         var mergedQuery = named?.query ?? [:]
         mergedQuery.merge(query ?? [:]) { _, callers in callers }
         let upstreamURL = try UpstreamURL(parsing: url, mergingQuery: mergedQuery)
+        if let named, !named.contains(upstreamURL, cdn: cdn ?? false) {
+            throw .invalid("path", "leaves the base path of upstream '\(named.name)'")
+        }
 
         var fields: [HeaderField] = []
         for (name, value) in (headers ?? [:]).sorted(by: { $0.key < $1.key }) {

@@ -61,6 +61,15 @@ public struct NamedUpstream: Sendable, Equatable {
         }
     }
 
+    /// Whether `url` (built from a request's path) stays under the base URL's path: dot
+    /// segments must not climb out of it (`/v1/../admin`), or a caller could reach what the
+    /// operator did not expose.
+    public func contains(_ url: UpstreamURL, cdn: Bool) -> Bool {
+        guard let base = (cdn ? cdnURL : baseURL).flatMap({ try? UpstreamURL(parsing: $0) }) else { return false }
+        let basePath = base.path.hasSuffix("/") ? String(base.path.dropLast()) : base.path
+        return basePath.isEmpty || url.path == basePath || url.path.hasPrefix(basePath + "/")
+    }
+
     /// The absolute URL for `path` (which may carry its own query) under this upstream.
     public func url(for path: String, cdn: Bool) -> String? {
         guard let base = cdn ? cdnURL : baseURL else { return nil }

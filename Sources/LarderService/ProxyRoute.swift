@@ -108,6 +108,7 @@ struct ProxyRoute: Sendable {
                                  target: String) throws(LarderError) -> FetchRequest {
         guard let base = upstream.url(for: target, cdn: false) else { throw LarderError(.unknownUpstream, "no base URL") }
         let url = try UpstreamURL(parsing: base, mergingQuery: upstream.query, field: "path")
+        guard upstream.contains(url, cdn: false) else { throw .invalid("path", "leaves the base path of upstream '\(upstream.name)'") }
         let fields = request.headers.map { HeaderField($0.name, $0.value) }
         let nominated = HopByHop.nominated(in: fields)
         let cacheable = method == .get

@@ -59,6 +59,18 @@ final class NamedUpstreamTests: IntegrationTestCase {
         XCTAssertEqual(try client.fetch(["url": url("/x"), "path": "/y"]).errorField, "path")
     }
 
+    func testPathsCannotClimbOutOfTheBasePath() throws {
+        let larder = try startWithUpstream()
+        let client = try larder.connection()
+        let escape = try client.fetch(["upstream": "origin", "path": "/../secret"])
+        XCTAssertEqual(escape.status, 400)
+        XCTAssertEqual(escape.errorField, "path")
+        XCTAssertEqual(try client.fetch(["upstream": "origin", "path": "/a/../b"]).status, 200, "inside the base path is fine")
+        let proxied = try client.request("GET", "/proxy/origin/x/../../secret")
+        XCTAssertEqual(proxied.status, 400)
+        XCTAssertEqual(origin.count("/secret"), 0)
+    }
+
     func testUpstreamWithoutCDNRefusesCDNRequests() throws {
         let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "plain", baseURL: self.origin.base)] }
         let response = try larder.connection().fetch(["upstream": "plain", "path": "/x", "cdn": true])
