@@ -40,6 +40,10 @@ struct ProxyRoute: Sendable {
             let error = LarderError(.unknownUpstream, "no upstream named '\(name)'")
             return finish(Self.errorResponse(error), nil, error.code.rawValue)
         }
+        guard !request.bodyTooLarge else {
+            let error = LarderError.invalid("body", "request body is larger than the limit (1 MiB)")
+            return finish(Self.errorResponse(error), nil, error.code.rawValue)
+        }
         guard let method = HTTPMethod(rawValue: request.method) else {
             let error = LarderError(.methodNotAllowed, "the proxy forwards GET, HEAD, POST, PUT, PATCH and DELETE")
             var response = Self.errorResponse(error)

@@ -183,6 +183,15 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(String(decoding: received.body, as: UTF8.self), "hello")
     }
 
+    func testAnOversizedBodyIsRefusedNotTruncated() throws {
+        let larder = try startProxy()
+        let path = uniquePath()
+        let response = try larder.connection().request("POST", "/proxy/origin\(path)", body: [UInt8](repeating: 1, count: (1 << 20) + 1))
+        XCTAssertEqual(response.status, 400)
+        XCTAssertEqual(response.errorCode, "invalid_request")
+        XCTAssertEqual(origin.count("/base\(path)"), 0)
+    }
+
     func testSetCookieIsPassedOnButNeverStored() throws {
         let larder = try startProxy()
         let client = try larder.connection()
