@@ -231,7 +231,7 @@ public final class FetchEngine: Sendable {
                                 conditional: false, reply: reply)
         }
         let now = clock.now()
-        let headers = ResponseHeaders.updated(ResponseHeaders.parseJSON(current.headersJSON), with: notModified.headers)
+        let headers = ResponseHeaders.updated(current.headerFields, with: notModified.headers)
         let upstreamMs = (notModified.responseTime - notModified.requestTime) * 1000
         let decision = CacheRules.store(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
                                         partitioned: prepared.derived.partitioned, status: current.status, headers: headers,
