@@ -135,25 +135,32 @@ struct ProxyRoute: Sendable {
             if case .failed(let error) = answer { return errorResponse(error) }
             return HTTPServerResponse(status: 502)
         }
-        let upstreamHeaders = served.headers
-        let nominated = HopByHop.nominated(in: upstreamHeaders)
         var headers: [(name: String, value: String)] = []
-        for field in upstreamHeaders {
-            let name = field.name.lowercasedASCII
-            if HopByHop.contains(name, nominatedBy: nominated) || notPassedOn.contains(name) { continue }
-            headers.append((field.name, field.value))
+        headers.reserveCapacity(served.headers.count + 2)
+        if served.upstreamMs == nil {
+            // From the store: names are lower-case and connection-level fields were never kept.
+            for field in served.headers where !notPassedOn.contains(field.name) {
+                headers.append((field.name, field.value))
+            }
+        } else {
+            let nominated = HopByHop.nominated(in: served.headers)
+            for field in served.headers {
+                let name = field.name.lowercasedASCII
+                if HopByHop.contains(name, nominatedBy: nominated) || notPassedOn.contains(name) { continue }
+                headers.append((field.name, field.value))
+            }
         }
         let report = served.report
         headers.append(("Age", String(Int(report.age.rounded(.down)))))
         headers.append(("Cache-Status", cacheStatus(report, status: served.status, method: method)))
 
-        if (method == .get || method == .head), served.status == 200,
+        if !conditions.isEmpty, method == .get || method == .head, served.status == 200,
            notModified(conditions: conditions, etag: served.etag, lastModified: served.lastModified) {
             // §4.3.2 / RFC 9110 §15.4.5: the 304 carries the fields a 200 would, but no body.
             let kept: Set<String> = ["cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status", "last-modified"]
             return HTTPServerResponse(status: 304, headers: headers.filter { kept.contains($0.name.lowercasedASCII) }, body: [])
         }
-        if method == .get, served.status == 200 {
+        if !conditions.isEmpty, method == .get, served.status == 200 {
             // RFC 9110 §14: a single range is cut from the full response.
             let field = { (name: String) in conditions.first { $0.name.lowercasedASCII == name }?.value }
             switch ByteRange.answer(range: field("range"), ifRange: field("if-range"), length: served.body.count,
