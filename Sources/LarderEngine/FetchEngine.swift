@@ -198,18 +198,13 @@ public final class FetchEngine: Sendable {
             }
             switch result {
             case .failure(let error):
-                if let stale = staleOnError(fallback, options: request.cache, error: error.code.rawValue) {
-                    reply(stale)
-                } else {
-                    reply(.failed(error))
-                }
-                land(flight, with: .failed(error))
+                let answer = staleOnError(fallback, options: request.cache, error: error.code.rawValue) ?? .failed(error)
+                land(flight, with: .failed(error)) { reply(answer) }
             case .success(let response):
                 if CacheRules.isServerError(response.status),
                    let stale = staleOnError(fallback, options: request.cache,
                                             error: "upstream_status_\(response.status)") {
-                    reply(stale)
-                    land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)")))
+                    land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { reply(stale) }
                     return
                 }
                 complete(prepared, outcome: outcome, response: response, sentAt: sentAt,
@@ -241,11 +236,11 @@ public final class FetchEngine: Sendable {
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version, stored: false)
-            reply(.served(ServedResponse(status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true),
-                                         headers: headers, body: current.body, bodyKind: current.bodyKind, report: report,
-                                         upstreamMs: upstreamMs, etag: headers.values("etag").first,
-                                         lastModified: headers.values("last-modified").first)))
-            return land(flight, with: .notShareable)
+            let answer = CacheAnswer.served(ServedResponse(
+                status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
+                body: current.body, bodyKind: current.bodyKind, report: report, upstreamMs: upstreamMs,
+                etag: headers.values("etag").first, lastModified: headers.values("last-modified").first))
+            return land(flight, with: .notShareable) { reply(answer) }
         }
         var update = current
         update.headersJSON = ResponseHeaders.renderJSON(headers, dropCookies: true)
@@ -257,10 +252,11 @@ public final class FetchEngine: Sendable {
             let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0,
                                      ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
                                      version: options.version, stored: saved)
-            reply(.served(ServedResponse(status: refreshed.status, headersJSON: refreshed.headersJSON, headers: refreshed.headerFields,
-                                         body: refreshed.body, bodyKind: refreshed.bodyKind, report: report,
-                                         upstreamMs: upstreamMs, etag: refreshed.etag, lastModified: refreshed.lastModified)))
-            land(flight, with: saved ? .stored(refreshed) : .notShareable)
+            let answer = CacheAnswer.served(ServedResponse(
+                status: refreshed.status, headersJSON: refreshed.headersJSON, headers: refreshed.headerFields, body: refreshed.body,
+                bodyKind: refreshed.bodyKind, report: report, upstreamMs: upstreamMs, etag: refreshed.etag,
+                lastModified: refreshed.lastModified))
+            land(flight, with: saved ? .stored(refreshed) : .notShareable) { reply(answer) }
         }
     }
 
@@ -315,14 +311,12 @@ public final class FetchEngine: Sendable {
                                         lastModified: response.headers.values("last-modified").first)
             let stale = Self.invalidatedURLs(request: request, response: response)
             guard !stale.isEmpty else {
-                reply(.served(served))
-                return land(flight, with: .notShareable)
+                return land(flight, with: .notShareable) { reply(.served(served)) }
             }
             // The answer waits for the invalidation, so the caller's next read sees it.
             store.invalidate(urlKeys: stale) { [self] removed in
                 if !removed.isEmpty { logger.debug("invalidated", metadata: ["entries": "\(removed.count)"]) }
-                reply(.served(served))
-                land(flight, with: .notShareable)
+                land(flight, with: .notShareable) { reply(.served(served)) }
             }
         case .store(let stored):
             let freshness = stored.entry(storedAt: arrivedAt, version: options.version)
@@ -343,10 +337,10 @@ public final class FetchEngine: Sendable {
                 let report = CacheReport(outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
                                          ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,
                                          version: options.version, stored: saved)
-                reply(.served(ServedResponse(status: response.status, headersJSON: liveHeaders, headers: response.headers,
-                                             body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
-                                             etag: entry.etag, lastModified: entry.lastModified)))
-                land(flight, with: saved ? .stored(entry) : .notShareable)
+                let answer = CacheAnswer.served(ServedResponse(
+                    status: response.status, headersJSON: liveHeaders, headers: response.headers, body: response.body,
+                    bodyKind: kind, report: report, upstreamMs: upstreamMs, etag: entry.etag, lastModified: entry.lastModified))
+                land(flight, with: saved ? .stored(entry) : .notShareable) { reply(answer) }
             }
         }
     }
@@ -375,11 +369,12 @@ public final class FetchEngine: Sendable {
         case failed(LarderError)   // the upstream failed: every waiter gets its stale entry if allowed, else the error
     }
 
-    /// Wakes the requests that waited on `flight`. Called after the store committed, so a
-    /// request arriving after the flight is removed finds the entry.
-    private func land(_ flight: FlightKey?, with landing: Landing) {
-        guard let flight else { return }
-        let waiters = flights.withLock { $0.removeValue(forKey: flight) } ?? []
+    /// Ends `flight`: removes it, answers the leading request (`answerLeader`), then wakes the
+    /// requests that waited on it. Called after the store committed, and the flight is removed
+    /// before anyone is answered, so a request sent after an answer never joins a finished flight.
+    private func land(_ flight: FlightKey?, with landing: Landing, answerLeader: () -> Void) {
+        let waiters = flight.flatMap { flight in flights.withLock { $0.removeValue(forKey: flight) } } ?? []
+        answerLeader()
         guard !waiters.isEmpty else { return }
         let now = clock.now()
         for waiter in waiters {
@@ -389,19 +384,28 @@ public final class FetchEngine: Sendable {
                 let fallback = variant(for: waiter.prepared).flatMap { $0.freshness.version == options.version ? $0 : nil }
                 waiter.reply(staleOnError(fallback, options: options, error: error.code.rawValue)
                              ?? .failed(error))
-            case .stored(let entry) where entry.matches(waiter.prepared.request.headers, keys: keys):
+            case .stored(let entry) where acceptsShared(entry, waiter: waiter.prepared, now: now):
                 waiter.reply(serve(entry, outcome: .hit, options: options, now: now, coalesced: true))
-            case .stored:
-                // §4.1: the response varies on fields this waiter sent differently.
-                if let immediate = fetch(waiter.prepared, mayCoalesce: false, reply: waiter.reply) {
-                    waiter.reply(immediate)
-                }
-            case .notShareable:
+            case .stored, .notShareable:
+                // Not for this waiter (another variant, or its own directives reject it), or not
+                // shareable at all: it asks on its own.
                 if let immediate = fetch(waiter.prepared, mayCoalesce: false, reply: waiter.reply) {
                     waiter.reply(immediate)
                 }
             }
         }
+    }
+
+    /// Whether a waiter may take the response its flight stored: the same variant (§4.1), and
+    /// nothing in its own request directives (§5.2.1) rules it out.
+    private func acceptsShared(_ entry: StoredEntry, waiter: PreparedFetch, now: Double) -> Bool {
+        guard entry.matches(waiter.request.headers, keys: keys) else { return false }
+        let directives = waiter.request.directives
+        let ttl = waiter.request.cache.ttl
+        if directives.noCache { return false }
+        if let maxAge = directives.maxAge, entry.freshness.age(now: now, ttl: ttl) > maxAge { return false }
+        if let minFresh = directives.minFresh, entry.freshness.remaining(now: now, ttl: ttl) < minFresh { return false }
+        return true
     }
 
     /// The stored response that may answer `prepared`: of the variants under its key, the one

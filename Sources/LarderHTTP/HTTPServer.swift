@@ -95,14 +95,16 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 }
 
 public final class HTTPServer: @unchecked Sendable {
-    // @unchecked Sendable: `daemon` is written in start/stop only (before and after the
-    // worker threads run); the counters are atomics.
+    // @unchecked Sendable: `daemon` and `quiescedListener` are written in start, stopAccepting
+    // and stop, which the owner calls from one thread; the counters are atomics.
 
     public let configuration: HTTPServerConfiguration
     let handler: any HTTPRequestHandler
     let logger: Logger
     private var daemon: OpaquePointer?
     private var selfReference: Unmanaged<HTTPServer>?
+    /// The listening socket handed back by MHD_quiesce_daemon, closed after MHD_stop_daemon.
+    private var quiescedListener: Int32?
     /// Requests handed to the handler whose response has not been sent yet.
     let inFlight = Atomic<Int>(0)
     private let drained = NSCondition()
@@ -140,9 +142,12 @@ public final class HTTPServer: @unchecked Sendable {
 
     /// Stops accepting new connections; requests in flight carry on.
     public func stopAccepting() {
-        guard let daemon else { return }
+        guard let daemon, quiescedListener == nil else { return }
+        // The listening socket comes back to us, but the worker threads still remove it from
+        // their epoll sets after this returns: it may only be closed once the daemon is
+        // stopped (closing it here makes a worker's EPOLL_CTL_DEL fail, and MHD aborts).
         let listener = MHD_quiesce_daemon(daemon)
-        if listener >= 0 { close(listener) }
+        if listener >= 0 { quiescedListener = listener }
     }
 
     /// Waits until every request handed to the handler has been answered and completed, up
@@ -173,6 +178,10 @@ public final class HTTPServer: @unchecked Sendable {
     public func stop() {
         guard let daemon else { return }
         MHD_stop_daemon(daemon)
+        if let listener = quiescedListener {
+            close(listener)
+            quiescedListener = nil
+        }
         self.daemon = nil
         selfReference?.release()
         selfReference = nil

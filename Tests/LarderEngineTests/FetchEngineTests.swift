@@ -104,6 +104,29 @@ final class FetchEngineTests: XCTestCase {
         XCTAssertEqual(upstream.requests.withLock { $0.count }, 2)
     }
 
+    /// Regression: the flight used to be removed only after the leader was answered, so a
+    /// request sent on that answer joined a finished flight and got its response whatever
+    /// its own directives said.
+    func testARequestSentOnTheLeadersAnswerNeverJoinsTheFinishedFlight() throws {
+        let store = MemoryCacheStore()
+        let upstream = ScriptedUpstream { _, index in
+            .success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "response \(index)"))
+        }
+        let engine = engine(store: store, upstream: upstream)
+        let url = try UpstreamURL(parsing: "http://origin.test/item")
+        let followUp = Mutex<CacheAnswer?>(nil)
+        let strict = FetchRequest(url: url, headers: [HeaderField("Cache-Control", "no-cache")])
+        _ = engine.fetch(FetchRequest(url: url)) { _ in
+            // Sent the moment the first answer arrives; no-cache: it must reach the upstream.
+            let immediate = engine.fetch(strict) { answer in followUp.withLock { $0 = answer } }
+            if let immediate { followUp.withLock { $0 = immediate } }
+        }
+        guard case .served(let served)? = followUp.withLock({ $0 }) else { return XCTFail("no answer") }
+        XCTAssertFalse(served.report.coalesced)
+        XCTAssertEqual(String(decoding: served.body, as: UTF8.self), "response 1")
+        XCTAssertEqual(upstream.requests.withLock { $0.count }, 2)
+    }
+
     func testHitsAreCounted() throws {
         let store = MemoryCacheStore()
         let upstream = ScriptedUpstream { _, _ in .success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "x")) }

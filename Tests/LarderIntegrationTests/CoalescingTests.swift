@@ -55,7 +55,7 @@ final class CoalescingTests: IntegrationTestCase {
     func testAnUpstreamFailureIsSharedWithTheWaiters() throws {
         let larder = try startLarder()
         let path = uniquePath()
-        let responses = concurrently(20, port: larder.port, ["url": url(path, "delay=1000"), "timeoutMs": 300, "cache": ["ttl": 60]])
+        let responses = concurrently(20, port: larder.port, ["url": url(path, "delay=3000"), "timeoutMs": 1500, "cache": ["ttl": 60]])
         XCTAssertEqual(responses.compactMap { $0?.errorCode }, Array(repeating: "upstream_timeout", count: 20))
         XCTAssertEqual(origin.count(path), 1)
     }

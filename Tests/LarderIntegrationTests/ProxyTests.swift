@@ -163,7 +163,7 @@ final class ProxyTests: IntegrationTestCase {
         let port = larder.port
         let statuses = Mutex<[String]>([])
         XCTAssertTrue(concurrently(50) { _ in
-            let response = try? TestConnection(port: port).request("GET", "/proxy/origin\(path)?cc=max-age%3D60&delay=300")
+            let response = try? TestConnection(port: port).request("GET", "/proxy/origin\(path)?cc=max-age%3D60&delay=1000")
             statuses.withLock { $0.append(response?.headers["cache-status"] ?? "error") }
         })
         XCTAssertEqual(origin.count("/base\(path)"), 1)
