@@ -11,9 +11,10 @@
 // call, never the first, or libmicrohttpd closes the connection after the response and
 // keep-alive is lost (about 5× slower).
 //
-// Shutdown: stop accepting (quiesce), let the application finish or fail what is in flight,
-// wait until every suspended connection was resumed and completed, then stop the daemon
-// (stopping with a suspended connection aborts the process).
+// Shutdown: drain (new requests are turned away with a 503 and their connections closed), let
+// the application finish or fail what is in flight, wait until every suspended connection was
+// resumed and completed, then stop the daemon (stopping with a suspended connection aborts the
+// process).
 
 import CMicroHTTPD
 import Dispatch
@@ -87,6 +88,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var connectionMemoryBytes: Int = 16 << 10
     /// Request bodies larger than this are not kept (`bodyTooLarge`).
     public var maxRequestBodyBytes: Int = 1 << 20
+    /// The answer to requests that arrive while draining (see `stopAccepting`).
+    public var drainResponse = HTTPServerResponse(status: 503, headers: [("Content-Type", "text/plain")],
+                                                  body: Array("shutting down\n".utf8))
     public init() {}
 }
 
@@ -95,16 +99,16 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 }
 
 public final class HTTPServer: @unchecked Sendable {
-    // @unchecked Sendable: `daemon` and `quiescedListener` are written in start, stopAccepting
-    // and stop, which the owner calls from one thread; the counters are atomics.
+    // @unchecked Sendable: `daemon` is written in start and stop only (before and after the
+    // worker threads run); the counters and the draining flag are atomics.
 
     public let configuration: HTTPServerConfiguration
     let handler: any HTTPRequestHandler
     let logger: Logger
     private var daemon: OpaquePointer?
     private var selfReference: Unmanaged<HTTPServer>?
-    /// The listening socket handed back by MHD_quiesce_daemon, closed after MHD_stop_daemon.
-    private var quiescedListener: Int32?
+    /// Set by `stopAccepting`: new requests get the drain response.
+    let draining = Atomic<Bool>(false)
     /// Requests handed to the handler whose response has not been sent yet.
     let inFlight = Atomic<Int>(0)
     private let drained = NSCondition()
@@ -140,14 +144,15 @@ public final class HTTPServer: @unchecked Sendable {
         port = Int(larder_mhd_bound_port(started))
     }
 
-    /// Stops accepting new connections; requests in flight carry on.
+    /// Starts draining: requests that arrive from now on are answered with
+    /// `configuration.drainResponse` and their connections closed; requests in flight carry on.
+    ///
+    /// Not MHD_quiesce_daemon: in libmicrohttpd 0.9.75 with a thread pool in epoll mode it
+    /// aborts the process when a worker has not yet added the listening socket to its epoll set
+    /// (a signal right after start), and the socket it hands back must outlive the workers.
+    /// Draining has no such race, and callers learn why they were turned away.
     public func stopAccepting() {
-        guard let daemon, quiescedListener == nil else { return }
-        // The listening socket comes back to us, but the worker threads still remove it from
-        // their epoll sets after this returns: it may only be closed once the daemon is
-        // stopped (closing it here makes a worker's EPOLL_CTL_DEL fail, and MHD aborts).
-        let listener = MHD_quiesce_daemon(daemon)
-        if listener >= 0 { quiescedListener = listener }
+        draining.store(true, ordering: .releasing)
     }
 
     /// Waits until every request handed to the handler has been answered and completed, up
@@ -178,10 +183,6 @@ public final class HTTPServer: @unchecked Sendable {
     public func stop() {
         guard let daemon else { return }
         MHD_stop_daemon(daemon)
-        if let listener = quiescedListener {
-            close(listener)
-            quiescedListener = nil
-        }
         self.daemon = nil
         selfReference?.release()
         selfReference = nil
@@ -290,6 +291,11 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
             return MHD_Result.YES
         }
         context.phase = .dispatched
+        if server.draining.load(ordering: .acquiring) {
+            var response = server.configuration.drainResponse
+            response.headers.append(("Connection", "close"))
+            return queue(response, on: connection)
+        }
         // Counted before the handler runs: the handler may start work elsewhere (an upstream
         // request) that shutdown must wait for, even before this thread gets to suspend.
         context.inFlight = true

@@ -69,6 +69,9 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.port = configuration.port
         serverConfiguration.threads = configuration.serverThreads
         serverConfiguration.maxRequestBodyBytes = configuration.maxRequestBodyBytes
+        serverConfiguration.drainResponse = HTTPServerResponse(
+            status: 503, headers: [("Content-Type", "application/json")],
+            body: LarderError(.shuttingDown, "Larder is shutting down; retry on another instance").jsonBody)
         let server = HTTPServer(configuration: serverConfiguration, handler: router, logger: logger)
         var proxyServer: HTTPServer?
         if let root = configuration.proxyRoot {
@@ -96,12 +99,14 @@ public final class LarderService: @unchecked Sendable {
         }
     }
 
-    /// Stops accepting, lets in-flight requests finish (up to the grace period), cancels the
-    /// rest, resumes every suspended connection, stops the server and closes the database.
+    /// Drains (new requests get 503 `shutting_down`), lets in-flight requests finish (up to the
+    /// grace period), cancels the rest, resumes every suspended connection, stops the server and
+    /// closes the database.
     public func shutdown() {
         guard let server, let upstream, let store else { return }
         let servers = [server] + (proxyServer.map { [$0] } ?? [])
         for listener in servers { listener.stopAccepting() }
+        logger.info("draining: new requests are answered 503 shutting_down")
         let deadline = Date().addingTimeInterval(configuration.shutdownGraceSeconds)
         for listener in servers where !listener.waitForPending(timeout: max(0, deadline.timeIntervalSinceNow)) {
             logger.warning("cancelling \(listener.pendingCount) requests still in flight")

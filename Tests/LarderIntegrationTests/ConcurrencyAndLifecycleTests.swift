@@ -169,6 +169,16 @@ final class ExecutableTests: IntegrationTestCase {
         }
     }
 
+    /// Reads the process's stderr until a line contains `text`.
+    private func waitForLine(_ errors: Pipe, containing text: String) throws {
+        var seen = ""
+        while !seen.contains(text) {
+            let chunk = errors.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { throw TestClientError(description: "larder closed stderr before '\(text)': \(seen)") }
+            seen += String(decoding: chunk, as: UTF8.self)
+        }
+    }
+
     private func waitForExit(_ process: Process, timeout: Double = 20) -> Bool {
         let exited = DispatchSemaphore(value: 0)
         Thread {
@@ -218,6 +228,13 @@ final class ExecutableTests: IntegrationTestCase {
         }.start()
         XCTAssertTrue(origin.waitForCount(path, atLeast: 1))
         kill(process.processIdentifier, signal)
+        if grace > 0 {
+            // While it drains, a new request is turned away, not left hanging.
+            try waitForLine(errors, containing: "draining")
+            let turnedAway = try TestConnection(port: port).request("GET", "/healthz")
+            XCTAssertEqual(turnedAway.status, 503)
+            XCTAssertEqual(turnedAway.errorCode, "shutting_down")
+        }
         XCTAssertTrue(waitForExit(process), "larder exited")
         XCTAssertTrue(done.wait(timeout: 10) { answered.load(ordering: .sequentiallyConsistent) })
         return (process.terminationStatus, result.withLock { $0 })
