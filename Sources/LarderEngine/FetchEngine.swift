@@ -408,6 +408,24 @@ public final class FetchEngine: Sendable {
         return true
     }
 
+    /// RFC 9111 §4.3.5: a HEAD answered from a stored GET of the same resource and key, its
+    /// body dropped. Only looks: never sends a GET upstream for a HEAD. Nil when nothing usable
+    /// is stored (or the policy does not read the cache).
+    public func storedGet(for head: FetchRequest) -> CacheAnswer? {
+        guard head.cache.policy != .noStore, head.cache.policy != .reload else { return nil }
+        var get = head
+        get.method = .get
+        if head.cache.policy == .useProtocol {
+            get.directives.onlyIfCached = true
+        } else {
+            get.cache.policy = .cacheOnly
+        }
+        guard case .served(var served)? = fetch(prepare(get), reply: { _ in }) else { return nil }
+        served.body = []
+        served.bodyKind = .text
+        return .served(served)
+    }
+
     /// The stored response that may answer `prepared`: of the variants under its key, the one
     /// whose nominated request fields match (RFC 9111 §4.1).
     private func variant(for prepared: PreparedFetch) -> StoredEntry? {

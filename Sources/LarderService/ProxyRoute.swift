@@ -77,10 +77,7 @@ struct ProxyRoute: Sendable {
         if method == .head {
             // RFC 9111 §4.3.5 / §4: a HEAD can be answered from a stored GET; only when nothing
             // usable is stored does the HEAD go upstream (and is not stored).
-            var lookup = fetch
-            lookup.method = .get
-            lookup.directives.onlyIfCached = true
-            if let stored = engine.fetch(engine.prepare(lookup), reply: { _ in }), case .served = stored {
+            if let stored = engine.storedGet(for: fetch) {
                 return Self.deliver(stored, method: method, request: request, finish: finish)
             }
             var forward = fetch

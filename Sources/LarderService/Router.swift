@@ -66,31 +66,13 @@ struct Router: HTTPRequestHandler {
             }
             memo.insert(request.body, prepared)
         }
-        if prepared.request.method == .head, let fromGet = storedGet(for: prepared.request) {
+        if prepared.request.method == .head, let fromGet = engine.storedGet(for: prepared.request) {
             return envelope(request, fromGet, receivedAt: receivedAt)
         }
         let immediate = engine.fetch(prepared) { answer in
             responder.respond(envelope(request, answer, receivedAt: receivedAt))
         }
         return immediate.map { envelope(request, $0, receivedAt: receivedAt) }
-    }
-
-    /// RFC 9111 §4.3.5: a HEAD can be answered from a stored GET of the same resource (same
-    /// key otherwise). Its body is dropped; its headers are the GET's.
-    private func storedGet(for head: FetchRequest) -> CacheAnswer? {
-        guard head.cache.policy != .noStore, head.cache.policy != .reload else { return nil }
-        var get = head
-        get.method = .get
-        // Look only: never send a GET upstream for a HEAD.
-        if head.cache.policy == .useProtocol {
-            get.directives.onlyIfCached = true
-        } else {
-            get.cache.policy = .cacheOnly
-        }
-        guard let answer = engine.fetch(engine.prepare(get), reply: { _ in }), case .served(var served) = answer else { return nil }
-        served.body = []
-        served.bodyKind = .text
-        return .served(served)
     }
 
     /// /fetch answers with the JSON envelope and an X-Cache header.
