@@ -1,7 +1,10 @@
 // An HTTP/1.1 server over libmicrohttpd, independent of what Larder serves.
 //
-// Threading: libmicrohttpd runs in epoll mode with an internal pool of worker threads
-// (a single thread without a pool stalls at 128+ connections in 0.9.75). The handler runs on
+// Threading: libmicrohttpd runs in poll mode with an internal pool of worker threads. Not
+// epoll: in 0.9.75 epoll loses readiness events — a single thread stalls at 128+ connections,
+// and with a pool of 2 a few keep-alive connections of 256 occasionally stall too (seen with
+// every worker idle in epoll_wait while requests sat unread). poll is level-triggered, so no
+// event can be lost; it costs throughput with many connections (see README). The handler runs on
 // a worker thread. It either returns a response at once (cache hits: no suspension, no hop)
 // or returns nil and answers later through its `HTTPResponder` from any thread; the
 // connection is then suspended (MHD_ALLOW_SUSPEND_RESUME) and resumed when the answer arrives.
@@ -122,7 +125,7 @@ public final class HTTPServer: @unchecked Sendable {
 
     public func start() throws {
         var storage = sockaddr_storage()
-        var flags = UInt32(MHD_USE_EPOLL.rawValue | MHD_USE_INTERNAL_POLLING_THREAD.rawValue
+        var flags = UInt32(MHD_USE_POLL.rawValue | MHD_USE_INTERNAL_POLLING_THREAD.rawValue
                            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
         let isIPv6 = try Self.resolve(configuration.host, port: configuration.port, into: &storage)
         if isIPv6 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
@@ -147,10 +150,10 @@ public final class HTTPServer: @unchecked Sendable {
     /// Starts draining: requests that arrive from now on are answered with
     /// `configuration.drainResponse` and their connections closed; requests in flight carry on.
     ///
-    /// Not MHD_quiesce_daemon: in libmicrohttpd 0.9.75 with a thread pool in epoll mode it
-    /// aborts the process when a worker has not yet added the listening socket to its epoll set
-    /// (a signal right after start), and the socket it hands back must outlive the workers.
-    /// Draining has no such race, and callers learn why they were turned away.
+    /// Not MHD_quiesce_daemon: in libmicrohttpd 0.9.75 with a thread pool (in epoll mode, which
+    /// this server used first) it aborted the process when a worker had not yet registered the
+    /// listening socket (a signal right after start), and the socket it hands back must outlive
+    /// the workers. Draining has no such race, and callers learn why they were turned away.
     public func stopAccepting() {
         draining.store(true, ordering: .releasing)
     }

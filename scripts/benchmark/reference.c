@@ -1,5 +1,5 @@
 /* The benchmark's reference: a libmicrohttpd server answering every request with the same
- * 1 KiB JSON body, in the same threading mode as Larder (epoll, internal pool of 2 threads,
+ * 1 KiB JSON body, in libmicrohttpd's fastest mode here (epoll, internal pool of 2 threads,
  * response queued on the second handler call). Built and run by scripts/bench, which also
  * uses it as the origin behind Larder and nginx. */
 #include <microhttpd.h>
