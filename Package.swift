@@ -41,7 +41,7 @@ let package = Package(
         // Adapters: each is the only importer of its C module.
         .target(name: "LarderSQLite", dependencies: ["CSQLite", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
-        .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: strict),
         // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
         .target(
             name: "LarderService",

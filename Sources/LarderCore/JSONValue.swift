@@ -60,12 +60,7 @@ extension JSONValue {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let value): out.append(contentsOf: (value ? "true" : "false").utf8)
         case .int(let value): out.append(contentsOf: String(value).utf8)
-        case .double(let value):
-            if value.rounded() == value, abs(value) < 9.0e15 {
-                out.append(contentsOf: String(Int64(value)).utf8)
-            } else {
-                out.append(contentsOf: String(value).utf8)
-            }
+        case .double(let value): JSONWriter.appendNumber(value, to: &out)
         case .string(let value): JSONWriter.appendString(value, to: &out)
         case .array(let values):
             out.append(UInt8(ascii: "["))

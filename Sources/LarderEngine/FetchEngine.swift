@@ -63,7 +63,6 @@ public final class FetchEngine: Sendable {
     private let logger: Logger
     private let flights = Mutex<[FlightKey: [Waiter]]>([:])
     private let coalesced = Atomic<Int>(0)
-    private let backgroundRefreshes = Atomic<Int>(0)
 
     /// Requests coalesce when they share the key and the version (the version decides whether
     /// a stored entry may be served, so it is part of what is being waited for).
@@ -279,7 +278,6 @@ public final class FetchEngine: Sendable {
             return true
         }
         guard started else { return }
-        backgroundRefreshes.add(1, ordering: .relaxed)
         let fallback = variant(for: prepared)
         sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: key) { _ in }
     }
@@ -437,6 +435,4 @@ public final class FetchEngine: Sendable {
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { coalesced.load(ordering: .relaxed) }
 
-    /// Background refreshes started for stale-while-revalidate.
-    public var backgroundRefreshCount: Int { backgroundRefreshes.load(ordering: .relaxed) }
 }

@@ -72,13 +72,12 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.drainResponse = HTTPServerResponse(
             status: 503, headers: [("Content-Type", "application/json")],
             body: LarderError(.shuttingDown, "Larder is shutting down; retry on another instance").jsonBody)
-        let server = HTTPServer(configuration: serverConfiguration, handler: router, logger: logger)
+        let server = HTTPServer(configuration: serverConfiguration, handler: router)
         var proxyServer: HTTPServer?
         if let root = configuration.proxyRoot {
             var proxyConfiguration = serverConfiguration
             proxyConfiguration.port = configuration.proxyPort
-            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ProxyRootHandler(router: router, upstream: root),
-                                     logger: logger)
+            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ProxyRootHandler(router: router, upstream: root))
         }
         do {
             try server.start()

@@ -13,8 +13,16 @@ struct Router: HTTPRequestHandler {
     let accessLog: Bool
     let upstreams: [String: NamedUpstream]
     let memo = RequestMemo()
-    let proxyMemo = RequestMemo()
-    var proxyRoute: ProxyRoute { ProxyRoute(engine: engine, upstreams: upstreams, memo: proxyMemo) }
+    let proxyRoute: ProxyRoute
+
+    init(engine: FetchEngine, clock: Clock, logger: Logger, accessLog: Bool, upstreams: [String: NamedUpstream]) {
+        self.engine = engine
+        self.clock = clock
+        self.logger = logger
+        self.accessLog = accessLog
+        self.upstreams = upstreams
+        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo())
+    }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
 

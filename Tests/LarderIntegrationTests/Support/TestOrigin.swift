@@ -54,7 +54,7 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         configuration.port = 0
         configuration.threads = 2
         configuration.maxRequestBodyBytes = 4 << 20
-        origin.server = HTTPServer(configuration: configuration, handler: origin, logger: Logger(label: "origin"))
+        origin.server = HTTPServer(configuration: configuration, handler: origin)
         try origin.server.start()
         return origin
     }
