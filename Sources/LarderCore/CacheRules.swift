@@ -124,7 +124,7 @@ public enum CacheRules {
         switch method {
         case .get, .head: true
         case .post: ttl != nil
-        case .put, .patch, .delete: false
+        default: false
         }
     }
 

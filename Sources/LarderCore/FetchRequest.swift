@@ -162,7 +162,7 @@ private struct WireFetchRequest: Decodable {
         let url = target
         let method: HTTPMethod
         if let raw = self.method {
-            guard let parsed = HTTPMethod(rawValue: raw.uppercased()) else {
+            guard let parsed = HTTPMethod(rawValue: raw.uppercased()), HTTPMethod.fetchable.contains(parsed) else {
                 throw .invalid("method", "'\(raw)' is not one of GET, HEAD, POST, PUT, PATCH, DELETE")
             }
             method = parsed

@@ -1,7 +1,35 @@
 // Small HTTP vocabulary shared by the core, the engine and the adapters.
 
-public enum HTTPMethod: String, Sendable, CaseIterable {
-    case get = "GET", head = "HEAD", post = "POST", put = "PUT", patch = "PATCH", delete = "DELETE"
+/// A request method (RFC 9110 §9). Any token is a method: the proxy forwards methods it does
+/// not know, and treats them as unsafe (§9.2.1), which matters for invalidation (RFC 9111 §4.4).
+public struct HTTPMethod: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: String
+
+    /// nil unless `rawValue` is a token (RFC 9110 §5.6.2). Methods are case-sensitive (§9.1).
+    public init?(rawValue: String) {
+        guard HTTPToken.isValidName(rawValue) else { return nil }
+        self.rawValue = rawValue
+    }
+
+    private init(known: String) { rawValue = known }
+
+    public static let get = HTTPMethod(known: "GET")
+    public static let head = HTTPMethod(known: "HEAD")
+    public static let post = HTTPMethod(known: "POST")
+    public static let put = HTTPMethod(known: "PUT")
+    public static let patch = HTTPMethod(known: "PATCH")
+    public static let delete = HTTPMethod(known: "DELETE")
+    public static let options = HTTPMethod(known: "OPTIONS")
+    public static let trace = HTTPMethod(known: "TRACE")
+
+    /// The methods a /fetch body may name.
+    public static let fetchable: [HTTPMethod] = [.get, .head, .post, .put, .patch, .delete]
+
+    /// RFC 9110 §9.2.1: GET, HEAD, OPTIONS and TRACE are safe; every other method, including
+    /// one Larder does not know, is not.
+    public var isSafe: Bool { self == .get || self == .head || self == .options || self == .trace }
+
+    public var description: String { rawValue }
 }
 
 /// One header field. Names keep the case they arrived in; comparisons ignore it (RFC 9110 §5.1).
@@ -74,10 +102,11 @@ public enum HopByHop {
         "proxy-authenticate", "proxy-authorization",
     ]
 
-    /// True when `name` is hop-by-hop itself or nominated by a `Connection` field.
+    /// True when `name` is hop-by-hop itself, a `Proxy-*` field (meant for this hop's proxy:
+    /// Proxy-Authenticate, Proxy-Authentication-Info, …), or nominated by a `Connection` field.
     public static func contains(_ name: String, nominatedBy connection: Set<String>) -> Bool {
         let lower = name.lowercasedASCII
-        return names.contains(lower) || connection.contains(lower)
+        return names.contains(lower) || lower.hasPrefix("proxy-") || connection.contains(lower)
     }
 
     public static func nominated(in headers: [HeaderField]) -> Set<String> {

@@ -271,7 +271,9 @@ private final class Transfer {
             larder_curl_setopt_long(handle, CURLOPT_HTTPGET, 1)
         case .head:
             larder_curl_setopt_long(handle, CURLOPT_NOBODY, 1)
-        case .post, .put, .patch, .delete:
+        default:
+            // Any other method (PUT, DELETE, a method Larder does not know) is sent as named,
+            // with the body as given.
             if exchange.method != .post {
                 larder_curl_setopt_string(handle, CURLOPT_CUSTOMREQUEST, exchange.method.rawValue)
             }

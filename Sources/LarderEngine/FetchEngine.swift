@@ -347,7 +347,7 @@ public final class FetchEngine: Sendable {
     /// responses for the target URI, and for Location and Content-Location when they are on
     /// the same origin (another origin's entries are not this request's to invalidate).
     static func invalidatedURLs(request: FetchRequest, response: UpstreamResponse) -> [String] {
-        guard [.post, .put, .patch, .delete].contains(request.method), (200...399).contains(response.status) else { return [] }
+        guard !request.method.isSafe, (200...399).contains(response.status) else { return [] }
         var urls = [request.url.keyString()]
         for name in ["location", "content-location"] {
             if let reference = response.headers.values(name).first, let target = request.url.resolving(reference),

@@ -58,4 +58,25 @@ final class InvalidationTests: IntegrationTestCase {
         _ = try client.request("PUT", "/proxy/origin\(path)?cc=max-age%3D60", body: Array("new".utf8))
         XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
     }
+
+    func testAMethodLarderDoesNotKnowIsForwardedAndInvalidates() throws {
+        // RFC 9111 §4.4: a method whose safety is unknown counts as unsafe.
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
+        let client = try larder.connection()
+        let path = uniquePath()
+        _ = try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60")
+        XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        let search = try client.request("M-SEARCH", "/proxy/origin\(path)?cc=max-age%3D60", body: Array("abc".utf8))
+        XCTAssertEqual(search.status, 200)
+        XCTAssertEqual(search.headers["cache-status"], "larder; fwd=method; fwd-status=200")
+        let received = try XCTUnwrap(origin.requests(path).last)
+        XCTAssertEqual(received.method, "M-SEARCH")
+        XCTAssertEqual(String(decoding: received.body, as: UTF8.self), "abc")
+        XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
+
+        // A safe method (OPTIONS) is forwarded too, and invalidates nothing.
+        _ = try client.request("OPTIONS", "/proxy/origin\(path)?cc=max-age%3D60")
+        XCTAssertEqual(origin.requests(path).last?.method, "OPTIONS")
+        XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+    }
 }
