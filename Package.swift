@@ -19,6 +19,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-crypto.git", from: "3.0.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.0"),
+        .package(url: "https://github.com/apple/swift-http-structured-headers.git", from: "1.0.0"),
     ],
     targets: [
         // System libraries (Debian -dev packages) with thin shims for calls Swift cannot make.
@@ -29,7 +30,11 @@ let package = Package(
         // Pure decisions: keys, freshness, policies, access rules. No I/O, no C.
         .target(
             name: "LarderCore",
-            dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                // RFC 9651 parsing for CDN-Cache-Control (RFC 9213), a Structured Field.
+                .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
+            ],
             swiftSettings: strict
         ),
         // Orchestration: lookup → decide → fetch → store, behind storage/upstream protocols.

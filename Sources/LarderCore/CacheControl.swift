@@ -1,12 +1,40 @@
 // Cache-Control parsing (RFC 9111 §5.2). Directive names are case-insensitive; values are
 // tokens or quoted strings. Unknown directives are kept but ignored by the rules (§5.2.3).
 
+private import RawStructuredFieldValues
+
 public struct CacheControl: Sendable, Equatable {
     /// Directives in order of appearance; a name may repeat.
     public private(set) var directives: [(name: String, value: String?)] = []
 
     public init(_ headerValues: [String]) {
         for value in headerValues { parse(value) }
+    }
+
+    /// The directives whose value is delta-seconds (RFC 9111 §1.2.2, RFC 5861).
+    static let deltaSecondsDirectives: Set<String> = ["max-age", "s-maxage", "max-stale", "min-fresh",
+                                                      "stale-while-revalidate", "stale-if-error"]
+
+    /// `CDN-Cache-Control` (RFC 9213 §2.1) is a Structured Field Dictionary (RFC 9651 §3.2):
+    /// nil when the field does not parse as one, which means it is ignored as a whole. A
+    /// directive whose value has the wrong type (a delta-seconds that is not an Integer) is
+    /// left out; `true` booleans are bare directives, parameters are ignored.
+    public init?(structuredField text: String) {
+        var parser = StructuredFieldValueParser(Array(text.utf8))
+        guard let dictionary = try? parser.parseDictionaryFieldValue() else { return nil }
+        for (name, member) in dictionary {
+            guard case .item(let item) = member else { continue }
+            switch item.rfc9651BareItem {
+            case .bool(true):
+                directives.append((name, nil))
+            case .integer(let number):
+                directives.append((name, String(number)))
+            case .string(let text), .token(let text):
+                if !Self.deltaSecondsDirectives.contains(name) { directives.append((name, text)) }
+            default:
+                continue
+            }
+        }
     }
 
     public static func == (lhs: CacheControl, rhs: CacheControl) -> Bool {
@@ -44,11 +72,18 @@ public struct CacheControl: Sendable, Equatable {
             bytes = bytes.drop { $0 == " " || $0 == "\t" || $0 == "," }
             guard !bytes.isEmpty else { break }
             let nameEnd = bytes.firstIndex { $0 == "=" || $0 == "," } ?? bytes.endIndex
-            let name = bytes[..<nameEnd].trimmingSpaces.lowercasedASCII
+            let rawName = bytes[..<nameEnd]
+            let name = rawName.trimmingSpaces.lowercasedASCII
             bytes = bytes[nameEnd...]
             var value: String?
+            // §5.2: `token [ "=" ( token / quoted-string ) ]` has no whitespace around "=";
+            // `max-age =100` or `max-age= 100` is not a max-age, so the directive is dropped.
+            var malformed = false
             if bytes.first == "=" {
-                bytes = bytes.dropFirst().drop { $0 == " " || $0 == "\t" }
+                malformed = rawName.last == " " || rawName.last == "\t"
+                bytes = bytes.dropFirst()
+                if bytes.first == " " || bytes.first == "\t" { malformed = true }
+                bytes = bytes.drop { $0 == " " || $0 == "\t" }
                 if bytes.first == "\"" {
                     // quoted-string with quoted-pairs (RFC 9110 §5.6.4)
                     var result = ""
@@ -75,7 +110,7 @@ public struct CacheControl: Sendable, Equatable {
                     bytes = bytes[end...]
                 }
             }
-            if !name.isEmpty { directives.append((name, value)) }
+            if !name.isEmpty, !malformed { directives.append((name, value)) }
         }
     }
 }

@@ -252,15 +252,21 @@ public enum CacheRules {
             initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime)))
     }
 
-    /// RFC 9213: Larder is a shared cache, so `CDN-Cache-Control`, when present, replaces
+    /// RFC 9213: Larder is a shared cache, so a valid `CDN-Cache-Control` replaces
     /// `Cache-Control` (and `Expires`) for its decisions. It is not passed downstream.
     public static func effectiveCacheControl(_ headers: [HeaderField]) -> CacheControl {
-        let targeted = headers.values("cdn-cache-control")
-        return CacheControl(targeted.isEmpty ? headers.values("cache-control") : targeted)
+        targetedCacheControl(headers) ?? CacheControl(headers.values("cache-control"))
+    }
+
+    /// `CDN-Cache-Control` when present and a valid Structured Field; an invalid one is
+    /// ignored entirely (RFC 9213 §2.1), so `Cache-Control` applies.
+    public static func targetedCacheControl(_ headers: [HeaderField]) -> CacheControl? {
+        let values = headers.values("cdn-cache-control")
+        return values.isEmpty ? nil : CacheControl(structuredField: values.joined(separator: ", "))
     }
 
     public static func hasTargetedCacheControl(_ headers: [HeaderField]) -> Bool {
-        !headers.values("cdn-cache-control").isEmpty
+        targetedCacheControl(headers) != nil
     }
 
     public enum FreshnessSource: Sendable, Equatable {

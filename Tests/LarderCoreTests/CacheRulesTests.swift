@@ -70,6 +70,36 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(parsed.directives.first { $0.name == "community" }?.value, "UCI, \"x\"")
         XCTAssertEqual(CacheControl(["max-age=99999999999"]).seconds("max-age"), .value(2_147_483_648))
         XCTAssertEqual(CacheControl([""]).directives.count, 0)
+        XCTAssertEqual(CacheControl(["max-age=003600"]).seconds("max-age"), .value(3600))
+        XCTAssertEqual(CacheControl(["max-age='3600'"]).seconds("max-age"), .invalid, "single quotes are not quotes")
+        XCTAssertEqual(CacheControl(["extension=\"max-age=100\", max-age=1"]).seconds("max-age"), .value(1),
+                       "max-age inside a quoted string is not a directive")
+        XCTAssertEqual(CacheControl(["max-age =100"]).seconds("max-age"), .absent, "no whitespace before =")
+        XCTAssertEqual(CacheControl(["max-age= 100"]).seconds("max-age"), .absent, "no whitespace after =")
+        XCTAssertTrue(CacheControl(["no-cache , max-age=5"]).has("no-cache"), "whitespace before a comma is fine")
+    }
+
+    func testCDNCacheControlIsAStructuredFieldDictionary() {
+        func targeted(_ value: String, _ others: [(String, String)] = []) -> CacheControl? {
+            CacheRules.targetedCacheControl([HeaderField("CDN-Cache-Control", value)] + others.map { HeaderField($0.0, $0.1) })
+        }
+        XCTAssertEqual(targeted("max-age=3600, foobar")?.seconds("max-age"), .value(3600))
+        XCTAssertEqual(targeted("max-age=99999999999")?.seconds("max-age"), .value(2_147_483_648))
+        XCTAssertEqual(targeted("no-store")?.has("no-store"), true)
+        XCTAssertEqual(targeted("private, no-cache")?.has("no-cache"), true)
+        // RFC 9213 §2.1: a field that is not a valid Dictionary is ignored as a whole…
+        XCTAssertNil(targeted("max-age=10000, &&&&&"))
+        XCTAssertNil(targeted("MaX-aGe=3600"), "Dictionary keys are lower-case")
+        XCTAssertNil(targeted("max-age =100"))
+        // …and a directive of the wrong type is ignored on its own.
+        XCTAssertEqual(targeted("max-age=\"10000\"")?.seconds("max-age"), .absent)
+        XCTAssertEqual(targeted("max-age=-5")?.seconds("max-age"), .invalid)
+
+        // The effective directives: a valid CDN-Cache-Control replaces Cache-Control, an invalid one does not.
+        let noStore = [("Cache-Control", "no-store")]
+        XCTAssertFalse(CacheRules.effectiveCacheControl([HeaderField("CDN-Cache-Control", "max-age=60"), HeaderField("Cache-Control", "no-store")]).has("no-store"))
+        XCTAssertTrue(CacheRules.effectiveCacheControl([HeaderField("CDN-Cache-Control", "max-age=60, &&&"), HeaderField("Cache-Control", "no-store")]).has("no-store"))
+        XCTAssertNotNil(targeted("max-age=60", noStore))
     }
 
     func testHTTPDateForms() {

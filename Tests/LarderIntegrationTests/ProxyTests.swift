@@ -212,6 +212,17 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(origin.count("/base\(path)"), 1)
     }
 
+    func testAnInvalidCDNCacheControlIsIgnoredAsAWhole() throws {
+        // RFC 9213 §2.1: not a Structured Field Dictionary, so Cache-Control: no-store rules.
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=no-store&h=CDN-Cache-Control:max-age%3D10000,%20%26%26%26"
+        XCTAssertEqual(try client.request("GET", target).headers["cache-status"], "larder; fwd=uri-miss; fwd-status=200")
+        XCTAssertEqual(try client.request("GET", target).headers["cache-status"], "larder; fwd=uri-miss; fwd-status=200")
+        XCTAssertEqual(origin.count("/base\(path)"), 2)
+    }
+
     func testUpstreamFailureIsAJSONError() throws {
         let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "down", baseURL: "http://127.0.0.1:1")] }
         let response = try larder.connection().request("GET", "/proxy/down/x")
