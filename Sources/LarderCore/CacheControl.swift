@@ -45,6 +45,24 @@ public struct CacheControl: Sendable, Equatable {
         directives.contains { $0.name == name }
     }
 
+    /// True when `name` appears without field names: `no-cache`, not `no-cache="Set-Cookie"`.
+    public func hasUnqualified(_ name: String) -> Bool {
+        directives.contains { $0.name == name && ($0.value ?? "").isEmpty }
+    }
+
+    /// The field names listed by the qualified forms of `no-cache` and `private`
+    /// (RFC 9111 §5.2.2.4, §5.2.2.7), lower-cased: fields a cache must not store.
+    public var fieldsNotToStore: Set<String> {
+        var names: Set<String> = []
+        for directive in directives where directive.name == "no-cache" || directive.name == "private" {
+            for name in (directive.value ?? "").split(separator: ",") {
+                let trimmed = name.trimmingSpaces.lowercasedASCII
+                if !trimmed.isEmpty { names.insert(trimmed) }
+            }
+        }
+        return names
+    }
+
     /// A delta-seconds directive (§1.2.2). Returns `.invalid` when the value is missing,
     /// malformed, or the directive appears more than once with different values; §4.2.1 says a
     /// cache should then consider the response stale.

@@ -224,8 +224,9 @@ public enum CacheRules {
         // §5.2.2.5: no-store forbids storing; the caller's ttl does not override the origin.
         if cacheControl.has("no-store"), !mustUnderstand { return .refuse(.responseNoStore) }
         // §5.2.2.7: a shared cache must not store a private response. Larder stores it only
-        // inside a per-caller partition of the key.
-        if cacheControl.has("private"), !partitioned { return .refuse(.responsePrivate) }
+        // inside a per-caller partition of the key. `private="field"` only keeps that field
+        // out of the store (see storableHeaders).
+        if cacheControl.hasUnqualified("private"), !partitioned { return .refuse(.responsePrivate) }
         // §4.1: `Vary: *` never matches a later request, so storing it would be useless.
         if Vary.names(in: headers) == nil { return .refuse(.responseVaries) }
         let freshness = freshnessLifetime(status: status, cacheControl: cacheControl, headers: headers, receivedAt: responseTime)
@@ -250,6 +251,15 @@ public enum CacheRules {
             staleIfError: seconds("stale-if-error"),
             mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate"),
             initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime)))
+    }
+
+    /// The response fields as they may be stored: without those named by `no-cache="…"` or
+    /// `private="…"` (RFC 9111 §5.2.2.4, §5.2.2.7). Set-Cookie and connection-level fields are
+    /// left out when the headers are rendered for storage.
+    public static func storableHeaders(_ headers: [HeaderField]) -> [HeaderField] {
+        let excluded = effectiveCacheControl(headers).fieldsNotToStore
+        guard !excluded.isEmpty else { return headers }
+        return headers.filter { !excluded.contains($0.name.lowercasedASCII) }
     }
 
     /// RFC 9213: Larder is a shared cache, so a valid `CDN-Cache-Control` replaces
@@ -280,7 +290,9 @@ public enum CacheRules {
     /// (lifetime 0). Invalid values mean stale (§4.2.1, §5.3).
     public static func freshnessLifetime(status: Int = 200, cacheControl: CacheControl, headers: [HeaderField],
                                          receivedAt: Double) -> (seconds: Double, source: FreshnessSource) {
-        if cacheControl.has("no-cache") { return (0, .explicit) }
+        // `no-cache="field"` does not ask for revalidation: the listed fields are simply not
+        // stored (storableHeaders), so the rest may be reused while fresh.
+        if cacheControl.hasUnqualified("no-cache") { return (0, .explicit) }
         for directive in ["s-maxage", "max-age"] {
             switch cacheControl.seconds(directive) {
             case .value(let seconds): return (seconds, .explicit)

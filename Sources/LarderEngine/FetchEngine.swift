@@ -242,7 +242,7 @@ public final class FetchEngine: Sendable {
             return land(flight, with: .notShareable) { reply(answer) }
         }
         var update = current
-        update.headersJSON = ResponseHeaders.renderJSON(headers, dropCookies: true)
+        update.headersJSON = ResponseHeaders.renderJSON(CacheRules.storableHeaders(headers), dropCookies: true)
         update.freshness = stored.entry(storedAt: now, version: options.version)
         update.etag = headers.values("etag").first
         update.lastModified = headers.values("last-modified").first
@@ -251,8 +251,10 @@ public final class FetchEngine: Sendable {
             let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0,
                                      ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
                                      version: options.version, stored: saved)
+            // This caller gets what the origin just confirmed, Set-Cookie included; what others
+            // get later is the stored form.
             let answer = CacheAnswer.served(ServedResponse(
-                status: refreshed.status, headersJSON: refreshed.headersJSON, headers: refreshed.headerFields, body: refreshed.body,
+                status: refreshed.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: false), headers: headers, body: refreshed.body,
                 bodyKind: refreshed.bodyKind, report: report, upstreamMs: upstreamMs, etag: refreshed.etag,
                 lastModified: refreshed.lastModified))
             land(flight, with: saved ? .stored(refreshed) : .notShareable) { reply(answer) }
@@ -326,7 +328,7 @@ public final class FetchEngine: Sendable {
                 key: rowKey, primaryKey: derived.key, varyNames: varyNames, variantFingerprint: fingerprint,
                 namespace: options.namespace, method: request.method,
                 url: request.url.absoluteString, urlKey: request.url.keyString(), status: response.status,
-                headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: true),
+                headersJSON: ResponseHeaders.renderJSON(CacheRules.storableHeaders(response.headers), dropCookies: true),
                 body: response.body, bodyKind: kind, freshness: freshness,
                 sensitiveFingerprint: derived.sensitiveFingerprint,
                 etag: response.headers.values("etag").first,

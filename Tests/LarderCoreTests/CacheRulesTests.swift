@@ -60,6 +60,20 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(lifetime([("Cache-Control", "max-age=10, max-age=20")]), 0, "conflicting duplicates")
         XCTAssertEqual(lifetime([("Cache-Control", "max-age=10, max-age=10")]), 10, "identical duplicates are fine")
         XCTAssertEqual(lifetime([("Cache-Control", "no-cache, max-age=100")]), 0)
+        XCTAssertEqual(lifetime([("Cache-Control", "no-cache=\"X-A\", max-age=100")]), 100,
+                       "§5.2.2.4: a qualified no-cache withholds fields, it does not force revalidation")
+    }
+
+    func testQualifiedNoCacheAndPrivateWithholdOnlyTheirFields() {
+        let headers = [HeaderField("Cache-Control", "max-age=60, no-cache=\"X-A\", private=\"x-b, X-C\""),
+                       HeaderField("X-A", "1"), HeaderField("x-b", "2"), HeaderField("X-C", "3"), HeaderField("X-D", "4")]
+        XCTAssertEqual(CacheRules.storableHeaders(headers).map(\.name), ["Cache-Control", "X-D"])
+        let decision = CacheRules.store(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200,
+                                        headers: headers, bodySize: 1, maxBodySize: 10, requestTime: now, responseTime: now)
+        guard case .store(let stored) = decision else { return XCTFail("a qualified private is stored: \(decision)") }
+        XCTAssertEqual(stored.lifetime, 60)
+        XCTAssertTrue(CacheControl(["private"]).hasUnqualified("private"))
+        XCTAssertFalse(CacheControl(["private=\"X\""]).hasUnqualified("private"))
     }
 
     func testCacheControlParsing() {

@@ -200,6 +200,40 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertNil(hit.headers["set-cookie"], "another caller never gets the cookie")
     }
 
+    func testA304sSetCookieReachesTheCallerThatRevalidatedButIsNotStored() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=max-age%3D10&etag=%22v1%22&cookie=1"
+        XCTAssertEqual(try client.request("GET", target).headers["set-cookie"], TestOrigin.cookie)
+        clock.advance(by: 20)
+        let revalidated = try client.request("GET", target)
+        XCTAssertTrue(revalidated.headers["cache-status"]?.contains("fwd-status=304") ?? false)
+        XCTAssertEqual(revalidated.headers["set-cookie"], TestOrigin.cookie, "the origin set it for this caller")
+        let hit = try client.request("GET", target)
+        XCTAssertTrue(hit.headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        XCTAssertNil(hit.headers["set-cookie"])
+        XCTAssertEqual(origin.count("/base\(path)"), 2)
+    }
+
+    func testFieldsNamedByNoCacheOrPrivateAreNotStoredButTheRestIsReused() throws {
+        // RFC 9111 §5.2.2.4 and §5.2.2.7, qualified forms: only the listed fields are withheld.
+        let larder = try startProxy()
+        let client = try larder.connection()
+        for directive in ["no-cache", "private"] {
+            let path = uniquePath(directive)
+            let target = "/proxy/origin\(path)?cc=max-age%3D60,%20\(directive)%3D%22X-Secret,%20X-Token%22&h=X-Secret:1&h=X-Token:2&h=X-Other:3"
+            let first = try client.request("GET", target)
+            XCTAssertEqual(first.headers["x-secret"], "1")
+            let hit = try client.request("GET", target)
+            XCTAssertTrue(hit.headers["cache-status"]?.hasPrefix("larder; hit") ?? false, directive)
+            XCTAssertNil(hit.headers["x-secret"], directive)
+            XCTAssertNil(hit.headers["x-token"], directive)
+            XCTAssertEqual(hit.headers["x-other"], "3", directive)
+            XCTAssertEqual(origin.count("/base\(path)"), 1, directive)
+        }
+    }
+
     func testCDNCacheControlWinsAndIsNotPassedOn() throws {
         let larder = try startProxy()
         let client = try larder.connection()
