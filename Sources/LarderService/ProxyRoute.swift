@@ -152,7 +152,8 @@ struct ProxyRoute: Sendable {
         headers.append(("Cache-Status", cacheStatus(report, status: served.status, method: method)))
 
         if !conditions.isEmpty, method == .get || method == .head, served.status == 200,
-           notModified(conditions: conditions, etag: served.etag, lastModified: served.lastModified) {
+           notModified(conditions: conditions, etag: served.etag,
+                       lastModified: served.lastModified ?? served.headers.values("date").first) {
             // §4.3.2 / RFC 9110 §15.4.5: the 304 carries the fields a 200 would, but no body.
             let kept: Set<String> = ["cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status", "last-modified"]
             return HTTPServerResponse(status: 304, headers: headers.filter { kept.contains($0.name.lowercasedASCII) }, body: [])
@@ -177,7 +178,7 @@ struct ProxyRoute: Sendable {
     }
 
     /// RFC 9110 §13.1.2 / §13.1.3, weak comparison for If-None-Match; If-Modified-Since only
-    /// when there is no If-None-Match.
+    /// when there is no If-None-Match, against Last-Modified or else Date (RFC 9111 §4.3.2).
     static func notModified(conditions: [(name: String, value: String)], etag: String?, lastModified: String?) -> Bool {
         let noneMatch = conditions.filter { $0.name.lowercasedASCII == "if-none-match" }.map(\.value)
         if !noneMatch.isEmpty {

@@ -128,6 +128,27 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(origin.count("/base\(path)"), 1)
     }
 
+    func testIfModifiedSinceFallsBackToDateWithoutLastModified() throws {
+        // RFC 9111 §4.3.2: without Last-Modified, the stored Date is the modification time.
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=max-age%3D60"
+        let first = try client.request("GET", target)
+        let date = try XCTUnwrap(first.headers["date"])
+        XCTAssertEqual(try client.request("GET", target, headers: ["If-Modified-Since": date]).status, 304)
+        // The same instant in the obsolete RFC 850 form (RFC 9110 §5.6.7).
+        let stamp = try XCTUnwrap(HTTPDate.parse(date))
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEEE, dd-MMM-yy HH:mm:ss 'GMT'"
+        let rfc850 = formatter.string(from: Date(timeIntervalSince1970: stamp))
+        XCTAssertEqual(try client.request("GET", target, headers: ["If-Modified-Since": rfc850]).status, 304, rfc850)
+        XCTAssertEqual(try client.request("GET", target, headers: ["If-Modified-Since": HTTPDate.format(stamp - 60)]).status, 200)
+        XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+
     func testRangesAreCutFromTheStoredFullResponse() throws {
         let larder = try startProxy()
         let client = try larder.connection()
