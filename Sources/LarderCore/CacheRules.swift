@@ -253,6 +253,17 @@ public enum CacheRules {
             initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime)))
     }
 
+    /// RFC 9110 §9.3.3 / RFC 9111 §4: a response to POST may answer later GETs of the same
+    /// URI when it has explicit freshness and a Content-Location equal to the POST's target
+    /// (`contentLocationIsTarget`); it is then stored as that URI's GET response.
+    public static func postResponseAnswersGet(status: Int, headers: [HeaderField], contentLocationIsTarget: Bool,
+                                              receivedAt: Double) -> Bool {
+        guard contentLocationIsTarget, (200...299).contains(status), status != 206 else { return false }
+        let freshness = freshnessLifetime(status: status, cacheControl: effectiveCacheControl(headers), headers: headers,
+                                          receivedAt: receivedAt)
+        return freshness.source == .explicit && freshness.seconds > 0
+    }
+
     /// The response fields as they may be stored: without those named by `no-cache="…"` or
     /// `private="…"` (RFC 9111 §5.2.2.4, §5.2.2.7). Set-Cookie and connection-level fields are
     /// left out when the headers are rendered for storage.

@@ -316,7 +316,10 @@ public final class FetchEngine: Sendable {
             // The answer waits for the invalidation, so the caller's next read sees it.
             store.invalidate(urlKeys: stale) { [self] removed in
                 if !removed.isEmpty { logger.debug("invalidated", metadata: ["entries": "\(removed.count)"]) }
-                land(flight, with: .notShareable) { reply(.served(served)) }
+                guard let asGet = postResponseAsGetEntry(request: request, response: response, kind: kind, arrivedAt: arrivedAt, sentAt: sentAt) else {
+                    return land(flight, with: .notShareable) { reply(.served(served)) }
+                }
+                store.save(asGet) { [self] _ in land(flight, with: .notShareable) { reply(.served(served)) } }
             }
         case .store(let stored):
             let freshness = stored.entry(storedAt: arrivedAt, version: options.version)
@@ -343,6 +346,38 @@ public final class FetchEngine: Sendable {
                 land(flight, with: saved ? .stored(entry) : .notShareable) { reply(answer) }
             }
         }
+    }
+
+    /// A shared cache's POST response that may answer later GETs (RFC 9110 §9.3.3), as the
+    /// entry for that GET; nil when it may not, or when it varies (its variant would be keyed
+    /// by the POST's fields).
+    private func postResponseAsGetEntry(request: FetchRequest, response: UpstreamResponse, kind: BodyKind,
+                                        arrivedAt: Double, sentAt: Double) -> StoredEntry? {
+        guard request.shared, request.method == .post, Vary.names(in: response.headers)?.isEmpty == true,
+              let location = response.headers.values("content-location").first,
+              let target = request.url.resolving(location),
+              CacheRules.postResponseAnswersGet(status: response.status, headers: response.headers,
+                                                contentLocationIsTarget: target.keyString() == request.url.keyString(),
+                                                receivedAt: arrivedAt)
+        else { return nil }
+        var get = request
+        get.method = .get
+        get.body = nil
+        let derived = keys.derive(for: get)
+        guard case .store(let stored) = CacheRules.store(
+            policy: get.cache.policy, method: .get, ttl: nil, partitioned: derived.partitioned, status: response.status,
+            headers: response.headers, bodySize: response.body.count, maxBodySize: limits.maxStoredBodyBytes,
+            requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
+            sharedWithAuthorization: request.hasAuthorization) else { return nil }
+        return StoredEntry(
+            key: derived.key, primaryKey: derived.key, varyNames: [], variantFingerprint: nil,
+            namespace: get.cache.namespace, method: .get,
+            url: get.url.absoluteString, urlKey: get.url.keyString(), status: response.status,
+            headersJSON: ResponseHeaders.renderJSON(CacheRules.storableHeaders(response.headers), dropCookies: true),
+            body: response.body, bodyKind: kind, freshness: stored.entry(storedAt: arrivedAt, version: get.cache.version),
+            sensitiveFingerprint: derived.sensitiveFingerprint,
+            etag: response.headers.values("etag").first,
+            lastModified: response.headers.values("last-modified").first)
     }
 
     /// RFC 9111 §4.4: a non-error response to an unsafe method invalidates the stored

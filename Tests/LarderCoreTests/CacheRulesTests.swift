@@ -64,6 +64,16 @@ final class FreshnessTests: XCTestCase {
                        "§5.2.2.4: a qualified no-cache withholds fields, it does not force revalidation")
     }
 
+    func testAPostResponseAnswersGetOnlyWithExplicitFreshnessAndItsOwnContentLocation() {
+        let fresh = [HeaderField("Cache-Control", "max-age=60")]
+        XCTAssertTrue(CacheRules.postResponseAnswersGet(status: 200, headers: fresh, contentLocationIsTarget: true, receivedAt: now))
+        XCTAssertFalse(CacheRules.postResponseAnswersGet(status: 200, headers: fresh, contentLocationIsTarget: false, receivedAt: now))
+        XCTAssertFalse(CacheRules.postResponseAnswersGet(status: 500, headers: fresh, contentLocationIsTarget: true, receivedAt: now))
+        let heuristic = [HeaderField("Date", HTTPDate.format(now)), HeaderField("Last-Modified", HTTPDate.format(now - 10_000))]
+        XCTAssertFalse(CacheRules.postResponseAnswersGet(status: 200, headers: heuristic, contentLocationIsTarget: true, receivedAt: now),
+                       "heuristic freshness is not enough")
+    }
+
     func testQualifiedNoCacheAndPrivateWithholdOnlyTheirFields() {
         let headers = [HeaderField("Cache-Control", "max-age=60, no-cache=\"X-A\", private=\"x-b, X-C\""),
                        HeaderField("X-A", "1"), HeaderField("x-b", "2"), HeaderField("X-C", "3"), HeaderField("X-D", "4")]

@@ -79,4 +79,23 @@ final class InvalidationTests: IntegrationTestCase {
         XCTAssertEqual(origin.requests(path).last?.method, "OPTIONS")
         XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
     }
+
+    func testAPostResponseNamingItsOwnURIAnswersLaterGets() throws {
+        // RFC 9110 §9.3.3: explicit freshness and Content-Location = the target make a POST
+        // response reusable for GET; without Content-Location the POST only invalidates.
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?cc=max-age%3D60&clself=1"
+        let post = try client.request("POST", target, body: Array("new".utf8))
+        XCTAssertEqual(post.status, 200)
+        let get = try client.request("GET", target)
+        XCTAssertTrue(get.headers["cache-status"]?.hasPrefix("larder; hit") ?? false, get.headers["cache-status"] ?? "")
+        XCTAssertEqual(get.body, post.body)
+        XCTAssertEqual(origin.count(path), 1)
+
+        let plain = uniquePath()
+        _ = try client.request("POST", "/proxy/origin\(plain)?cc=max-age%3D60", body: Array("new".utf8))
+        XCTAssertTrue(try client.request("GET", "/proxy/origin\(plain)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
+    }
 }

@@ -9,6 +9,7 @@
 //   ct=VALUE           Content-Type
 //   h=Name:Value       an extra response header (repeatable)
 //   location=URL       Location header (use with status=302 etc.)
+//   clself=1           Content-Location naming the request's own target
 //   cookie=1           Set-Cookie: TestOrigin.cookie (a value that appears nowhere in the URL)
 //   etag=VALUE         ETag header; a request whose If-None-Match matches gets 304
 //   lm=HTTP-DATE       Last-Modified header; a request whose If-Modified-Since equals it gets 304
@@ -122,6 +123,7 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
             case "ct": responseHeaders.append(("Content-Type", value))
             case "location": responseHeaders.append(("Location", value))
             case "loop": responseHeaders.append(("Location", request.rawTarget))
+            case "clself": responseHeaders.append(("Content-Location", request.rawTarget))
             case "cookie": responseHeaders.append(("Set-Cookie", TestOrigin.cookie))
             case "etag": responseHeaders.append(("ETag", value))
             case "lm": responseHeaders.append(("Last-Modified", value))
