@@ -153,7 +153,8 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         }
         var status = 0
         larder_curl_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status)
-        if [301, 302, 303, 307, 308].contains(status), let location = transfer.headers.values("location").first {
+        if exchange.request.followRedirects, [301, 302, 303, 307, 308].contains(status),
+           let location = transfer.headers.values("location").first {
             return redirect(exchange, status: status, location: location)
         }
         exchange.succeed(UpstreamResponse(status: status, headers: transfer.headers, body: transfer.body,

@@ -186,9 +186,10 @@ public final class FetchEngine: Sendable {
             condition = fallback
         }
         let validating = condition
-        let upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: headers,
+        var upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: headers,
                                               body: request.body, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
+        upstreamRequest.followRedirects = !request.shared
         let sentAt = clock.now()
         upstream.send(upstreamRequest) { [self] result in
             if case .success(let response) = result, response.status == 304, let validating {

@@ -90,6 +90,9 @@ public struct UpstreamRequest: Sendable {
     public var body: [UInt8]?
     public var timeoutMs: Int
     public var maxBodyBytes: Int
+    /// /fetch follows redirects for its caller; the proxy passes them on to the client, as a
+    /// reverse proxy does.
+    public var followRedirects = true
 
     public init(method: HTTPMethod, url: UpstreamURL, headers: [HeaderField], body: [UInt8]?, timeoutMs: Int, maxBodyBytes: Int) {
         self.method = method

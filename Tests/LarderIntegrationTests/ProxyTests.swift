@@ -189,6 +189,16 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertGreaterThan(statuses.withLock { $0.filter { $0.contains("collapsed") }.count }, 0)
     }
 
+    func testRedirectsArePassedOnNotFollowed() throws {
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let response = try client.request("GET", "/proxy/origin\(path)?status=302&location=/elsewhere")
+        XCTAssertEqual(response.status, 302)
+        XCTAssertEqual(response.headers["location"], "/elsewhere")
+        XCTAssertEqual(origin.count("/elsewhere"), 0)
+    }
+
     func testUnsafeMethodsPassThrough() throws {
         let larder = try startProxy()
         let client = try larder.connection()
