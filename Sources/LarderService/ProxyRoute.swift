@@ -194,6 +194,9 @@ struct ProxyRoute: Sendable {
 
     /// RFC 9211 Cache-Status for Larder's part in the answer.
     static func cacheStatus(_ report: CacheReport, status: Int, method: HTTPMethod) -> String {
+        if report.outcome == .hit, !report.coalesced {
+            return "larder; hit; ttl=" + String(Int((report.ttl ?? 0).rounded(.up))) // the hot path, without an array
+        }
         var parts = ["larder"]
         switch report.outcome {
         case .hit:

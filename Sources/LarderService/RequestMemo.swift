@@ -26,15 +26,24 @@ final class RequestMemo: Sendable {
 
     private let shards: [Shard] = (0..<8).map { _ in Shard() }
 
+    /// One pass over the bytes as a block (Array's own hashValue feeds the hasher byte by byte).
+    private static func hash(_ bytes: [UInt8]) -> Int {
+        bytes.withUnsafeBytes { raw in
+            var hasher = Hasher()
+            hasher.combine(bytes: raw)
+            return hasher.finalize()
+        }
+    }
+
     func lookup(_ body: [UInt8]) -> PreparedFetch? {
         guard body.count <= Self.maxBodyBytes else { return nil }
-        let key = BodyKey(bytes: body, hash: body.hashValue)
+        let key = BodyKey(bytes: body, hash: Self.hash(body))
         return shards[key.hash & 7].entries.withLock { $0[key] }
     }
 
     func insert(_ body: [UInt8], _ prepared: PreparedFetch) {
         guard body.count <= Self.maxBodyBytes else { return }
-        let key = BodyKey(bytes: body, hash: body.hashValue)
+        let key = BodyKey(bytes: body, hash: Self.hash(body))
         shards[key.hash & 7].entries.withLock { entries in
             if entries.count >= Self.entriesPerShard { entries.removeAll(keepingCapacity: true) }
             entries[key] = prepared
