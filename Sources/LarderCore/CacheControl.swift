@@ -154,6 +154,9 @@ public struct RequestDirectives: Sendable, Equatable {
     public var minFresh: Double?
     /// §5.2.1.7: answer from the cache or not at all (504).
     public var onlyIfCached = false
+    /// RFC 5861 §4: a stale response is acceptable this long past its freshness when the
+    /// upstream fails.
+    public var staleIfError: Double?
 
     public init() {}
 
@@ -174,6 +177,7 @@ public struct RequestDirectives: Sendable, Equatable {
         case .absent: break
         }
         if case .value(let seconds) = cacheControl.seconds("min-fresh") { minFresh = seconds }
+        if case .value(let seconds) = cacheControl.seconds("stale-if-error") { staleIfError = seconds }
         if cacheControl.has("max-stale") {
             if case .value(let seconds) = cacheControl.seconds("max-stale") { maxStale = seconds } else { maxStale = .infinity }
         }

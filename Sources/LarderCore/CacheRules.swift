@@ -174,10 +174,13 @@ public enum CacheRules {
     }
 
     /// RFC 5861 §4: whether a stale entry may answer instead of an upstream failure
-    /// (unreachable, timeout, or a 500, 502, 503 or 504 status).
-    public static func mayServeStaleOnError(_ entry: EntryFreshness, now: Double, ttl: Double?, window: Double?) -> Bool {
+    /// (unreachable, timeout, or a 500, 502, 503 or 504 status). The window is the caller's
+    /// (`cache.staleIfError`) or else the response's directive; a request's own
+    /// `Cache-Control: stale-if-error` (`requested`) may widen it (§4: either may allow it).
+    public static func mayServeStaleOnError(_ entry: EntryFreshness, now: Double, ttl: Double?, window: Double?,
+                                            requested: Double? = nil) -> Bool {
         guard !entry.mustRevalidate else { return false }
-        let allowed = window ?? entry.staleIfError
+        let allowed = max(window ?? entry.staleIfError, requested ?? 0)
         return allowed > 0 && entry.staleness(now: now, ttl: ttl) < allowed
     }
 

@@ -198,11 +198,11 @@ public final class FetchEngine: Sendable {
             }
             switch result {
             case .failure(let error):
-                let answer = staleOnError(fallback, options: request.cache, error: error.code.rawValue) ?? .failed(error)
+                let answer = staleOnError(fallback, request: request, error: error.code.rawValue) ?? .failed(error)
                 land(flight, with: .failed(error)) { reply(answer) }
             case .success(let response):
                 if CacheRules.isServerError(response.status),
-                   let stale = staleOnError(fallback, options: request.cache,
+                   let stale = staleOnError(fallback, request: request,
                                             error: "upstream_status_\(response.status)") {
                     land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { reply(stale) }
                     return
@@ -263,9 +263,11 @@ public final class FetchEngine: Sendable {
     }
 
     /// The stale entry as the answer to a failed upstream request, when stale-if-error allows.
-    private func staleOnError(_ entry: StoredEntry?, options: CacheOptions, error: String) -> CacheAnswer? {
+    private func staleOnError(_ entry: StoredEntry?, request: FetchRequest, error: String) -> CacheAnswer? {
         let now = clock.now()
-        guard let entry, CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError)
+        let options = request.cache
+        guard let entry, CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError,
+                                                         requested: request.directives.staleIfError)
         else { return nil }
         store.recordHit(entry.key, at: now)
         return serve(entry, outcome: .stale, options: options, now: now, upstreamError: error)
@@ -418,7 +420,7 @@ public final class FetchEngine: Sendable {
             switch landing {
             case .failed(let error):
                 let fallback = variant(for: waiter.prepared).flatMap { $0.freshness.version == options.version ? $0 : nil }
-                waiter.reply(staleOnError(fallback, options: options, error: error.code.rawValue)
+                waiter.reply(staleOnError(fallback, request: waiter.prepared.request, error: error.code.rawValue)
                              ?? .failed(error))
             case .stored(let entry) where acceptsShared(entry, waiter: waiter.prepared, now: now):
                 waiter.reply(serve(entry, outcome: .hit, options: options, now: now, coalesced: true))

@@ -258,6 +258,12 @@ final class LookupDecisionTests: XCTestCase {
         var strict = entry
         strict.mustRevalidate = true
         XCTAssertFalse(CacheRules.mayServeStaleOnError(strict, now: 1100, ttl: nil, window: 1000))
+        // RFC 5861 §4: the request's stale-if-error may widen the window, never narrow it.
+        XCTAssertTrue(CacheRules.mayServeStaleOnError(entry, now: 1200, ttl: nil, window: nil, requested: 300))
+        XCTAssertTrue(CacheRules.mayServeStaleOnError(entry, now: 1159, ttl: nil, window: nil, requested: 1))
+        XCTAssertFalse(CacheRules.mayServeStaleOnError(stored, now: 1100, ttl: nil, window: nil, requested: 1))
+        XCTAssertFalse(CacheRules.mayServeStaleOnError(strict, now: 1100, ttl: nil, window: nil, requested: 1000))
+        XCTAssertEqual(RequestDirectives(headers: [HeaderField("Cache-Control", "stale-if-error=30")]).staleIfError, 30)
         XCTAssertEqual([500, 502, 503, 504].map(CacheRules.isServerError), [true, true, true, true])
         XCTAssertFalse(CacheRules.isServerError(501))
         XCTAssertFalse(CacheRules.isServerError(404))

@@ -97,6 +97,23 @@ final class StaleServingTests: IntegrationTestCase {
         XCTAssertEqual(plain.json["status"] as? Int, 503)
     }
 
+    func testTheRequestsOwnStaleIfErrorDirectiveAllowsStale() throws {
+        // RFC 5861 §4: stale-if-error may come from the request too.
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let healthy: [String: Any] = ["url": url(path), "cache": ["ttl": 10, "ignoreQuery": ["status"]]]
+        XCTAssertEqual(try client.fetch(healthy).outcome, "miss")
+        clock.advance(by: 20)
+        let asking: [String: Any] = ["url": url(path, "status=500"), "headers": ["Cache-Control": "stale-if-error=60"],
+                                     "cache": ["ttl": 10, "ignoreQuery": ["status"]]]
+        let stale = try client.fetch(asking)
+        XCTAssertEqual(stale.outcome, "stale")
+        XCTAssertEqual(stale.cache["upstreamError"] as? String, "upstream_status_500")
+        clock.advance(by: 60)
+        XCTAssertEqual(try client.fetch(asking).json["status"] as? Int, 500, "past the request's window")
+    }
+
     func testMustRevalidateForbidsServingStale() throws {
         let larder = try startLarder()
         let client = try larder.connection()
