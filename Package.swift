@@ -46,7 +46,7 @@ let package = Package(
         // Adapters: each is the only importer of its C module.
         .target(name: "LarderSQLite", dependencies: ["CSQLite", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
-        .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD"], swiftSettings: strict),
+        .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", "LarderCore"], swiftSettings: strict),
         // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
         .target(
             name: "LarderService",

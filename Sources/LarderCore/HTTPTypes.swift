@@ -134,3 +134,49 @@ extension StringProtocol {
         return String(self[start..<end])
     }
 }
+
+/// Field values as bytes (RFC 9110 §5.5): mostly ASCII, sometimes UTF-8, and historically
+/// ISO-8859-1 ("obs-text"). A proxy must pass them on byte for byte, but a Swift String
+/// holds only valid Unicode. A value that is not valid UTF-8 is therefore read with each byte
+/// 0x80–0xFF mapped to a private-use scalar (U+F780–U+F7FF), which `bytes` maps back: the
+/// round trip is exact, and ASCII and UTF-8 values are ordinary strings.
+public enum FieldBytes {
+    private static let rawBase: UInt32 = 0xF700
+
+    /// The value of `bytes` as a String (see the type's comment).
+    public static func string(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
+        // Valid UTF-8 is text, unless it spells one of the scalars reserved for raw bytes
+        // (EF 9E xx / EF 9F xx), which is then read byte by byte too so it round-trips.
+        if let text = String(validating: bytes, as: UTF8.self), !(bytes.contains(0xEF) && hasRawBytes(text)) { return text }
+        var scalars = String.UnicodeScalarView()
+        for byte in bytes {
+            scalars.append(Unicode.Scalar(byte < 0x80 ? UInt32(byte) : rawBase + UInt32(byte))!)
+        }
+        return String(scalars)
+    }
+
+    public static func string(_ bytes: [UInt8]) -> String {
+        bytes.withUnsafeBufferPointer { string($0) }
+    }
+
+    /// True when `value` holds bytes read by `string` that UTF-8 would not reproduce.
+    public static func hasRawBytes(_ value: String) -> Bool {
+        // U+F780–U+F7FF are EF 9E 80–BF and EF 9F 80–BF in UTF-8: look for the lead byte first.
+        value.utf8.contains(0xEF) && value.unicodeScalars.contains { (0xF780...0xF7FF).contains($0.value) }
+    }
+
+    /// The bytes to send for `value`: UTF-8, with the raw bytes `string` read put back.
+    public static func bytes(_ value: String) -> [UInt8] {
+        guard hasRawBytes(value) else { return Array(value.utf8) }
+        var out: [UInt8] = []
+        out.reserveCapacity(value.utf8.count)
+        for scalar in value.unicodeScalars {
+            if (0xF780...0xF7FF).contains(scalar.value) {
+                out.append(UInt8(scalar.value - rawBase))
+            } else {
+                out.append(contentsOf: String(scalar).utf8)
+            }
+        }
+        return out
+    }
+}

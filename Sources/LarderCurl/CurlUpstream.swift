@@ -296,7 +296,15 @@ private final class Transfer {
             if field.name.caseInsensitiveEquals("user-agent") { hasUserAgent = true }
             // "Name:" alone would remove a libcurl default; "Name;" sends an empty value.
             let line = field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
-            list = curl_slist_append(list, line)
+            if FieldBytes.hasRawBytes(line) {
+                // Bytes that are not UTF-8 (obs-text) go out as they came in.
+                let raw = FieldBytes.bytes(line) + [0]
+                raw.withUnsafeBufferPointer { bytes in
+                    bytes.withMemoryRebound(to: CChar.self) { list = curl_slist_append(list, $0.baseAddress) }
+                }
+            } else {
+                list = curl_slist_append(list, line)
+            }
         }
         if !hasUserAgent { list = curl_slist_append(list, "User-Agent: \(userAgent)") }
         // No "Expect: 100-continue" round trip for larger bodies.
@@ -369,7 +377,7 @@ private let headerCallback: larder_curl_data_callback = { data, size, count, con
     let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
     let length = size * count
     let line = data.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
-        String(decoding: UnsafeBufferPointer(start: bytes, count: length), as: UTF8.self)
+        FieldBytes.string(UnsafeBufferPointer(start: bytes, count: length))
     }
     transfer.receiveHeaderLine(line)
     return length

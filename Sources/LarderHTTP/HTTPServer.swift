@@ -22,6 +22,7 @@
 import CMicroHTTPD
 import Dispatch
 import Foundation
+import LarderCore
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -333,7 +334,15 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer)
     }
     guard let mhdResponse else { return MHD_Result.NO }
     for header in response.headers {
-        MHD_add_response_header(mhdResponse, header.name, header.value)
+        if FieldBytes.hasRawBytes(header.value) {
+            // Bytes that are not UTF-8 (obs-text) go out as they came in.
+            let raw = FieldBytes.bytes(header.value) + [0]
+            raw.withUnsafeBufferPointer { value in
+                value.withMemoryRebound(to: CChar.self) { _ = MHD_add_response_header(mhdResponse, header.name, $0.baseAddress) }
+            }
+        } else {
+            MHD_add_response_header(mhdResponse, header.name, header.value)
+        }
     }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)
@@ -346,7 +355,13 @@ private func collectHeaders(_ connection: OpaquePointer) -> [(name: String, valu
         _ = MHD_get_connection_values(connection, .HEADER_KIND, { slot, _, key, value in
             guard let slot, let key else { return MHD_Result.YES }
             let list = slot.assumingMemoryBound(to: [(name: String, value: String)].self)
-            list.pointee.append((String(cString: key), value.map { String(cString: $0) } ?? ""))
+            let text = value.map { pointer in
+                let length = strlen(pointer)
+                return pointer.withMemoryRebound(to: UInt8.self, capacity: length) {
+                    FieldBytes.string(UnsafeBufferPointer(start: $0, count: length))
+                }
+            } ?? ""
+            list.pointee.append((String(cString: key), text))
             return MHD_Result.YES
         }, pointer)
     }

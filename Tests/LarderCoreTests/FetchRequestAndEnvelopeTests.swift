@@ -127,4 +127,13 @@ final class DocumentationTests: XCTestCase {
             XCTAssertTrue(readme.contains("`\(code.rawValue)`"), "\(code.rawValue) missing from README.md")
         }
     }
+
+    func testFieldBytesRoundTripExactly() {
+        for bytes: [UInt8] in [Array("plain".utf8), Array("caf\u{E9}".utf8), [0x61, 0xFC, 0x62], [0xC3], [0xEF, 0x9F, 0xBC]] {
+            XCTAssertEqual(FieldBytes.bytes(FieldBytes.string(bytes)), bytes, "\(bytes)")
+        }
+        XCTAssertEqual(FieldBytes.string(Array("caf\u{E9}".utf8)), "caf\u{E9}", "valid UTF-8 stays text")
+        XCTAssertFalse(FieldBytes.hasRawBytes("caf\u{E9}"))
+        XCTAssertTrue(FieldBytes.hasRawBytes(FieldBytes.string([0x61, 0xFC])))
+    }
 }

@@ -189,6 +189,25 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertGreaterThan(statuses.withLock { $0.filter { $0.contains("collapsed") }.count }, 0)
     }
 
+    func testFieldValuesThatAreNotUTF8PassByteForByte() throws {
+        // RFC 9110 §5.5 obs-text: a Latin-1 ETag ("abcü" with ü as the single byte 0xFC).
+        let larder = try startProxy()
+        let client = try larder.connection()
+        let path = uniquePath()
+        // The test origin writes U+F7FC as the raw byte 0xFC (FieldBytes).
+        let target = "/proxy/origin\(path)?cc=max-age%3D60&h=ETag:%22abc%EF%9F%BC%22"
+        let wire: [UInt8] = Array(": \"abc".utf8) + [0xFC, UInt8(ascii: "\"")] // the ETag value as sent
+        func containsWire(_ response: TestResponse) -> Bool {
+            response.rawHead.indices.contains { Array(response.rawHead[$0...].prefix(wire.count)) == wire }
+        }
+        XCTAssertTrue(containsWire(try client.request("GET", target)), "miss")
+        XCTAssertTrue(containsWire(try client.request("GET", target)), "hit, from the store")
+        let conditional = try client.request("GET", target, rawHeaderLines: Array("If-None-Match: \"abc".utf8) + [0xFC] + Array("\"\r\n".utf8))
+        XCTAssertEqual(conditional.status, 304)
+        XCTAssertTrue(containsWire(conditional))
+        XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+
     func testRedirectsArePassedOnNotFollowed() throws {
         let larder = try startProxy()
         let client = try larder.connection()

@@ -10,6 +10,8 @@ struct TestResponse {
     let status: Int
     let headers: [String: String]
     let body: [UInt8]
+    /// The status line and header fields as received, for byte-exact checks.
+    var rawHead: [UInt8] = []
 
     var text: String { String(decoding: body, as: UTF8.self) }
 
@@ -56,12 +58,13 @@ final class TestConnection {
 
     deinit { close(descriptor) }
 
-    func request(_ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = []) throws -> TestResponse {
+    /// `rawHeaderLines`: header lines sent byte for byte (each ending in CRLF).
+    func request(_ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
+                 rawHeaderLines: [UInt8] = []) throws -> TestResponse {
         var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
-        head += "\r\n"
-        try sendAll(Array(head.utf8) + body)
+        try sendAll(Array(head.utf8) + rawHeaderLines + Array("\r\n".utf8) + body)
         return try readResponse(method: method)
     }
 
@@ -106,7 +109,8 @@ final class TestConnection {
             }
             if headEnd == nil { try fill() }
         }
-        let head = String(decoding: buffer[0..<headEnd!], as: UTF8.self)
+        let rawHead = Array(buffer[0..<headEnd!])
+        let head = String(decoding: rawHead, as: UTF8.self)
         buffer.removeFirst(headEnd! + 4)
         let lines = head.components(separatedBy: "\r\n")
         let statusParts = lines[0].split(separator: " ")
@@ -122,6 +126,6 @@ final class TestConnection {
         while buffer.count < length { try fill() }
         let body = Array(buffer[0..<length])
         buffer.removeFirst(length)
-        return TestResponse(status: status, headers: headers, body: body)
+        return TestResponse(status: status, headers: headers, body: body, rawHead: rawHead)
     }
 }
