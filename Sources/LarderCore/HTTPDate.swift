@@ -4,36 +4,70 @@
 
 public enum HTTPDate {
     private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+    private static let days = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+    private static let longDays = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 
+    /// Parses the three forms by their grammar, exactly: one space between parts, two-digit
+    /// day and hour fields, "GMT". Names are compared ignoring case (the grammar is
+    /// case-sensitive, but a wrong-case `THU` or `gMT` is unambiguous and common).
+    /// Anything else — another zone, a missing comma, doubled spaces — is invalid, which for
+    /// `Expires` means already expired (RFC 9111 §5.3).
     public static func parse(_ text: String) -> Double? {
-        let tokens = text.split(whereSeparator: { $0 == " " || $0 == "," || $0 == "\t" }).map(String.init)
-        // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT  → [Sun, 06, Nov, 1994, 08:49:37, GMT]
-        // RFC 850:     Sunday, 06-Nov-94 08:49:37 GMT → [Sunday, 06-Nov-94, 08:49:37, GMT]
-        // asctime:     Sun Nov  6 08:49:37 1994       → [Sun, Nov, 6, 08:49:37, 1994]
-        if tokens.count == 6, tokens[5] == "GMT" {
-            return make(day: Int(tokens[1]), month: month(tokens[2]), year: Int(tokens[3]), time: tokens[4])
-        }
-        if tokens.count == 4, tokens[3] == "GMT" {
-            let parts = tokens[1].split(separator: "-").map(String.init)
-            guard parts.count == 3, let shortYear = Int(parts[2]), parts[2].count == 2 else { return nil }
-            // RFC 9110 §5.6.7: a two-digit year more than 50 years ahead is in the past century.
-            let year = shortYear < 70 ? 2000 + shortYear : 1900 + shortYear
-            return make(day: Int(parts[0]), month: month(parts[1]), year: year, time: tokens[2])
-        }
-        if tokens.count == 5 {
-            return make(day: Int(tokens[2]), month: month(tokens[1]), year: Int(tokens[4]), time: tokens[3])
-        }
-        return nil
+        let bytes = Array(text.trimmingSpaces.utf8)
+        return imfFixdate(bytes) ?? rfc850(bytes) ?? asctime(bytes)
     }
 
-    private static func month(_ name: String) -> Int? {
-        months.firstIndex(of: name.lowercased()).map { $0 + 1 }
+    // Sun, 06 Nov 1994 08:49:37 GMT
+    private static func imfFixdate(_ b: [UInt8]) -> Double? {
+        guard b.count == 29, name(b[0..<3], in: days), b[3] == UInt8(ascii: ","), b[4] == space, b[7] == space, b[11] == space,
+              b[16] == space, b[25] == space, name(b[26..<29], in: ["gmt"]) else { return nil }
+        return make(day: digits(b[5..<7]), month: month(b[8..<11]), year: digits(b[12..<16]), time: b[17..<25])
     }
 
-    private static func make(day: Int?, month: Int?, year: Int?, time: String) -> Double? {
-        guard let day, let month, let year, (1...31).contains(day), (1...9999).contains(year) else { return nil }
-        let clock = time.split(separator: ":").map { Int($0) }
-        guard clock.count == 3, let hour = clock[0], let minute = clock[1], let second = clock[2],
+    // Sunday, 06-Nov-94 08:49:37 GMT
+    private static func rfc850(_ b: [UInt8]) -> Double? {
+        guard let comma = b.firstIndex(of: UInt8(ascii: ",")), name(b[0..<comma], in: longDays),
+              b.count == comma + 24, b[comma + 1] == space, b[comma + 4] == UInt8(ascii: "-"), b[comma + 8] == UInt8(ascii: "-"),
+              b[comma + 11] == space, b[comma + 20] == space, name(b[(comma + 21)...], in: ["gmt"]),
+              let shortYear = digits(b[(comma + 9)..<(comma + 11)]) else { return nil }
+        // RFC 9110 §5.6.7: a two-digit year more than 50 years ahead is in the past century.
+        let year = shortYear < 70 ? 2000 + shortYear : 1900 + shortYear
+        return make(day: digits(b[(comma + 2)..<(comma + 4)]), month: month(b[(comma + 5)..<(comma + 8)]), year: year,
+                    time: b[(comma + 12)..<(comma + 20)])
+    }
+
+    // Sun Nov  6 08:49:37 1994
+    private static func asctime(_ b: [UInt8]) -> Double? {
+        guard b.count == 24, name(b[0..<3], in: days), b[3] == space, b[7] == space, b[10] == space, b[19] == space else { return nil }
+        let day = b[8] == space ? digits(b[9..<10]) : digits(b[8..<10])
+        return make(day: day, month: month(b[4..<7]), year: digits(b[20..<24]), time: b[11..<19])
+    }
+
+    private static let space = UInt8(ascii: " ")
+
+    private static func name(_ bytes: ArraySlice<UInt8>, in names: [String]) -> Bool {
+        names.contains(String(decoding: bytes, as: UTF8.self).lowercased())
+    }
+
+    private static func month(_ bytes: ArraySlice<UInt8>) -> Int? {
+        months.firstIndex(of: String(decoding: bytes, as: UTF8.self).lowercased()).map { $0 + 1 }
+    }
+
+    private static func digits(_ bytes: ArraySlice<UInt8>) -> Int? {
+        guard !bytes.isEmpty, bytes.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
+        return bytes.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
+    }
+
+    /// HH:MM:SS, two digits each.
+    private static func make(day: Int?, month: Int?, year: Int?, time: ArraySlice<UInt8>) -> Double? {
+        let t = Array(time)
+        guard t.count == 8, t[2] == UInt8(ascii: ":"), t[5] == UInt8(ascii: ":"),
+              let hour = digits(t[0..<2]), let minute = digits(t[3..<5]), let second = digits(t[6..<8]) else { return nil }
+        return make(day: day, month: month, year: year, hour: hour, minute: minute, second: second)
+    }
+
+    private static func make(day: Int?, month: Int?, year: Int?, hour: Int, minute: Int, second: Int) -> Double? {
+        guard let day, let month, let year, (1...31).contains(day), (1...9999).contains(year),
               (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second) else { return nil }
         // Days from civil (Howard Hinnant's algorithm), proleptic Gregorian.
         let shiftedYear = month <= 2 ? year - 1 : year

@@ -134,6 +134,17 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(HTTPDate.format(expected), "Sun, 06 Nov 1994 08:49:37 GMT")
         XCTAssertNil(HTTPDate.parse("yesterday"))
         XCTAssertNil(HTTPDate.parse("Sun, 06 Nov 1994 25:49:37 GMT"))
+        // Names ignore case; the rest of the grammar is exact (RFC 9110 §5.6.7).
+        XCTAssertEqual(HTTPDate.parse("SUN, 06 NOV 1994 08:49:37 gmt"), expected)
+        XCTAssertEqual(HTTPDate.parse(" Sun, 06 Nov 1994 08:49:37 GMT "), expected, "surrounding whitespace is not the value's")
+        XCTAssertEqual(HTTPDate.parse("Thursday, 18-Aug-50 02:01:18 GMT"), HTTPDate.parse("Thu, 18 Aug 2050 02:01:18 GMT"))
+        XCTAssertEqual(HTTPDate.parse("Thu Aug  8 02:01:18 2050"), HTTPDate.parse("Thu, 08 Aug 2050 02:01:18 GMT"))
+        XCTAssertNotNil(HTTPDate.parse("Sun, 21 Nov 2286 04:46:39 GMT"))
+        for invalid in ["Thu, 18 Aug 2050 02:01:18 UTC", "Thu, 18 Aug 2050 02:01:18 AEST", "Thu, 18 Aug 50 02:01:18 GMT",
+                        "Thu 18 Aug 2050 02:01:18 GMT", "Thu, 18  Aug  2050 02:01:18 GMT", "Thu, 18-Aug-2050 02:01:18 GMT",
+                        "Thu, 18 Aug 2050 02.01.18 GMT", "Thu, 18 Aug 2050 2:01:18 GMT", "0", "Thu, 18 Aug 2050 02:01:18"] {
+            XCTAssertNil(HTTPDate.parse(invalid), invalid)
+        }
     }
 }
 
