@@ -32,17 +32,24 @@ public enum Vary {
                 out.append(0) // absent
             } else {
                 out.append(UInt8(ascii: ":"))
-                out.append(contentsOf: normalise(values.joined(separator: ",")).utf8)
+                out.append(contentsOf: normalise(values.joined(separator: ","), field: name).utf8)
             }
             out.append(UInt8(ascii: "\n"))
         }
         return out
     }
 
-    static func normalise(_ value: String) -> String {
-        value.split(separator: ",", omittingEmptySubsequences: false)
+    static func normalise(_ value: String, field: String = "") -> String {
+        let members = value.split(separator: ",", omittingEmptySubsequences: false)
             .map { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ") }
-            .joined(separator: ",")
+        // Accept-Language and Accept-Encoding list case-insensitive tokens whose order carries
+        // no meaning (preference is in the q-values, RFC 9110 §12.4.2), so `en, de` and
+        // `De, EN` select the same variant.
+        if field == "accept-language" || field == "accept-encoding" {
+            return members.map { $0.replacingOccurrences(of: " ", with: "").lowercased() }.filter { !$0.isEmpty }.sorted()
+                .joined(separator: ",")
+        }
+        return members.joined(separator: ",")
     }
 }
 

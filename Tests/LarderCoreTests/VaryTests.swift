@@ -20,7 +20,11 @@ final class VaryTests: XCTestCase {
         XCTAssertEqual(fingerprint([("accept-language", "en,fr")]), reference, "names case-insensitive, spaces around commas")
         XCTAssertEqual(fingerprint([("Accept-Language", "en"), ("Accept-Language", "fr")]), reference, "combined field lines")
         XCTAssertEqual(fingerprint([("Accept-Language", "en,   fr")]), reference)
-        XCTAssertNotEqual(fingerprint([("Accept-Language", "fr, en")]), reference, "order matters")
+        XCTAssertEqual(fingerprint([("Accept-Language", "fr, en")]), reference, "order carries no meaning in Accept-Language")
+        XCTAssertEqual(fingerprint([("Accept-Language", " EN ,   Fr")]), reference, "nor case")
+        XCTAssertNotEqual(fingerprint([("Accept-Language", "en;q=0.5, fr")]), reference, "q-values do")
+        let other = { (value: String) in self.keys.variantFingerprint(names: ["x-list"], request: [HeaderField("X-List", value)]) }
+        XCTAssertNotEqual(other("a, b"), other("b, a"), "order matters in a field Larder does not know")
         XCTAssertNotEqual(fingerprint([]), fingerprint([("Accept-Language", "")]), "absent differs from empty")
         XCTAssertEqual(fingerprint([("X-Other", "1")]), fingerprint([]), "other fields do not count")
     }
