@@ -335,6 +335,9 @@ private final class Transfer {
             return LarderError(.upstreamTimeout, "upstream did not answer within \(timeoutMs) ms")
         case CURLE_COULDNT_RESOLVE_HOST:
             return LarderError(.upstreamUnreachable, "cannot resolve host '\(exchange.url.host)': \(detail)")
+        case CURLE_WEIRD_SERVER_REPLY, CURLE_BAD_CONTENT_ENCODING, CURLE_PARTIAL_FILE:
+            // It answered, but not with a response that can be read to its end.
+            return LarderError(.upstreamError, "\(exchange.url.authority) sent an unreadable response: \(detail)")
         default:
             return LarderError(.upstreamUnreachable, "\(exchange.url.authority): \(detail)")
         }

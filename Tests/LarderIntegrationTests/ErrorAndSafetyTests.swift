@@ -1,6 +1,7 @@
 // Every error code of /fetch, and the upstream access policy.
 
 import Foundation
+import LarderCore
 import XCTest
 
 final class ErrorAndSafetyTests: IntegrationTestCase {
@@ -71,6 +72,18 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
         let health = try client.request("GET", "/healthz")
         XCTAssertEqual(health.status, 200)
         XCTAssertEqual(health.json["status"] as? String, "ok")
+    }
+
+    func testAnUnreadableUpstreamResponseIsNamed() throws {
+        // An unknown transfer coding, and a body cut short: the upstream answered, unusably.
+        let replies = ["HTTP/1.1 200 OK\r\nTransfer-Encoding: abcdef\r\n\r\nhello",
+                       "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"]
+        for reply in replies {
+            let raw = try RawOrigin(reply: Array(reply.utf8))
+            let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "raw", baseURL: "http://127.0.0.1:\(raw.port)")] }
+            let response = try larder.connection().request("GET", "/proxy/raw/x")
+            assertError(response, status: 502, code: "upstream_error")
+        }
     }
 
     func testUnreachableUpstream() throws {
