@@ -6,6 +6,8 @@ private import RawStructuredFieldValues
 public struct CacheControl: Sendable, Equatable {
     /// Directives in order of appearance; a name may repeat.
     public private(set) var directives: [(name: String, value: String?)] = []
+    /// Read from `CDN-Cache-Control` (RFC 9213), which also sets `Expires` aside.
+    public private(set) var isTargeted = false
 
     public init(_ headerValues: [String]) {
         for value in headerValues { parse(value) }
@@ -22,6 +24,7 @@ public struct CacheControl: Sendable, Equatable {
     public init?(structuredField text: String) {
         var parser = StructuredFieldValueParser(Array(text.utf8))
         guard let dictionary = try? parser.parseDictionaryFieldValue() else { return nil }
+        isTargeted = true
         for (name, member) in dictionary {
             guard case .item(let item) = member else { continue }
             switch item.rfc9651BareItem {
@@ -38,7 +41,7 @@ public struct CacheControl: Sendable, Equatable {
     }
 
     public static func == (lhs: CacheControl, rhs: CacheControl) -> Bool {
-        lhs.directives.elementsEqual(rhs.directives) { $0.name == $1.name && $0.value == $1.value }
+        lhs.isTargeted == rhs.isTargeted && lhs.directives.elementsEqual(rhs.directives) { $0.name == $1.name && $0.value == $1.value }
     }
 
     public func has(_ name: String) -> Bool {

@@ -101,13 +101,16 @@ public struct StoredFreshness: Sendable, Equatable {
     public var staleIfError: Double = 0
     public var mustRevalidate = false
     public var initialAge: Double = 0
+    /// Fields named by `no-cache="…"` / `private="…"`, lower-cased: kept out of the store.
+    public var withheldFields: Set<String> = []
     public init(lifetime: Double, staleWhileRevalidate: Double = 0, staleIfError: Double = 0, mustRevalidate: Bool = false,
-                initialAge: Double = 0) {
+                initialAge: Double = 0, withheldFields: Set<String> = []) {
         self.lifetime = lifetime
         self.staleWhileRevalidate = staleWhileRevalidate
         self.staleIfError = staleIfError
         self.mustRevalidate = mustRevalidate
         self.initialAge = initialAge
+        self.withheldFields = withheldFields
     }
 
     /// The entry's freshness, stored at `storedAt` under `version`.
@@ -253,7 +256,8 @@ public enum CacheRules {
             staleWhileRevalidate: seconds("stale-while-revalidate"),
             staleIfError: seconds("stale-if-error"),
             mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate"),
-            initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime)))
+            initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime),
+            withheldFields: cacheControl.fieldsNotToStore))
     }
 
     /// RFC 9110 §9.3.3 / RFC 9111 §4: a response to POST may answer later GETs of the same
@@ -271,7 +275,11 @@ public enum CacheRules {
     /// `private="…"` (RFC 9111 §5.2.2.4, §5.2.2.7). Set-Cookie and connection-level fields are
     /// left out when the headers are rendered for storage.
     public static func storableHeaders(_ headers: [HeaderField]) -> [HeaderField] {
-        let excluded = effectiveCacheControl(headers).fieldsNotToStore
+        storableHeaders(headers, withholding: effectiveCacheControl(headers).fieldsNotToStore)
+    }
+
+    /// The same with the fields already known (`StoredFreshness.withheldFields`).
+    public static func storableHeaders(_ headers: [HeaderField], withholding excluded: Set<String>) -> [HeaderField] {
         guard !excluded.isEmpty else { return headers }
         return headers.filter { !excluded.contains($0.name.lowercasedASCII) }
     }
@@ -287,10 +295,6 @@ public enum CacheRules {
     public static func targetedCacheControl(_ headers: [HeaderField]) -> CacheControl? {
         let values = headers.values("cdn-cache-control")
         return values.isEmpty ? nil : CacheControl(structuredField: values.joined(separator: ", "))
-    }
-
-    public static func hasTargetedCacheControl(_ headers: [HeaderField]) -> Bool {
-        targetedCacheControl(headers) != nil
     }
 
     public enum FreshnessSource: Sendable, Equatable {
@@ -316,7 +320,7 @@ public enum CacheRules {
         }
         let date = headers.values("date").first.flatMap(HTTPDate.parse) ?? receivedAt
         // RFC 9213 §2.2: with a targeted field, Expires does not count either.
-        let expiresValues = hasTargetedCacheControl(headers) ? [] : headers.values("expires")
+        let expiresValues = cacheControl.isTargeted ? [] : headers.values("expires")
         if !expiresValues.isEmpty {
             // §5.3: an invalid Expires (including more than one) means already expired.
             guard expiresValues.count == 1, let expires = HTTPDate.parse(expiresValues[0]) else { return (0, .explicit) }

@@ -163,7 +163,7 @@ private struct WireFetchRequest: Decodable {
         let method: HTTPMethod
         if let raw = self.method {
             guard let parsed = HTTPMethod(rawValue: raw.uppercased()), HTTPMethod.fetchable.contains(parsed) else {
-                throw .invalid("method", "'\(raw)' is not one of GET, HEAD, POST, PUT, PATCH, DELETE")
+                throw .invalid("method", "'\(raw)' is not one of \(HTTPMethod.fetchable.map(\.rawValue).joined(separator: ", "))")
             }
             method = parsed
         } else {

@@ -243,7 +243,8 @@ public final class FetchEngine: Sendable {
             return land(flight, with: .notShareable) { reply(answer) }
         }
         var update = current
-        update.headersJSON = ResponseHeaders.renderJSON(CacheRules.storableHeaders(headers), dropCookies: true)
+        update.headersJSON = ResponseHeaders.renderJSON(CacheRules.storableHeaders(headers, withholding: stored.withheldFields),
+                                                        dropCookies: true)
         update.freshness = stored.entry(storedAt: now, version: options.version)
         update.etag = headers.values("etag").first
         update.lastModified = headers.values("last-modified").first
@@ -325,20 +326,8 @@ public final class FetchEngine: Sendable {
                 store.save(asGet) { [self] _ in land(flight, with: .notShareable) { reply(.served(served)) } }
             }
         case .store(let stored):
-            let freshness = stored.entry(storedAt: arrivedAt, version: options.version)
-            // §4.1: a varying response is stored as one variant among others under the key.
-            let varyNames = Vary.names(in: response.headers) ?? []
-            let fingerprint = varyNames.isEmpty ? nil : keys.variantFingerprint(names: varyNames, request: request.headers)
-            let rowKey = fingerprint.map { CacheKey(hex: derived.key.hex + "." + $0.prefix(32)) } ?? derived.key
-            let entry = StoredEntry(
-                key: rowKey, primaryKey: derived.key, varyNames: varyNames, variantFingerprint: fingerprint,
-                namespace: options.namespace, method: request.method,
-                url: request.url.absoluteString, urlKey: request.url.keyString(), status: response.status,
-                headersJSON: ResponseHeaders.renderJSON(CacheRules.storableHeaders(response.headers), dropCookies: true),
-                body: response.body, bodyKind: kind, freshness: freshness,
-                sensitiveFingerprint: derived.sensitiveFingerprint,
-                etag: response.headers.values("etag").first,
-                lastModified: response.headers.values("last-modified").first)
+            let entry = self.entry(storing: response, for: request, derived: derived, kind: kind, stored: stored, at: arrivedAt)
+            let freshness = entry.freshness
             store.save(entry) { [self] saved in
                 let report = CacheReport(outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
                                          ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,
@@ -372,12 +361,24 @@ public final class FetchEngine: Sendable {
             headers: response.headers, bodySize: response.body.count, maxBodySize: limits.maxStoredBodyBytes,
             requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
             sharedWithAuthorization: request.hasAuthorization) else { return nil }
+        return entry(storing: response, for: get, derived: derived, kind: kind, stored: stored, at: arrivedAt)
+    }
+
+    /// The entry that keeps `response` for `request` under `derived`, stored at `time`: a
+    /// varying response is one variant among others under the key (§4.1); fields the
+    /// response withholds (`no-cache="…"`, `private="…"`) and cookies are left out.
+    private func entry(storing response: UpstreamResponse, for request: FetchRequest, derived: CacheKeyBuilder.Derived,
+                       kind: BodyKind, stored: StoredFreshness, at time: Double) -> StoredEntry {
+        let varyNames = Vary.names(in: response.headers) ?? []
+        let fingerprint = varyNames.isEmpty ? nil : keys.variantFingerprint(names: varyNames, request: request.headers)
+        let rowKey = fingerprint.map { CacheKey(hex: derived.key.hex + "." + $0.prefix(32)) } ?? derived.key
         return StoredEntry(
-            key: derived.key, primaryKey: derived.key, varyNames: [], variantFingerprint: nil,
-            namespace: get.cache.namespace, method: .get,
-            url: get.url.absoluteString, urlKey: get.url.keyString(), status: response.status,
-            headersJSON: ResponseHeaders.renderJSON(CacheRules.storableHeaders(response.headers), dropCookies: true),
-            body: response.body, bodyKind: kind, freshness: stored.entry(storedAt: arrivedAt, version: get.cache.version),
+            key: rowKey, primaryKey: derived.key, varyNames: varyNames, variantFingerprint: fingerprint,
+            namespace: request.cache.namespace, method: request.method,
+            url: request.url.absoluteString, urlKey: request.url.keyString(), status: response.status,
+            headersJSON: ResponseHeaders.renderJSON(CacheRules.storableHeaders(response.headers, withholding: stored.withheldFields),
+                                                    dropCookies: true),
+            body: response.body, bodyKind: kind, freshness: stored.entry(storedAt: time, version: request.cache.version),
             sensitiveFingerprint: derived.sensitiveFingerprint,
             etag: response.headers.values("etag").first,
             lastModified: response.headers.values("last-modified").first)
