@@ -48,6 +48,10 @@ static inline CURLcode larder_curl_msg_result(const CURLMsg *_Nonnull msg) {
     return msg->data.result;
 }
 
+// CURL_WRITEFUNC_PAUSE and CURLPAUSE_CONT are macros.
+static inline size_t larder_curl_writefunc_pause(void) { return CURL_WRITEFUNC_PAUSE; }
+static inline CURLcode larder_curl_unpause(CURL *_Nonnull h) { return curl_easy_pause(h, CURLPAUSE_CONT); }
+
 // CURL_SOCKET_BAD is a macro.
 static inline curl_socket_t larder_curl_socket_bad(void) { return CURL_SOCKET_BAD; }
 

@@ -14,6 +14,7 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start(
     unsigned int threadPoolSize,
     unsigned int connectionTimeoutSeconds,
     unsigned int connectionLimit,
+    unsigned int perAddressConnectionLimit,
     size_t connectionMemoryLimit,
     MHD_AccessHandlerCallback _Nonnull handler, void *_Nullable handlerContext,
     MHD_RequestCompletedCallback _Nonnull completed, void *_Nullable completedContext,
@@ -24,6 +25,9 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start(
                             MHD_OPTION_THREAD_POOL_SIZE, threadPoolSize,
                             MHD_OPTION_CONNECTION_TIMEOUT, connectionTimeoutSeconds,
                             MHD_OPTION_CONNECTION_LIMIT, connectionLimit,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, perAddressConnectionLimit,
+                            // Strict: HTTP/1.1 without Host and whitespace in the URL are 400.
+                            MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, connectionMemoryLimit,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completedContext,
@@ -35,6 +39,12 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start(
 static inline uint16_t larder_mhd_bound_port(struct MHD_Daemon *_Nonnull daemon) {
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
     return info == 0 ? 0 : info->port;
+}
+
+// MHD_set_connection_option is variadic. Sets the connection's inactivity timeout.
+static inline void larder_mhd_set_connection_timeout(struct MHD_Connection *_Nonnull connection,
+                                                     unsigned int seconds) {
+    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
 
 #endif

@@ -10,9 +10,11 @@
 //   sensitive=<n>:<canonical JSON of `sensitive`, or empty>\n
 //   credentials=<n>:<Authorization and Cookie values, each "name:value\n", or empty>\n
 //                   (always empty on the shared /proxy route)
+//   ignored=<n>:<the ignoreQuery names, sorted, each followed by "\n">\n   (only when there are any)
 //
 // and <n> is the byte length of the value that follows, so no two different inputs encode
-// alike. The instance secret makes keys and fingerprints useless to anyone holding only the
+// alike. The ignored names are part of the key: otherwise `?a=EVIL` with `a` ignored would
+// share the entry of the URL without `a`, and answer everyone who asks for that one. The instance secret makes keys and fingerprints useless to anyone holding only the
 // database: a user id or a token cannot be recovered by hashing guesses.
 //
 // `version` is deliberately not in the key: an entry stored under another version occupies
@@ -66,6 +68,15 @@ public struct CacheKeyBuilder: Sendable {
         Self.append("body", Array(bodyHash.utf8), to: &encoding)
         Self.append("sensitive", sensitive ?? [], to: &encoding)
         Self.append("credentials", credentials, to: &encoding)
+        if !request.cache.ignoreQuery.isEmpty {
+            // Appended only when present, so keys without ignoreQuery are unchanged.
+            var ignored: [UInt8] = []
+            for name in request.cache.ignoreQuery.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+                ignored.append(contentsOf: name.utf8)
+                ignored.append(UInt8(ascii: "\n"))
+            }
+            Self.append("ignored", ignored, to: &encoding)
+        }
 
         let secret = SymmetricKey(data: secretBytes)
         let key = CacheKey(hex: Self.hex(HMAC<SHA256>.authenticationCode(for: encoding, using: secret)))

@@ -21,7 +21,7 @@ public enum StoreRefusal: String, Sendable, Equatable {
     case statusNotCacheable = "status_not_cacheable"  // only 200–299 are stored
     case responseNoStore = "response_no_store"        // Cache-Control: no-store, even with ttl
     case responsePrivate = "response_private"         // private response, no per-caller partition
-    case authorizedRequest = "authorized_request"     // shared cache, Authorization, response not marked shareable
+    case authorizedRequest = "authorized_request"     // shared cache, Authorization or Cookie, response not marked shareable
     case responseVaries = "response_varies"           // Vary: * (never matches)
     case bodyTooLarge = "body_too_large"
 }
@@ -212,7 +212,7 @@ public enum CacheRules {
                              status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
                              requestTime: Double, responseTime: Double,
                              directives: RequestDirectives = RequestDirectives(),
-                             sharedWithAuthorization: Bool = false) -> StoreDecision {
+                             sharedWithCredentials: Bool = false) -> StoreDecision {
         if policy == .noStore { return .refuse(.policyNoStore) }
         if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
@@ -222,8 +222,10 @@ public enum CacheRules {
         let mustUnderstand = cacheControl.has("must-understand")
         if mustUnderstand, !understoodStatuses.contains(status) { return .refuse(.statusNotCacheable) }
         // §3.5: a shared cache stores a response to a request with Authorization only when the
-        // response says it may be shared.
-        if sharedWithAuthorization,
+        // response says it may be shared. A Cookie is treated alike: a response to it may be
+        // that user's page (a 2xx without freshness would otherwise be stored and, through
+        // max-stale, served to anyone).
+        if sharedWithCredentials,
            !(cacheControl.has("public") || cacheControl.has("s-maxage") || cacheControl.has("must-revalidate")) {
             return .refuse(.authorizedRequest)
         }

@@ -10,16 +10,24 @@ public enum BodyKind: Int, Sendable {
     case text = 1     // "bodyText": UTF-8 text
     case binary = 2   // "bodyBase64"
 
-    /// JSON when the content type says JSON and the body parses as UTF-8 JSON; text when it is
-    /// valid UTF-8; base64 otherwise.
+    /// Largest body embedded as JSON; larger JSON travels as `bodyText`. Embedding needs a
+    /// validating scan, done where the response arrives (the upstream's thread), so it is
+    /// bounded; a caller that wants a huge document parses the text itself.
+    public static let maxEmbeddedJSONBytes = 1 << 20
+
+    /// JSON when the content type says JSON and the body is well-formed UTF-8 JSON of at most
+    /// `maxEmbeddedJSONBytes`; text when it is valid UTF-8; base64 otherwise. The JSON check
+    /// builds nothing: one linear scan (a 14 MB body once took seconds and gigabytes through
+    /// JSONSerialization, with every other upstream response waiting).
     public static func classify(contentType: String?, body: [UInt8]) -> BodyKind {
         guard !body.isEmpty else { return .text }
         guard String(validating: body, as: UTF8.self) != nil else { return .binary }
         let type = (contentType ?? "").lowercasedASCII
         let mediaType = type.split(separator: ";").first.map { $0.trimmingSpaces } ?? ""
         if mediaType == "application/json" || mediaType.hasSuffix("+json") || mediaType == "text/json",
+           body.count <= maxEmbeddedJSONBytes,
            body.first != 0xEF, // no byte-order mark
-           (try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])) != nil {
+           JSONParser.isValid(body) {
             return .json
         }
         return .text

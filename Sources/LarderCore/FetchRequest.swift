@@ -48,6 +48,9 @@ public struct FetchRequest: Sendable {
     /// partition the key, and a request with Authorization is stored only when the response
     /// allows it (§3.5). False for /fetch, which keeps a private partition per credential.
     public var shared: Bool
+    /// Names (lower-case) of fields that a named upstream's configuration added: like
+    /// credentials, they never follow a redirect to another origin.
+    public var originBoundHeaders: Set<String> = []
 
     public init(method: HTTPMethod = .get, url: UpstreamURL, headers: [HeaderField] = [], body: [UInt8]? = nil,
                 timeoutMs: Int = FetchRequest.defaultTimeoutMs, cache: CacheOptions = CacheOptions(), shared: Bool = false) {
@@ -61,8 +64,9 @@ public struct FetchRequest: Sendable {
         self.shared = shared
     }
 
-    /// Whether the request carries Authorization (for the shared-cache rule, RFC 9111 §3.5).
-    public var hasAuthorization: Bool { !headers.values("authorization").isEmpty }
+    /// Whether the request carries Authorization (for the shared-cache rule, RFC 9111 §3.5) or
+    /// a Cookie, which a shared cache treats alike: the response may be meant for that user.
+    public var hasCredentials: Bool { !headers.values("authorization").isEmpty || !headers.values("cookie").isEmpty }
 
     public static let defaultTimeoutMs = 30_000
     public static let maxTimeoutMs = 600_000
@@ -78,210 +82,182 @@ public struct FetchRequest: Sendable {
 // MARK: - Parsing
 
 extension FetchRequest {
+    /// The members a /fetch spec may have (anything else is refused, naming it).
+    public static let knownFields = ["url", "upstream", "path", "cdn", "method", "query", "headers", "body", "bodyBase64",
+                                     "timeoutMs", "cache"]
+    public static let knownCacheFields = ["policy", "ttl", "version", "sensitive", "ignoreQuery", "namespace",
+                                          "staleWhileRevalidate", "staleIfError"]
+
+    /// Namespaces of this prefix belong to the proxy route (`proxy:NAME`): a /fetch caller who
+    /// could write there could answer the proxy's clients with a response of its choosing.
+    public static let reservedNamespacePrefix = "proxy:"
+
     /// Parses and validates a /fetch body; `upstreams` are the named upstreams by name.
     public static func parse(json bytes: [UInt8], upstreams: [String: NamedUpstream] = [:]) throws(LarderError) -> FetchRequest {
-        let wire: WireFetchRequest
+        let value: JSONValue
         do {
-            wire = try JSONDecoder().decode(WireFetchRequest.self, from: Data(bytes))
-        } catch let error as DecodingError {
-            throw Self.describe(error)
+            value = try JSONParser.parse(bytes)
         } catch {
-            throw LarderError.invalid("body", "not valid JSON")
+            throw LarderError.invalid("body", "not valid JSON: \(error.description)")
         }
-        return try wire.validated(upstreams: upstreams)
+        return try parse(value, path: "", upstreams: upstreams)
     }
 
-    private static func describe(_ error: DecodingError) -> LarderError {
-        func path(_ codingPath: [any CodingKey]) -> String {
-            let joined = codingPath.map { $0.intValue.map { "[\($0)]" } ?? $0.stringValue }
-                .joined(separator: ".").replacingOccurrences(of: ".[", with: "[")
-            return joined.isEmpty ? "body" : joined
-        }
-        switch error {
-        case .typeMismatch(let type, let context):
-            return .invalid(path(context.codingPath), "expected \(Self.describe(type))")
-        case .valueNotFound(let type, let context):
-            return .invalid(path(context.codingPath), "expected \(Self.describe(type)), found null")
-        case .keyNotFound(let key, let context):
-            return .invalid(path(context.codingPath + [key]), "is required")
-        case .dataCorrupted(let context):
-            if context.codingPath.isEmpty { return .invalid("body", "not valid JSON") }
-            return .invalid(path(context.codingPath), "invalid value")
-        @unknown default:
-            return .invalid("body", "not valid JSON")
-        }
-    }
-
-    private static func describe(_ type: Any.Type) -> String {
-        switch type {
-        case is String.Type: "a string"
-        case is Int64.Type, is Int.Type: "an integer"
-        case is Double.Type: "a number"
-        case is Bool.Type: "a boolean"
-        case is [String].Type: "an array of strings"
-        case is [String: String].Type: "an object of strings"
-        default: "another type"
-        }
+    /// Validates one fetch spec already parsed; `path` names it in errors ("" for a /fetch body,
+    /// `requests[2]` inside a batch).
+    public static func parse(_ value: JSONValue, path: String, upstreams: [String: NamedUpstream] = [:]) throws(LarderError) -> FetchRequest {
+        let spec = try JSONFields(value, path: path)
+        try spec.rejectUnknown(knownFields)
+        return try SpecReader(spec: spec).validated(upstreams: upstreams)
     }
 }
 
-private struct WireFetchRequest: Decodable {
-    var url: String?
-    var upstream: String?
-    var path: String?
-    var cdn: Bool?
-    var method: String?
-    var query: [String: String]?
-    var headers: [String: String]?
-    var body: JSONValue?
-    var bodyBase64: String?
-    var timeoutMs: WireInteger?
-    var cache: WireCacheOptions?
+private struct SpecReader {
+    let spec: JSONFields
 
     func validated(upstreams: [String: NamedUpstream]) throws(LarderError) -> FetchRequest {
+        let url = try spec.string("url")
+        let upstream = try spec.string("upstream")
+        let path = try spec.string("path")
+        let cdn = try spec.bool("cdn")
         var named: NamedUpstream?
         let target: String
         switch (url, upstream) {
         case (.some, .some):
-            throw .invalid("upstream", "give either url or upstream, not both")
+            throw .invalid(spec.path("upstream"), "give either url or upstream, not both")
         case (let url?, nil):
-            guard path == nil, cdn == nil else { throw .invalid(path != nil ? "path" : "cdn", "goes with upstream, not url") }
+            guard path == nil, cdn == nil else { throw .invalid(spec.path(path != nil ? "path" : "cdn"), "goes with upstream, not url") }
             target = url
         case (nil, let name?):
             guard let found = upstreams[name] else {
-                throw LarderError(.unknownUpstream, "no upstream named '\(name)'", field: "upstream")
+                throw LarderError(.unknownUpstream, "no upstream named '\(name)'", field: spec.path("upstream"))
             }
             guard let built = found.url(for: path ?? "", cdn: cdn ?? false) else {
-                throw .invalid("cdn", "upstream '\(name)' has no cdnUrl")
+                throw .invalid(spec.path("cdn"), "upstream '\(name)' has no cdnUrl")
             }
             named = found
             target = built
         case (nil, nil):
-            throw .invalid("url", "is required (or upstream and path)")
+            throw .invalid(spec.path("url"), "is required (or upstream and path)")
         }
-        let url = target
         let method: HTTPMethod
-        if let raw = self.method {
+        if let raw = try spec.string("method") {
             guard let parsed = HTTPMethod(rawValue: raw.uppercased()), HTTPMethod.fetchable.contains(parsed) else {
-                throw .invalid("method", "'\(raw)' is not one of \(HTTPMethod.fetchable.map(\.rawValue).joined(separator: ", "))")
+                throw .invalid(spec.path("method"), "'\(raw)' is not one of \(HTTPMethod.fetchable.map(\.rawValue).joined(separator: ", "))")
             }
             method = parsed
         } else {
             method = .get
         }
-        for (name, value) in query ?? [:] {
-            guard !name.isEmpty else { throw .invalid("query", "parameter names must not be empty") }
-            guard HTTPToken.isValidValue(value) else { throw .invalid("query.\(name)", "must not contain line breaks") }
+        let query = try spec.stringMap("query") ?? []
+        for (name, value) in query {
+            guard !name.isEmpty else { throw .invalid(spec.path("query"), "parameter names must not be empty") }
+            guard HTTPToken.isValidValue(value) else { throw .invalid(spec.path("query.\(name)"), "must not contain line breaks") }
         }
         var mergedQuery = named?.query ?? [:]
-        mergedQuery.merge(query ?? [:]) { _, callers in callers }
-        let upstreamURL = try UpstreamURL(parsing: url, mergingQuery: mergedQuery)
-        if let named, !named.contains(upstreamURL, cdn: cdn ?? false) {
-            throw .invalid("path", "leaves the base path of upstream '\(named.name)'")
+        for (name, value) in query { mergedQuery[name] = value }
+        let upstreamURL = try UpstreamURL(parsing: target, mergingQuery: mergedQuery, field: spec.path(upstream == nil ? "url" : "path"))
+        if let named {
+            if let refusal = named.refusal(for: upstreamURL, cdn: cdn ?? false) { throw .invalid(spec.path("path"), refusal) }
         }
 
         var fields: [HeaderField] = []
-        for (name, value) in (headers ?? [:]).sorted(by: { $0.key < $1.key }) {
-            guard HTTPToken.isValidName(name) else { throw .invalid("headers", "'\(name)' is not a valid header name") }
-            guard HTTPToken.isValidValue(value) else { throw .invalid("headers.\(name)", "must not contain line breaks or NUL") }
+        for (name, value) in try spec.stringMap("headers") ?? [] {
+            guard HTTPToken.isValidName(name) else { throw .invalid(spec.path("headers"), "'\(name)' is not a valid header name") }
+            guard HTTPToken.isValidValue(value) else { throw .invalid(spec.path("headers.\(name)"), "must not contain line breaks or NUL") }
             let lower = name.lowercasedASCII
             guard !FetchRequest.managedHeaders.contains(lower), !lower.hasPrefix("proxy-") else {
-                throw .invalid("headers.\(name)", "is managed by Larder and cannot be set")
+                throw .invalid(spec.path("headers.\(name)"), "is managed by Larder and cannot be set")
             }
             fields.append(HeaderField(name, value))
         }
+        var originBound: Set<String> = []
         for field in named?.headers ?? [] where fields.values(field.name).isEmpty {
             fields.append(field)
+            originBound.insert(field.name.lowercasedASCII)
         }
 
         var requestBody: [UInt8]?
-        switch (body, bodyBase64) {
+        let base64 = try spec.string("bodyBase64")
+        switch (spec.value("body"), base64) {
         case (.some, .some):
-            throw .invalid("bodyBase64", "give either body or bodyBase64, not both")
+            throw .invalid(spec.path("bodyBase64"), "give either body or bodyBase64, not both")
         case (let json?, nil):
             requestBody = json.canonicalBytes
             if fields.values("content-type").isEmpty { fields.append(HeaderField("Content-Type", "application/json")) }
         case (nil, let base64?):
-            guard let data = Data(base64Encoded: base64) else { throw .invalid("bodyBase64", "not valid base64") }
+            guard let data = Data(base64Encoded: base64) else { throw .invalid(spec.path("bodyBase64"), "not valid base64") }
             requestBody = Array(data)
         case (nil, nil):
             requestBody = nil
         }
         if requestBody != nil, method == .head {
-            throw .invalid("body", "a HEAD request cannot carry a body")
+            throw .invalid(spec.path("body"), "a HEAD request cannot carry a body")
         }
 
-        let timeout = timeoutMs.map { Int(clamping: $0.value) } ?? FetchRequest.defaultTimeoutMs
+        let timeout = try spec.integer("timeoutMs").map { Int(clamping: $0) } ?? FetchRequest.defaultTimeoutMs
         guard (1...FetchRequest.maxTimeoutMs).contains(timeout) else {
-            throw .invalid("timeoutMs", "must be between 1 and \(FetchRequest.maxTimeoutMs)")
+            throw .invalid(spec.path("timeoutMs"), "must be between 1 and \(FetchRequest.maxTimeoutMs)")
         }
-        let options = try (cache ?? WireCacheOptions()).validated(defaults: named?.cache ?? CacheDefaults())
+        let cache = try spec.object("cache")
+        try cache?.rejectUnknown(FetchRequest.knownCacheFields)
+        let options = try CacheReader(fields: cache, path: spec.path("cache")).validated(defaults: named?.cache ?? CacheDefaults())
         if options.policy == .cacheOnly || options.policy == .cacheElseLoad,
            !CacheRules.isCacheable(method: method, ttl: options.ttl) {
-            throw .invalid("cache.policy", "'\(options.policy.rawValue)' needs a cacheable request: GET, HEAD, or POST with cache.ttl")
+            throw .invalid(spec.path("cache.policy"), "'\(options.policy.rawValue)' needs a cacheable request: GET, HEAD, or POST with cache.ttl")
         }
-        return FetchRequest(method: method, url: upstreamURL, headers: fields, body: requestBody,
-                            timeoutMs: timeout, cache: options)
+        var request = FetchRequest(method: method, url: upstreamURL, headers: fields, body: requestBody,
+                                   timeoutMs: timeout, cache: options)
+        request.originBoundHeaders = originBound
+        return request
     }
 }
 
-private struct WireCacheOptions: Decodable {
-    var policy: String?
-    var ttl: Double?
-    var version: WireInteger?
-    var sensitive: JSONValue?
-    var ignoreQuery: [String]?
-    var namespace: String?
-    var staleWhileRevalidate: Double?
-    var staleIfError: Double?
+private struct CacheReader {
+    let fields: JSONFields?
+    let path: String
+
+    func name(_ member: String) -> String { "\(path).\(member)" }
 
     func validated(defaults: CacheDefaults) throws(LarderError) -> CacheOptions {
         var options = CacheOptions()
         options.policy = defaults.policy ?? options.policy
         options.ttl = defaults.ttl
         options.namespace = defaults.namespace ?? options.namespace
-        if let policy {
+        options.version = defaults.version ?? 0
+        guard let fields else { return options }
+        if let policy = try fields.string("policy") {
             guard let parsed = CachePolicy(rawValue: policy) else {
                 let known = CachePolicy.allCases.map(\.rawValue).joined(separator: ", ")
-                throw .invalid("cache.policy", "'\(policy)' is not one of \(known)")
+                throw .invalid(name("policy"), "'\(policy)' is not one of \(known)")
             }
             options.policy = parsed
         }
-        if let ttl {
+        if let ttl = try fields.number("ttl") {
             guard ttl.isFinite, ttl >= 0, ttl <= 3_153_600_000 else {
-                throw .invalid("cache.ttl", "must be a number of seconds, 0 or more")
+                throw .invalid(name("ttl"), "must be a number of seconds, 0 or more")
             }
             options.ttl = ttl
         }
-        options.version = version?.value ?? defaults.version ?? 0
-        for (field, value) in [("cache.staleWhileRevalidate", staleWhileRevalidate), ("cache.staleIfError", staleIfError)] {
-            if let value, !(value.isFinite && value >= 0) { throw .invalid(field, "must be a number of seconds, 0 or more") }
+        if let version = try fields.integer("version") { options.version = version }
+        for member in ["staleWhileRevalidate", "staleIfError"] {
+            if let value = try fields.number(member), !(value.isFinite && value >= 0) {
+                throw .invalid(name(member), "must be a number of seconds, 0 or more")
+            }
         }
-        options.staleWhileRevalidate = staleWhileRevalidate
-        options.staleIfError = staleIfError
-        options.sensitive = sensitive
-        options.ignoreQuery = Set(ignoreQuery ?? [])
-        if let namespace {
+        options.staleWhileRevalidate = try fields.number("staleWhileRevalidate")
+        options.staleIfError = try fields.number("staleIfError")
+        options.sensitive = fields.value("sensitive")
+        options.ignoreQuery = Set(try fields.strings("ignoreQuery") ?? [])
+        if let namespace = try fields.string("namespace") {
             guard !namespace.isEmpty, namespace.utf8.count <= 256 else {
-                throw .invalid("cache.namespace", "must be 1 to 256 bytes")
+                throw .invalid(name("namespace"), "must be 1 to 256 bytes")
+            }
+            guard !namespace.hasPrefix(FetchRequest.reservedNamespacePrefix) else {
+                throw .invalid(name("namespace"), "namespaces starting with '\(FetchRequest.reservedNamespacePrefix)' belong to the proxy")
             }
             options.namespace = namespace
         }
         return options
-    }
-}
-
-/// An integer field. swift-foundation reports a fractional number decoded as an integer as
-/// "not valid JSON" with no field; this names the field instead.
-private struct WireInteger: Decodable {
-    let value: Int64
-
-    init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if let value = try? container.decode(Int64.self) {
-            self.value = value
-        } else {
-            throw DecodingError.typeMismatch(Int64.self, DecodingError.Context(codingPath: decoder.codingPath, debugDescription: "expected an integer"))
-        }
     }
 }

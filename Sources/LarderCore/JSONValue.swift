@@ -1,5 +1,6 @@
 // A JSON value as callers send it (`body`, `sensitive`), with a canonical rendering so that
-// equal values always hash the same (object keys sorted, numbers in one form).
+// equal values always hash the same (object keys sorted, numbers in one form). Read from bytes
+// by JSONParser.
 
 public enum JSONValue: Sendable, Equatable, Hashable {
     case null
@@ -9,40 +10,6 @@ public enum JSONValue: Sendable, Equatable, Hashable {
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
-}
-
-extension JSONValue: Codable {
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Int64.self) {
-            self = .int(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .double(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([JSONValue].self) {
-            self = .array(value)
-        } else {
-            self = .object(try container.decode([String: JSONValue].self))
-        }
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        switch self {
-        case .null: try container.encodeNil()
-        case .bool(let value): try container.encode(value)
-        case .int(let value): try container.encode(value)
-        case .double(let value): try container.encode(value)
-        case .string(let value): try container.encode(value)
-        case .array(let value): try container.encode(value)
-        case .object(let value): try container.encode(value)
-        }
-    }
 }
 
 extension JSONValue {

@@ -15,6 +15,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case tooManyRedirects = "too_many_redirects"
         case notCached = "not_cached"
         case shuttingDown = "shutting_down"
+        case notImplemented = "not_implemented"
     }
 
     public let code: Code
@@ -35,6 +36,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notFound, .unknownUpstream: 404
         case .methodNotAllowed: 405
         case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects: 502
+        case .notImplemented: 501
         case .shuttingDown: 503
         case .upstreamTimeout, .notCached: 504
         }

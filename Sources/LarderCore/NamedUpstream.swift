@@ -59,15 +59,37 @@ public struct NamedUpstream: Sendable, Equatable {
         if let namespace = cache.namespace, namespace.isEmpty || namespace.utf8.count > 256 {
             throw .invalid("cache.namespace", "must be 1 to 256 bytes")
         }
+        if let namespace = cache.namespace, namespace.hasPrefix(FetchRequest.reservedNamespacePrefix) {
+            throw .invalid("cache.namespace", "namespaces starting with '\(FetchRequest.reservedNamespacePrefix)' belong to the proxy")
+        }
     }
 
-    /// Whether `url` (built from a request's path) stays under the base URL's path: dot
-    /// segments must not climb out of it (`/v1/../admin`), or a caller could reach what the
-    /// operator did not expose.
-    public func contains(_ url: UpstreamURL, cdn: Bool) -> Bool {
-        guard let base = (cdn ? cdnURL : baseURL).flatMap({ try? UpstreamURL(parsing: $0) }) else { return false }
+    /// nil when `url` (built from a request's path) stays under the base URL's path, else why
+    /// not. Dot segments must not climb out of it (`/v1/../admin`), or a caller could reach
+    /// what the operator did not expose — nor may anything an origin might read as one after
+    /// Larder has normalised the path: a dot segment with path parameters (`..;/admin`, read as
+    /// `..` by Tomcat and Spring), an encoded slash or backslash (`..%2Fadmin`, `..%5Cadmin`),
+    /// or a literal backslash.
+    public func refusal(for url: UpstreamURL, cdn: Bool) -> String? {
+        guard let base = (cdn ? cdnURL : baseURL).flatMap({ try? UpstreamURL(parsing: $0) }) else {
+            return "upstream '\(name)' has no \(cdn ? "cdnUrl" : "baseUrl")"
+        }
         let basePath = base.path.hasSuffix("/") ? String(base.path.dropLast()) : base.path
-        return basePath.isEmpty || url.path == basePath || url.path.hasPrefix(basePath + "/")
+        guard basePath.isEmpty || url.path == basePath || url.path.hasPrefix(basePath + "/") else {
+            return "leaves the base path of upstream '\(name)'"
+        }
+        let rest = url.path.dropFirst(basePath.count)
+        let upper = rest.uppercased()
+        if upper.contains("%2F") || upper.contains("%5C") || rest.contains("\\") {
+            return "an encoded slash or a backslash could leave the base path of upstream '\(name)'"
+        }
+        for segment in rest.split(separator: "/") {
+            let bare = segment.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false)[0]
+            if bare == "." || bare == ".." {
+                return "a dot segment with parameters could leave the base path of upstream '\(name)'"
+            }
+        }
+        return nil
     }
 
     /// The absolute URL for `path` (which may carry its own query) under this upstream.

@@ -20,6 +20,23 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
         return self
     }
 
+    /// The IPv4 addresses an IPv6 address carries and that a network may deliver it to:
+    /// IPv4-mapped (::ffff:0:0/96), IPv4-translated (::ffff:0:0:0/96, RFC 2765),
+    /// IPv4-compatible (::/96, deprecated), NAT64 (64:ff9b::/96, RFC 6052) and 6to4
+    /// (2002::/16, RFC 3056). `64:ff9b::a9fe:a9fe` reaches 169.254.169.254 through a NAT64
+    /// gateway, so each is judged as the IPv4 address inside it too.
+    public var embeddedIPv4: [IPAddress] {
+        guard bytes.count == 16 else { return [] }
+        func tail() -> IPAddress { IPAddress(bytes: Array(bytes[12..<16]))! }
+        let zeroes = { (range: Range<Int>) in self.bytes[range].allSatisfy { $0 == 0 } }
+        if zeroes(0..<10), bytes[10] == 0xFF, bytes[11] == 0xFF { return [tail()] }
+        if zeroes(0..<8), bytes[8] == 0xFF, bytes[9] == 0xFF, zeroes(10..<12) { return [tail()] }
+        if zeroes(0..<12), !(zeroes(12..<15) && bytes[15] <= 1) { return [tail()] } // not :: or ::1
+        if bytes[0..<12] == [0x00, 0x64, 0xFF, 0x9B, 0, 0, 0, 0, 0, 0, 0, 0][...] { return [tail()] }
+        if bytes[0] == 0x20, bytes[1] == 0x02 { return [IPAddress(bytes: Array(bytes[2..<6]))!] }
+        return []
+    }
+
     public var description: String {
         if bytes.count == 4 { return bytes.map(String.init).joined(separator: ".") }
         return stride(from: 0, to: 16, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
@@ -101,6 +118,9 @@ public struct UpstreamAccessPolicy: Sendable {
         AddressRange("fc00::/7", "unique local"),
         AddressRange("ff00::/8", "multicast"),
         AddressRange("64:ff9b::/96", "NAT64"),
+        AddressRange("64:ff9b:1::/48", "local-use NAT64"),
+        AddressRange("2001::/32", "Teredo"),
+        AddressRange("2002::/16", "6to4"),
     ]
 
     /// nil when the host name may be requested, else the reason.
@@ -117,14 +137,18 @@ public struct UpstreamAccessPolicy: Sendable {
         return "host '\(host)' is not in the allowed hosts"
     }
 
-    /// nil when the address may be connected to, else the reason.
+    /// nil when the address may be connected to, else the reason. An IPv6 address that
+    /// carries an IPv4 address (see `IPAddress.embeddedIPv4`) is refused when that one is.
     public func refusal(forAddress raw: IPAddress) -> String? {
         let address = raw.unmapped
-        if let range = Self.alwaysRefused.first(where: { $0.contains(address) }) {
-            return "address \(address) is \(range.label)"
-        }
-        if denyPrivate, let range = Self.privateRanges.first(where: { $0.contains(address) }) {
-            return "address \(address) is \(range.label)"
+        for candidate in [address] + address.embeddedIPv4 {
+            let via = candidate == address ? "" : " (inside \(address))"
+            if let range = Self.alwaysRefused.first(where: { $0.contains(candidate) }) {
+                return "address \(candidate)\(via) is \(range.label)"
+            }
+            if denyPrivate, let range = Self.privateRanges.first(where: { $0.contains(candidate) }) {
+                return "address \(candidate)\(via) is \(range.label)"
+            }
         }
         return nil
     }

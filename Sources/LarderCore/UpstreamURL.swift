@@ -83,19 +83,21 @@ public struct UpstreamURL: Sendable, Equatable {
         return result
     }
 
-    /// The URL as it enters the cache key: query sorted by name then value, `ignoring` names removed.
+    /// The URL as it enters the cache key: query sorted by name, `ignoring` names removed.
+    /// Parameters of the same name keep the caller's order (a stable sort by name only): the
+    /// upstream receives them in that order and may read the first or the last, so
+    /// `?a=evil&a=good` and `?a=good&a=evil` are different requests.
     public func keyString(ignoring ignored: Set<String> = []) -> String {
         let ignoredEncoded = Set(ignored.map(Self.encodeQueryComponent))
-        let kept = queryItems
-            .filter { !ignoredEncoded.contains($0.name) }
+        let kept = queryItems.enumerated()
+            .filter { !ignoredEncoded.contains($0.element.name) }
             .sorted { lhs, rhs in
-                if lhs.name != rhs.name { return lhs.name.utf8.lexicographicallyPrecedes(rhs.name.utf8) }
-                switch (lhs.value, rhs.value) {
-                case (nil, nil), (_?, nil): return false
-                case (nil, _?): return true
-                case let (left?, right?): return left.utf8.lexicographicallyPrecedes(right.utf8)
+                if lhs.element.name != rhs.element.name {
+                    return lhs.element.name.utf8.lexicographicallyPrecedes(rhs.element.name.utf8)
                 }
+                return lhs.offset < rhs.offset
             }
+            .map(\.element)
         var result = "\(scheme)://\(authority)\(path)"
         if !kept.isEmpty {
             result += "?" + kept.map(Self.render).joined(separator: "&")

@@ -8,6 +8,13 @@
 // Redirects are followed here, not by libcurl, so each hop's URL is checked against the
 // access policy (scheme and allowed hosts) before it is requested; every connection's actual
 // address is checked in the open-socket callback, before `connect`, whatever the name was.
+//
+// Bounds, so that many large or many concurrent fetches cannot exhaust memory: at most
+// `maxTransfers` transfers run at once (others wait in order, their deadlines running), and the
+// bodies being received add up to at most `maxInflightBodyBytes` — a transfer that would go
+// over is paused (libcurl's CURL_WRITEFUNC_PAUSE: nothing more is read from its socket) until
+// another one finishes, except the oldest transfer, which always proceeds so that the loop can
+// never wait on itself. Memory for bodies in flight is thus at most the budget plus one body.
 
 import CCurl
 import Dispatch
@@ -38,6 +45,11 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     private let userAgent: String
     private let inbox = Mutex<Inbox>(Inbox())
     private var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
+    /// Exchanges waiting for a transfer slot, in arrival order (loop thread only).
+    private var waiting: [Exchange] = []
+    private let maxTransfers: Int
+    private let budget: BodyBudget
+    private var nextSequence = 0
     private let finished = DispatchSemaphore(value: 0)
     private let started = Atomic<Bool>(false)
 
@@ -46,9 +58,12 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         var stopping = false
     }
 
-    public init(policy: UpstreamAccessPolicy, clock: Clock, userAgent: String, logger: Logger) {
+    public init(policy: UpstreamAccessPolicy, clock: Clock, userAgent: String, logger: Logger,
+                maxTransfers: Int = 256, maxInflightBodyBytes: Int = 256 << 20) {
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed") }
         self.multi = multi
+        self.maxTransfers = max(1, maxTransfers)
+        self.budget = BodyBudget(limit: max(1, maxInflightBodyBytes))
         self.policy = policy
         self.clock = clock
         self.userAgent = userAgent
@@ -102,7 +117,8 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
                 return (inbox.exchanges, inbox.stopping)
             }
             if stopping {
-                for exchange in incoming { exchange.fail(LarderError(.shuttingDown, "Larder is shutting down")) }
+                for exchange in incoming + waiting { exchange.fail(LarderError(.shuttingDown, "Larder is shutting down")) }
+                waiting.removeAll()
                 for (handle, transfer) in transfers {
                     curl_multi_remove_handle(multi, handle)
                     transfer.exchange.fail(LarderError(.shuttingDown, "Larder is shutting down"))
@@ -113,6 +129,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
                 return
             }
             for exchange in incoming { begin(exchange) }
+            expireWaiting()
             curl_multi_perform(multi, &running)
             var remaining: Int32 = 0
             while let message = curl_multi_info_read(multi, &remaining) {
@@ -120,18 +137,57 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
                 let result = larder_curl_msg_result(message)
                 curl_multi_remove_handle(multi, handle)
                 if let transfer = transfers.removeValue(forKey: handle) {
+                    budget.release(transfer)
+                    budget.oldest = transfers.values.lazy.map(\.sequence).min() ?? 0
                     finish(transfer, result: result)
                 }
             }
+            startWaiting()
+            resumePaused()
             curl_multi_poll(multi, nil, 0, 1000, nil)
         }
     }
 
-    /// Starts the exchange's current hop.
+    /// Starts waiting exchanges while there are free slots.
+    private func startWaiting() {
+        guard !waiting.isEmpty, transfers.count < maxTransfers else { return }
+        let count = min(waiting.count, maxTransfers - transfers.count)
+        let starting = waiting.prefix(count)
+        waiting.removeFirst(count)
+        for exchange in starting { begin(exchange) }
+    }
+
+    /// Fails waiting exchanges whose deadline passed before they got a slot.
+    private func expireWaiting() {
+        guard !waiting.isEmpty else { return }
+        let now = clock.now()
+        waiting.removeAll { exchange in
+            guard exchange.deadline <= now else { return false }
+            exchange.fail(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms (waited for a transfer slot)"))
+            return true
+        }
+    }
+
+    /// Unpauses transfers that waited for body budget, now that some was released. Unpausing
+    /// may deliver data at once (and pause again), so the list is taken first.
+    private func resumePaused() {
+        guard !budget.paused.isEmpty, budget.used < budget.limit else { return }
+        let paused = budget.paused
+        budget.paused.removeAll()
+        for transfer in paused where transfers[transfer.handle] === transfer {
+            larder_curl_unpause(transfer.handle)
+        }
+    }
+
+    /// Starts the exchange's current hop, or queues it when every transfer slot is taken.
     private func begin(_ exchange: Exchange) {
         let remainingMs = Int((exchange.deadline - clock.now()) * 1000)
         guard remainingMs > 0 else {
             return exchange.fail(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms"))
+        }
+        guard transfers.count < maxTransfers else {
+            waiting.append(exchange)
+            return
         }
         if let refusal = policy.refusal(forHost: exchange.url.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) {
             return exchange.fail(LarderError(.upstreamForbidden, refusal))
@@ -139,7 +195,9 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         guard let handle = curl_easy_init() else {
             return exchange.fail(LarderError(.upstreamUnreachable, "cannot create a transfer"))
         }
-        let transfer = Transfer(handle: handle, exchange: exchange, policy: policy)
+        nextSequence += 1
+        let transfer = Transfer(handle: handle, exchange: exchange, policy: policy, budget: budget, sequence: nextSequence)
+        budget.oldest = transfers.isEmpty ? nextSequence : min(budget.oldest, nextSequence)
         transfer.configure(userAgent: userAgent, timeoutMs: remainingMs)
         transfers[handle] = transfer
         curl_multi_add_handle(multi, handle)
@@ -183,9 +241,14 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
             exchange.body = nil
             exchange.headers.removeAll { $0.name.caseInsensitiveEquals("content-type") }
         }
-        // Credentials never follow a redirect to another origin.
+        // Credentials never follow a redirect to another origin, nor do the fields a named
+        // upstream's configuration added (an API key is a credential by another name).
         if !next.isSameOrigin(as: exchange.url) {
-            exchange.headers.removeAll { $0.name.caseInsensitiveEquals("authorization") || $0.name.caseInsensitiveEquals("cookie") }
+            let bound = exchange.request.originBoundHeaders
+            exchange.headers.removeAll { field in
+                field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie")
+                    || bound.contains(field.name.lowercasedASCII)
+            }
         }
         exchange.url = next
         begin(exchange)
@@ -219,24 +282,59 @@ private final class Exchange: @unchecked Sendable {
     func succeed(_ response: UpstreamResponse) { completion(.success(response)) }
 }
 
+/// Bytes of bodies being received, against the limit. Confined to the loop thread (the
+/// write callback runs inside curl_multi_perform there).
+private final class BodyBudget {
+    let limit: Int
+    var used = 0
+    /// Transfers paused for lack of budget, to unpause when some is released.
+    var paused: [Transfer] = []
+    /// The sequence number of the oldest transfer in progress, which is never paused.
+    var oldest = 0
+
+    init(limit: Int) { self.limit = limit }
+
+    /// Whether `transfer` may take `count` more bytes now (it takes them if so).
+    func take(_ count: Int, for transfer: Transfer) -> Bool {
+        guard used + count <= limit || transfer.sequence <= oldest else { return false }
+        used += count
+        transfer.accounted += count
+        return true
+    }
+
+    /// Gives back what a finished transfer held.
+    func release(_ transfer: Transfer) {
+        used -= transfer.accounted
+        transfer.accounted = 0
+    }
+}
+
 /// One hop: an easy handle and what its callbacks collect. Retained (through `Unmanaged`)
 /// while libcurl may call back into it; `release` balances that.
 private final class Transfer {
     let handle: UnsafeMutableRawPointer
     let exchange: Exchange
     let policy: UpstreamAccessPolicy
+    let budget: BodyBudget
+    let sequence: Int
+    /// Body bytes counted against the budget.
+    var accounted = 0
     var headers: [HeaderField] = []
     var body: [UInt8] = []
     var tooLarge = false
     var refusal: String?
+    /// The upstream answered 101 Switching Protocols, which Larder never asks for.
+    var switchedProtocols = false
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
     private var unmanaged: Unmanaged<Transfer>?
 
-    init(handle: UnsafeMutableRawPointer, exchange: Exchange, policy: UpstreamAccessPolicy) {
+    init(handle: UnsafeMutableRawPointer, exchange: Exchange, policy: UpstreamAccessPolicy, budget: BodyBudget, sequence: Int) {
         self.handle = handle
         self.exchange = exchange
         self.policy = policy
+        self.budget = budget
+        self.sequence = sequence
         errorBuffer.initialize(to: 0)
     }
 
@@ -292,8 +390,10 @@ private final class Transfer {
 
         var list: UnsafeMutablePointer<curl_slist>?
         var hasUserAgent = false
+        var hasContentType = false
         for field in exchange.headers {
             if field.name.caseInsensitiveEquals("user-agent") { hasUserAgent = true }
+            if field.name.caseInsensitiveEquals("content-type") { hasContentType = true }
             // "Name:" alone would remove a libcurl default; "Name;" sends an empty value.
             let line = field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
             if FieldBytes.hasRawBytes(line) {
@@ -309,6 +409,9 @@ private final class Transfer {
         if !hasUserAgent { list = curl_slist_append(list, "User-Agent: \(userAgent)") }
         // No "Expect: 100-continue" round trip for larger bodies.
         list = curl_slist_append(list, "Expect:")
+        // libcurl labels a body it is given as a form (application/x-www-form-urlencoded);
+        // the body is the caller's, and so is its type, or lack of one.
+        if !hasContentType { list = curl_slist_append(list, "Content-Type:") }
         headerList = list
         larder_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
     }
@@ -327,6 +430,9 @@ private final class Transfer {
         if let refusal {
             return LarderError(.upstreamForbidden, "connection refused by policy: \(refusal)")
         }
+        if switchedProtocols {
+            return LarderError(.upstreamError, "\(exchange.url.authority) switched protocols (101), which Larder did not ask for")
+        }
         if tooLarge || code == CURLE_FILESIZE_EXCEEDED {
             return LarderError(.upstreamTooLarge, "upstream body is larger than \(exchange.request.maxBodyBytes) bytes")
         }
@@ -343,21 +449,30 @@ private final class Transfer {
         }
     }
 
-    func receiveHeaderLine(_ line: String) {
+    /// Takes one header line; returns false to abort the transfer.
+    func receiveHeaderLine(_ line: String) -> Bool {
         if line.hasPrefix("HTTP/") {
+            // 101 would hand the connection over to another protocol and wait on it forever:
+            // Larder never sends Upgrade, so it is an error (RFC 9110 §15.2.2).
+            let parts = line.split(separator: " ", maxSplits: 2)
+            if parts.count >= 2, parts[1] == "101" {
+                switchedProtocols = true
+                return false
+            }
             // A new status line: an interim (1xx) response came first; start over.
             headers.removeAll(keepingCapacity: true)
-            return
+            return true
         }
         let trimmed = line.trimmingCharacters(in: CharacterSet(charactersIn: "\r\n"))
-        guard !trimmed.isEmpty else { return }
+        guard !trimmed.isEmpty else { return true }
         if trimmed.first == " " || trimmed.first == "\t" {
             // obs-fold (RFC 9112 §5.2): a continuation of the previous field.
             if !headers.isEmpty { headers[headers.count - 1].value += " " + trimmed.trimmingSpaces }
-            return
+            return true
         }
-        guard let colon = trimmed.firstIndex(of: ":") else { return }
+        guard let colon = trimmed.firstIndex(of: ":") else { return true }
         headers.append(HeaderField(String(trimmed[..<colon]), trimmed[trimmed.index(after: colon)...].trimmingSpaces))
+        return true
     }
 }
 
@@ -369,6 +484,11 @@ private let writeCallback: larder_curl_data_callback = { data, size, count, cont
     guard transfer.body.count + length <= transfer.exchange.request.maxBodyBytes else {
         transfer.tooLarge = true
         return 0 // makes libcurl abort with CURLE_WRITE_ERROR
+    }
+    guard transfer.budget.take(length, for: transfer) else {
+        // Over the in-flight budget: libcurl keeps these bytes and offers them again on unpause.
+        transfer.budget.paused.append(transfer)
+        return larder_curl_writefunc_pause()
     }
     data.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
         transfer.body.append(contentsOf: UnsafeBufferPointer(start: bytes, count: length))
@@ -382,8 +502,7 @@ private let headerCallback: larder_curl_data_callback = { data, size, count, con
     let line = data.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
         FieldBytes.string(UnsafeBufferPointer(start: bytes, count: length))
     }
-    transfer.receiveHeaderLine(line)
-    return length
+    return transfer.receiveHeaderLine(line) ? length : 0
 }
 
 private let openSocketCallback: larder_curl_opensocket_callback = { context, purpose, address in

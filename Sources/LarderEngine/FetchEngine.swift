@@ -190,6 +190,7 @@ public final class FetchEngine: Sendable {
                                               body: request.body, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
         upstreamRequest.followRedirects = !request.shared
+        upstreamRequest.originBoundHeaders = request.originBoundHeaders
         let sentAt = clock.now()
         upstream.send(upstreamRequest) { [self] result in
             if case .success(let response) = result, response.status == 304, let validating {
@@ -232,7 +233,7 @@ public final class FetchEngine: Sendable {
                                         partitioned: prepared.derived.partitioned, status: current.status, headers: headers,
                                         bodySize: current.body.count, maxBodySize: limits.maxStoredBodyBytes,
                                         requestTime: sentAt, responseTime: now, directives: prepared.request.directives,
-                                        sharedWithAuthorization: prepared.request.shared && prepared.request.hasAuthorization)
+                                        sharedWithCredentials: prepared.request.shared && prepared.request.hasCredentials)
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version, stored: false)
@@ -296,13 +297,15 @@ public final class FetchEngine: Sendable {
         // Ages are measured on the engine's clock (injected), durations on the upstream's.
         let arrivedAt = clock.now()
         let upstreamMs = (response.responseTime - response.requestTime) * 1000
-        let kind = BodyKind.classify(contentType: response.headers.values("content-type").first, body: response.body)
+        // The proxy passes bodies on as they are: only the /fetch envelope needs the kind.
+        let kind = request.shared ? BodyKind.binary
+            : BodyKind.classify(contentType: response.headers.values("content-type").first, body: response.body)
         let decision = CacheRules.store(policy: options.policy, method: request.method, ttl: options.ttl,
                                         partitioned: derived.partitioned, status: response.status,
                                         headers: response.headers, bodySize: response.body.count,
                                         maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: arrivedAt,
                                         directives: request.directives,
-                                        sharedWithAuthorization: request.shared && request.hasAuthorization)
+                                        sharedWithCredentials: request.shared && request.hasCredentials)
         let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         switch decision {
         case .refuse(let reason):
@@ -360,7 +363,7 @@ public final class FetchEngine: Sendable {
             policy: get.cache.policy, method: .get, ttl: nil, partitioned: derived.partitioned, status: response.status,
             headers: response.headers, bodySize: response.body.count, maxBodySize: limits.maxStoredBodyBytes,
             requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
-            sharedWithAuthorization: request.hasAuthorization) else { return nil }
+            sharedWithCredentials: request.hasCredentials) else { return nil }
         return entry(storing: response, for: get, derived: derived, kind: kind, stored: stored, at: arrivedAt)
     }
 

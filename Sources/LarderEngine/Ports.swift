@@ -93,6 +93,9 @@ public struct UpstreamRequest: Sendable {
     /// /fetch follows redirects for its caller; the proxy passes them on to the client, as a
     /// reverse proxy does.
     public var followRedirects = true
+    /// Fields (lower-case names) dropped, with Authorization and Cookie, when a redirect leaves
+    /// the origin: those a named upstream's configuration added (an API key, say).
+    public var originBoundHeaders: Set<String> = []
 
     public init(method: HTTPMethod, url: UpstreamURL, headers: [HeaderField], body: [UInt8]?, timeoutMs: Int, maxBodyBytes: Int) {
         self.method = method

@@ -81,7 +81,13 @@ public struct HTTPServerConfiguration: Sendable {
     public var threads: Int = 2
     /// Idle keep-alive connections are closed after this many seconds.
     public var connectionTimeoutSeconds: Int = 60
-    public var connectionLimit: Int = 4096
+    /// A new connection that sends nothing for this many seconds before its first request's
+    /// header section is complete is closed (slow-header attacks); then the idle timeout applies.
+    public var headerTimeoutSeconds: Int = 10
+    /// Connections open at once; lowered at start to what the open-file limit allows.
+    public var connectionLimit: Int = 16_384
+    /// Connections open at once from one client address (0 = no limit).
+    public var connectionsPerAddress: Int = 1024
     /// libmicrohttpd's per-connection memory pool: the request line and header fields must fit
     /// (about 14 KiB of them with 16 KiB; more is answered 431). libmicrohttpd clears the pool
     /// after every request, and with its own default of 32 KiB that clearing cost ~7 % of
@@ -92,6 +98,13 @@ public struct HTTPServerConfiguration: Sendable {
     /// The answer to requests that arrive while draining (see `stopAccepting`).
     public var drainResponse = HTTPServerResponse(status: 503, headers: [("Content-Type", "text/plain")],
                                                   body: Array("shutting down\n".utf8))
+    /// The answer to a request whose header section is refused (see RequestFraming), given
+    /// the status and the reason; the connection is closed after it.
+    public var rejectResponse: @Sendable (_ status: Int, _ reason: String) -> HTTPServerResponse = { status, reason in
+        HTTPServerResponse(status: status, headers: [("Content-Type", "text/plain")], body: Array((reason + "\n").utf8))
+    }
+    /// Told of every refused request (for the access log): method, path, status, reason.
+    public var onReject: (@Sendable (_ method: String, _ path: String, _ status: Int, _ reason: String) -> Void)?
     public init() {}
 }
 
@@ -127,10 +140,15 @@ public final class HTTPServer: @unchecked Sendable {
         if isIPv6 { flags |= UInt32(MHD_USE_IPv6.rawValue) }
         let reference = Unmanaged.passRetained(self)
         let opaque = reference.toOpaque()
+        let connectionLimit = Self.affordableConnections(configuration.connectionLimit)
+        // The daemon-wide timeout is the header timeout: it covers a new connection until its
+        // first header section is complete, when the handler raises it to the idle timeout.
+        let firstTimeout = min(configuration.headerTimeoutSeconds, configuration.connectionTimeoutSeconds)
         let started = withUnsafePointer(to: &storage) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
                 larder_mhd_start(flags, address, UInt32(max(2, configuration.threads)),
-                                 UInt32(configuration.connectionTimeoutSeconds), UInt32(configuration.connectionLimit),
+                                 UInt32(max(1, firstTimeout)), UInt32(connectionLimit),
+                                 UInt32(max(0, configuration.connectionsPerAddress)),
                                  configuration.connectionMemoryBytes, accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque)
             }
         }
@@ -187,6 +205,20 @@ public final class HTTPServer: @unchecked Sendable {
         selfReference = nil
     }
 
+    /// Raises the soft open-file limit to the hard one and returns how many connections fit
+    /// in it, leaving room for the database, upstream connections and the rest.
+    private static func affordableConnections(_ wanted: Int) -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return wanted }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        let available = limit.rlim_cur == rlim_t.max ? UInt64(Int32.max) : UInt64(limit.rlim_cur)
+        return max(16, min(wanted, Int(min(available, UInt64(Int32.max))) - 1024))
+    }
+
     /// Fills `storage` with the bind address; returns true for IPv6.
     private static func resolve(_ host: String, port: Int, into storage: inout sockaddr_storage) throws -> Bool {
         var hints = addrinfo()
@@ -211,7 +243,7 @@ final class RequestContext: @unchecked Sendable {
     // that runs the handler for this connection (libmicrohttpd serialises calls per
     // connection); the hand-over between the handler and `respond` goes through `state`.
 
-    enum Phase { case headers, body, dispatched }
+    enum Phase { case headers, body, dispatched, rejected }
 
     struct HandOver {
         var response: HTTPServerResponse?
@@ -227,6 +259,7 @@ final class RequestContext: @unchecked Sendable {
 
     let rawTarget: String
     var phase: Phase = .headers
+    var headers: [(name: String, value: String)] = []
     var body: [UInt8] = []
     var tooLarge = false
     /// Dispatched to the handler and not yet completed (counted in `HTTPServer.inFlight`).
@@ -272,8 +305,24 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
 
     switch context.phase {
     case .headers:
-        // First call: headers only. Never queue here (keep-alive would be lost).
+        // First call: headers only. Never queue here (keep-alive would be lost) — except to
+        // refuse a request, whose connection is closed anyway.
+        let headers = collectHeaders(connection)
+        if let rejection = RequestFraming.check(headers) {
+            context.phase = .rejected
+            let methodName = method.map { String(cString: $0) } ?? "-"
+            server.configuration.onReject?(methodName, url.map { String(cString: $0) } ?? "/", rejection.status, rejection.message)
+            var response = server.configuration.rejectResponse(rejection.status, rejection.message)
+            response.headers.append(("Connection", "close"))
+            return queue(response, on: connection)
+        }
+        context.headers = headers
         context.phase = .body
+        larder_mhd_set_connection_timeout(connection, UInt32(max(1, server.configuration.connectionTimeoutSeconds)))
+        return MHD_Result.YES
+    case .rejected:
+        // Whatever else arrives is dropped; the connection closes after the refusal.
+        uploadSize.pointee = 0
         return MHD_Result.YES
     case .body:
         if uploadSize.pointee > 0 {
@@ -303,10 +352,11 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
             method: method.map { String(cString: $0) } ?? "GET",
             path: url.map { String(cString: $0) } ?? "/",
             rawTarget: context.rawTarget,
-            headers: collectHeaders(connection),
+            headers: context.headers,
             body: context.body,
             bodyTooLarge: context.tooLarge)
         context.body = []
+        context.headers = []
         if let response = server.handler.handle(request, responder: HTTPResponder(context: context, server: server)) {
             return queue(response, on: connection)
         }
@@ -349,19 +399,21 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer)
     return result
 }
 
+/// The request's header fields with their sizes as parsed, so a NUL inside a name or value is
+/// seen (and refused) rather than silently cutting it short.
 private func collectHeaders(_ connection: OpaquePointer) -> [(name: String, value: String)] {
     var headers: [(name: String, value: String)] = []
     withUnsafeMutablePointer(to: &headers) { pointer in
-        _ = MHD_get_connection_values(connection, .HEADER_KIND, { slot, _, key, value in
+        _ = MHD_get_connection_values_n(connection, .HEADER_KIND, { slot, _, key, keySize, value, valueSize in
             guard let slot, let key else { return MHD_Result.YES }
             let list = slot.assumingMemoryBound(to: [(name: String, value: String)].self)
-            let text = value.map { pointer in
-                let length = strlen(pointer)
-                return pointer.withMemoryRebound(to: UInt8.self, capacity: length) {
-                    FieldBytes.string(UnsafeBufferPointer(start: $0, count: length))
+            func text(_ pointer: UnsafePointer<CChar>?, _ count: Int) -> String {
+                guard let pointer, count > 0 else { return "" }
+                return pointer.withMemoryRebound(to: UInt8.self, capacity: count) {
+                    FieldBytes.string(UnsafeBufferPointer(start: $0, count: count))
                 }
-            } ?? ""
-            list.pointee.append((String(cString: key), text))
+            }
+            list.pointee.append((text(key, keySize), text(value, valueSize)))
             return MHD_Result.YES
         }, pointer)
     }

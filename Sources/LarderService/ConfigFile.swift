@@ -7,6 +7,8 @@
 //   denyPrivate: false         threads: 2            maxBodyBytes: 67108864
 //   memoryMb: 64               shutdownGrace: 10     accessLog: true
 //   proxyRoot: api             proxyPort: 8081       maxVariants: 16
+//   maxUpstreamTransfers: 256  maxInflightMb: 256    headerTimeout: 10
+//   connectionsPerAddress: 1024
 //   upstreams:
 //     - name: api
 //       baseUrl: https://api.example.com/v1
@@ -46,7 +48,8 @@ public enum ConfigFile {
 
         func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
-                                      "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants"]
+                                      "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
+                                      "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -56,7 +59,11 @@ public enum ConfigFile {
             if let value = root["denyPrivate"] { configuration.denyPrivate = try boolean(value, "denyPrivate") }
             if let value = root["threads"] { configuration.serverThreads = try integer(value, "threads") }
             if let value = root["maxBodyBytes"] { configuration.maxUpstreamBodyBytes = try integer(value, "maxBodyBytes") }
-            if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try integer(value, "memoryMb") << 20 }
+            if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try megabytes(value, "memoryMb") }
+            if let value = root["maxUpstreamTransfers"] { configuration.maxUpstreamTransfers = try integer(value, "maxUpstreamTransfers") }
+            if let value = root["maxInflightMb"] { configuration.maxInflightBodyBytes = try megabytes(value, "maxInflightMb") }
+            if let value = root["headerTimeout"] { configuration.headerTimeoutSeconds = try integer(value, "headerTimeout") }
+            if let value = root["connectionsPerAddress"] { configuration.connectionsPerAddress = try integer(value, "connectionsPerAddress") }
             if let value = root["shutdownGrace"] { configuration.shutdownGraceSeconds = try number(value, "shutdownGrace") }
             if let value = root["accessLog"] { configuration.accessLog = try boolean(value, "accessLog") }
             if let value = root["proxyRoot"] { configuration.proxyRoot = try string(value, "proxyRoot") }
@@ -68,6 +75,12 @@ public enum ConfigFile {
                     try upstream(item, at: "upstreams[\(index)]")
                 }
             }
+        }
+
+        private func megabytes(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
+            let count = try integer(value, key)
+            guard (0...(1 << 30)).contains(count) else { throw error(key, "is out of range") }
+            return count << 20
         }
 
         private func upstream(_ value: Any, at key: String) throws(ConfigurationError) -> NamedUpstream {

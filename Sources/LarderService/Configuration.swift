@@ -27,8 +27,18 @@ public struct LarderConfiguration: Sendable {
     public var serverThreads: Int = 2
     /// Largest /fetch request body, bytes.
     public var maxRequestBodyBytes: Int = 1 << 20
-    /// Largest upstream response body, bytes (larger → `upstream_too_large`).
+    /// Largest upstream response body, bytes (larger → `upstream_too_large`); at most
+    /// 1,000,000,000 (SQLite's largest value).
     public var maxUpstreamBodyBytes: Int = 64 << 20
+    /// Upstream transfers in progress at once; more wait their turn (their deadlines run).
+    public var maxUpstreamTransfers: Int = 256
+    /// Bytes of upstream bodies being received at once; a transfer that would go over waits
+    /// (paused) until others finish, except the oldest, so one always progresses.
+    public var maxInflightBodyBytes: Int = 256 << 20
+    /// Seconds a new connection may stay silent before its first header section is complete.
+    public var headerTimeoutSeconds: Int = 10
+    /// Connections open at once from one client address (0 = no limit).
+    public var connectionsPerAddress: Int = 1024
     /// Variants kept per cache key for responses with Vary; the oldest are replaced.
     public var maxVariants: Int = 16
     /// Bytes of hot entries kept in memory in front of SQLite; 0 disables the memory tier.
@@ -40,6 +50,9 @@ public struct LarderConfiguration: Sendable {
 
     public init() {}
 
+    /// SQLite's default SQLITE_MAX_LENGTH: no blob can be larger.
+    public static let maxBodyBytesLimit = 1_000_000_000
+
     public var resolvedSecretPath: String { secretPath ?? databasePath + ".secret" }
 
     /// Checks values a user typed; throws with the option at fault.
@@ -49,6 +62,13 @@ public struct LarderConfiguration: Sendable {
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
         guard (1...1024).contains(maxVariants) else { throw ConfigurationError("max variants must be 1 to 1024") }
         guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
+        guard (1...Self.maxBodyBytesLimit).contains(maxUpstreamBodyBytes) else {
+            throw ConfigurationError("max body bytes must be 1 to \(Self.maxBodyBytesLimit) (SQLite's largest value)")
+        }
+        guard (1...65_536).contains(maxUpstreamTransfers) else { throw ConfigurationError("max upstream transfers must be 1 to 65536") }
+        guard maxInflightBodyBytes >= 1 << 20 else { throw ConfigurationError("max in-flight body bytes must be at least 1 MiB") }
+        guard (1...3600).contains(headerTimeoutSeconds) else { throw ConfigurationError("header timeout must be 1 to 3600 seconds") }
+        guard connectionsPerAddress >= 0 else { throw ConfigurationError("connections per address must be 0 or more") }
         var seen: Set<String> = []
         for upstream in upstreams {
             guard seen.insert(upstream.name).inserted else { throw ConfigurationError("upstream '\(upstream.name)' is defined twice") }

@@ -53,7 +53,9 @@ public final class LarderService: @unchecked Sendable {
         let secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
         let store = try SQLiteCacheStore(path: configuration.databasePath, maxVariants: configuration.maxVariants, logger: logger)
         let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
-        let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger)
+        let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
+                                    maxTransfers: configuration.maxUpstreamTransfers,
+                                    maxInflightBodyBytes: configuration.maxInflightBodyBytes)
         upstream.start()
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
@@ -72,6 +74,18 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.drainResponse = HTTPServerResponse(
             status: 503, headers: [("Content-Type", "application/json")],
             body: LarderError(.shuttingDown, "Larder is shutting down; retry on another instance").jsonBody)
+        serverConfiguration.headerTimeoutSeconds = configuration.headerTimeoutSeconds
+        serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
+        serverConfiguration.rejectResponse = { status, reason in
+            let error = status == 501 ? LarderError(.notImplemented, reason) : LarderError.invalid("headers", reason)
+            return HTTPServerResponse(status: status, headers: [("Content-Type", "application/json")], body: error.jsonBody)
+        }
+        if configuration.accessLog {
+            let logger = self.logger
+            serverConfiguration.onReject = { method, path, status, _ in
+                logger.info("\(AccessLog.escaped(method)) \(AccessLog.escaped(path)) \(status) \(status == 501 ? "not_implemented" : "invalid_request") -")
+            }
+        }
         let server = HTTPServer(configuration: serverConfiguration, handler: router)
         var proxyServer: HTTPServer?
         if let root = configuration.proxyRoot {

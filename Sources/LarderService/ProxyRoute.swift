@@ -25,6 +25,15 @@ struct ProxyRoute: Sendable {
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
+    /// Fields a client could use to make the origin answer differently for the same cache key
+    /// (the origin reflects or routes on them, but they are not part of the key): the
+    /// forwarding headers a proxy in front of Larder would set (Larder is the edge here), and
+    /// the URL and method overrides some frameworks honour. Stripped before forwarding.
+    static let unkeyedOverrides: Set<String> = [
+        "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port",
+        "x-forwarded-prefix", "x-forwarded-server", "x-forwarded-scheme", "x-forwarded-ssl", "x-real-ip", "x-host",
+        "x-original-url", "x-rewrite-url", "x-original-host", "x-http-method-override", "x-http-method", "x-method-override",
+    ]
     /// Conditions (and ranges) Larder evaluates itself for cacheable requests, so the upstream
     /// always sends a full response that can be stored.
     private static let conditionals: Set<String> = ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
@@ -109,22 +118,29 @@ struct ProxyRoute: Sendable {
                                  target: String) throws(LarderError) -> FetchRequest {
         guard let base = upstream.url(for: target, cdn: false) else { throw LarderError(.unknownUpstream, "no base URL") }
         let url = try UpstreamURL(parsing: base, mergingQuery: upstream.query, field: "path")
-        guard upstream.contains(url, cdn: false) else { throw .invalid("path", "leaves the base path of upstream '\(upstream.name)'") }
+        if let refusal = upstream.refusal(for: url, cdn: false) { throw .invalid("path", refusal) }
         let fields = request.headers.map { HeaderField($0.name, $0.value) }
         let nominated = HopByHop.nominated(in: fields)
         let cacheable = method == .get
         var headers: [HeaderField] = []
         for field in fields {
             let name = field.name.lowercasedASCII
-            if HopByHop.contains(name, nominatedBy: nominated) || name.hasPrefix("proxy-") || notForwarded.contains(name) { continue }
+            if HopByHop.contains(name, nominatedBy: nominated) || name.hasPrefix("proxy-") || notForwarded.contains(name)
+                || unkeyedOverrides.contains(name) || name.hasPrefix("x-forwarded-") { continue }
             if cacheable, conditionals.contains(name) { continue }
             headers.append(field)
         }
-        for field in upstream.headers where headers.values(field.name).isEmpty { headers.append(field) }
+        var originBound: Set<String> = []
+        for field in upstream.headers where headers.values(field.name).isEmpty {
+            headers.append(field)
+            originBound.insert(field.name.lowercasedASCII)
+        }
         var options = CacheOptions()
-        options.namespace = "proxy:\(upstream.name)"
-        return FetchRequest(method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
-                            cache: options, shared: true)
+        options.namespace = FetchRequest.reservedNamespacePrefix + upstream.name
+        var forwarded = FetchRequest(method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
+                                     cache: options, shared: true)
+        forwarded.originBoundHeaders = originBound
+        return forwarded
     }
 
     static func render(_ answer: CacheAnswer, method: HTTPMethod, headOnly: Bool, conditions: [(name: String, value: String)]) -> HTTPServerResponse {

@@ -111,7 +111,7 @@ struct Router: HTTPRequestHandler {
         if accessLog {
             let milliseconds = (clock.now() - receivedAt) * 1000
             let rounded = (milliseconds * 100).rounded() / 100
-            logger.info("\(request.method) \(request.path) \(response.status) \(outcome?.rawValue ?? errorCode ?? "-") \(rounded)ms")
+            logger.info("\(AccessLog.escaped(request.method)) \(AccessLog.escaped(request.path)) \(response.status) \(outcome?.rawValue ?? errorCode ?? "-") \(rounded)ms")
         }
         return response
     }

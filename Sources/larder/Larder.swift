@@ -60,6 +60,18 @@ struct Serve: ParsableCommand {
     @Option(help: "Largest upstream response body in bytes (default 67108864).")
     var maxBodyBytes: Int?
 
+    @Option(help: "Upstream transfers in progress at once; more wait their turn (default 256).")
+    var maxUpstreamTransfers: Int?
+
+    @Option(help: "Megabytes of upstream bodies received at once; more waits, except the oldest transfer (default 256).")
+    var maxInflightMb: Int?
+
+    @Option(help: "Seconds a new connection may stay silent before its first request's headers are complete (default 10).")
+    var headerTimeout: Int?
+
+    @Option(help: "Connections open at once from one client address; 0 = no limit (default 1024).")
+    var connectionsPerAddress: Int?
+
     @Option(help: "Variants kept per cache key for responses with Vary (default 16).")
     var maxVariants: Int?
 
@@ -107,7 +119,11 @@ struct Serve: ParsableCommand {
         if denyPrivate { configuration.denyPrivate = true }
         if let threads { configuration.serverThreads = threads }
         if let maxBodyBytes { configuration.maxUpstreamBodyBytes = maxBodyBytes }
-        if let memoryMb { configuration.memoryCapacityBytes = memoryMb << 20 }
+        if let memoryMb { configuration.memoryCapacityBytes = try megabytes(memoryMb, "--memory-mb") }
+        if let maxUpstreamTransfers { configuration.maxUpstreamTransfers = maxUpstreamTransfers }
+        if let maxInflightMb { configuration.maxInflightBodyBytes = try megabytes(maxInflightMb, "--max-inflight-mb") }
+        if let headerTimeout { configuration.headerTimeoutSeconds = headerTimeout }
+        if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
         if let maxVariants { configuration.maxVariants = maxVariants }
         if let shutdownGrace { configuration.shutdownGraceSeconds = shutdownGrace }
         if let accessLog { configuration.accessLog = accessLog }
@@ -117,6 +133,11 @@ struct Serve: ParsableCommand {
             throw ValidationError(error.description)
         }
         return configuration
+    }
+
+    private func megabytes(_ value: Int, _ option: String) throws -> Int {
+        guard (0...(1 << 30)).contains(value) else { throw ValidationError("\(option) \(value) is out of range") }
+        return value << 20
     }
 
     func run() throws {

@@ -37,8 +37,16 @@ final class CacheKeyTests: XCTestCase {
     func testIgnoredQueryParametersAreLeftOutOfTheKey() throws {
         let withIgnore: (inout CacheOptions) -> Void = { $0.ignoreQuery = ["ts"] }
         XCTAssertEqual(key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?ts=999&q=1", withIgnore)))
-        XCTAssertEqual(key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?q=1")))
+        XCTAssertNotEqual(key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?q=1")),
+                          "the ignored names are in the key: an ignored parameter cannot answer for the URL without it")
         XCTAssertNotEqual(key(try request("http://a.test/x?q=1&ts=100")), key(try request("http://a.test/x?q=1&ts=999")))
+        XCTAssertNotEqual(key(try request("http://a.test/x?q=1", withIgnore)), key(try request("http://a.test/x?q=1") { $0.ignoreQuery = ["q2"] }))
+    }
+
+    func testRepeatedQueryParametersKeepTheirOrderInTheKey() throws {
+        XCTAssertNotEqual(key(try request("http://a.test/x?a=evil&a=good")), key(try request("http://a.test/x?a=good&a=evil")))
+        XCTAssertEqual(key(try request("http://a.test/x?b=1&a=evil&a=good")), key(try request("http://a.test/x?a=evil&b=1&a=good")),
+                       "names are still sorted; only values of one name keep their order")
     }
 
     func testMethodNamespaceAndBodyAreInTheKey() throws {

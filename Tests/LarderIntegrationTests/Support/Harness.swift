@@ -25,10 +25,16 @@ final class RunningLarder {
     let service: LarderService
     let configuration: LarderConfiguration
 
-    init(configuration: LarderConfiguration, clock: Clock) throws {
+    init(configuration: LarderConfiguration, clock: Clock, logLines: LogLines? = nil) throws {
         self.configuration = configuration
-        var logger = Logger(label: "larder-test") { StreamLogHandler.standardError(label: $0) }
-        logger.logLevel = .warning
+        var logger: Logger
+        if let logLines {
+            logger = Logger(label: "larder-test") { _ in CapturingLogHandler(lines: logLines) }
+            logger.logLevel = .info
+        } else {
+            logger = Logger(label: "larder-test") { StreamLogHandler.standardError(label: $0) }
+            logger.logLevel = .warning
+        }
         service = LarderService(configuration: configuration, logger: logger, clock: clock)
         try service.start()
     }
@@ -63,14 +69,14 @@ class IntegrationTestCase: XCTestCase {
 
     /// Starts Larder on port 0 with the test's database; `configure` adjusts the defaults.
     @discardableResult
-    func startLarder(_ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+    func startLarder(logLines: LogLines? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
         var configuration = LarderConfiguration()
         configuration.port = 0
         configuration.databasePath = databasePath
         configuration.accessLog = false
         configuration.shutdownGraceSeconds = 5
         configure(&configuration)
-        let larder = try RunningLarder(configuration: configuration, clock: clock.clock)
+        let larder = try RunningLarder(configuration: configuration, clock: clock.clock, logLines: logLines)
         running.append(larder)
         return larder
     }
@@ -110,5 +116,28 @@ class IntegrationTestCase: XCTestCase {
 
     func url(_ path: String, _ query: String = "") -> String {
         origin.base + path + (query.isEmpty ? "" : "?" + query)
+    }
+}
+
+/// Log messages captured from a Larder under test, one entry per message.
+final class LogLines: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var all: [String] { lines.withLock { $0 } }
+}
+
+struct CapturingLogHandler: LogHandler {
+    let lines: LogLines
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .info
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
+             function: String, line: UInt) {
+        lines.append(message.description)
     }
 }

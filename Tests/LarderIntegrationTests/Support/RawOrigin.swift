@@ -1,17 +1,26 @@
-// An origin that answers every connection with the same bytes and closes it: for upstream
-// replies a well-behaved server cannot be made to send (malformed framing and the like).
+// An origin that answers every connection with the same bytes: for upstream replies a
+// well-behaved server cannot be made to send (malformed framing and the like). It records the
+// bytes each connection sent, so tests can check exactly what went upstream.
 
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
 
 final class RawOrigin: @unchecked Sendable {
-    // @unchecked: `listener` is set in init and only read afterwards; the thread owns the rest.
+    // @unchecked: `listener` is set in init and only read afterwards; the thread owns the rest,
+    // and what it shares is Mutex-protected.
     let port: Int
     private let listener: Int32
+    private final class Shared: Sendable {
+        let received = Mutex<[[UInt8]]>([])
+        let open = Mutex<[Int32]>([])
+    }
+    private let shared = Shared()
 
-    init(reply: [UInt8]) throws {
+    /// `holdOpen`: after replying, keep the connection open (until deinit) instead of closing it.
+    init(reply: [UInt8], holdOpen: Bool = false) throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         self.listener = listener
         var address = sockaddr_in()
@@ -27,20 +36,29 @@ final class RawOrigin: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
         }
         port = Int(UInt16(bigEndian: address.sin_port))
-        Thread.detachNewThread {
+        Thread.detachNewThread { [shared] in
             while true {
                 let connection = accept(listener, nil, nil)
                 guard connection >= 0 else { return } // closed by deinit
                 var buffer = [UInt8](repeating: 0, count: 65536)
-                _ = buffer.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
+                let count = buffer.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
+                shared.received.withLock { $0.append(Array(buffer[0..<max(0, count)])) }
                 _ = reply.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                close(connection)
+                if holdOpen {
+                    shared.open.withLock { $0.append(connection) }
+                } else {
+                    close(connection)
+                }
             }
         }
     }
 
+    /// What each connection sent (its first read), in order.
+    var requests: [[UInt8]] { shared.received.withLock { $0 } }
+
     deinit {
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
+        for connection in shared.open.withLock({ $0 }) { close(connection) }
     }
 }

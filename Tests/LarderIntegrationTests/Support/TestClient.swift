@@ -38,11 +38,24 @@ final class TestConnection {
     private let descriptor: Int32
     private var buffer: [UInt8] = []
 
-    init(port: Int, timeoutSeconds: Int = 30) throws {
+    /// `from`: the loopback address to connect from (e.g. "127.0.0.2", another client address).
+    init(port: Int, timeoutSeconds: Int = 30, from source: String? = nil) throws {
         descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw TestClientError(description: "socket failed") }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard bound == 0 else {
+                close(descriptor)
+                throw TestClientError(description: "bind to \(source) failed: errno \(errno)")
+            }
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -77,6 +90,23 @@ final class TestConnection {
     /// POST /fetch with raw bytes.
     func fetchRaw(_ body: String) throws -> TestResponse {
         try request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: Array(body.utf8))
+    }
+
+    /// Waits (up to the receive timeout) until the server closes the connection; true if it
+    /// did. Bytes that arrive first are discarded.
+    func awaitClose() -> Bool {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let received = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            if received == 0 { return true }
+            if received < 0 { return errno == ECONNRESET }
+        }
+    }
+
+    /// Sends raw bytes and reads one response.
+    func raw(_ bytes: [UInt8], method: String = "GET") throws -> TestResponse {
+        try sendAll(bytes)
+        return try readResponse(method: method)
     }
 
     func sendAll(_ bytes: [UInt8]) throws {

@@ -15,6 +15,7 @@
 //   lm=HTTP-DATE       Last-Modified header; a request whose If-Modified-Since equals it gets 304
 //   loop=1             Location header pointing back at this very request
 //   binary=1           a small binary body
+//   jsonsize=N         a JSON array of about N bytes (application/json)
 // The default body is JSON: {"path": …, "n": <how many requests this path has seen>,
 // "method": …, "query": …, "body": <request body as text>, "headers": {…}}.
 
@@ -35,6 +36,8 @@ struct RecordedRequest: Sendable {
 final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
     // @unchecked Sendable: `server` is set once in `start`; the rest is Mutex-protected.
     private let log = Mutex<[String: [RecordedRequest]]>([:])
+    /// Delayed responses not yet sent, and the most there ever were at once.
+    private let concurrency = Mutex<(current: Int, peak: Int)>((0, 0))
     private let changed = Condition()
     private var server: HTTPServer!
 
@@ -75,6 +78,12 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         log.withLock { $0[path] ?? [] }
     }
 
+    /// Requests received on any path.
+    var totalCount: Int { log.withLock { $0.values.reduce(0) { $0 + $1.count } } }
+
+    /// The most delayed (`delay=`) requests that were waiting for their answer at once.
+    var peakConcurrency: Int { concurrency.withLock { $0.peak } }
+
     /// Waits until `path` has seen at least `count` requests (woken on each arrival).
     func waitForCount(_ path: String, atLeast count: Int, timeout: Double = 10) -> Bool {
         changed.wait(timeout: timeout) { self.count(path) >= count }
@@ -105,6 +114,9 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         if let size = query.first(where: { $0.0 == "size" }).flatMap({ Int($0.1) }) {
             body = [UInt8](repeating: UInt8(ascii: "a"), count: size)
             responseHeaders.append(("Content-Type", "text/plain"))
+        } else if let size = query.first(where: { $0.0 == "jsonsize" }).flatMap({ Int($0.1) }) {
+            body = Array("[".utf8) + Array(repeating: Array("123,".utf8), count: max(0, size / 4)).flatMap { $0 } + Array("0]".utf8)
+            responseHeaders.append(("Content-Type", "application/json"))
         } else if query.contains(where: { $0.0 == "binary" }) {
             body = [0xFF, 0x00, 0xFE, 0x01, 0x80]
             responseHeaders.append(("Content-Type", "application/octet-stream"))
@@ -139,7 +151,11 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         let response = HTTPServerResponse(status: status, headers: responseHeaders,
                                           body: request.method == "HEAD" || notModified ? [] : body)
         if let delay = query.first(where: { $0.0 == "delay" }).flatMap({ Int($0.1) }) {
-            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { responder.respond(response) }
+            concurrency.withLock { $0.current += 1; $0.peak = max($0.peak, $0.current) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { [self] in
+                concurrency.withLock { $0.current -= 1 }
+                responder.respond(response)
+            }
             return nil
         }
         return response

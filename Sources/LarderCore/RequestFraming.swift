@@ -1,0 +1,81 @@
+// What a server refuses about a request's header section before it reads a body, so that no
+// field another parser could read differently (request smuggling) reaches the upstream or the
+// cache key.
+//
+// libmicrohttpd 0.9.75 is lenient: it accepts whitespace before the colon
+// (`Transfer-Encoding : chunked`), bare CR and control bytes inside values, and garbles folded
+// lines into odd names. Forwarded as they are, a lenient origin reads a second request out of
+// the body on a pooled upstream connection, and the next caller receives (and the cache
+// stores) its response. So every field name must be a token and every value free of controls
+// (RFC 9110 §5.1, §5.5), and the message framing must be unambiguous (RFC 9112 §6.1, §6.3).
+
+public enum RequestFraming {
+    public struct Rejection: Sendable, Equatable {
+        /// 400, or 501 for a transfer coding Larder does not implement (RFC 9112 §6.1).
+        public let status: Int
+        public let message: String
+    }
+
+    /// nil when the fields may be accepted; otherwise why not. The connection must be closed
+    /// after the answer: the rest of what the client sent cannot be framed reliably.
+    public static func check(_ fields: [(name: String, value: String)]) -> Rejection? {
+        var contentLength: String?
+        var transferCodings: [String] = []
+        for field in fields {
+            guard HTTPToken.isValidName(field.name) else {
+                return Rejection(status: 400, message: "header field name '\(printable(field.name))' is not a token")
+            }
+            // RFC 9110 §5.5: field-vchar / SP / HTAB / obs-text; CR, LF, NUL and other controls
+            // never. (An obs-fold is not forwarded either: libmicrohttpd garbles it into names.)
+            guard !field.value.utf8.contains(where: { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7F }) else {
+                return Rejection(status: 400, message: "header field '\(field.name)' holds a control character")
+            }
+            if field.name.caseInsensitiveEquals("content-length") {
+                // §6.3 item 5: differing lengths (or a list of them that differ) are an error.
+                for member in field.value.split(separator: ",", omittingEmptySubsequences: false) {
+                    let length = member.trimmingSpaces
+                    guard !length.isEmpty, length.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else {
+                        return Rejection(status: 400, message: "Content-Length '\(printable(field.value))' is not a number")
+                    }
+                    if let seen = contentLength, seen != length {
+                        return Rejection(status: 400, message: "Content-Length is given twice with different values")
+                    }
+                    contentLength = length
+                }
+            } else if field.name.caseInsensitiveEquals("transfer-encoding") {
+                for coding in field.value.split(separator: ",") {
+                    let name = coding.trimmingSpaces.lowercasedASCII
+                    if !name.isEmpty { transferCodings.append(name) }
+                }
+            }
+        }
+        guard !transferCodings.isEmpty else { return nil }
+        // §6.1: a message with both is a smuggling attempt, and a server ought to reject it.
+        if contentLength != nil {
+            return Rejection(status: 400, message: "Content-Length and Transfer-Encoding together are refused")
+        }
+        // §6.3 item 4: without chunked as the final coding the body's length is unknown.
+        guard transferCodings.last == "chunked" else {
+            return Rejection(status: 400, message: "Transfer-Encoding must end with chunked")
+        }
+        // §6.1: a coding Larder does not understand (only chunked is) is 501.
+        if transferCodings.count > 1 {
+            return Rejection(status: 501, message: "transfer coding '\(transferCodings[0])' is not implemented")
+        }
+        return nil
+    }
+
+    /// `text` with control characters escaped, for messages and logs.
+    public static func printable(_ text: String) -> String {
+        guard text.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == UInt8(ascii: "\\") }) else { return text }
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar.value {
+            case 0x5C: out += "\\\\"
+            case 0..<0x20, 0x7F: out += "\\x" + (scalar.value < 0x10 ? "0" : "") + String(scalar.value, radix: 16)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+}

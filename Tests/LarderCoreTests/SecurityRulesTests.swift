@@ -1,0 +1,162 @@
+// Pure rules behind issue 13's fixes: request framing, JSON parsing limits, strict fields,
+// the base-path guard and IPv6 forms of refused addresses.
+
+import LarderCore
+#if canImport(Glibc)
+import Glibc
+#endif
+import XCTest
+
+final class RequestFramingTests: XCTestCase {
+    private func check(_ fields: [(String, String)]) -> RequestFraming.Rejection? {
+        RequestFraming.check(fields.map { (name: $0.0, value: $0.1) })
+    }
+
+    func testOrdinaryFieldsPass() {
+        XCTAssertNil(check([("Host", "x"), ("Accept", "*/*"), ("X-Tab", "a\tb"), ("Content-Length", "5")]))
+        XCTAssertNil(check([("Transfer-Encoding", "chunked")]))
+        XCTAssertNil(check([("Content-Length", "5"), ("content-length", "5")]), "repeated identical lengths are one length")
+    }
+
+    func testNamesMustBeTokens() {
+        XCTAssertEqual(check([("Transfer-Encoding ", "chunked")])?.status, 400)
+        XCTAssertEqual(check([("X-A\t", "1")])?.status, 400)
+        XCTAssertEqual(check([("X-ATransfer-Encoding: chunked", "a")])?.status, 400)
+    }
+
+    func testValuesMustHoldNoControls() {
+        XCTAssertEqual(check([("X-A", "a\rb")])?.status, 400)
+        XCTAssertEqual(check([("X-A", "a\u{0}b")])?.status, 400)
+        XCTAssertEqual(check([("X-A", "a\u{1}b")])?.status, 400)
+        XCTAssertEqual(check([("X-A", "a\u{7F}")])?.status, 400)
+    }
+
+    func testAmbiguousFramingIsRefused() {
+        XCTAssertEqual(check([("Content-Length", "3"), ("Content-Length", "5")])?.status, 400)
+        XCTAssertEqual(check([("Content-Length", "3, 5")])?.status, 400)
+        XCTAssertEqual(check([("Content-Length", "-1")])?.status, 400)
+        XCTAssertEqual(check([("Content-Length", "3"), ("Transfer-Encoding", "chunked")])?.status, 400)
+        XCTAssertEqual(check([("Transfer-Encoding", "identity")])?.status, 400)
+        XCTAssertEqual(check([("Transfer-Encoding", "chunked, gzip")])?.status, 400)
+        XCTAssertEqual(check([("Transfer-Encoding", "gzip, chunked")])?.status, 501)
+    }
+
+    func testPrintableEscapesControls() {
+        XCTAssertEqual(RequestFraming.printable("/nope\nFORGED"), "/nope\\x0aFORGED")
+        XCTAssertEqual(RequestFraming.printable("a\\b"), "a\\\\b")
+        XCTAssertEqual(RequestFraming.printable("/plain"), "/plain")
+    }
+}
+
+final class JSONParserTests: XCTestCase {
+    func testParsesEveryKind() throws {
+        let value = try JSONParser.parse(Array(#" {"a":[1,-2.5,1e3,true,false,null,"x\u00e9\n\ud83d\ude00"],"b":{}} "#.utf8))
+        XCTAssertEqual(value, .object(["a": .array([.int(1), .double(-2.5), .double(1000), .bool(true), .bool(false), .null,
+                                                     .string("x\u{E9}\n\u{1F600}")]), "b": .object([:])]))
+        XCTAssertEqual(try JSONParser.parse(Array("9223372036854775808".utf8)), .double(9223372036854775808))
+    }
+
+    func testRejectsMalformedDocuments() {
+        for text in ["", "{", "[1,]", "{\"a\":1,}", "01", "1.", "-", "\"\\x\"", "\"\u{1}\"", "[1] 2", "{\"a\" 1}", "tru",
+                     "\"\\ud800\"", "{\"a\":1,\"a\":2}", "nul", "1e", "[\"a\"", "\"abc"] {
+            XCTAssertThrowsError(try JSONParser.parse(Array(text.utf8)), text)
+            // The validator (for embedding upstream JSON) accepts duplicate names and lone
+            // surrogate escapes, as JSON parsers at large do; the builder refuses them.
+            if !["{\"a\":1,\"a\":2}", "\"\\ud800\""].contains(text) { XCTAssertFalse(JSONParser.isValid(Array(text.utf8)), text) }
+        }
+    }
+
+    func testDepthIsCapped() throws {
+        let deep = String(repeating: "[{\"a\":", count: 40) + "1" + String(repeating: "}]", count: 40)
+        XCTAssertThrowsError(try JSONParser.parse(Array(deep.utf8)))
+        let shallow = String(repeating: "[", count: 64) + String(repeating: "]", count: 64)
+        XCTAssertNoThrow(try JSONParser.parse(Array(shallow.utf8)))
+        XCTAssertTrue(JSONParser.isValid(Array(deep.utf8)))
+        let tooDeep = String(repeating: "[", count: 600) + String(repeating: "]", count: 600)
+        XCTAssertFalse(JSONParser.isValid(Array(tooDeep.utf8)))
+    }
+
+    func testValidatorAcceptsWhatJSONAccepts() {
+        for text in ["{}", "[]", "0", "-0.5e-3", "\"\"", " {\"a\" : [ {\"b\":null} , 2 ] } ", "[[],[{}]]", "\"\\u00e9\\\"\""] {
+            XCTAssertTrue(JSONParser.isValid(Array(text.utf8)), text)
+        }
+    }
+
+    func testLargeJSONBodiesAreNotEmbedded() {
+        let big = "[" + Array(repeating: "1", count: 600_000).joined(separator: ",") + "]"
+        XCTAssertEqual(BodyKind.classify(contentType: "application/json", body: Array(big.utf8)), .text)
+        XCTAssertEqual(BodyKind.classify(contentType: "application/json", body: Array("[1,2]".utf8)), .json)
+    }
+}
+
+final class StrictFieldsTests: XCTestCase {
+    private func error(_ json: String) -> LarderError? {
+        do {
+            _ = try FetchRequest.parse(json: Array(json.utf8))
+            return nil
+        } catch {
+            return error as? LarderError
+        }
+    }
+
+    func testUnknownFieldsAreNamedWithASuggestion() {
+        let typo = error(#"{"url":"http://a.test/","cache":{"tll":60}}"#)
+        XCTAssertEqual(typo?.field, "cache.tll")
+        XCTAssertTrue(typo?.message.contains(#"did you mean "ttl"?"#) == true, typo?.message ?? "")
+        let misspelt = error(#"{"url":"http://a.test/","cahce":{}}"#)
+        XCTAssertEqual(misspelt?.field, "cahce")
+        XCTAssertTrue(misspelt?.message.contains(#""cache""#) == true, misspelt?.message ?? "")
+        let unrelated = error(#"{"url":"http://a.test/","zzzzzz":1}"#)
+        XCTAssertEqual(unrelated?.field, "zzzzzz")
+        XCTAssertFalse(unrelated?.message.contains("did you mean") == true)
+    }
+
+    func testProxyNamespacesAreReserved() {
+        XCTAssertEqual(error(#"{"url":"http://a.test/","cache":{"namespace":"proxy:o"}}"#)?.field, "cache.namespace")
+        XCTAssertNil(error(#"{"url":"http://a.test/","cache":{"namespace":"proxies"}}"#))
+    }
+
+    func testDeepBodiesAreRefused() {
+        let deep = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
+        XCTAssertEqual(error(#"{"url":"http://a.test/","method":"POST","body":\#(deep)}"#)?.field, "body")
+    }
+}
+
+final class BasePathGuardTests: XCTestCase {
+    private let upstream = NamedUpstream(name: "api", baseURL: "http://a.test/v1")
+
+    private func refusal(_ path: String) throws -> String? {
+        upstream.refusal(for: try UpstreamURL(parsing: upstream.url(for: path, cdn: false)!), cdn: false)
+    }
+
+    func testPathsThatAnOriginCouldReadAsClimbingOutAreRefused() throws {
+        for path in ["/../admin", "/..;/admin", "/.%2e;/admin", "/..%2Fadmin", "/..%2fadmin", "/..%5Cadmin", "/x/.;/y", "/%2e%2e/admin"] {
+            XCTAssertNotNil(try refusal(path), path)
+        }
+        for path in ["/cities", "/a..b/c", "/...", "/x;y=1/z", "/.well-known/x", "/%41"] {
+            XCTAssertNil(try refusal(path), path)
+        }
+    }
+}
+
+final class EmbeddedAddressTests: XCTestCase {
+    private func address(_ text: String) -> IPAddress {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        XCTAssertEqual(inet_pton(AF_INET6, text, &bytes), 1, text)
+        return IPAddress(bytes: bytes)!
+    }
+
+    func testTranslationFormsOfRefusedAddressesAreRefused() {
+        let policy = UpstreamAccessPolicy()
+        for text in ["64:ff9b::a9fe:a9fe", "::ffff:0:a9fe:a9fe", "2002:a9fe:a9fe::", "::a9fe:a9fe", "::ffff:169.254.169.254"] {
+            XCTAssertNotNil(policy.refusal(forAddress: address(text)), text)
+        }
+        XCTAssertNil(policy.refusal(forAddress: address("64:ff9b::808:808")), "NAT64 to a public address is fine")
+        XCTAssertNil(policy.refusal(forAddress: address("::1")), "loopback only with --deny-private")
+        let strict = UpstreamAccessPolicy(denyPrivate: true)
+        for text in ["::127.0.0.1", "::1", "64:ff9b::7f00:1", "2002:7f00:1::", "::ffff:0:a00:1", "2001:0:4136:e378::1"] {
+            XCTAssertNotNil(strict.refusal(forAddress: address(text)), text)
+        }
+        XCTAssertNil(strict.refusal(forAddress: address("2606:4700::1111")))
+    }
+}
