@@ -6,6 +6,7 @@
 // goes to the upstream's thread, the store's writer thread persists the response, and `reply`
 // is called from there. No lock is taken on the hit path beyond what the store needs.
 
+import Dispatch
 public import LarderCore
 public import Logging
 import Synchronization
@@ -193,24 +194,44 @@ public final class FetchEngine: Sendable {
         upstreamRequest.originBoundHeaders = request.originBoundHeaders
         let sentAt = clock.now()
         upstream.send(upstreamRequest) { [self] result in
-            if case .success(let response) = result, response.status == 304, let validating {
-                return revalidated(prepared, entry: validating, notModified: response, sentAt: sentAt, flight: flight,
-                                   reply: reply)
-            }
-            switch result {
-            case .failure(let error):
-                let answer = staleOnError(fallback, request: request, error: error.code.rawValue) ?? .failed(error)
-                land(flight, with: .failed(error)) { reply(answer) }
-            case .success(let response):
-                if CacheRules.isServerError(response.status),
-                   let stale = staleOnError(fallback, request: request,
-                                            error: "upstream_status_\(response.status)") {
-                    land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { reply(stale) }
-                    return
+            // Completions arrive on the upstream's single thread; a large body's checks (UTF-8,
+            // JSON) and copies happen elsewhere, so other transfers are not held up behind them.
+            if case .success(let response) = result, response.body.count > Self.offloadBodyBytes {
+                DispatchQueue.global(qos: .userInitiated).async { [self] in
+                    received(result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
+                             validating: validating, sentAt: sentAt, reply: reply)
                 }
-                complete(prepared, outcome: outcome, response: response, sentAt: sentAt,
-                         flight: flight, reply: reply)
+            } else {
+                received(result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
+                         validating: validating, sentAt: sentAt, reply: reply)
             }
+        }
+    }
+
+    /// Bodies larger than this are handled off the upstream's thread.
+    static let offloadBodyBytes = 256 << 10
+
+    private func received(_ result: Result<UpstreamResponse, LarderError>, prepared: PreparedFetch, outcome: CacheOutcome,
+                          fallback: StoredEntry?, flight: FlightKey?, validating: StoredEntry?, sentAt: Double,
+                          reply: @escaping @Sendable (CacheAnswer) -> Void) {
+        let request = prepared.request
+        if case .success(let response) = result, response.status == 304, let validating {
+            return revalidated(prepared, entry: validating, notModified: response, sentAt: sentAt, flight: flight,
+                               reply: reply)
+        }
+        switch result {
+        case .failure(let error):
+            let answer = staleOnError(fallback, request: request, error: error.code.rawValue) ?? .failed(error)
+            land(flight, with: .failed(error)) { reply(answer) }
+        case .success(let response):
+            if CacheRules.isServerError(response.status),
+               let stale = staleOnError(fallback, request: request,
+                                        error: "upstream_status_\(response.status)") {
+                land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { reply(stale) }
+                return
+            }
+            complete(prepared, outcome: outcome, response: response, sentAt: sentAt,
+                     flight: flight, reply: reply)
         }
     }
 
