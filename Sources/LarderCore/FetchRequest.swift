@@ -51,6 +51,8 @@ public struct FetchRequest: Sendable {
     /// Names (lower-case) of fields that a named upstream's configuration added: like
     /// credentials, they never follow a redirect to another origin.
     public var originBoundHeaders: Set<String> = []
+    /// What the response must satisfy to count as a success (nil: anything the upstream says).
+    public var validation: ResponseValidation?
 
     public init(method: HTTPMethod = .get, url: UpstreamURL, headers: [HeaderField] = [], body: [UInt8]? = nil,
                 timeoutMs: Int = FetchRequest.defaultTimeoutMs, cache: CacheOptions = CacheOptions(), shared: Bool = false) {
@@ -84,7 +86,7 @@ public struct FetchRequest: Sendable {
 extension FetchRequest {
     /// The members a /fetch spec may have (anything else is refused, naming it).
     public static let knownFields = ["url", "upstream", "path", "cdn", "method", "query", "headers", "body", "bodyBase64",
-                                     "timeoutMs", "cache"]
+                                     "timeoutMs", "cache", "validate"]
     public static let knownCacheFields = ["policy", "ttl", "version", "sensitive", "ignoreQuery", "namespace",
                                           "staleWhileRevalidate", "staleIfError"]
 
@@ -209,6 +211,9 @@ private struct SpecReader {
         var request = FetchRequest(method: method, url: upstreamURL, headers: fields, body: requestBody,
                                    timeoutMs: timeout, cache: options)
         request.originBoundHeaders = originBound
+        if let validate = spec.value("validate") {
+            request.validation = try ResponseValidation.parse(validate, path: spec.path("validate"))
+        }
         return request
     }
 }

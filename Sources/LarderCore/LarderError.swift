@@ -16,6 +16,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case notCached = "not_cached"
         case shuttingDown = "shutting_down"
         case notImplemented = "not_implemented"
+        case validationFailed = "validation_failed"
     }
 
     public let code: Code
@@ -35,7 +36,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .upstreamForbidden: 403
         case .notFound, .unknownUpstream: 404
         case .methodNotAllowed: 405
-        case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects: 502
+        case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects, .validationFailed: 502
         case .notImplemented: 501
         case .shuttingDown: 503
         case .upstreamTimeout, .notCached: 504

@@ -111,7 +111,8 @@ public final class FetchEngine: Sendable {
         let options = request.cache
         let cacheable = CacheRules.isCacheable(method: request.method, ttl: options.ttl)
         let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
-        let found = readsCache ? variant(for: prepared) : nil
+        // A stored entry the caller's validators reject is, for this caller, not there.
+        let found = readsCache ? variant(for: prepared).flatMap { Self.satisfies($0, request) ? $0 : nil } : nil
         // An entry under another version is never served, not even stale on error.
         let entry = found?.freshness.version == options.version ? found : nil
         let now = clock.now()
@@ -247,6 +248,9 @@ public final class FetchEngine: Sendable {
             return sendUpstream(prepared, outcome: .miss, fallback: nil, flight: flight,
                                 conditional: false, reply: reply)
         }
+        if let validation = prepared.request.validation, let failure = validation.failure(status: current.status, body: current.body) {
+            return land(flight, with: .notShareable) { reply(.failed(LarderError(.validationFailed, failure))) }
+        }
         let now = clock.now()
         let headers = ResponseHeaders.updated(current.headerFields, with: notModified.headers)
         let upstreamMs = (notModified.responseTime - notModified.requestTime) * 1000
@@ -328,6 +332,14 @@ public final class FetchEngine: Sendable {
                                         directives: request.directives,
                                         sharedWithCredentials: request.shared && request.hasCredentials)
         let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
+        if let validation = request.validation, let failure = validation.failure(status: response.status, body: response.body) {
+            // A failed validation is a failed request, and nothing of it is stored. What the
+            // unsafe method changed at the origin still invalidates (RFC 9111 §4.4).
+            let error = CacheAnswer.failed(LarderError(.validationFailed, failure))
+            let stale = Self.invalidatedURLs(request: request, response: response)
+            guard !stale.isEmpty else { return land(flight, with: .notShareable) { reply(error) } }
+            return store.invalidate(urlKeys: stale) { [self] _ in land(flight, with: .notShareable) { reply(error) } }
+        }
         switch decision {
         case .refuse(let reason):
             logger.debug("not stored", metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)"])
@@ -462,13 +474,19 @@ public final class FetchEngine: Sendable {
     /// Whether a waiter may take the response its flight stored: the same variant (§4.1), and
     /// nothing in its own request directives (§5.2.1) rules it out.
     private func acceptsShared(_ entry: StoredEntry, waiter: PreparedFetch, now: Double) -> Bool {
-        guard entry.matches(waiter.request.headers, keys: keys) else { return false }
+        guard entry.matches(waiter.request.headers, keys: keys), Self.satisfies(entry, waiter.request) else { return false }
         let directives = waiter.request.directives
         let ttl = waiter.request.cache.ttl
         if directives.noCache { return false }
         if let maxAge = directives.maxAge, entry.freshness.age(now: now, ttl: ttl) > maxAge { return false }
         if let minFresh = directives.minFresh, entry.freshness.remaining(now: now, ttl: ttl) < minFresh { return false }
         return true
+    }
+
+    /// Whether a stored entry passes the request's validators (always, without any).
+    private static func satisfies(_ entry: StoredEntry, _ request: FetchRequest) -> Bool {
+        guard let validation = request.validation else { return true }
+        return validation.failure(status: entry.status, body: entry.body) == nil
     }
 
     /// RFC 9111 §4.3.5: a HEAD answered from a stored GET of the same resource and key, its

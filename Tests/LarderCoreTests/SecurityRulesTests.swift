@@ -160,3 +160,36 @@ final class EmbeddedAddressTests: XCTestCase {
         XCTAssertNil(strict.refusal(forAddress: address("2606:4700::1111")))
     }
 }
+
+final class ResponseValidationTests: XCTestCase {
+    private func validation(_ json: String) throws -> ResponseValidation {
+        try ResponseValidation.parse(try JSONParser.parse(Array(json.utf8)), path: "validate")
+    }
+
+    func testStatusesAndRanges() throws {
+        let rule = try validation(#"{"status":[200,[300,399]]}"#)
+        XCTAssertNil(rule.failure(status: 200, body: []))
+        XCTAssertNil(rule.failure(status: 304, body: []))
+        XCTAssertNotNil(rule.failure(status: 201, body: []))
+        XCTAssertNotNil(try validation("{}").failure(status: 404, body: []), "200–299 by default")
+    }
+
+    func testTemplatesReportTheFirstMismatchAsAPath() throws {
+        let rule = try validation(#"{"json":{"data":{"id":"number","items":[{"id":"integer"}]},"ok":"boolean","note":"?string"}}"#)
+        XCTAssertNil(rule.failure(status: 200, body: Array(#"{"data":{"id":1.5,"items":[{"id":1},{"id":2}]},"ok":true}"#.utf8)))
+        XCTAssertEqual(rule.failure(status: 200, body: Array(#"{"data":{"id":1,"items":[{"id":1},{"id":"x"}]},"ok":true}"#.utf8)),
+                       "$.data.items[1].id: expected integer, got string")
+        XCTAssertEqual(rule.failure(status: 200, body: Array(#"{"data":{"id":1,"items":[]}}"#.utf8)), "$.ok: missing")
+        XCTAssertEqual(rule.failure(status: 200, body: Array(#"{"data":{"id":1,"items":[]},"ok":true,"note":5}"#.utf8)),
+                       "$.note: expected string, got integer")
+        XCTAssertNotNil(rule.failure(status: 200, body: Array("not json".utf8)))
+    }
+
+    func testInvalidTemplatesNameTheField() {
+        for (json, field) in [(#"{"status":[99]}"#, "validate.status[0]"), (#"{"status":[[300,200]]}"#, "validate.status[0]"),
+                              (#"{"json":{"a":"float"}}"#, "validate.json.a"), (#"{"json":{"a":["x","y"]}}"#, "validate.json.a"),
+                              (#"{"jsn":{}}"#, "validate.jsn"), (#"{"status":[]}"#, "validate.status")] {
+            XCTAssertThrowsError(try validation(json), json) { XCTAssertEqual(($0 as? LarderError)?.field, field, json) }
+        }
+    }
+}
