@@ -47,4 +47,14 @@ static inline void larder_mhd_set_connection_timeout(struct MHD_Connection *_Non
     MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
 
+// MHD_get_connection_info is variadic. The connection's socket, or -1.
+static inline int larder_mhd_connection_fd(struct MHD_Connection *_Nonnull connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == 0 ? -1 : info->connect_fd;
+}
+
+// MHD_SIZE_UNKNOWN and MHD_CONTENT_READER_END_OF_STREAM are macros.
+static inline uint64_t larder_mhd_size_unknown(void) { return MHD_SIZE_UNKNOWN; }
+static inline ssize_t larder_mhd_end_of_stream(void) { return MHD_CONTENT_READER_END_OF_STREAM; }
+
 #endif

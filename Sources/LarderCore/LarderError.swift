@@ -17,6 +17,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case shuttingDown = "shutting_down"
         case notImplemented = "not_implemented"
         case validationFailed = "validation_failed"
+        case cancelled = "cancelled"
     }
 
     public let code: Code
@@ -38,6 +39,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .methodNotAllowed: 405
         case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects, .validationFailed: 502
         case .notImplemented: 501
+        case .cancelled: 499 // inside /batch and /chain results only; nobody is left to answer
         case .shuttingDown: 503
         case .upstreamTimeout, .notCached: 504
         }

@@ -55,6 +55,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
 
     private struct Inbox {
         var exchanges: [Exchange] = []
+        var cancelled: [Exchange] = []
         var stopping = false
     }
 
@@ -94,6 +95,10 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
             return completion(.failure(LarderError(.shuttingDown, "Larder is shutting down")))
         }
         curl_multi_wakeup(multi)
+        request.cancellation?.onCancel { [self] in
+            inbox.withLock { $0.cancelled.append(exchange) }
+            curl_multi_wakeup(multi)
+        }
     }
 
     /// Fails every transfer in flight with `shutting_down`, stops the thread and waits for it.
@@ -112,9 +117,12 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     private func run() {
         var running: Int32 = 0
         while true {
-            let (incoming, stopping) = inbox.withLock { inbox -> ([Exchange], Bool) in
-                defer { inbox.exchanges.removeAll(keepingCapacity: true) }
-                return (inbox.exchanges, inbox.stopping)
+            let (incoming, cancelled, stopping) = inbox.withLock { inbox -> ([Exchange], [Exchange], Bool) in
+                defer {
+                    inbox.exchanges.removeAll(keepingCapacity: true)
+                    inbox.cancelled.removeAll()
+                }
+                return (inbox.exchanges, inbox.cancelled, inbox.stopping)
             }
             if stopping {
                 for exchange in incoming + waiting { exchange.fail(LarderError(.shuttingDown, "Larder is shutting down")) }
@@ -129,6 +137,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
                 return
             }
             for exchange in incoming { begin(exchange) }
+            for exchange in cancelled { abort(exchange) }
             expireWaiting()
             curl_multi_perform(multi, &running)
             var remaining: Int32 = 0
@@ -146,6 +155,23 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
             resumePaused()
             curl_multi_poll(multi, nil, 0, 1000, nil)
         }
+    }
+
+    /// Aborts a cancelled exchange: removing its easy handle mid-transfer closes the connection
+    /// (it cannot be reused), so the origin sees the request abandoned.
+    private func abort(_ exchange: Exchange) {
+        let error = LarderError(.cancelled, "the request was cancelled")
+        if let index = waiting.firstIndex(where: { $0 === exchange }) {
+            waiting.remove(at: index)
+            return exchange.fail(error)
+        }
+        guard let (handle, transfer) = transfers.first(where: { $0.value.exchange === exchange }) else { return }
+        curl_multi_remove_handle(multi, handle)
+        transfers.removeValue(forKey: handle)
+        budget.release(transfer)
+        budget.oldest = transfers.values.lazy.map(\.sequence).min() ?? 0
+        exchange.fail(error)
+        transfer.release()
     }
 
     /// Starts waiting exchanges while there are free slots.
@@ -278,8 +304,20 @@ private final class Exchange: @unchecked Sendable {
         self.body = request.body
     }
 
-    func fail(_ error: LarderError) { completion(.failure(error)) }
-    func succeed(_ response: UpstreamResponse) { completion(.success(response)) }
+    /// Completed (answered or failed): later calls are ignored (a cancellation can race an answer).
+    private var done = false
+
+    func fail(_ error: LarderError) {
+        guard !done else { return }
+        done = true
+        completion(.failure(error))
+    }
+
+    func succeed(_ response: UpstreamResponse) {
+        guard !done else { return }
+        done = true
+        completion(.success(response))
+    }
 }
 
 /// Bytes of bodies being received, against the limit. Confined to the loop thread (the

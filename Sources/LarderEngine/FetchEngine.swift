@@ -62,7 +62,8 @@ public final class FetchEngine: Sendable {
     private let clock: Clock
     private let limits: Limits
     private let logger: Logger
-    private let flights = Mutex<[FlightKey: [Waiter]]>([:])
+    private let flights = Mutex<[FlightKey: Flight]>([:])
+    private let nextID = Atomic<UInt64>(0)
     private let coalesced = Atomic<Int>(0)
 
     /// Requests coalesce when they share the key and the version (the version decides whether
@@ -73,9 +74,24 @@ public final class FetchEngine: Sendable {
     }
 
     private struct Waiter {
+        let id: UInt64
         let prepared: PreparedFetch
         let reply: @Sendable (CacheAnswer) -> Void
     }
+
+    /// One upstream request that others wait on. The id tells this flight from a later one for
+    /// the same key (a cancelled leader removes its flight; another may start at once).
+    private struct Flight {
+        let id: UInt64
+        var waiters: [Waiter] = []
+    }
+
+    private struct FlightToken: Sendable {
+        let key: FlightKey
+        let id: UInt64
+    }
+
+    private func newID() -> UInt64 { nextID.add(1, ordering: .relaxed).newValue }
 
     public init(store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
                 limits: Limits = Limits(), logger: Logger) {
@@ -101,10 +117,22 @@ public final class FetchEngine: Sendable {
 
     public func fetch(_ prepared: PreparedFetch,
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
-        fetch(prepared, mayCoalesce: true, reply: reply)
+        fetch(prepared, mayCoalesce: true, cancellation: nil, reply: reply)
     }
 
-    private func fetch(_ prepared: PreparedFetch, mayCoalesce: Bool,
+    /// As `fetch`, and `cancellation` abandons the request: it is answered `cancelled` at once,
+    /// and its upstream transfer is aborted (the connection to the origin closed) unless other
+    /// requests wait on it (coalesced), in which case it goes on for them.
+    public func fetch(_ prepared: PreparedFetch, cancellation: Cancellation,
+                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        if cancellation.isCancelled { return .failed(Self.cancelledError) }
+        let once = ReplyOnce(reply)
+        return fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: once.callAsFunction)
+    }
+
+    static let cancelledError = LarderError(.cancelled, "the request was cancelled")
+
+    private func fetch(_ prepared: PreparedFetch, mayCoalesce: Bool, cancellation: Cancellation?,
                        reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
         let request = prepared.request
         let derived = prepared.derived
@@ -138,25 +166,31 @@ public final class FetchEngine: Sendable {
         let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
         // Coalescing: concurrent misses on one key wait for the first one's upstream request
         // (not for reload, which asks for a fetch of its own, nor for bypass).
-        var leading: FlightKey?
+        var leading: FlightToken?
         if mayCoalesce, outcome == .miss, options.policy != .reload {
             let key = FlightKey(key: derived.key, version: options.version)
-            let waiter = Waiter(prepared: prepared, reply: reply)
+            let id = newID()
+            let waiter = Waiter(id: id, prepared: prepared, reply: reply)
             let joined = flights.withLock { flights -> Bool in
                 if flights[key] != nil {
-                    flights[key]!.append(waiter)
+                    flights[key]!.waiters.append(waiter)
                     return true
                 }
-                flights[key] = []
+                flights[key] = Flight(id: id)
                 return false
             }
             if joined {
                 coalesced.add(1, ordering: .relaxed)
+                // A cancelled waiter leaves the flight; the flight goes on for the others.
+                cancellation?.onCancel { [self] in
+                    flights.withLock { $0[key]?.waiters.removeAll { $0.id == id } }
+                    reply(.failed(Self.cancelledError))
+                }
                 return nil
             }
-            leading = key
+            leading = FlightToken(key: key, id: id)
         }
-        sendUpstream(prepared, outcome: outcome, fallback: entry, flight: leading, reply: reply)
+        sendUpstream(prepared, outcome: outcome, fallback: entry, flight: leading, cancellation: cancellation, reply: reply)
         return nil
     }
 
@@ -173,8 +207,9 @@ public final class FetchEngine: Sendable {
 
     /// Sends the request upstream; stores and answers with the response. `fallback` is the
     /// stale entry that may answer instead of an upstream failure (stale-if-error).
-    private func sendUpstream(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightKey?,
-                              conditional: Bool = true, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+    private func sendUpstream(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken?,
+                              conditional: Bool = true, cancellation: Cancellation? = nil,
+                              reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
         var headers = request.headers
         // RFC 9111 §4.3.1: revalidate a stored entry with its validators instead of
@@ -193,6 +228,24 @@ public final class FetchEngine: Sendable {
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
         upstreamRequest.followRedirects = !request.shared
         upstreamRequest.originBoundHeaders = request.originBoundHeaders
+        if let cancellation {
+            // The leader's caller gave up: abort the transfer unless others wait on it. Removing
+            // the flight under the lock means nobody can join it after that decision.
+            let transfer = Cancellation()
+            upstreamRequest.cancellation = transfer
+            cancellation.onCancel { [self] in
+                let abort = flight.map { flight in
+                    flights.withLock { flights -> Bool in
+                        guard let current = flights[flight.key], current.id == flight.id else { return true }
+                        guard current.waiters.isEmpty else { return false }
+                        flights.removeValue(forKey: flight.key)
+                        return true
+                    }
+                } ?? true
+                if abort { transfer.cancel() }
+                reply(.failed(Self.cancelledError))
+            }
+        }
         let sentAt = clock.now()
         upstream.send(upstreamRequest) { [self] result in
             // Completions arrive on the upstream's single thread; a large body's checks (UTF-8,
@@ -213,7 +266,7 @@ public final class FetchEngine: Sendable {
     static let offloadBodyBytes = 256 << 10
 
     private func received(_ result: Result<UpstreamResponse, LarderError>, prepared: PreparedFetch, outcome: CacheOutcome,
-                          fallback: StoredEntry?, flight: FlightKey?, validating: StoredEntry?, sentAt: Double,
+                          fallback: StoredEntry?, flight: FlightToken?, validating: StoredEntry?, sentAt: Double,
                           reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
         if case .success(let response) = result, response.status == 304, let validating {
@@ -240,7 +293,7 @@ public final class FetchEngine: Sendable {
     /// §4.3.4), store it, and serve the stored body. If the entry vanished meanwhile (purged,
     /// damaged), there is no body to serve: ask again without conditions.
     private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
-                             flight: FlightKey?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+                             flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let options = prepared.request.cache
         guard let current = store.lookup(entry.primaryKey).first(where: { $0.key == entry.key }),
               current.freshness.version == options.version else {
@@ -304,18 +357,19 @@ public final class FetchEngine: Sendable {
     /// flight, and a flight already under way for the key is the refresh.
     private func refreshInBackground(_ prepared: PreparedFetch) {
         let key = FlightKey(key: prepared.derived.key, version: prepared.request.cache.version)
+        let id = newID()
         let started = flights.withLock { flights -> Bool in
             guard flights[key] == nil else { return false }
-            flights[key] = []
+            flights[key] = Flight(id: id)
             return true
         }
         guard started else { return }
         let fallback = variant(for: prepared)
-        sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: key) { _ in }
+        sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: FlightToken(key: key, id: id)) { _ in }
     }
 
     private func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
-                          flight: FlightKey?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+                          flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -447,8 +501,13 @@ public final class FetchEngine: Sendable {
     /// Ends `flight`: removes it, answers the leading request (`answerLeader`), then wakes the
     /// requests that waited on it. Called after the store committed, and the flight is removed
     /// before anyone is answered, so a request sent after an answer never joins a finished flight.
-    private func land(_ flight: FlightKey?, with landing: Landing, answerLeader: () -> Void) {
-        let waiters = flight.flatMap { flight in flights.withLock { $0.removeValue(forKey: flight) } } ?? []
+    private func land(_ flight: FlightToken?, with landing: Landing, answerLeader: () -> Void) {
+        let waiters = flight.map { flight in
+            flights.withLock { flights -> [Waiter] in
+                guard let current = flights[flight.key], current.id == flight.id else { return [] }
+                return flights.removeValue(forKey: flight.key)?.waiters ?? []
+            }
+        } ?? []
         answerLeader()
         guard !waiters.isEmpty else { return }
         let now = clock.now()
@@ -464,7 +523,7 @@ public final class FetchEngine: Sendable {
             case .stored, .notShareable:
                 // Not for this waiter (another variant, or its own directives reject it), or not
                 // shareable at all: it asks on its own.
-                if let immediate = fetch(waiter.prepared, mayCoalesce: false, reply: waiter.reply) {
+                if let immediate = fetch(waiter.prepared, mayCoalesce: false, cancellation: nil, reply: waiter.reply) {
                     waiter.reply(immediate)
                 }
             }
@@ -481,6 +540,25 @@ public final class FetchEngine: Sendable {
         if let maxAge = directives.maxAge, entry.freshness.age(now: now, ttl: ttl) > maxAge { return false }
         if let minFresh = directives.minFresh, entry.freshness.remaining(now: now, ttl: ttl) < minFresh { return false }
         return true
+    }
+
+    /// The answer the cache alone can give `prepared` right now (a usable stored entry, or a
+    /// HEAD from a stored GET), without ever going upstream; nil otherwise. For callers that
+    /// answer hits before queueing the rest (batches).
+    public func cachedAnswer(for prepared: PreparedFetch) -> CacheAnswer? {
+        let request = prepared.request
+        guard request.cache.policy != .noStore, request.cache.policy != .reload,
+              CacheRules.isCacheable(method: request.method, ttl: request.cache.ttl) else { return nil }
+        if request.method == .head { return storedGet(for: request) }
+        var probe = request
+        if request.cache.policy == .useProtocol {
+            probe.directives.onlyIfCached = true
+        } else {
+            probe.cache.policy = .cacheOnly
+        }
+        let answer = fetch(PreparedFetch(request: probe, derived: prepared.derived), mayCoalesce: false, cancellation: nil) { _ in }
+        guard case .served? = answer else { return nil }
+        return answer
     }
 
     /// Whether a stored entry passes the request's validators (always, without any).
@@ -518,4 +596,18 @@ public final class FetchEngine: Sendable {
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { coalesced.load(ordering: .relaxed) }
 
+}
+
+/// Passes on the first answer only: a cancelled request is answered at once, and whatever its
+/// work produces later is dropped.
+final class ReplyOnce: Sendable {
+    private let reply: @Sendable (CacheAnswer) -> Void
+    private let done = Atomic<Bool>(false)
+
+    init(_ reply: @escaping @Sendable (CacheAnswer) -> Void) { self.reply = reply }
+
+    @Sendable func callAsFunction(_ answer: CacheAnswer) {
+        guard !done.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        reply(answer)
+    }
 }

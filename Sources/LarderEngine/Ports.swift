@@ -3,6 +3,7 @@
 
 public import LarderCore
 import Foundation
+import Synchronization
 
 /// One cached response as stored.
 public struct StoredEntry: Sendable, Equatable {
@@ -96,6 +97,8 @@ public struct UpstreamRequest: Sendable {
     /// Fields (lower-case names) dropped, with Authorization and Cookie, when a redirect leaves
     /// the origin: those a named upstream's configuration added (an API key, say).
     public var originBoundHeaders: Set<String> = []
+    /// Aborts the transfer (closing its connection) and fails it with `cancelled`.
+    public var cancellation: Cancellation?
 
     public init(method: HTTPMethod, url: UpstreamURL, headers: [HeaderField], body: [UInt8]?, timeoutMs: Int, maxBodyBytes: Int) {
         self.method = method
@@ -137,4 +140,33 @@ public struct Clock: Sendable {
 
     /// Wall-clock seconds since 1970.
     public static let system = Clock { Date().timeIntervalSince1970 }
+}
+
+/// Lets a caller abandon work it started. Handlers run once: on `cancel`, or at once when
+/// registered after it.
+public final class Cancellation: Sendable {
+    private let state = Mutex<(cancelled: Bool, handlers: [@Sendable () -> Void])>((false, []))
+
+    public init() {}
+
+    public var isCancelled: Bool { state.withLock { $0.cancelled } }
+
+    public func cancel() {
+        let handlers = state.withLock { state -> [@Sendable () -> Void] in
+            guard !state.cancelled else { return [] }
+            state.cancelled = true
+            defer { state.handlers.removeAll() }
+            return state.handlers
+        }
+        for handler in handlers { handler() }
+    }
+
+    public func onCancel(_ handler: @escaping @Sendable () -> Void) {
+        let now = state.withLock { state -> Bool in
+            if state.cancelled { return true }
+            state.handlers.append(handler)
+            return false
+        }
+        if now { handler() }
+    }
 }

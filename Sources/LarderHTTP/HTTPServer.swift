@@ -45,10 +45,77 @@ public struct HTTPServerResponse: Sendable {
     public var status: Int
     public var headers: [(name: String, value: String)]
     public var body: [UInt8]
-    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = []) {
+    /// When set, the body is streamed from it (chunked) instead of `body`.
+    public var stream: HTTPResponseStream?
+    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+                stream: HTTPResponseStream? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
+        self.stream = stream
+    }
+}
+
+/// A response body written piece by piece, from any thread, and sent as it comes (chunked
+/// transfer coding). When nothing is buffered the connection is suspended in libmicrohttpd's
+/// content reader (it would otherwise poll the reader in a busy loop) and resumed by the next
+/// `write` or by `finish`.
+public final class HTTPResponseStream: Sendable {
+    private struct State {
+        var buffer: [UInt8] = []
+        var finished = false
+        var suspended = false
+        var connection: RequestContext.ConnectionHandle?
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func write(_ bytes: [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        state.withLock { state in
+            guard !state.finished else { return }
+            state.buffer.append(contentsOf: bytes)
+            resumeIfSuspended(&state)
+        }
+    }
+
+    /// Ends the body; call once, after the last `write`.
+    public func finish() {
+        state.withLock { state in
+            state.finished = true
+            resumeIfSuspended(&state)
+        }
+    }
+
+    private func resumeIfSuspended(_ state: inout State) {
+        if state.suspended, let connection = state.connection {
+            state.suspended = false
+            MHD_resume_connection(connection.pointer)
+        }
+    }
+
+    fileprivate func attach(_ connection: OpaquePointer) {
+        state.withLock { $0.connection = RequestContext.ConnectionHandle(pointer: connection) }
+    }
+
+    /// libmicrohttpd asks for up to `max` bytes: some, the end, or (suspending) none yet.
+    fileprivate func read(into buffer: UnsafeMutablePointer<CChar>, max: Int) -> Int {
+        state.withLock { state -> Int in
+            if !state.buffer.isEmpty {
+                let count = min(max, state.buffer.count)
+                state.buffer.withUnsafeBytes { bytes in
+                    UnsafeMutableRawPointer(buffer).copyMemory(from: bytes.baseAddress!, byteCount: count)
+                }
+                state.buffer.removeFirst(count)
+                return count
+            }
+            if state.finished { return larder_mhd_end_of_stream() }
+            guard let connection = state.connection else { return 0 }
+            state.suspended = true
+            MHD_suspend_connection(connection.pointer)
+            return 0
+        }
     }
 }
 
@@ -64,6 +131,14 @@ public final class HTTPResponder: Sendable {
 
     public func respond(_ response: HTTPServerResponse) {
         context.complete(response, server: server)
+    }
+
+    /// Calls `handler` once if the client goes away before the request completes (it closed
+    /// the connection, or libmicrohttpd ended the request with an error). For long work the
+    /// client may abandon: a suspended connection is not watched by libmicrohttpd itself, so
+    /// its socket is watched for the peer's close until the request completes.
+    public func onClientGone(_ handler: @escaping @Sendable () -> Void) {
+        context.onClientGone(handler, server: server)
     }
 }
 
@@ -120,6 +195,8 @@ public final class HTTPServer: @unchecked Sendable {
     let handler: any HTTPRequestHandler
     private var daemon: OpaquePointer?
     private var selfReference: Unmanaged<HTTPServer>?
+    /// Watches the sockets of requests whose callers asked to learn that the client went away.
+    let watcher = DisconnectWatcher()
     /// Set by `stopAccepting`: new requests get the drain response.
     let draining = Atomic<Bool>(false)
     /// Requests handed to the handler whose response has not been sent yet.
@@ -249,6 +326,9 @@ final class RequestContext: @unchecked Sendable {
         var response: HTTPServerResponse?
         var suspended = false
         var connection: ConnectionHandle?
+        var goneHandlers: [@Sendable () -> Void] = []
+        var watched: (fd: Int32, id: UInt64)?
+        var ended = false
     }
 
     /// @unchecked Sendable: libmicrohttpd allows MHD_resume_connection from any thread, and
@@ -258,6 +338,8 @@ final class RequestContext: @unchecked Sendable {
     }
 
     let rawTarget: String
+    /// The connection, set when the request is dispatched (valid until it completes).
+    var dispatchedOn: ConnectionHandle?
     var phase: Phase = .headers
     var headers: [(name: String, value: String)] = []
     var body: [UInt8] = []
@@ -267,6 +349,36 @@ final class RequestContext: @unchecked Sendable {
     let state = Mutex(HandOver())
 
     init(rawTarget: String) { self.rawTarget = rawTarget }
+
+    func onClientGone(_ handler: @escaping @Sendable () -> Void, server: HTTPServer) {
+        let register = state.withLock { handOver -> Bool in
+            guard !handOver.ended else { return false }
+            handOver.goneHandlers.append(handler)
+            return handOver.watched == nil
+        }
+        guard register, let connection = dispatchedOn else { return }
+        let fd = larder_mhd_connection_fd(connection.pointer)
+        guard fd >= 0 else { return }
+        let id = server.watcher.watch(fd) { [self] in clientGone() }
+        state.withLock { $0.watched = (fd, id) }
+    }
+
+    /// The client went away: run the handlers once.
+    func clientGone() {
+        let handlers = state.withLock { handOver -> [@Sendable () -> Void] in
+            defer { handOver.goneHandlers.removeAll() }
+            return handOver.goneHandlers
+        }
+        for handler in handlers { handler() }
+    }
+
+    /// The request is over: stop watching its socket (libmicrohttpd may reuse the descriptor).
+    func ended(server: HTTPServer) -> (fd: Int32, id: UInt64)? {
+        state.withLock { handOver in
+            handOver.ended = true
+            return handOver.watched
+        }
+    }
 
     /// Stores the response and resumes the connection when it was suspended.
     func complete(_ response: HTTPServerResponse, server: HTTPServer) {
@@ -288,12 +400,15 @@ private let uriLogger: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<C
     Unmanaged.passRetained(RequestContext(rawTarget: String(cString: uri))).toOpaque()
 }
 
-private let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _, contextSlot, _ in
+private let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _, contextSlot, termination in
     guard let contextSlot, let raw = contextSlot.pointee else { return }
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
     contextSlot.pointee = nil
-    if context.inFlight, let serverPointer {
-        let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    guard let serverPointer else { return }
+    let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    if let watched = context.ended(server: server) { server.watcher.unwatch(watched.fd, id: watched.id) }
+    if termination != .REQUEST_TERMINATED_COMPLETED_OK { context.clientGone() }
+    if context.inFlight {
         server.completed()
     }
 }
@@ -347,6 +462,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
         // Counted before the handler runs: the handler may start work elsewhere (an upstream
         // request) that shutdown must wait for, even before this thread gets to suspend.
         context.inFlight = true
+        context.dispatchedOn = RequestContext.ConnectionHandle(pointer: connection)
         server.inFlight.add(1, ordering: .relaxed)
         let request = HTTPServerRequest(
             method: method.map { String(cString: $0) } ?? "GET",
@@ -378,9 +494,16 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
 }
 
 private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer) -> MHD_Result {
-    let mhdResponse = response.body.withUnsafeBytes { bytes in
-        MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),
-                                         .RESPMEM_MUST_COPY)
+    let mhdResponse: OpaquePointer?
+    if let stream = response.stream {
+        stream.attach(connection)
+        mhdResponse = MHD_create_response_from_callback(larder_mhd_size_unknown(), 16 << 10, streamReader,
+                                                        Unmanaged.passRetained(stream).toOpaque(), streamReleased)
+    } else {
+        mhdResponse = response.body.withUnsafeBytes { bytes in
+            MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),
+                                             .RESPMEM_MUST_COPY)
+        }
     }
     guard let mhdResponse else { return MHD_Result.NO }
     for header in response.headers {
@@ -397,6 +520,17 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer)
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     MHD_destroy_response(mhdResponse)
     return result
+}
+
+private let streamReader: MHD_ContentReaderCallback = { context, _, buffer, max in
+    guard let context, let buffer else { return larder_mhd_end_of_stream() }
+    let stream = Unmanaged<HTTPResponseStream>.fromOpaque(context).takeUnretainedValue()
+    return stream.read(into: buffer, max: max)
+}
+
+private let streamReleased: MHD_ContentReaderFreeCallback = { context in
+    guard let context else { return }
+    Unmanaged<HTTPResponseStream>.fromOpaque(context).release()
 }
 
 /// The request's header fields with their sizes as parsed, so a NUL inside a name or value is
@@ -418,4 +552,65 @@ private func collectHeaders(_ connection: OpaquePointer) -> [(name: String, valu
         }, pointer)
     }
     return headers
+}
+
+/// Watches sockets of suspended requests for the peer's close (POLLRDHUP), on one thread.
+/// libmicrohttpd does not watch a suspended connection, so without this a client that gives up
+/// on a long request is only noticed when the answer is written.
+/// Linux's POLLRDHUP (peer closed its end); Glibc's module does not export the macro.
+private let pollRDHUP: Int32 = 0x2000
+
+final class DisconnectWatcher: @unchecked Sendable {
+    // @unchecked Sendable: `registrations` is guarded by `condition`; the thread is started once.
+    private var registrations: [Int32: (id: UInt64, handler: @Sendable () -> Void)] = [:]
+    private var nextID: UInt64 = 0
+    private var started = false
+    private let condition = NSCondition()
+
+    /// Watches `fd`; `handler` runs once (on the watcher's thread) when the peer closes it.
+    func watch(_ fd: Int32, _ handler: @escaping @Sendable () -> Void) -> UInt64 {
+        condition.lock()
+        defer { condition.unlock() }
+        nextID += 1
+        registrations[fd] = (nextID, handler)
+        if !started {
+            started = true
+            let thread = Thread { [self] in run() }
+            thread.name = "larder-disconnects"
+            thread.start()
+        }
+        condition.signal()
+        return nextID
+    }
+
+    func unwatch(_ fd: Int32, id: UInt64) {
+        condition.lock()
+        if registrations[fd]?.id == id { registrations.removeValue(forKey: fd) }
+        condition.unlock()
+    }
+
+    private func run() {
+        while true {
+            condition.lock()
+            while registrations.isEmpty { condition.wait() }
+            let snapshot = registrations.map { (fd: $0.key, id: $0.value.id) }
+            condition.unlock()
+            var descriptors = snapshot.map { pollfd(fd: $0.fd, events: Int16(pollRDHUP), revents: 0) }
+            // A short timeout: registrations made meanwhile are picked up on the next round.
+            _ = poll(&descriptors, nfds_t(descriptors.count), 100)
+            var gone: [@Sendable () -> Void] = []
+            condition.lock()
+            for (index, descriptor) in descriptors.enumerated()
+            where Int32(descriptor.revents) & (Int32(pollRDHUP) | Int32(POLLHUP) | Int32(POLLERR)) != 0 {
+                let fd = snapshot[index].fd
+                // Only the registration polled: the descriptor may have been reused since.
+                if let registration = registrations[fd], registration.id == snapshot[index].id {
+                    registrations.removeValue(forKey: fd)
+                    gone.append(registration.handler)
+                }
+            }
+            condition.unlock()
+            for handler in gone { handler() }
+        }
+    }
 }

@@ -8,7 +8,7 @@
 //   memoryMb: 64               shutdownGrace: 10     accessLog: true
 //   proxyRoot: api             proxyPort: 8081       maxVariants: 16
 //   maxUpstreamTransfers: 256  maxInflightMb: 256    headerTimeout: 10
-//   connectionsPerAddress: 1024
+//   connectionsPerAddress: 1024 maxBatch: 100          maxChainSteps: 50
 //   upstreams:
 //     - name: api
 //       baseUrl: https://api.example.com/v1
@@ -49,7 +49,8 @@ public enum ConfigFile {
         func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
-                                      "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress"]
+                                      "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
+                                      "maxBatch", "maxChainSteps"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -62,6 +63,8 @@ public enum ConfigFile {
             if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try megabytes(value, "memoryMb") }
             if let value = root["maxUpstreamTransfers"] { configuration.maxUpstreamTransfers = try integer(value, "maxUpstreamTransfers") }
             if let value = root["maxInflightMb"] { configuration.maxInflightBodyBytes = try megabytes(value, "maxInflightMb") }
+            if let value = root["maxBatch"] { configuration.maxBatch = try integer(value, "maxBatch") }
+            if let value = root["maxChainSteps"] { configuration.maxChainSteps = try integer(value, "maxChainSteps") }
             if let value = root["headerTimeout"] { configuration.headerTimeoutSeconds = try integer(value, "headerTimeout") }
             if let value = root["connectionsPerAddress"] { configuration.connectionsPerAddress = try integer(value, "connectionsPerAddress") }
             if let value = root["shutdownGrace"] { configuration.shutdownGraceSeconds = try number(value, "shutdownGrace") }

@@ -35,6 +35,10 @@ public struct LarderConfiguration: Sendable {
     /// Bytes of upstream bodies being received at once; a transfer that would go over waits
     /// (paused) until others finish, except the oldest, so one always progresses.
     public var maxInflightBodyBytes: Int = 256 << 20
+    /// Requests in one POST /batch.
+    public var maxBatch: Int = 100
+    /// Steps in one POST /chain.
+    public var maxChainSteps: Int = 50
     /// Seconds a new connection may stay silent before its first header section is complete.
     public var headerTimeoutSeconds: Int = 10
     /// Connections open at once from one client address (0 = no limit).
@@ -68,6 +72,8 @@ public struct LarderConfiguration: Sendable {
         guard (1...65_536).contains(maxUpstreamTransfers) else { throw ConfigurationError("max upstream transfers must be 1 to 65536") }
         guard maxInflightBodyBytes >= 1 << 20 else { throw ConfigurationError("max in-flight body bytes must be at least 1 MiB") }
         guard (1...3600).contains(headerTimeoutSeconds) else { throw ConfigurationError("header timeout must be 1 to 3600 seconds") }
+        guard (1...10_000).contains(maxBatch) else { throw ConfigurationError("max batch must be 1 to 10000") }
+        guard (1...1_000).contains(maxChainSteps) else { throw ConfigurationError("max chain steps must be 1 to 1000") }
         guard connectionsPerAddress >= 0 else { throw ConfigurationError("connections per address must be 0 or more") }
         var seen: Set<String> = []
         for upstream in upstreams {

@@ -64,6 +64,7 @@ public final class LarderService: @unchecked Sendable {
         let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
                                  clock: clock, limits: limits, logger: logger)
         let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog,
+                            limits: Router.RouteLimits(maxBatch: configuration.maxBatch, maxChainSteps: configuration.maxChainSteps),
                             upstreams: Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first }))
 
         var serverConfiguration = HTTPServerConfiguration()

@@ -21,7 +21,7 @@ struct ProxyRoute: Sendable {
     let upstreams: [String: NamedUpstream]
     /// Prepared GET requests by their wire form (upstream, target, header fields): a repeated
     /// request skips URL parsing and key derivation, as /fetch skips JSON parsing.
-    let memo: RequestMemo
+    let memo: RequestMemo<PreparedFetch>
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]

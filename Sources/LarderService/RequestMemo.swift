@@ -1,4 +1,4 @@
-// Remembers recently seen /fetch bodies, parsed and with their cache key derived.
+// Remembers recently seen /fetch (and /batch) bodies, parsed and with their cache keys derived.
 //
 // Callers repeat the same request bodies (that is what makes them cache hits), and parsing
 // JSON, normalising the URL and computing the HMAC key cost more than the SQLite lookup. The
@@ -9,9 +9,12 @@
 import LarderEngine
 import Synchronization
 
-final class RequestMemo: Sendable {
-    static let maxBodyBytes = 4096
-    static let entriesPerShard = 512
+final class RequestMemo<Value: Sendable>: Sendable {
+    /// Bodies larger than this are not remembered.
+    let maxBodyBytes: Int
+    static var entriesPerShard: Int { 512 }
+
+    init(maxBodyBytes: Int = 4096) { self.maxBodyBytes = maxBodyBytes }
 
     private struct BodyKey: Hashable, Sendable {
         let bytes: [UInt8]
@@ -21,7 +24,7 @@ final class RequestMemo: Sendable {
     }
 
     private final class Shard: Sendable {
-        let entries = Mutex<[BodyKey: PreparedFetch]>([:])
+        let entries = Mutex<[BodyKey: Value]>([:])
     }
 
     private let shards: [Shard] = (0..<8).map { _ in Shard() }
@@ -35,14 +38,14 @@ final class RequestMemo: Sendable {
         }
     }
 
-    func lookup(_ body: [UInt8]) -> PreparedFetch? {
-        guard body.count <= Self.maxBodyBytes else { return nil }
+    func lookup(_ body: [UInt8]) -> Value? {
+        guard body.count <= maxBodyBytes else { return nil }
         let key = BodyKey(bytes: body, hash: Self.hash(body))
         return shards[key.hash & 7].entries.withLock { $0[key] }
     }
 
-    func insert(_ body: [UInt8], _ prepared: PreparedFetch) {
-        guard body.count <= Self.maxBodyBytes else { return }
+    func insert(_ body: [UInt8], _ prepared: Value) {
+        guard body.count <= maxBodyBytes else { return }
         let key = BodyKey(bytes: body, hash: Self.hash(body))
         shards[key.hash & 7].entries.withLock { entries in
             if entries.count >= Self.entriesPerShard { entries.removeAll(keepingCapacity: true) }

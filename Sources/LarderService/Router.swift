@@ -12,16 +12,25 @@ struct Router: HTTPRequestHandler {
     let logger: Logger
     let accessLog: Bool
     let upstreams: [String: NamedUpstream]
-    let memo = RequestMemo()
+    let memo = RequestMemo<PreparedFetch>()
     let proxyRoute: ProxyRoute
+    let batchRoute: BatchRoute
 
-    init(engine: FetchEngine, clock: Clock, logger: Logger, accessLog: Bool, upstreams: [String: NamedUpstream]) {
+    init(engine: FetchEngine, clock: Clock, logger: Logger, accessLog: Bool, limits: RouteLimits = RouteLimits(),
+         upstreams: [String: NamedUpstream]) {
         self.engine = engine
         self.clock = clock
         self.logger = logger
         self.accessLog = accessLog
         self.upstreams = upstreams
-        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo())
+        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo<PreparedFetch>())
+        self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: limits.maxBatch)
+    }
+
+    /// Per-call limits of the multi-request routes.
+    struct RouteLimits: Sendable {
+        var maxBatch = 100
+        var maxChainSteps = 50
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
@@ -34,6 +43,13 @@ struct Router: HTTPRequestHandler {
                 return finish(request, error: LarderError(.methodNotAllowed, "use POST for /fetch"), allow: "POST", receivedAt: receivedAt)
             }
             return fetch(request, responder: responder, receivedAt: receivedAt)
+        case "/batch":
+            guard request.method == "POST" else {
+                return finish(request, error: LarderError(.methodNotAllowed, "use POST for /batch"), allow: "POST", receivedAt: receivedAt)
+            }
+            return batchRoute.handle(request, responder: responder, receivedAt: receivedAt,
+                                     fail: { finish(request, error: $0, receivedAt: receivedAt) },
+                                     finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
         case "/healthz":
             guard request.method == "GET" || request.method == "HEAD" else {
                 return finish(request, error: LarderError(.methodNotAllowed, "use GET for /healthz"), allow: "GET, HEAD", receivedAt: receivedAt)

@@ -72,6 +72,12 @@ struct Serve: ParsableCommand {
     @Option(help: "Connections open at once from one client address; 0 = no limit (default 1024).")
     var connectionsPerAddress: Int?
 
+    @Option(help: "Requests in one POST /batch (default 100).")
+    var maxBatch: Int?
+
+    @Option(help: "Steps in one POST /chain (default 50).")
+    var maxChainSteps: Int?
+
     @Option(help: "Variants kept per cache key for responses with Vary (default 16).")
     var maxVariants: Int?
 
@@ -123,6 +129,8 @@ struct Serve: ParsableCommand {
         if let maxUpstreamTransfers { configuration.maxUpstreamTransfers = maxUpstreamTransfers }
         if let maxInflightMb { configuration.maxInflightBodyBytes = try megabytes(maxInflightMb, "--max-inflight-mb") }
         if let headerTimeout { configuration.headerTimeoutSeconds = headerTimeout }
+        if let maxBatch { configuration.maxBatch = maxBatch }
+        if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
         if let maxVariants { configuration.maxVariants = maxVariants }
         if let shutdownGrace { configuration.shutdownGraceSeconds = shutdownGrace }

@@ -69,7 +69,16 @@ final class TestConnection {
         }
     }
 
-    deinit { close(descriptor) }
+    private var closed = false
+
+    deinit { if !closed { close(descriptor) } }
+
+    /// Closes the connection now, as a client that gives up.
+    func closeSocket() {
+        guard !closed else { return }
+        closed = true
+        close(descriptor)
+    }
 
     /// `rawHeaderLines`: header lines sent byte for byte (each ending in CRLF).
     func request(_ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
@@ -107,6 +116,36 @@ final class TestConnection {
     func raw(_ bytes: [UInt8], method: String = "GET") throws -> TestResponse {
         try sendAll(bytes)
         return try readResponse(method: method)
+    }
+
+    /// Sends a request and reads a chunked response line by line, calling `onLine` with each
+    /// line as it arrives (before the rest of the body). Returns the status.
+    func streamLines(_ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8],
+                     onLine: (String) -> Void) throws -> Int {
+        var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.count)\r\n"
+        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        try sendAll(Array((head + "\r\n").utf8) + body)
+        while !buffer.containsSequence([13, 10, 13, 10]) { try fill() }
+        let end = buffer.indexOfSequence([13, 10, 13, 10])!
+        let headText = String(decoding: buffer[0..<end], as: UTF8.self)
+        buffer.removeFirst(end + 4)
+        let status = Int(headText.split(separator: " ")[1]) ?? 0
+        guard headText.lowercased().contains("transfer-encoding: chunked") else { throw TestClientError(description: "not chunked: \(headText)") }
+        var pending: [UInt8] = []
+        while true {
+            while !buffer.containsSequence([13, 10]) { try fill() }
+            let lineEnd = buffer.indexOfSequence([13, 10])!
+            let size = Int(String(decoding: buffer[0..<lineEnd], as: UTF8.self), radix: 16) ?? 0
+            buffer.removeFirst(lineEnd + 2)
+            while buffer.count < size + 2 { try fill() }
+            pending.append(contentsOf: buffer[0..<size])
+            buffer.removeFirst(size + 2)
+            while let newline = pending.firstIndex(of: 10) {
+                onLine(String(decoding: pending[0..<newline], as: UTF8.self))
+                pending.removeFirst(newline + 1)
+            }
+            if size == 0 { return status }
+        }
     }
 
     func sendAll(_ bytes: [UInt8]) throws {
@@ -158,4 +197,14 @@ final class TestConnection {
         buffer.removeFirst(length)
         return TestResponse(status: status, headers: headers, body: body, rawHead: rawHead)
     }
+}
+
+extension Array where Element == UInt8 {
+    func indexOfSequence(_ pattern: [UInt8]) -> Int? {
+        guard count >= pattern.count else { return nil }
+        for start in 0...(count - pattern.count) where self[start..<(start + pattern.count)].elementsEqual(pattern) { return start }
+        return nil
+    }
+
+    func containsSequence(_ pattern: [UInt8]) -> Bool { indexOfSequence(pattern) != nil }
 }

@@ -84,6 +84,9 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
     /// The most delayed (`delay=`) requests that were waiting for their answer at once.
     var peakConcurrency: Int { concurrency.withLock { $0.peak } }
 
+    /// Delayed requests received and not yet answered.
+    var pendingDelayed: Int { concurrency.withLock { $0.current } }
+
     /// Waits until `path` has seen at least `count` requests (woken on each arrival).
     func waitForCount(_ path: String, atLeast count: Int, timeout: Double = 10) -> Bool {
         changed.wait(timeout: timeout) { self.count(path) >= count }
