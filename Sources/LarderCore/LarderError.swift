@@ -18,6 +18,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case notImplemented = "not_implemented"
         case validationFailed = "validation_failed"
         case cancelled = "cancelled"
+        case referenceUnresolved = "reference_unresolved"
     }
 
     public let code: Code
@@ -39,6 +40,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .methodNotAllowed: 405
         case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects, .validationFailed: 502
         case .notImplemented: 501
+        case .referenceUnresolved: 422
         case .cancelled: 499 // inside /batch and /chain results only; nobody is left to answer
         case .shuttingDown: 503
         case .upstreamTimeout, .notCached: 504

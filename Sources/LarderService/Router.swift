@@ -15,6 +15,7 @@ struct Router: HTTPRequestHandler {
     let memo = RequestMemo<PreparedFetch>()
     let proxyRoute: ProxyRoute
     let batchRoute: BatchRoute
+    let chainRoute: ChainRoute
 
     init(engine: FetchEngine, clock: Clock, logger: Logger, accessLog: Bool, limits: RouteLimits = RouteLimits(),
          upstreams: [String: NamedUpstream]) {
@@ -25,6 +26,7 @@ struct Router: HTTPRequestHandler {
         self.upstreams = upstreams
         self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo<PreparedFetch>())
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: limits.maxBatch)
+        self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: limits.maxChainSteps)
     }
 
     /// Per-call limits of the multi-request routes.
@@ -48,6 +50,13 @@ struct Router: HTTPRequestHandler {
                 return finish(request, error: LarderError(.methodNotAllowed, "use POST for /batch"), allow: "POST", receivedAt: receivedAt)
             }
             return batchRoute.handle(request, responder: responder, receivedAt: receivedAt,
+                                     fail: { finish(request, error: $0, receivedAt: receivedAt) },
+                                     finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
+        case "/chain":
+            guard request.method == "POST" else {
+                return finish(request, error: LarderError(.methodNotAllowed, "use POST for /chain"), allow: "POST", receivedAt: receivedAt)
+            }
+            return chainRoute.handle(request, responder: responder, receivedAt: receivedAt,
                                      fail: { finish(request, error: $0, receivedAt: receivedAt) },
                                      finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
         case "/healthz":

@@ -1,0 +1,103 @@
+// POST /chain: dependent steps (see ChainPlan and ChainRun). Answers with every step's result
+// and the rendered `output`, or — with `Accept: application/x-ndjson` — one line per step as it
+// finishes and a summary line last. A client that goes away cancels its chain.
+
+import LarderCore
+import LarderEngine
+import LarderHTTP
+
+struct ChainRoute: Sendable {
+    let engine: FetchEngine
+    let upstreams: [String: NamedUpstream]
+    let clock: Clock
+    let maxSteps: Int
+
+    func handle(_ request: HTTPServerRequest, responder: HTTPResponder, receivedAt: Double,
+                fail: (LarderError) -> HTTPServerResponse,
+                finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
+        if request.bodyTooLarge { return fail(.invalid("body", "request body is larger than the limit")) }
+        let plan: ChainPlan
+        do {
+            plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps)
+        } catch {
+            return fail(error)
+        }
+        let upstreams = self.upstreams
+        let clock = self.clock
+        let ids = plan.steps.map(\.id)
+        let makeRequest: @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest = { value, path throws(LarderError) in
+            try FetchRequest.parse(value, path: path, upstreams: upstreams)
+        }
+        if ItemRendering.wantsNDJSON(request) {
+            let stream = HTTPResponseStream()
+            let run = ChainRun(engine: engine, plan: plan, clock: clock, makeRequest: makeRequest,
+                               onStep: { outcome in
+                                   stream.write(ItemRendering.line(ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index,
+                                                                                      receivedAt: receivedAt)))
+                               },
+                               onFinish: { result in
+                                   stream.write(ItemRendering.line(Self.summary(result, plan: plan, includeSteps: false,
+                                                                                receivedAt: receivedAt, clock: clock)))
+                                   stream.finish()
+                               })
+            responder.onClientGone { run.cancel() }
+            run.start()
+            return finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
+        }
+        let run = ChainRun(engine: engine, plan: plan, clock: clock, makeRequest: makeRequest, onStep: { _ in },
+                           onFinish: { result in
+                               let body = Self.summary(result, plan: plan, includeSteps: true, receivedAt: receivedAt, clock: clock)
+                               responder.respond(finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)))
+                           })
+        responder.onClientGone { run.cancel() }
+        run.start()
+        return nil
+    }
+
+    /// `{"ok", "output", "steps": {id: {…}}, "order": [ids], "failed": [ids], "error", "timing"}`;
+    /// with `include: "output"`, steps only for failures.
+    static func summary(_ result: ChainResult, plan: ChainPlan, includeSteps: Bool, receivedAt: Double, clock: Clock) -> [UInt8] {
+        let ids = plan.steps.map(\.id)
+        let failed = result.outcomes.compactMap { $0 }.filter { $0.state == .failed }
+        var out: [UInt8] = Array(#"{"ok":"#.utf8)
+        out.append(contentsOf: (result.error == nil ? "true" : "false").utf8)
+        if let output = result.output {
+            out.append(contentsOf: #","output":"#.utf8)
+            output.render(into: &out)
+        }
+        if includeSteps {
+            out.append(contentsOf: #","steps":{"#.utf8)
+            var first = true
+            for outcome in result.outcomes.compactMap({ $0 }) where !plan.outputOnly || outcome.state == .failed {
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
+                JSONWriter.appendString(ids[outcome.index], to: &out)
+                out.append(UInt8(ascii: ":"))
+                out.append(contentsOf: ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt))
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+        if !plan.outputOnly || !includeSteps {
+            out.append(contentsOf: #","order":["#.utf8)
+            for (position, index) in result.order.enumerated() {
+                if position > 0 { out.append(UInt8(ascii: ",")) }
+                JSONWriter.appendString(ids[index], to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        out.append(contentsOf: #","failed":["#.utf8)
+        for (position, outcome) in failed.enumerated() {
+            if position > 0 { out.append(UInt8(ascii: ",")) }
+            JSONWriter.appendString(ids[outcome.index], to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        if let error = result.error {
+            out.append(UInt8(ascii: ","))
+            out.append(contentsOf: error.jsonBody.dropFirst().dropLast())
+        }
+        out.append(contentsOf: #","timing":{"totalMs":"#.utf8)
+        JSONWriter.appendMilliseconds(max(0, (clock.now() - receivedAt) * 1000), to: &out)
+        out.append(contentsOf: "}}".utf8)
+        return out
+    }
+}
