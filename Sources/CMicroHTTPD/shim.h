@@ -19,7 +19,8 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start(
     MHD_AccessHandlerCallback _Nonnull handler, void *_Nullable handlerContext,
     MHD_RequestCompletedCallback _Nonnull completed, void *_Nullable completedContext,
     void *_Nullable (*_Nonnull uriLogger)(void *_Nullable, const char *_Nonnull, struct MHD_Connection *_Nonnull),
-    void *_Nullable uriLoggerContext) {
+    void *_Nullable uriLoggerContext,
+    MHD_NotifyConnectionCallback _Nonnull notifyConnection, void *_Nullable notifyContext) {
     return MHD_start_daemon(flags, 0, 0, 0, handler, handlerContext,
                             MHD_OPTION_SOCK_ADDR, address,
                             MHD_OPTION_THREAD_POOL_SIZE, threadPoolSize,
@@ -32,6 +33,7 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start(
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completedContext,
                             MHD_OPTION_URI_LOG_CALLBACK, uriLogger, uriLoggerContext,
+                            MHD_OPTION_NOTIFY_CONNECTION, notifyConnection, notifyContext,
                             MHD_OPTION_END);
 }
 
@@ -41,9 +43,20 @@ static inline uint16_t larder_mhd_bound_port(struct MHD_Daemon *_Nonnull daemon)
     return info == 0 ? 0 : info->port;
 }
 
-// MHD_set_connection_option is variadic. Sets the connection's inactivity timeout.
+// MHD_set_connection_option is variadic. Sets the connection's inactivity timeout. (In
+// 0.9.75 a connection whose timeout differs from the daemon's sits on a list that every poll
+// round walks, so only new connections get a different one, and only until their first
+// request's header section is complete: see `larder_mhd_restore_timeout`.)
 static inline void larder_mhd_set_connection_timeout(struct MHD_Connection *_Nonnull connection,
                                                      unsigned int seconds) {
+    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
+}
+
+// Sets the timeout back to `seconds` (the daemon's) unless it already is: no lock on the
+// common path. MHD_get_connection_info is variadic.
+static inline void larder_mhd_restore_timeout(struct MHD_Connection *_Nonnull connection, unsigned int seconds) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_TIMEOUT);
+    if (info != 0 && info->connection_timeout == seconds) return;
     MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
 

@@ -53,6 +53,11 @@ public struct FetchRequest: Sendable {
     public var originBoundHeaders: Set<String> = []
     /// What the response must satisfy to count as a success (nil: anything the upstream says).
     public var validation: ResponseValidation?
+    /// Counts body bytes as they arrive (warm jobs).
+    public var progress: TransferProgress?
+    /// A GET cut short mid-body is resumed with Range and If-Range when the origin allows
+    /// (warm jobs: YTKNetwork's resumable downloads).
+    public var resumable = false
 
     public init(method: HTTPMethod = .get, url: UpstreamURL, headers: [HeaderField] = [], body: [UInt8]? = nil,
                 timeoutMs: Int = FetchRequest.defaultTimeoutMs, cache: CacheOptions = CacheOptions(), shared: Bool = false) {

@@ -232,17 +232,59 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     private func finish(_ transfer: Transfer, result: CURLcode) {
         defer { transfer.release() }
         let exchange = transfer.exchange
-        guard result == CURLE_OK else {
-            return exchange.fail(transfer.error(for: result, timeoutMs: exchange.request.timeoutMs))
-        }
         var status = 0
         larder_curl_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status)
+        guard result == CURLE_OK else {
+            if let validator = resumeValidator(exchange, transfer, status: status, result: result) {
+                return resume(exchange, after: transfer, status: status, validator: validator)
+            }
+            return exchange.fail(transfer.error(for: result, timeoutMs: exchange.request.timeoutMs))
+        }
+        if let partial = exchange.partial {
+            // A resumed download: a 206 continuing exactly where the cut was completes it; a 200
+            // (the representation changed, If-Range said so) replaces it.
+            if status == 206, let range = transfer.headers.values("content-range").first,
+               range.hasPrefix("bytes \(partial.body.count)-") {
+                return exchange.succeed(UpstreamResponse(status: 200, headers: partial.headers, body: partial.body + transfer.body,
+                                                         requestTime: exchange.requestTime, responseTime: clock.now()))
+            }
+            guard status == 200 else {
+                return exchange.fail(LarderError(.upstreamError, "\(exchange.url.authority) answered \(status) when a cut download was resumed"))
+            }
+        }
         if exchange.request.followRedirects, [301, 302, 303, 307, 308].contains(status),
            let location = transfer.headers.values("location").first {
             return redirect(exchange, status: status, location: location)
         }
         exchange.succeed(UpstreamResponse(status: status, headers: transfer.headers, body: transfer.body,
                                           requestTime: exchange.requestTime, responseTime: clock.now()))
+    }
+
+    /// Resuming a cut download (YTKNetwork's resumable downloads, RFC 9110 §14.2 and §13.1.5):
+    /// only for exchanges that ask for it, a GET whose 200 (or resumed 206) was cut mid-body,
+    /// at most 3 times, and only with a validator that makes If-Range safe: a strong ETag, or
+    /// Last-Modified. Returns that validator.
+    private func resumeValidator(_ exchange: Exchange, _ transfer: Transfer, status: Int, result: CURLcode) -> String? {
+        guard exchange.request.resumable, exchange.method == .get, exchange.resumes < 3,
+              result == CURLE_PARTIAL_FILE || result == CURLE_RECV_ERROR,
+              status == 200 || (status == 206 && exchange.partial != nil), !transfer.body.isEmpty else { return nil }
+        let headers = exchange.partial?.headers ?? transfer.headers
+        if let etag = headers.values("etag").first, !etag.hasPrefix("W/") { return etag }
+        return headers.values("last-modified").first
+    }
+
+    private func resume(_ exchange: Exchange, after transfer: Transfer, status: Int, validator: String) {
+        if status == 206, let partial = exchange.partial {
+            exchange.partial = (partial.headers, partial.body + transfer.body)
+        } else {
+            exchange.partial = (transfer.headers, transfer.body)
+        }
+        exchange.resumes += 1
+        exchange.headers.removeAll { $0.name.caseInsensitiveEquals("range") || $0.name.caseInsensitiveEquals("if-range") }
+        exchange.headers.append(HeaderField("Range", "bytes=\(exchange.partial!.body.count)-"))
+        exchange.headers.append(HeaderField("If-Range", validator))
+        logger.debug("resuming a cut download", metadata: ["url": "\(exchange.url.absoluteString)", "from": "\(exchange.partial!.body.count)"])
+        begin(exchange)
     }
 
     /// RFC 9110 §15.4: follow with the method the status calls for.
@@ -292,6 +334,9 @@ private final class Exchange: @unchecked Sendable {
     var headers: [HeaderField]
     var body: [UInt8]?
     var hops = 0
+    /// A download cut short: the first response's header fields and the bytes so far.
+    var partial: (headers: [HeaderField], body: [UInt8])?
+    var resumes = 0
 
     init(request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void, requestTime: Double) {
         self.request = request
@@ -363,6 +408,8 @@ private final class Transfer {
     var refusal: String?
     /// The upstream answered 101 Switching Protocols, which Larder never asks for.
     var switchedProtocols = false
+    /// The status of the response being read (0 before its status line).
+    var status = 0
     private var headerList: UnsafeMutablePointer<curl_slist>?
     private let errorBuffer = UnsafeMutablePointer<CChar>.allocate(capacity: Int(CURL_ERROR_SIZE))
     private var unmanaged: Unmanaged<Transfer>?
@@ -497,12 +544,20 @@ private final class Transfer {
                 switchedProtocols = true
                 return false
             }
+            status = parts.count >= 2 ? Int(parts[1]) ?? 0 : 0
             // A new status line: an interim (1xx) response came first; start over.
             headers.removeAll(keepingCapacity: true)
             return true
         }
         let trimmed = line.trimmingCharacters(in: CharacterSet(charactersIn: "\r\n"))
-        guard !trimmed.isEmpty else { return true }
+        guard !trimmed.isEmpty else {
+            // The end of a final response's header section: its announced length, for progress.
+            if status == 200, exchange.partial == nil, let progress = exchange.request.progress,
+               let length = headers.values("content-length").first.flatMap({ Int($0.trimmingSpaces) }) {
+                progress.add(expected: length)
+            }
+            return true
+        }
         if trimmed.first == " " || trimmed.first == "\t" {
             // obs-fold (RFC 9112 §5.2): a continuation of the previous field.
             if !headers.isEmpty { headers[headers.count - 1].value += " " + trimmed.trimmingSpaces }
@@ -528,6 +583,7 @@ private let writeCallback: larder_curl_data_callback = { data, size, count, cont
         transfer.budget.paused.append(transfer)
         return larder_curl_writefunc_pause()
     }
+    transfer.exchange.request.progress?.add(received: length)
     data.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
         transfer.body.append(contentsOf: UnsafeBufferPointer(start: bytes, count: length))
     }

@@ -228,6 +228,8 @@ public final class FetchEngine: Sendable {
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
         upstreamRequest.followRedirects = !request.shared
         upstreamRequest.originBoundHeaders = request.originBoundHeaders
+        upstreamRequest.progress = request.progress
+        upstreamRequest.resumable = request.resumable
         if let cancellation {
             // The leader's caller gave up: abort the transfer unless others wait on it. Removing
             // the flight under the lock means nobody can join it after that decision.

@@ -99,6 +99,10 @@ public struct UpstreamRequest: Sendable {
     public var originBoundHeaders: Set<String> = []
     /// Aborts the transfer (closing its connection) and fails it with `cancelled`.
     public var cancellation: Cancellation?
+    /// Counts body bytes as they arrive.
+    public var progress: TransferProgress?
+    /// Resume a GET cut short mid-body with Range and If-Range (strong ETag or Last-Modified).
+    public var resumable = false
 
     public init(method: HTTPMethod, url: UpstreamURL, headers: [HeaderField], body: [UInt8]?, timeoutMs: Int, maxBodyBytes: Int) {
         self.method = method
@@ -169,4 +173,54 @@ public final class Cancellation: Sendable {
         }
         if now { handler() }
     }
+}
+
+/// A cache-warming job as persisted (POST /cache/warm).
+public struct WarmJobRecord: Sendable, Equatable {
+    public enum State: String, Sendable {
+        case queued, running, done, cancelled
+    }
+
+    public struct ItemError: Sendable, Equatable {
+        public var index: Int
+        public var url: String
+        public var code: String
+        public init(index: Int, url: String, code: String) { self.index = index; self.url = url; self.code = code }
+    }
+
+    public var id: String
+    public var state: State
+    public var total: Int
+    public var done = 0
+    public var failed = 0
+    public var stored = 0
+    public var bytes = 0
+    public var bytesExpected = 0
+    public var concurrency: Int
+    public var createdAt: Double
+    public var startedAt: Double?
+    public var finishedAt: Double?
+    /// The first 100 failures.
+    public var errors: [ItemError] = []
+
+    public init(id: String, state: State, total: Int, concurrency: Int, createdAt: Double) {
+        self.id = id
+        self.state = state
+        self.total = total
+        self.concurrency = concurrency
+        self.createdAt = createdAt
+    }
+}
+
+/// Where warm jobs live, so they survive a restart. Specs are stored sealed (they may carry
+/// credentials); the store sees only bytes.
+public protocol WarmJobStore: Sendable {
+    /// Persists a new job and its sealed specs (index order), then calls back.
+    func createJob(_ record: WarmJobRecord, sealedSpecs: [[UInt8]], completion: @escaping @Sendable (Bool) -> Void)
+    /// Marks one item finished (`done` or `failed`) and saves the job's counters, in one transaction.
+    func finishItem(_ index: Int, state: String, job: WarmJobRecord)
+    /// Saves the job's state and counters.
+    func updateJob(_ record: WarmJobRecord)
+    /// Every job, with the sealed specs of its items not finished yet (index, spec).
+    func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])]
 }

@@ -218,15 +218,16 @@ public final class HTTPServer: @unchecked Sendable {
         let reference = Unmanaged.passRetained(self)
         let opaque = reference.toOpaque()
         let connectionLimit = Self.affordableConnections(configuration.connectionLimit)
-        // The daemon-wide timeout is the header timeout: it covers a new connection until its
-        // first header section is complete, when the handler raises it to the idle timeout.
-        let firstTimeout = min(configuration.headerTimeoutSeconds, configuration.connectionTimeoutSeconds)
+        // The daemon-wide timeout is the idle timeout. A new connection gets the (shorter)
+        // header timeout when it is accepted (connectionNotified), until its first header
+        // section is complete.
         let started = withUnsafePointer(to: &storage) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
                 larder_mhd_start(flags, address, UInt32(max(2, configuration.threads)),
-                                 UInt32(max(1, firstTimeout)), UInt32(connectionLimit),
+                                 UInt32(max(1, configuration.connectionTimeoutSeconds)), UInt32(connectionLimit),
                                  UInt32(max(0, configuration.connectionsPerAddress)),
-                                 configuration.connectionMemoryBytes, accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque)
+                                 configuration.connectionMemoryBytes, accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque,
+                                 connectionNotified, opaque)
             }
         }
         guard let started else {
@@ -400,6 +401,18 @@ private let uriLogger: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<C
     Unmanaged.passRetained(RequestContext(rawTarget: String(cString: uri))).toOpaque()
 }
 
+/// A connection was accepted: it must complete its first header section without falling
+/// silent for the header timeout (slow-header attacks). Called after libmicrohttpd listed the
+/// connection for timeouts, so changing its timeout here is safe.
+private let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connection, _, event in
+    guard event == .CONNECTION_NOTIFY_STARTED, let serverPointer, let connection else { return }
+    let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
+    let header = server.configuration.headerTimeoutSeconds
+    if header < server.configuration.connectionTimeoutSeconds {
+        larder_mhd_set_connection_timeout(connection, UInt32(max(1, header)))
+    }
+}
+
 private let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _, contextSlot, termination in
     guard let contextSlot, let raw = contextSlot.pointee else { return }
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeRetainedValue()
@@ -433,7 +446,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
         }
         context.headers = headers
         context.phase = .body
-        larder_mhd_set_connection_timeout(connection, UInt32(max(1, server.configuration.connectionTimeoutSeconds)))
+        larder_mhd_restore_timeout(connection, UInt32(max(1, server.configuration.connectionTimeoutSeconds)))
         return MHD_Result.YES
     case .rejected:
         // Whatever else arrives is dropped; the connection closes after the refusal.

@@ -114,6 +114,15 @@ final class SQLiteStatement {
         return code == SQLITE_ROW
     }
 
+    func bind(_ index: Int32, _ value: Double?) throws(SQLiteError) {
+        guard let value else { return try connection.check(sqlite3_bind_null(handle, index), "bind null") }
+        try bind(index, value)
+    }
+
+    func optionalDouble(_ column: Int32) -> Double? {
+        sqlite3_column_type(handle, column) == SQLITE_NULL ? nil : sqlite3_column_double(handle, column)
+    }
+
     func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
     func double(_ column: Int32) -> Double { sqlite3_column_double(handle, column) }
 

@@ -162,6 +162,32 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         ALTER TABLE entries ADD COLUMN vary TEXT NOT NULL DEFAULT '';
         ALTER TABLE entries ADD COLUMN variant_fp TEXT;
         """,
+        // 6: cache-warming jobs (POST /cache/warm); specs are sealed by the service (AES-GCM
+        // under a key derived from the instance secret), since they may carry credentials.
+        """
+        CREATE TABLE warm_jobs (
+          id             TEXT    PRIMARY KEY,
+          state          TEXT    NOT NULL,        -- queued, running, done, cancelled
+          total          INTEGER NOT NULL,
+          done           INTEGER NOT NULL DEFAULT 0,
+          failed         INTEGER NOT NULL DEFAULT 0,
+          stored         INTEGER NOT NULL DEFAULT 0,
+          bytes          INTEGER NOT NULL DEFAULT 0,
+          bytes_expected INTEGER NOT NULL DEFAULT 0,
+          concurrency    INTEGER NOT NULL,
+          created_at     REAL    NOT NULL,
+          started_at     REAL,
+          finished_at    REAL,
+          errors         BLOB    NOT NULL         -- JSON array of {index, url, code}, first 100
+        );
+        CREATE TABLE warm_items (
+          job_id TEXT    NOT NULL,
+          idx    INTEGER NOT NULL,
+          spec   BLOB    NOT NULL,                -- sealed /fetch spec
+          state  TEXT    NOT NULL DEFAULT 'pending',
+          PRIMARY KEY (job_id, idx)
+        ) WITHOUT ROWID;
+        """,
     ]
 
     private static func migrate(_ connection: SQLiteConnection) throws {
@@ -411,5 +437,148 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private func giveBack(_ reader: Reader) {
         guard !closed.load(ordering: .relaxed) else { return }
         readers.withLock { $0.append(reader) }
+    }
+}
+
+// MARK: - Warm jobs
+
+extension SQLiteCacheStore: WarmJobStore {
+    public func createJob(_ record: WarmJobRecord, sealedSpecs: [[UInt8]], completion: @escaping @Sendable (Bool) -> Void) {
+        writerQueue.async { [self] in
+            do {
+                try writer.execute("BEGIN IMMEDIATE")
+                do {
+                    try saveJob(record)
+                    let insert = try writer.prepare("INSERT INTO warm_items (job_id, idx, spec) VALUES (?1, ?2, ?3)")
+                    for (index, spec) in sealedSpecs.enumerated() {
+                        try insert.bind(1, record.id)
+                        try insert.bind(2, Int64(index))
+                        try insert.bind(3, spec)
+                        _ = try insert.step()
+                        insert.reset()
+                    }
+                    try writer.execute("COMMIT")
+                } catch {
+                    try? writer.execute("ROLLBACK")
+                    throw error
+                }
+                completion(true)
+            } catch {
+                logger.error("cannot save warm job", metadata: ["job": "\(record.id)", "error": "\(error)"])
+                completion(false)
+            }
+        }
+    }
+
+    public func finishItem(_ index: Int, state: String, job: WarmJobRecord) {
+        writerQueue.async { [self] in
+            do {
+                try writer.execute("BEGIN IMMEDIATE")
+                let update = try writer.prepare("UPDATE warm_items SET state = ?3 WHERE job_id = ?1 AND idx = ?2")
+                try update.bind(1, job.id)
+                try update.bind(2, Int64(index))
+                try update.bind(3, state)
+                _ = try update.step()
+                try saveJob(job)
+                try writer.execute("COMMIT")
+            } catch {
+                try? writer.execute("ROLLBACK")
+                logger.error("cannot save warm job progress", metadata: ["job": "\(job.id)", "error": "\(error)"])
+            }
+        }
+    }
+
+    public func updateJob(_ record: WarmJobRecord) {
+        writerQueue.async { [self] in
+            do {
+                try saveJob(record)
+            } catch {
+                logger.error("cannot save warm job", metadata: ["job": "\(record.id)", "error": "\(error)"])
+            }
+        }
+    }
+
+    public func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] {
+        writerQueue.sync { [self] in
+            do {
+                var jobs: [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] = []
+                let select = try writer.prepare("""
+                    SELECT id, state, total, done, failed, stored, bytes, bytes_expected, concurrency, created_at,
+                           started_at, finished_at, errors FROM warm_jobs ORDER BY created_at
+                    """)
+                while try select.step() {
+                    var record = WarmJobRecord(id: select.string(0) ?? "", state: WarmJobRecord.State(rawValue: select.string(1) ?? "") ?? .done,
+                                               total: Int(select.int64(2)), concurrency: Int(select.int64(8)), createdAt: select.double(9))
+                    record.done = Int(select.int64(3))
+                    record.failed = Int(select.int64(4))
+                    record.stored = Int(select.int64(5))
+                    record.bytes = Int(select.int64(6))
+                    record.bytesExpected = Int(select.int64(7))
+                    record.startedAt = select.optionalDouble(10)
+                    record.finishedAt = select.optionalDouble(11)
+                    record.errors = Self.decodeErrors(select.bytes(12))
+                    jobs.append((record, []))
+                }
+                select.reset()
+                let items = try writer.prepare("SELECT idx, spec FROM warm_items WHERE job_id = ?1 AND state = 'pending' ORDER BY idx")
+                for index in jobs.indices where jobs[index].record.state == .queued || jobs[index].record.state == .running {
+                    try items.bind(1, jobs[index].record.id)
+                    while try items.step() {
+                        jobs[index].pending.append((Int(items.int64(0)), items.bytes(1)))
+                    }
+                    items.reset()
+                }
+                return jobs
+            } catch {
+                logger.error("cannot load warm jobs", metadata: ["error": "\(error)"])
+                return []
+            }
+        }
+    }
+
+    /// On the writer queue.
+    private func saveJob(_ record: WarmJobRecord) throws(SQLiteError) {
+        let upsert = try writer.prepare("""
+            INSERT OR REPLACE INTO warm_jobs (id, state, total, done, failed, stored, bytes, bytes_expected, concurrency,
+                                              created_at, started_at, finished_at, errors)
+            VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+            """)
+        try upsert.bind(1, record.id)
+        try upsert.bind(2, record.state.rawValue)
+        for (position, value) in [record.total, record.done, record.failed, record.stored, record.bytes, record.bytesExpected,
+                                  record.concurrency].enumerated() {
+            try upsert.bind(Int32(position + 3), Int64(value))
+        }
+        try upsert.bind(10, record.createdAt)
+        try upsert.bind(11, record.startedAt)
+        try upsert.bind(12, record.finishedAt)
+        try upsert.bind(13, Self.encodeErrors(record.errors))
+        _ = try upsert.step()
+        upsert.reset()
+    }
+
+    static func encodeErrors(_ errors: [WarmJobRecord.ItemError]) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "[")]
+        for (position, error) in errors.enumerated() {
+            if position > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #"{"index":"#.utf8)
+            out.append(contentsOf: String(error.index).utf8)
+            out.append(contentsOf: #","url":"#.utf8)
+            JSONWriter.appendString(error.url, to: &out)
+            out.append(contentsOf: #","code":"#.utf8)
+            JSONWriter.appendString(error.code, to: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(UInt8(ascii: "]"))
+        return out
+    }
+
+    static func decodeErrors(_ bytes: [UInt8]) -> [WarmJobRecord.ItemError] {
+        guard case .array(let items)? = try? JSONParser.parse(bytes) else { return [] }
+        return items.compactMap { item in
+            guard case .object(let members) = item, case .int(let index)? = members["index"], case .string(let url)? = members["url"],
+                  case .string(let code)? = members["code"] else { return nil }
+            return WarmJobRecord.ItemError(index: Int(index), url: url, code: code)
+        }
     }
 }

@@ -14,7 +14,7 @@ struct BatchRoute: Sendable {
     let maxRequests: Int
     /// Parsed batches by body bytes: a repeated batch (a dashboard's 20 tiles) skips parsing
     /// and key derivation, as /fetch does.
-    let memo = RequestMemo<PreparedBatch>(maxBodyBytes: 64 << 10)
+    let memo = RequestMemo(maxBodyBytes: 64 << 10)
 
     struct PreparedBatch: Sendable {
         let ids: [String]
@@ -29,7 +29,7 @@ struct BatchRoute: Sendable {
                 finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
         if request.bodyTooLarge { return fail(.invalid("body", "request body is larger than the limit")) }
         let batch: PreparedBatch
-        if let known = memo.lookup(request.body) {
+        if case .batch(let known)? = memo.lookup(request.body) {
             batch = known
         } else {
             do {
@@ -39,7 +39,7 @@ struct BatchRoute: Sendable {
             } catch {
                 return fail(error)
             }
-            memo.insert(request.body, batch)
+            memo.insert(request.body, .batch(batch))
         }
         let streaming = ItemRendering.wantsNDJSON(request)
         let clock = self.clock

@@ -26,6 +26,7 @@ public final class LarderService: @unchecked Sendable {
     private let logger: Logger
     private var store: SQLiteCacheStore?
     private var upstream: CurlUpstream?
+    private var warmJobs: WarmJobs?
     private var server: HTTPServer?
     private var proxyServer: HTTPServer?
 
@@ -63,9 +64,14 @@ public final class LarderService: @unchecked Sendable {
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
         let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
                                  clock: clock, limits: limits, logger: logger)
+        let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+        let sealing = SpecSealing(secret: secret)
+        let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
+                                makeRequest: { spec, path throws(LarderError) in try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName) },
+                                seal: { sealing.seal($0) }, open: { sealing.open($0) })
         let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog,
                             limits: Router.RouteLimits(maxBatch: configuration.maxBatch, maxChainSteps: configuration.maxChainSteps),
-                            upstreams: Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first }))
+                            upstreams: upstreamsByName, warmJobs: warmJobs)
 
         var serverConfiguration = HTTPServerConfiguration()
         serverConfiguration.host = configuration.host
@@ -103,6 +109,8 @@ public final class LarderService: @unchecked Sendable {
             store.close()
             throw error
         }
+        warmJobs.resumeUnfinished()
+        self.warmJobs = warmJobs
         self.store = store
         self.upstream = upstream
         self.server = server
@@ -125,6 +133,8 @@ public final class LarderService: @unchecked Sendable {
         for listener in servers where !listener.waitForPending(timeout: max(0, deadline.timeIntervalSinceNow)) {
             logger.warning("cancelling \(listener.pendingCount) requests still in flight")
         }
+        // Jobs aborted from here on stay pending, to be taken up on the next start.
+        warmJobs?.stop()
         upstream.shutdown()
         for listener in servers where !listener.waitForPending(timeout: 10) {
             logger.error("requests still suspended after cancellation; stopping anyway")
@@ -134,8 +144,33 @@ public final class LarderService: @unchecked Sendable {
         self.proxyServer = nil
         self.server = nil
         self.upstream = nil
+        self.warmJobs = nil
         self.store = nil
         logger.info("larder stopped")
+    }
+}
+
+/// Seals warm-job specs at rest (they may carry Authorization, cookies or `sensitive` values):
+/// AES-GCM under a key derived from the instance secret with HKDF.
+struct SpecSealing: Sendable {
+    private let keyBytes: [UInt8]
+
+    init(secret: [UInt8]) {
+        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: secret), info: Array("larder-warm-jobs/1".utf8),
+                                          outputByteCount: 32)
+        keyBytes = key.withUnsafeBytes { Array($0) }
+    }
+
+    func seal(_ bytes: [UInt8]) -> [UInt8] {
+        // AES-GCM with a random nonce cannot fail for in-memory input of this size.
+        guard let box = try? AES.GCM.seal(bytes, using: SymmetricKey(data: keyBytes)), let combined = box.combined else { return [] }
+        return Array(combined)
+    }
+
+    func open(_ bytes: [UInt8]) -> [UInt8]? {
+        guard let box = try? AES.GCM.SealedBox(combined: bytes),
+              let opened = try? AES.GCM.open(box, using: SymmetricKey(data: keyBytes)) else { return nil }
+        return Array(opened)
     }
 }
 

@@ -21,7 +21,7 @@ struct ProxyRoute: Sendable {
     let upstreams: [String: NamedUpstream]
     /// Prepared GET requests by their wire form (upstream, target, header fields): a repeated
     /// request skips URL parsing and key derivation, as /fetch skips JSON parsing.
-    let memo: RequestMemo<PreparedFetch>
+    let memo: RequestMemo
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
@@ -67,7 +67,7 @@ struct ProxyRoute: Sendable {
                 memoKey.append(contentsOf: header.name.utf8); memoKey.append(0)
                 memoKey.append(contentsOf: header.value.utf8); memoKey.append(0)
             }
-            if let prepared = memo.lookup(memoKey) {
+            if case .fetch(let prepared)? = memo.lookup(memoKey) {
                 return answer(prepared, method: method, request: request, responder: responder, finish: finish)
             }
         }
@@ -79,7 +79,7 @@ struct ProxyRoute: Sendable {
         }
         if method == .get {
             let prepared = engine.prepare(fetch)
-            if !memoKey.isEmpty { memo.insert(memoKey, prepared) }
+            if !memoKey.isEmpty { memo.insert(memoKey, .fetch(prepared)) }
             return answer(prepared, method: method, request: request, responder: responder, finish: finish)
         }
 

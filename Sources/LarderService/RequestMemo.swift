@@ -9,7 +9,15 @@
 import LarderEngine
 import Synchronization
 
-final class RequestMemo<Value: Sendable>: Sendable {
+/// What the memo keeps: a prepared /fetch, or a prepared batch. (An enum rather than a generic
+/// class: the /fetch hit path must not go through unspecialised generic code.)
+enum Memoized: Sendable {
+    case fetch(PreparedFetch)
+    case batch(BatchRoute.PreparedBatch)
+}
+
+final class RequestMemo: Sendable {
+    typealias Value = Memoized
     /// Bodies larger than this are not remembered.
     let maxBodyBytes: Int
     static var entriesPerShard: Int { 512 }

@@ -12,21 +12,23 @@ struct Router: HTTPRequestHandler {
     let logger: Logger
     let accessLog: Bool
     let upstreams: [String: NamedUpstream]
-    let memo = RequestMemo<PreparedFetch>()
+    let memo = RequestMemo()
     let proxyRoute: ProxyRoute
     let batchRoute: BatchRoute
     let chainRoute: ChainRoute
+    let warmRoute: WarmRoute?
 
     init(engine: FetchEngine, clock: Clock, logger: Logger, accessLog: Bool, limits: RouteLimits = RouteLimits(),
-         upstreams: [String: NamedUpstream]) {
+         upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil) {
         self.engine = engine
         self.clock = clock
         self.logger = logger
         self.accessLog = accessLog
         self.upstreams = upstreams
-        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo<PreparedFetch>())
+        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo())
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: limits.maxBatch)
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: limits.maxChainSteps)
+        self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }
     }
 
     /// Per-call limits of the multi-request routes.
@@ -66,6 +68,11 @@ struct Router: HTTPRequestHandler {
             return finish(request, response: HTTPServerResponse(status: 200, headers: Self.jsonHeaders, body: Array(#"{"status":"ok"}"#.utf8)),
                           outcome: nil, receivedAt: receivedAt)
         default:
+            if let warmRoute, request.path == WarmRoute.prefix || request.path.hasPrefix(WarmRoute.prefix + "/") {
+                return warmRoute.handle(request, responder: responder,
+                                        fail: { finish(request, error: $0, allow: $1, receivedAt: receivedAt) },
+                                        finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
+            }
             if request.rawTarget.hasPrefix("/proxy/") {
                 let rest = request.rawTarget.dropFirst("/proxy/".count)
                 let end = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
@@ -89,7 +96,7 @@ struct Router: HTTPRequestHandler {
             return finish(request, error: .invalid("body", "request body is larger than the limit"), receivedAt: receivedAt)
         }
         let prepared: PreparedFetch
-        if let known = memo.lookup(request.body) {
+        if case .fetch(let known)? = memo.lookup(request.body) {
             prepared = known
         } else {
             do {
@@ -97,7 +104,7 @@ struct Router: HTTPRequestHandler {
             } catch {
                 return finish(request, error: error, receivedAt: receivedAt)
             }
-            memo.insert(request.body, prepared)
+            memo.insert(request.body, .fetch(prepared))
         }
         if prepared.request.method == .head, let fromGet = engine.storedGet(for: prepared.request) {
             return envelope(request, fromGet, receivedAt: receivedAt)

@@ -20,7 +20,12 @@ final class RawOrigin: @unchecked Sendable {
     private let shared = Shared()
 
     /// `holdOpen`: after replying, keep the connection open (until deinit) instead of closing it.
-    init(reply: [UInt8], holdOpen: Bool = false) throws {
+    convenience init(reply: [UInt8], holdOpen: Bool = false) throws {
+        try self.init(holdOpen: holdOpen) { _, _ in reply }
+    }
+
+    /// `respond(n, request)`: the bytes to send on the n-th connection (from 0), given what it sent.
+    init(holdOpen: Bool = false, respond: @escaping @Sendable (Int, [UInt8]) -> [UInt8]) throws {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         self.listener = listener
         var address = sockaddr_in()
@@ -42,7 +47,12 @@ final class RawOrigin: @unchecked Sendable {
                 guard connection >= 0 else { return } // closed by deinit
                 var buffer = [UInt8](repeating: 0, count: 65536)
                 let count = buffer.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
-                shared.received.withLock { $0.append(Array(buffer[0..<max(0, count)])) }
+                let request = Array(buffer[0..<max(0, count)])
+                let number = shared.received.withLock { received -> Int in
+                    received.append(request)
+                    return received.count - 1
+                }
+                let reply = respond(number, request)
                 _ = reply.withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
                 if holdOpen {
                     shared.open.withLock { $0.append(connection) }
