@@ -127,67 +127,6 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
 
 /// Tests of the `larder` executable itself: signals and exit codes.
 final class ExecutableTests: IntegrationTestCase {
-    private var binary: URL {
-        if let override = ProcessInfo.processInfo.environment["LARDER_BINARY"] { return URL(fileURLWithPath: override) }
-        // The test bundle sits beside the products of the same build.
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while directory.path != "/" {
-            let candidate = directory.appendingPathComponent("larder")
-            if FileManager.default.isExecutableFile(atPath: candidate.path), !candidate.hasDirectoryPath { return candidate }
-            directory.deleteLastPathComponent()
-        }
-        return URL(fileURLWithPath: "/nonexistent/larder")
-    }
-
-    private func launch(_ arguments: [String]) throws -> (Process, Pipe) {
-        let path = binary.path
-        guard FileManager.default.isExecutableFile(atPath: path) else {
-            throw XCTSkip("the larder executable is not built next to the tests (run scripts/test, or set LARDER_BINARY)")
-        }
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        return (process, errors)
-    }
-
-    /// Reads the process's stderr until the "listening on HOST:PORT" line; returns the port.
-    private func waitForPort(_ errors: Pipe) throws -> Int {
-        var seen = ""
-        let handle = errors.fileHandleForReading
-        while true {
-            let chunk = handle.availableData
-            guard !chunk.isEmpty else { throw TestClientError(description: "larder exited before listening: \(seen)") }
-            seen += String(decoding: chunk, as: UTF8.self)
-            if let range = seen.range(of: #"listening on [0-9.]+:([0-9]+)"#, options: .regularExpression) {
-                let match = seen[range]
-                return Int(match.split(separator: ":").last!)!
-            }
-        }
-    }
-
-    /// Reads the process's stderr until a line contains `text`.
-    private func waitForLine(_ errors: Pipe, containing text: String) throws {
-        var seen = ""
-        while !seen.contains(text) {
-            let chunk = errors.fileHandleForReading.availableData
-            guard !chunk.isEmpty else { throw TestClientError(description: "larder closed stderr before '\(text)': \(seen)") }
-            seen += String(decoding: chunk, as: UTF8.self)
-        }
-    }
-
-    private func waitForExit(_ process: Process, timeout: Double = 20) -> Bool {
-        let exited = DispatchSemaphore(value: 0)
-        Thread {
-            process.waitUntilExit()
-            exited.signal()
-        }.start()
-        return exited.wait(timeout: .now() + timeout) == .success
-    }
-
     func testVersionAndHelp() throws {
         let (version, _) = try launch(["--version"])
         XCTAssertTrue(waitForExit(version))
