@@ -19,6 +19,8 @@ public struct BatchRequest: Sendable {
     public var items: [BatchItem]
     public var mode: BatchMode
     public var concurrency: Int
+    /// The whole batch's time; past it, running requests are aborted and the rest cancelled.
+    public var timeoutMs: Int
 
     public static let defaultConcurrency = 8
     public static let maxConcurrency = 64
@@ -32,7 +34,7 @@ public struct BatchRequest: Sendable {
             throw LarderError.invalid("body", "not valid JSON: \(error.description)")
         }
         let fields = try JSONFields(value, path: "")
-        try fields.rejectUnknown(["requests", "mode", "concurrency"])
+        try fields.rejectUnknown(["requests", "mode", "concurrency", "timeoutMs"])
         guard let specs = try fields.array("requests") else { throw .invalid("requests", "is required") }
         guard !specs.isEmpty else { throw .invalid("requests", "must hold at least one request") }
         guard specs.count <= maxRequests else { throw .invalid("requests", "at most \(maxRequests) requests per batch") }
@@ -45,6 +47,10 @@ public struct BatchRequest: Sendable {
         guard (1...Int64(maxConcurrency)).contains(concurrency) else {
             throw .invalid("concurrency", "must be 1 to \(maxConcurrency)")
         }
+        let timeout = try fields.integer("timeoutMs").map { Int(clamping: $0) } ?? FetchRequest.maxTimeoutMs
+        guard (1...FetchRequest.maxTimeoutMs).contains(timeout) else {
+            throw .invalid("timeoutMs", "must be between 1 and \(FetchRequest.maxTimeoutMs)")
+        }
         var items: [BatchItem] = []
         var seen: Set<String> = []
         for (index, spec) in specs.enumerated() {
@@ -53,7 +59,7 @@ public struct BatchRequest: Sendable {
             guard seen.insert(id).inserted else { throw .invalid("\(path).id", "'\(id)' is used twice") }
             items.append(BatchItem(id: id, request: try FetchRequest.parse(rest, path: path, upstreams: upstreams)))
         }
-        return BatchRequest(items: items, mode: mode, concurrency: Int(concurrency))
+        return BatchRequest(items: items, mode: mode, concurrency: Int(concurrency), timeoutMs: timeout)
     }
 
     /// Takes an `id` member out of a spec (a string, 1–128 bytes).

@@ -3,6 +3,7 @@
 // request as it completes and a summary line last, so a caller sees the first results while
 // slow ones still run. A client that goes away cancels its batch.
 
+import Dispatch
 import LarderCore
 import LarderEngine
 import LarderHTTP
@@ -21,6 +22,7 @@ struct BatchRoute: Sendable {
         let items: [PreparedFetch]
         let mode: BatchMode
         let concurrency: Int
+        let timeoutMs: Int
     }
 
     /// `fail` renders (and logs) an error; `finish` logs the final answer.
@@ -35,7 +37,7 @@ struct BatchRoute: Sendable {
             do {
                 let parsed = try BatchRequest.parse(json: request.body, upstreams: upstreams, maxRequests: maxRequests)
                 batch = PreparedBatch(ids: parsed.items.map(\.id), items: parsed.items.map { engine.prepare($0.request) },
-                                      mode: parsed.mode, concurrency: parsed.concurrency)
+                                      mode: parsed.mode, concurrency: parsed.concurrency, timeoutMs: parsed.timeoutMs)
             } catch {
                 return fail(error)
             }
@@ -56,6 +58,7 @@ struct BatchRoute: Sendable {
                                    stream.finish()
                                })
             responder.onClientGone { run.cancel() }
+            Self.limit(run, to: batch.timeoutMs)
             run.start()
             return finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
@@ -67,8 +70,14 @@ struct BatchRoute: Sendable {
                                responder.respond(finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)))
                            })
         responder.onClientGone { run.cancel() }
+        Self.limit(run, to: batch.timeoutMs)
         run.start()
         return nil
+    }
+
+    /// Past `timeoutMs`, the batch is stopped: running requests aborted, the rest cancelled.
+    private static func limit(_ run: BatchRun, to timeoutMs: Int) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(timeoutMs)) { [weak run] in run?.cancel() }
     }
 
     /// `{"ok":…,"failed":[ids],"responses":[…],"timing":{"totalMs":…}}` (no `responses` in the

@@ -67,6 +67,19 @@ final class BatchTests: IntegrationTestCase {
         XCTAssertEqual(origin.count(path + "-later"), 0, "a request not started never starts")
     }
 
+    func testABatchPastItsTimeIsStoppedAndItsTransfersAborted() throws {
+        let hanging = try HangingOrigin()
+        let larder = try startLarder()
+        let path = uniquePath()
+        let response = try batch(try larder.connection(), ["timeoutMs": 300, "concurrency": 1, "requests": [
+            ["id": "quick", "url": url(path)], ["id": "stuck", "url": hanging.base + "/stuck"], ["id": "never", "url": url(path + "-never")],
+        ]])
+        XCTAssertEqual(response.json["ok"] as? Bool, false, response.text)
+        XCTAssertEqual(responses(response).map { $0["state"] as? String }, ["done", "cancelled", "cancelled"])
+        XCTAssertTrue(hanging.waitForClosed(1))
+        XCTAssertEqual(origin.count(path + "-never"), 0)
+    }
+
     func testSettleReportsEveryRequest() throws {
         let larder = try startLarder()
         let path = uniquePath()
