@@ -103,14 +103,17 @@ public indirect enum ChainCondition: Sendable, Equatable {
         case eq, ne, gt, ge, lt, le, exists, `in`, matches
     }
 
-    /// The step ids the condition reads.
-    var roots: [String] {
+    /// The references the condition reads.
+    var references: [ChainReference] {
         switch self {
-        case .compare(let reference, _, _): [reference.root]
-        case .all(let conditions), .any(let conditions): conditions.flatMap(\.roots)
-        case .not(let condition): condition.roots
+        case .compare(let reference, _, _): [reference]
+        case .all(let conditions), .any(let conditions): conditions.flatMap(\.references)
+        case .not(let condition): condition.references
         }
     }
+
+    /// The step ids the condition reads.
+    var roots: [String] { references.map(\.root) }
 
     public func holds(in documents: [String: JSONValue]) -> Bool {
         switch self {
@@ -182,6 +185,9 @@ public struct ChainPlan: Sendable {
     public var timeoutMs: Int
     /// Only `ok`, `output` and failures in the answer.
     public var outputOnly: Bool
+    /// For each step id, the members of its result that something reads (`body`, `headers`…):
+    /// a result is only parsed as far as it is read.
+    public var readMembers: [String: Set<String>] = [:]
 
     public static let defaultTimeoutMs = 30_000
 
@@ -230,10 +236,12 @@ public struct ChainPlan: Sendable {
         }
 
         var steps: [ChainStep] = []
+        var everyReference: [ChainReference] = []
         for entry in parsed {
             var dependencies = Set(entry.dependsOn)
             var references: [ChainReference] = []
             try Self.references(in: entry.request, path: "\(entry.path).request", into: &references)
+            everyReference += references + (entry.when?.references ?? [])
             for reference in references where reference.root != "input" { dependencies.insert(reference.root) }
             for root in entry.when?.roots ?? [] where root != "input" { dependencies.insert(root) }
             for dependency in dependencies.sorted() where !ids.contains(dependency) {
@@ -251,8 +259,16 @@ public struct ChainPlan: Sendable {
         for reference in outputReferences where reference.root != "input" && !ids.contains(reference.root) {
             throw .invalid("output", "refers to '\(reference.root)', which is not a step of this chain")
         }
-        return ChainPlan(steps: steps, input: fields.value("input") ?? .object([:]), output: output, timeoutMs: timeout,
-                         outputOnly: outputOnly)
+        var plan = ChainPlan(steps: steps, input: fields.value("input") ?? .object([:]), output: output, timeoutMs: timeout,
+                             outputOnly: outputOnly)
+        for reference in everyReference + outputReferences {
+            if case .member(let name)? = reference.segments.first {
+                plan.readMembers[reference.root, default: []].insert(name)
+            } else {
+                plan.readMembers[reference.root, default: []].formUnion(["status", "headers", "body", "state", "error"])
+            }
+        }
+        return plan
     }
 
     /// The request's members are checked now (an unknown field is an error before anything

@@ -38,7 +38,7 @@ public final class ChainRun: Sendable {
     private let engine: FetchEngine
     private let plan: ChainPlan
     private let clock: Clock
-    private let makeRequest: @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest
+    private let prepare: @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch
     private let onStep: @Sendable (ItemOutcome) -> Void
     private let onFinish: @Sendable (ChainResult) -> Void
     private let state: Mutex<State>
@@ -47,14 +47,15 @@ public final class ChainRun: Sendable {
     /// Largest rendered step request: what a reference expansion may grow a request to.
     public static let maxRenderedRequestBytes = 1 << 20
 
-    /// `makeRequest` validates a rendered request spec (named upstreams are the service's).
+    /// `prepare` validates a rendered request spec and derives its key (named upstreams are the
+    /// service's, and it may remember specs it has seen).
     public init(engine: FetchEngine, plan: ChainPlan, clock: Clock,
-                makeRequest: @escaping @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest,
+                prepare: @escaping @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch,
                 onStep: @escaping @Sendable (ItemOutcome) -> Void, onFinish: @escaping @Sendable (ChainResult) -> Void) {
         self.engine = engine
         self.plan = plan
         self.clock = clock
-        self.makeRequest = makeRequest
+        self.prepare = prepare
         self.onStep = onStep
         self.onFinish = onFinish
         self.indexByID = Dictionary(uniqueKeysWithValues: plan.steps.enumerated().map { ($1.id, $0) })
@@ -123,14 +124,14 @@ public final class ChainRun: Sendable {
     private func launch(_ index: Int, cancellation: Cancellation, documents: [String: JSONValue]) {
         let step = plan.steps[index]
         let path = "steps[\(index)].request"
-        let request: FetchRequest
+        let request: PreparedFetch
         do {
             let rendered = try Template.render(step.request, documents: documents, encodeIn: ["url", "path"],
                                                textIn: ["query", "headers", "method", "upstream", "bodyBase64"])
             guard rendered.canonicalBytes.count <= Self.maxRenderedRequestBytes else {
                 return finished(index, .failed(.invalid(path, "the request grows past \(Self.maxRenderedRequestBytes) bytes once its references are resolved")))
             }
-            request = try makeRequest(rendered, path)
+            request = try prepare(rendered, path)
         } catch let unresolved as Template.Unresolved {
             return finished(index, .failed(LarderError(.referenceUnresolved, "{{\(unresolved.reference)}} does not resolve", field: path)))
         } catch let error as LarderError {
@@ -138,7 +139,7 @@ public final class ChainRun: Sendable {
         } catch {
             return finished(index, .failed(.invalid(path, "\(error)")))
         }
-        let immediate = engine.fetch(engine.prepare(request), cancellation: cancellation) { [self] answer in
+        let immediate = engine.fetch(request, cancellation: cancellation) { [self] answer in
             finished(index, answer)
         }
         if let immediate { finished(index, immediate) }
@@ -171,7 +172,8 @@ public final class ChainRun: Sendable {
     private func settle(_ outcome: ItemOutcome, in state: inout State) {
         state.outcomes[outcome.index] = outcome
         state.order.append(outcome.index)
-        state.documents[plan.steps[outcome.index].id] = Self.document(outcome)
+        let id = plan.steps[outcome.index].id
+        state.documents[id] = Self.document(outcome, reading: plan.readMembers[id] ?? [])
     }
 
     /// Nothing more starts; pending steps are cancelled and running ones aborted.
@@ -205,13 +207,17 @@ public final class ChainRun: Sendable {
         if let result { onFinish(result) }
     }
 
-    /// `{"state", "status", "headers", "body", "error"}`: what references to a step read.
-    static func document(_ outcome: ItemOutcome) -> JSONValue {
+    /// `{"state", "status", "headers", "body", "error"}`: what references to a step read. The
+    /// headers and the body are parsed only when something reads them.
+    static func document(_ outcome: ItemOutcome, reading: Set<String>) -> JSONValue {
         var members: [String: JSONValue] = ["state": .string(outcome.state.rawValue)]
         switch outcome.answer {
         case .served(let served)?:
             members["status"] = .int(Int64(served.status))
-            members["headers"] = (try? JSONParser.parse(served.headersJSON, maxDepth: 4)) ?? .object([:])
+            if reading.contains("headers") {
+                members["headers"] = (try? JSONParser.parse(served.headersJSON, maxDepth: 4)) ?? .object([:])
+            }
+            guard reading.contains("body") else { break }
             switch served.bodyKind {
             case .json: members["body"] = (try? JSONParser.parse(served.body, maxDepth: 512)) ?? .null
             case .text: members["body"] = .string(String(decoding: served.body, as: UTF8.self))

@@ -11,26 +11,41 @@ struct ChainRoute: Sendable {
     let upstreams: [String: NamedUpstream]
     let clock: Clock
     let maxSteps: Int
+    /// Parsed chains by body bytes, and prepared step requests by their rendered bytes: a
+    /// repeated chain over fresh entries skips parsing and key derivation, as /fetch does.
+    let memo = RequestMemo(maxBodyBytes: 64 << 10)
+    let steps = RequestMemo()
 
     func handle(_ request: HTTPServerRequest, responder: HTTPResponder, receivedAt: Double,
                 fail: (LarderError) -> HTTPServerResponse,
                 finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
         if request.bodyTooLarge { return fail(.invalid("body", "request body is larger than the limit")) }
         let plan: ChainPlan
-        do {
-            plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps)
-        } catch {
-            return fail(error)
+        if case .chain(let known)? = memo.lookup(request.body) {
+            plan = known
+        } else {
+            do {
+                plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps)
+            } catch {
+                return fail(error)
+            }
+            memo.insert(request.body, .chain(plan))
         }
         let upstreams = self.upstreams
         let clock = self.clock
         let ids = plan.steps.map(\.id)
-        let makeRequest: @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest = { value, path throws(LarderError) in
-            try FetchRequest.parse(value, path: path, upstreams: upstreams)
+        let engine = self.engine
+        let steps = self.steps
+        let makeRequest: @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch = { value, path throws(LarderError) in
+            let bytes = value.canonicalBytes
+            if case .fetch(let known)? = steps.lookup(bytes) { return known }
+            let prepared = engine.prepare(try FetchRequest.parse(value, path: path, upstreams: upstreams))
+            steps.insert(bytes, .fetch(prepared))
+            return prepared
         }
         if ItemRendering.wantsNDJSON(request) {
             let stream = HTTPResponseStream()
-            let run = ChainRun(engine: engine, plan: plan, clock: clock, makeRequest: makeRequest,
+            let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest,
                                onStep: { outcome in
                                    stream.write(ItemRendering.line(ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index,
                                                                                       receivedAt: receivedAt)))
@@ -44,7 +59,7 @@ struct ChainRoute: Sendable {
             run.start()
             return finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
-        let run = ChainRun(engine: engine, plan: plan, clock: clock, makeRequest: makeRequest, onStep: { _ in },
+        let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest, onStep: { _ in },
                            onFinish: { result in
                                let body = Self.summary(result, plan: plan, includeSteps: true, receivedAt: receivedAt, clock: clock)
                                responder.respond(finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)))

@@ -6,6 +6,7 @@
 // identical bytes is exact. Small bodies only; each shard is emptied when full (cheap, and
 // the hot bodies come straight back).
 
+import LarderCore
 import LarderEngine
 import Synchronization
 
@@ -14,6 +15,7 @@ import Synchronization
 enum Memoized: Sendable {
     case fetch(PreparedFetch)
     case batch(BatchRoute.PreparedBatch)
+    case chain(ChainPlan)
 }
 
 final class RequestMemo: Sendable {
