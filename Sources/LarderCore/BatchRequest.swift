@@ -27,14 +27,7 @@ public struct BatchRequest: Sendable {
 
     /// Parses a /batch body; `maxRequests` is the per-call limit (`--max-batch`).
     public static func parse(json bytes: [UInt8], upstreams: [String: NamedUpstream], maxRequests: Int) throws(LarderError) -> BatchRequest {
-        let value: JSONValue
-        do {
-            value = try JSONParser.parse(bytes)
-        } catch {
-            throw LarderError.invalid("body", "not valid JSON: \(error.description)")
-        }
-        let fields = try JSONFields(value, path: "")
-        try fields.rejectUnknown(["requests", "mode", "concurrency", "timeoutMs"])
+        let fields = try JSONFields.body(bytes, known: ["requests", "mode", "concurrency", "timeoutMs"])
         guard let specs = try fields.array("requests") else { throw .invalid("requests", "is required") }
         guard !specs.isEmpty else { throw .invalid("requests", "must hold at least one request") }
         guard specs.count <= maxRequests else { throw .invalid("requests", "at most \(maxRequests) requests per batch") }

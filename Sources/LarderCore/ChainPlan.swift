@@ -194,14 +194,7 @@ public struct ChainPlan: Sendable {
     // MARK: Parsing
 
     public static func parse(json bytes: [UInt8], maxSteps: Int) throws(LarderError) -> ChainPlan {
-        let value: JSONValue
-        do {
-            value = try JSONParser.parse(bytes)
-        } catch {
-            throw LarderError.invalid("body", "not valid JSON: \(error.description)")
-        }
-        let fields = try JSONFields(value, path: "")
-        try fields.rejectUnknown(["steps", "input", "output", "timeoutMs", "include"])
+        let fields = try JSONFields.body(bytes, known: ["steps", "input", "output", "timeoutMs", "include"])
         guard let rawSteps = try fields.array("steps") else { throw .invalid("steps", "is required") }
         guard !rawSteps.isEmpty else { throw .invalid("steps", "must hold at least one step") }
         guard rawSteps.count <= maxSteps else { throw .invalid("steps", "at most \(maxSteps) steps per chain") }

@@ -17,6 +17,20 @@ public struct JSONFields: Sendable {
         self.path = path
     }
 
+    /// A request body: one JSON object whose members are all in `known` (errors name `body` or
+    /// the member).
+    public static func body(_ bytes: [UInt8], known: [String]) throws(LarderError) -> JSONFields {
+        let value: JSONValue
+        do {
+            value = try JSONParser.parse(bytes)
+        } catch {
+            throw LarderError.invalid("body", "not valid JSON: \(error.description)")
+        }
+        let fields = try JSONFields(value, path: "")
+        try fields.rejectUnknown(known)
+        return fields
+    }
+
     /// The full path of member `name`.
     public func path(_ name: String) -> String { path.isEmpty ? name : "\(path).\(name)" }
 

@@ -18,14 +18,7 @@ public struct WarmJobRequest: Sendable {
 
     /// Parses and validates a job; every spec is validated now (nothing runs when one is bad).
     public static func parse(json bytes: [UInt8], upstreams: [String: NamedUpstream]) throws(LarderError) -> WarmJobRequest {
-        let value: JSONValue
-        do {
-            value = try JSONParser.parse(bytes)
-        } catch {
-            throw LarderError.invalid("body", "not valid JSON: \(error.description)")
-        }
-        let fields = try JSONFields(value, path: "")
-        try fields.rejectUnknown(["requests", "urls", "cache", "concurrency"])
+        let fields = try JSONFields.body(bytes, known: ["requests", "urls", "cache", "concurrency"])
         let concurrency = try fields.integer("concurrency") ?? Int64(defaultConcurrency)
         guard (1...Int64(BatchRequest.maxConcurrency)).contains(concurrency) else {
             throw .invalid("concurrency", "must be 1 to \(BatchRequest.maxConcurrency)")

@@ -35,6 +35,16 @@ public struct ItemOutcome: Sendable {
         if case .failed(let error)? = answer { return error }
         return nil
     }
+
+    /// How an engine answer ends an item: served is done, a cancellation is cancelled, any
+    /// other failure is failed.
+    public init(index: Int, answer: CacheAnswer, finishedAt: Double) {
+        switch answer {
+        case .served: self.init(index: index, state: .done, answer: answer, finishedAt: finishedAt)
+        case .failed(let error) where error.code == .cancelled: self.init(index: index, state: .cancelled, answer: nil, finishedAt: finishedAt)
+        case .failed: self.init(index: index, state: .failed, answer: answer, finishedAt: finishedAt)
+        }
+    }
 }
 
 public final class BatchRun: Sendable {
@@ -107,16 +117,7 @@ public final class BatchRun: Sendable {
     }
 
     private func record(_ index: Int, _ answer: CacheAnswer) {
-        let now = clock.now()
-        let outcome: ItemOutcome
-        switch answer {
-        case .served:
-            outcome = ItemOutcome(index: index, state: .done, answer: answer, finishedAt: now)
-        case .failed(let error) where error.code == .cancelled:
-            outcome = ItemOutcome(index: index, state: .cancelled, answer: nil, finishedAt: now)
-        case .failed:
-            outcome = ItemOutcome(index: index, state: .failed, answer: answer, finishedAt: now)
-        }
+        let outcome = ItemOutcome(index: index, answer: answer, finishedAt: clock.now())
         let recorded = state.withLock { state -> Bool in
             state.running.removeValue(forKey: index)
             guard state.outcomes[index] == nil else { return false }

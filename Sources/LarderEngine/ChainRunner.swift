@@ -146,13 +146,7 @@ public final class ChainRun: Sendable {
     }
 
     private func finished(_ index: Int, _ answer: CacheAnswer) {
-        let now = clock.now()
-        let outcome: ItemOutcome
-        switch answer {
-        case .served: outcome = ItemOutcome(index: index, state: .done, answer: answer, finishedAt: now)
-        case .failed(let error) where error.code == .cancelled: outcome = ItemOutcome(index: index, state: .cancelled, answer: nil, finishedAt: now)
-        case .failed: outcome = ItemOutcome(index: index, state: .failed, answer: answer, finishedAt: now)
-        }
+        let outcome = ItemOutcome(index: index, answer: answer, finishedAt: clock.now())
         let recorded = state.withLock { state -> Bool in
             state.running.removeValue(forKey: index)
             guard state.outcomes[index] == nil else { return false }

@@ -210,6 +210,33 @@ public struct WarmJobRecord: Sendable, Equatable {
         self.concurrency = concurrency
         self.createdAt = createdAt
     }
+
+    /// `[{"index","url","code"}, …]`, as the API shows it and the store keeps it.
+    public var errorsJSON: [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "[")]
+        for (position, error) in errors.enumerated() {
+            if position > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #"{"index":"#.utf8)
+            out.append(contentsOf: String(error.index).utf8)
+            out.append(contentsOf: #","url":"#.utf8)
+            JSONWriter.appendString(error.url, to: &out)
+            out.append(contentsOf: #","code":"#.utf8)
+            JSONWriter.appendString(error.code, to: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(UInt8(ascii: "]"))
+        return out
+    }
+
+    /// Reads what `errorsJSON` wrote.
+    public static func errors(fromJSON bytes: [UInt8]) -> [ItemError] {
+        guard case .array(let items)? = try? JSONParser.parse(bytes) else { return [] }
+        return items.compactMap { item in
+            guard case .object(let members) = item, case .int(let index)? = members["index"], case .string(let url)? = members["url"],
+                  case .string(let code)? = members["code"] else { return nil }
+            return ItemError(index: Int(index), url: url, code: code)
+        }
+    }
 }
 
 /// Where warm jobs live, so they survive a restart. Specs are stored sealed (they may carry

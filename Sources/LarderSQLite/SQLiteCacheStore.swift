@@ -516,7 +516,7 @@ extension SQLiteCacheStore: WarmJobStore {
                     record.bytesExpected = Int(select.int64(7))
                     record.startedAt = select.optionalDouble(10)
                     record.finishedAt = select.optionalDouble(11)
-                    record.errors = Self.decodeErrors(select.bytes(12))
+                    record.errors = WarmJobRecord.errors(fromJSON: select.bytes(12))
                     jobs.append((record, []))
                 }
                 select.reset()
@@ -552,33 +552,8 @@ extension SQLiteCacheStore: WarmJobStore {
         try upsert.bind(10, record.createdAt)
         try upsert.bind(11, record.startedAt)
         try upsert.bind(12, record.finishedAt)
-        try upsert.bind(13, Self.encodeErrors(record.errors))
+        try upsert.bind(13, record.errorsJSON)
         _ = try upsert.step()
         upsert.reset()
-    }
-
-    static func encodeErrors(_ errors: [WarmJobRecord.ItemError]) -> [UInt8] {
-        var out: [UInt8] = [UInt8(ascii: "[")]
-        for (position, error) in errors.enumerated() {
-            if position > 0 { out.append(UInt8(ascii: ",")) }
-            out.append(contentsOf: #"{"index":"#.utf8)
-            out.append(contentsOf: String(error.index).utf8)
-            out.append(contentsOf: #","url":"#.utf8)
-            JSONWriter.appendString(error.url, to: &out)
-            out.append(contentsOf: #","code":"#.utf8)
-            JSONWriter.appendString(error.code, to: &out)
-            out.append(UInt8(ascii: "}"))
-        }
-        out.append(UInt8(ascii: "]"))
-        return out
-    }
-
-    static func decodeErrors(_ bytes: [UInt8]) -> [WarmJobRecord.ItemError] {
-        guard case .array(let items)? = try? JSONParser.parse(bytes) else { return [] }
-        return items.compactMap { item in
-            guard case .object(let members) = item, case .int(let index)? = members["index"], case .string(let url)? = members["url"],
-                  case .string(let code)? = members["code"] else { return nil }
-            return WarmJobRecord.ItemError(index: Int(index), url: url, code: code)
-        }
     }
 }

@@ -89,18 +89,9 @@ struct WarmRoute: Sendable {
                 out.append(contentsOf: "null".utf8)
             }
         }
-        out.append(contentsOf: #","errors":["#.utf8)
-        for (index, error) in record.errors.enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            out.append(contentsOf: #"{"index":"#.utf8)
-            out.append(contentsOf: String(error.index).utf8)
-            out.append(contentsOf: #","url":"#.utf8)
-            JSONWriter.appendString(error.url, to: &out)
-            out.append(contentsOf: #","code":"#.utf8)
-            JSONWriter.appendString(error.code, to: &out)
-            out.append(UInt8(ascii: "}"))
-        }
-        out.append(contentsOf: "]}".utf8)
+        out.append(contentsOf: #","errors":"#.utf8)
+        out.append(contentsOf: record.errorsJSON)
+        out.append(UInt8(ascii: "}"))
         return out
     }
 }

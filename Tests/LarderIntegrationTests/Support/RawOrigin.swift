@@ -26,21 +26,9 @@ final class RawOrigin: @unchecked Sendable {
 
     /// `respond(n, request)`: the bytes to send on the n-th connection (from 0), given what it sent.
     init(holdOpen: Bool = false, respond: @escaping @Sendable (Int, [UInt8]) -> [UInt8]) throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try LoopbackListener.open()
         self.listener = listener
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0, listen(listener, 16) == 0 else { throw TestClientError(description: "raw origin: bind/listen failed") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
-        }
-        port = Int(UInt16(bigEndian: address.sin_port))
+        self.port = port
         Thread.detachNewThread { [shared] in
             while true {
                 let connection = accept(listener, nil, nil)
@@ -70,5 +58,28 @@ final class RawOrigin: @unchecked Sendable {
         shutdown(listener, Int32(SHUT_RDWR))
         close(listener)
         for connection in shared.open.withLock({ $0 }) { close(connection) }
+    }
+}
+
+/// A listening TCP socket on 127.0.0.1 and a free port, for the hand-made origins.
+enum LoopbackListener {
+    static func open(backlog: Int32 = 64) throws -> (socket: Int32, port: Int) {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0, listen(listener, backlog) == 0 else {
+            close(listener)
+            throw TestClientError(description: "loopback listener: bind/listen failed")
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        return (listener, Int(UInt16(bigEndian: address.sin_port)))
     }
 }
