@@ -27,6 +27,7 @@ public final class LarderService: @unchecked Sendable {
     private var store: SQLiteCacheStore?
     private var upstream: CurlUpstream?
     private var warmJobs: WarmJobs?
+    private var engine: FetchEngine?
     private var server: HTTPServer?
     private var proxyServer: HTTPServer?
 
@@ -44,6 +45,9 @@ public final class LarderService: @unchecked Sendable {
 
     /// The port the server listens on (useful when configured as 0).
     public var port: Int { server?.port ?? 0 }
+
+    /// Requests that joined another request's upstream fetch instead of sending their own.
+    public var coalescedCount: Int { engine?.coalescedCount ?? 0 }
 
     /// The proxy-root listener's port, when there is one.
     public var proxyPort: Int? { proxyServer?.port }
@@ -111,6 +115,7 @@ public final class LarderService: @unchecked Sendable {
         }
         warmJobs.resumeUnfinished()
         self.warmJobs = warmJobs
+        self.engine = engine
         self.store = store
         self.upstream = upstream
         self.server = server

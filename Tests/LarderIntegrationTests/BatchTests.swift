@@ -148,6 +148,34 @@ final class BatchTests: IntegrationTestCase {
         XCTAssertTrue(hanging.waitForClosed(2), "both upstream transfers were aborted")
     }
 
+    func testACancelledBatchLeavesACoalescedFetchToTheCallersWaitingOnIt() throws {
+        let larder = try startLarder()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path, "delay=400"), "cache": ["ttl": 60]]
+        let leaver = try larder.connection()
+        let body = Array(try JSONSerialization.data(withJSONObject: ["requests": [spec]]))
+        try leaver.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+        XCTAssertTrue(origin.waitForCount(path, atLeast: 1), "the batch's fetch leads the flight")
+        let port = larder.port
+        let waiter = Mutex<TestResponse?>(nil)
+        let finished = DispatchSemaphore(value: 0)
+        let fetchBody = Array(try JSONSerialization.data(withJSONObject: spec))
+        Thread.detachNewThread {
+            waiter.withLock { $0 = try? TestConnection(port: port).request("POST", "/fetch", body: fetchBody) }
+            finished.signal()
+        }
+        // The /fetch joins the flight (coalesced), then the batch's client goes away.
+        let deadline = Date().addingTimeInterval(10)
+        while larder.service.coalescedCount < 1, Date() < deadline { usleep(5_000) } // no event to wait on
+        XCTAssertEqual(larder.service.coalescedCount, 1)
+        leaver.closeSocket()
+        XCTAssertEqual(finished.wait(timeout: .now() + 10), .success)
+        let response = waiter.withLock { $0 }
+        XCTAssertEqual(response?.status, 200, response?.text ?? "no response")
+        XCTAssertEqual(response?.cache["coalesced"] as? Bool, true)
+        XCTAssertEqual(origin.count(path), 1, "the transfer went on for the waiting caller")
+    }
+
     func testConcurrentBatchesShareOneUpstreamRequestPerURL() throws {
         let larder = try startLarder()
         let base = uniquePath()
