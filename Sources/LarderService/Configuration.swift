@@ -35,6 +35,9 @@ public struct LarderConfiguration: Sendable {
     /// Bytes of upstream bodies being received at once; a transfer that would go over waits
     /// (paused) until others finish, except the oldest, so one always progresses.
     public var maxInflightBodyBytes: Int = 256 << 20
+    /// The proxy removes CDN-Cache-Control from the responses it passes on: for deployments where
+    /// Larder is the last (CDN-class) cache before clients. By default it is passed on (RFC 9213).
+    public var stripTargetedCacheControl = false
     /// Requests in one POST /batch.
     public var maxBatch: Int = 100
     /// Steps in one POST /chain.

@@ -74,7 +74,8 @@ public final class LarderService: @unchecked Sendable {
                                 makeRequest: { spec, path throws(LarderError) in try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName) },
                                 seal: { sealing.seal($0) }, open: { sealing.open($0) })
         let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog,
-                            limits: Router.RouteLimits(maxBatch: configuration.maxBatch, maxChainSteps: configuration.maxChainSteps),
+                            limits: Router.RouteLimits(maxBatch: configuration.maxBatch, maxChainSteps: configuration.maxChainSteps,
+                                                       stripTargetedCacheControl: configuration.stripTargetedCacheControl),
                             upstreams: upstreamsByName, warmJobs: warmJobs)
 
         var serverConfiguration = HTTPServerConfiguration()

@@ -9,8 +9,9 @@
 //  - If-None-Match / If-Modified-Since are answered with 304 from the response (§4.3.2);
 //  - a single byte Range is cut from the full response (206), honouring If-Range;
 //  - every response carries `Age` (§5.1) and `Cache-Status` (RFC 9211); the stored `Date` is
-//    never rewritten; hop-by-hop fields (RFC 9110 §7.6.1) and CDN-Cache-Control (RFC 9213)
-//    are neither forwarded nor passed on.
+//    never rewritten; hop-by-hop fields (RFC 9110 §7.6.1) are neither forwarded nor passed on.
+//    CDN-Cache-Control (RFC 9213) is used by this cache and passed on for the caches after it
+//    (a CDN in front of Larder is one), unless the deployment says Larder is the last cache.
 
 import LarderCore
 import LarderEngine
@@ -22,6 +23,8 @@ struct ProxyRoute: Sendable {
     /// Prepared GET requests by their wire form (upstream, target, header fields): a repeated
     /// request skips URL parsing and key derivation, as /fetch skips JSON parsing.
     let memo: RequestMemo
+    /// Remove CDN-Cache-Control from responses (`--strip-targeted-cache-control`).
+    let stripTargeted: Bool
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
@@ -38,9 +41,11 @@ struct ProxyRoute: Sendable {
     /// always sends a full response that can be stored.
     private static let conditionals: Set<String> = ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
                                                     "if-range", "range"]
-    /// Response fields never passed on (besides hop-by-hop): the server sets its own framing,
-    /// and CDN-Cache-Control is for this cache only (RFC 9213 §2.1).
-    private static let notPassedOn: Set<String> = ["content-length", "cdn-cache-control", "age"]
+    /// Response fields never passed on (besides hop-by-hop): the server sets its own framing and
+    /// its own Age; with `stripTargeted`, CDN-Cache-Control too (RFC 9213 §2.1: a targeted field
+    /// is for every cache of its class in the chain, so by default it goes on).
+    private static let notPassedOn: Set<String> = ["content-length", "age"]
+    private static let notPassedOnStripping: Set<String> = ["content-length", "age", "cdn-cache-control"]
 
     /// Answers a proxied request for `target` (path and query, as received) on upstream `name`.
     func handle(_ request: HTTPServerRequest, upstream name: String, target: String, responder: HTTPResponder,
@@ -87,7 +92,7 @@ struct ProxyRoute: Sendable {
             // RFC 9111 §4.3.5 / §4: a HEAD can be answered from a stored GET; only when nothing
             // usable is stored does the HEAD go upstream (and is not stored).
             if let stored = engine.storedGet(for: fetch) {
-                return Self.deliver(stored, method: method, request: request, finish: finish)
+                return Self.deliver(stored, method: method, request: request, strip: stripTargeted, finish: finish)
             }
             var forward = fetch
             forward.cache.policy = .noStore
@@ -98,16 +103,17 @@ struct ProxyRoute: Sendable {
 
     private func answer(_ prepared: PreparedFetch, method: HTTPMethod, request: HTTPServerRequest, responder: HTTPResponder,
                         finish: @escaping @Sendable (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse? {
+        let strip = stripTargeted
         let immediate = engine.fetch(prepared) { answer in
-            responder.respond(Self.deliver(answer, method: method, request: request, finish: finish))
+            responder.respond(Self.deliver(answer, method: method, request: request, strip: strip, finish: finish))
         }
-        return immediate.map { Self.deliver($0, method: method, request: request, finish: finish) }
+        return immediate.map { Self.deliver($0, method: method, request: request, strip: strip, finish: finish) }
     }
 
-    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest,
+    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest, strip: Bool,
                                 finish: (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse {
         let conditions = request.headers.filter { conditionals.contains($0.name.lowercasedASCII) }
-        let response = render(answer, method: method, headOnly: method == .head, conditions: conditions)
+        let response = render(answer, method: method, headOnly: method == .head, conditions: conditions, strip: strip)
         var errorCode: String?
         if case .failed(let error) = answer { errorCode = error.code.rawValue }
         return finish(response, answer.outcome, errorCode)
@@ -143,7 +149,9 @@ struct ProxyRoute: Sendable {
         return forwarded
     }
 
-    static func render(_ answer: CacheAnswer, method: HTTPMethod, headOnly: Bool, conditions: [(name: String, value: String)]) -> HTTPServerResponse {
+    static func render(_ answer: CacheAnswer, method: HTTPMethod, headOnly: Bool, conditions: [(name: String, value: String)],
+                       strip: Bool) -> HTTPServerResponse {
+        let notPassedOn = strip ? Self.notPassedOnStripping : Self.notPassedOn
         guard case .served(let served) = answer else {
             if case .failed(let error) = answer { return errorResponse(error) }
             return HTTPServerResponse(status: 502)

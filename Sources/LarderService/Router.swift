@@ -25,7 +25,8 @@ struct Router: HTTPRequestHandler {
         self.logger = logger
         self.accessLog = accessLog
         self.upstreams = upstreams
-        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo())
+        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(),
+                                     stripTargeted: limits.stripTargetedCacheControl)
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: limits.maxBatch)
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: limits.maxChainSteps)
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }
@@ -35,6 +36,8 @@ struct Router: HTTPRequestHandler {
     struct RouteLimits: Sendable {
         var maxBatch = 100
         var maxChainSteps = 50
+        /// The proxy removes CDN-Cache-Control from responses (Larder is the last cache).
+        var stripTargetedCacheControl = false
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]

@@ -72,6 +72,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Connections open at once from one client address; 0 = no limit (default 1024).")
     var connectionsPerAddress: Int?
 
+    @Flag(help: "Remove CDN-Cache-Control from proxied responses (Larder is the last cache); by default it is passed on.")
+    var stripTargetedCacheControl = false
+
     @Option(help: "Requests in one POST /batch (default 100).")
     var maxBatch: Int?
 
@@ -129,6 +132,7 @@ struct Serve: ParsableCommand {
         if let maxUpstreamTransfers { configuration.maxUpstreamTransfers = maxUpstreamTransfers }
         if let maxInflightMb { configuration.maxInflightBodyBytes = try megabytes(maxInflightMb, "--max-inflight-mb") }
         if let headerTimeout { configuration.headerTimeoutSeconds = headerTimeout }
+        if stripTargetedCacheControl { configuration.stripTargetedCacheControl = true }
         if let maxBatch { configuration.maxBatch = maxBatch }
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }

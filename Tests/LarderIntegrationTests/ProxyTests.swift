@@ -284,16 +284,29 @@ final class ProxyTests: IntegrationTestCase {
         }
     }
 
-    func testCDNCacheControlWinsAndIsNotPassedOn() throws {
+    func testCDNCacheControlWinsAndIsPassedOnForTheNextCache() throws {
         let larder = try startProxy()
         let client = try larder.connection()
         let path = uniquePath()
         let target = "/proxy/origin\(path)?cc=no-store&h=CDN-Cache-Control:max-age%3D100"
         let first = try client.request("GET", target)
         XCTAssertEqual(first.headers["cache-control"], "no-store", "Cache-Control is for downstream caches")
-        XCTAssertNil(first.headers["cdn-cache-control"])
-        XCTAssertEqual(try client.request("GET", target).headers["cache-status"], "larder; hit; ttl=100")
+        XCTAssertEqual(first.headers["cdn-cache-control"], "max-age=100", "RFC 9213: for every CDN cache in the chain")
+        let hit = try client.request("GET", target)
+        XCTAssertEqual(hit.headers["cache-status"], "larder; hit; ttl=100")
+        XCTAssertEqual(hit.headers["cdn-cache-control"], "max-age=100")
         XCTAssertEqual(origin.count("/base\(path)"), 1)
+    }
+
+    func testCDNCacheControlIsRemovedWhenLarderIsTheLastCache() throws {
+        let larder = try startProxy { $0.stripTargetedCacheControl = true }
+        let client = try larder.connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?h=CDN-Cache-Control:max-age%3D100"
+        XCTAssertNil(try client.request("GET", target).headers["cdn-cache-control"])
+        let hit = try client.request("GET", target)
+        XCTAssertEqual(hit.headers["cache-status"], "larder; hit; ttl=100", "still used")
+        XCTAssertNil(hit.headers["cdn-cache-control"])
     }
 
     func testAnInvalidCDNCacheControlIsIgnoredAsAWhole() throws {
