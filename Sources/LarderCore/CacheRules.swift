@@ -212,7 +212,7 @@ public enum CacheRules {
                              status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
                              requestTime: Double, responseTime: Double,
                              directives: RequestDirectives = RequestDirectives(),
-                             sharedWithCredentials: Bool = false) -> StoreDecision {
+                             sharedWithCredentials: Bool = false, shared: Bool = false) -> StoreDecision {
         if policy == .noStore { return .refuse(.policyNoStore) }
         if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
@@ -257,7 +257,11 @@ public enum CacheRules {
             lifetime: freshness.seconds,
             staleWhileRevalidate: seconds("stale-while-revalidate"),
             staleIfError: seconds("stale-if-error"),
-            mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate"),
+            // §4.2.4: never served stale (on error, by max-stale, while revalidating) when a
+            // directive forbids it: must-revalidate, proxy-revalidate, no-cache, and for a
+            // shared cache s-maxage (which carries proxy-revalidate's meaning, §5.2.2.10).
+            mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")
+                || cacheControl.hasUnqualified("no-cache") || (shared && cacheControl.has("s-maxage")),
             initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime),
             withheldFields: cacheControl.fieldsNotToStore))
     }

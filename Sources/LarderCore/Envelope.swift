@@ -56,6 +56,9 @@ public struct CacheReport: Sendable, Equatable {
     /// When a stale entry answered because the upstream failed: what failed (an error code,
     /// or `upstream_status_NNN`).
     public var upstreamError: String?
+    /// The stale answer to an upstream failure came from the deployment's `--stale-on-error`
+    /// allowance rather than the response's stale-if-error.
+    public var staleOnErrorPolicy = false
 
     public init(outcome: CacheOutcome, key: CacheKey, age: Double, ttl: Double?, version: Int64, stored: Bool,
                 notStoredBecause: StoreRefusal? = nil, coalesced: Bool = false, upstreamError: String? = nil) {

@@ -29,6 +29,9 @@ public struct CacheOptions: Sendable, Equatable {
     /// Seconds past freshness during which a stale entry is served when the upstream fails;
     /// nil = the response's `stale-if-error`.
     public var staleIfError: Double?
+    /// Seconds past freshness a stored response may answer an upstream failure by the
+    /// deployment's choice (a named upstream's `cache.staleOnError`); nil = the global setting.
+    public var staleOnError: Double?
     public init() {}
 
     public var staleWindows: StaleWindows { StaleWindows(whileRevalidate: staleWhileRevalidate, ifError: staleIfError) }
@@ -235,6 +238,7 @@ private struct CacheReader {
         options.ttl = defaults.ttl
         options.namespace = defaults.namespace ?? options.namespace
         options.version = defaults.version ?? 0
+        options.staleOnError = defaults.staleOnError
         guard let fields else { return options }
         if let policy = try fields.string("policy") {
             guard let parsed = CachePolicy(rawValue: policy) else {

@@ -7,6 +7,9 @@ public struct CacheDefaults: Sendable, Equatable {
     public var ttl: Double?
     public var version: Int64?
     public var namespace: String?
+    /// Seconds past freshness a stored response answers when this upstream fails (overrides
+    /// `--stale-on-error`).
+    public var staleOnError: Double?
     public init(policy: CachePolicy? = nil, ttl: Double? = nil, version: Int64? = nil, namespace: String? = nil) {
         self.policy = policy
         self.ttl = ttl
@@ -56,6 +59,9 @@ public struct NamedUpstream: Sendable, Equatable {
             }
         }
         if let ttl = cache.ttl, !(ttl.isFinite && ttl >= 0) { throw .invalid("cache.ttl", "must be a number of seconds, 0 or more") }
+        if let window = cache.staleOnError, !(window.isFinite && window >= 0) {
+            throw .invalid("cache.staleOnError", "must be a number of seconds, 0 or more")
+        }
         if let namespace = cache.namespace, namespace.isEmpty || namespace.utf8.count > 256 {
             throw .invalid("cache.namespace", "must be 1 to 256 bytes")
         }

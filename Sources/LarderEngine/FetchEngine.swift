@@ -53,6 +53,9 @@ public final class FetchEngine: Sendable {
         public var maxUpstreamBodyBytes: Int = 64 << 20
         /// Largest body stored, in bytes (larger is served but not stored).
         public var maxStoredBodyBytes: Int = 64 << 20
+        /// Seconds past freshness a stored response may answer when the upstream fails, by the
+        /// deployment's choice (`--stale-on-error`); 0 = only what stale-if-error allows.
+        public var staleOnError: Double = 0
         public init() {}
     }
 
@@ -313,7 +316,8 @@ public final class FetchEngine: Sendable {
                                         partitioned: prepared.derived.partitioned, status: current.status, headers: headers,
                                         bodySize: current.body.count, maxBodySize: limits.maxStoredBodyBytes,
                                         requestTime: sentAt, responseTime: now, directives: prepared.request.directives,
-                                        sharedWithCredentials: prepared.request.shared && prepared.request.hasCredentials)
+                                        sharedWithCredentials: prepared.request.shared && prepared.request.hasCredentials,
+                                        shared: prepared.request.shared)
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version, stored: false)
@@ -348,11 +352,22 @@ public final class FetchEngine: Sendable {
     private func staleOnError(_ entry: StoredEntry?, request: FetchRequest, error: String) -> CacheAnswer? {
         let now = clock.now()
         let options = request.cache
-        guard let entry, CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError,
-                                                         requested: request.directives.staleIfError)
-        else { return nil }
+        guard let entry else { return nil }
+        var byPolicy = false
+        if !CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError,
+                                            requested: request.directives.staleIfError) {
+            // The deployment's own allowance (`--stale-on-error`, RFC 9111 §4.2.4: a cache
+            // disconnected from the origin may serve stale), within the same prohibitions.
+            let window = options.staleOnError ?? limits.staleOnError
+            guard window > 0, CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: window) else {
+                return nil
+            }
+            byPolicy = true
+        }
         store.recordHit(entry.key, at: now)
-        return serve(entry, outcome: .stale, options: options, now: now, upstreamError: error)
+        guard case .served(var served) = serve(entry, outcome: .stale, options: options, now: now, upstreamError: error) else { return nil }
+        served.report.staleOnErrorPolicy = byPolicy
+        return .served(served)
     }
 
     /// Refreshes `prepared`'s entry once, however many requests ask meanwhile: a refresh is a
@@ -386,7 +401,7 @@ public final class FetchEngine: Sendable {
                                         headers: response.headers, bodySize: response.body.count,
                                         maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: arrivedAt,
                                         directives: request.directives,
-                                        sharedWithCredentials: request.shared && request.hasCredentials)
+                                        sharedWithCredentials: request.shared && request.hasCredentials, shared: request.shared)
         let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         if let validation = request.validation, let failure = validation.failure(status: response.status, body: response.body) {
             // A failed validation is a failed request, and nothing of it is stored. What the
@@ -452,7 +467,7 @@ public final class FetchEngine: Sendable {
             policy: get.cache.policy, method: .get, ttl: nil, partitioned: derived.partitioned, status: response.status,
             headers: response.headers, bodySize: response.body.count, maxBodySize: limits.maxStoredBodyBytes,
             requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
-            sharedWithCredentials: request.hasCredentials) else { return nil }
+            sharedWithCredentials: request.hasCredentials, shared: true) else { return nil }
         return entry(storing: response, for: get, derived: derived, kind: kind, stored: stored, at: arrivedAt)
     }
 

@@ -50,7 +50,7 @@ public enum ConfigFile {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
-                                      "maxBatch", "maxChainSteps", "stripTargetedCacheControl"]
+                                      "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -63,6 +63,7 @@ public enum ConfigFile {
             if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try megabytes(value, "memoryMb") }
             if let value = root["maxUpstreamTransfers"] { configuration.maxUpstreamTransfers = try integer(value, "maxUpstreamTransfers") }
             if let value = root["maxInflightMb"] { configuration.maxInflightBodyBytes = try megabytes(value, "maxInflightMb") }
+            if let value = root["staleOnError"] { configuration.staleOnErrorSeconds = try number(value, "staleOnError") }
             if let value = root["stripTargetedCacheControl"] {
                 configuration.stripTargetedCacheControl = try boolean(value, "stripTargetedCacheControl")
             }
@@ -102,7 +103,8 @@ public enum ConfigFile {
             if let value = map["query"] { upstream.query = try scalarMap(value, "\(key).query") }
             if let value = map["cache"] {
                 guard let cache = value as? [String: Any] else { throw error("\(key).cache", "must be a mapping") }
-                try rejectUnknown(cache, known: ["ttl", "version", "policy", "namespace"], at: "\(key).cache")
+                try rejectUnknown(cache, known: ["ttl", "version", "policy", "namespace", "staleOnError"], at: "\(key).cache")
+                if let value = cache["staleOnError"] { upstream.cache.staleOnError = try number(value, "\(key).cache.staleOnError") }
                 if let value = cache["ttl"] { upstream.cache.ttl = try number(value, "\(key).cache.ttl") }
                 if let value = cache["version"] { upstream.cache.version = Int64(try integer(value, "\(key).cache.version")) }
                 if let value = cache["namespace"] { upstream.cache.namespace = try string(value, "\(key).cache.namespace") }

@@ -65,6 +65,7 @@ public final class LarderService: @unchecked Sendable {
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
         limits.maxStoredBodyBytes = configuration.maxUpstreamBodyBytes
+        limits.staleOnError = configuration.staleOnErrorSeconds
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
         let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
                                  clock: clock, limits: limits, logger: logger)

@@ -143,6 +143,7 @@ struct ProxyRoute: Sendable {
         }
         var options = CacheOptions()
         options.namespace = FetchRequest.reservedNamespacePrefix + upstream.name
+        options.staleOnError = upstream.cache.staleOnError
         var forwarded = FetchRequest(method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
                                      cache: options, shared: true)
         forwarded.originBoundHeaders = originBound
@@ -230,7 +231,8 @@ struct ProxyRoute: Sendable {
         case .stale:
             parts.append("hit")
             parts.append("ttl=0")
-            parts.append(report.upstreamError == nil ? "detail=stale" : "detail=stale-if-error")
+            parts.append(report.upstreamError == nil ? "detail=stale"
+                         : (report.staleOnErrorPolicy ? "detail=stale-on-error" : "detail=stale-if-error"))
         case .revalidated:
             parts.append("fwd=stale")
             parts.append("fwd-status=304")

@@ -72,6 +72,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Connections open at once from one client address; 0 = no limit (default 1024).")
     var connectionsPerAddress: Int?
 
+    @Option(help: "Seconds past freshness a stored response answers when the upstream is down or fails (default 0 = off).")
+    var staleOnError: Double?
+
     @Flag(help: "Remove CDN-Cache-Control from proxied responses (Larder is the last cache); by default it is passed on.")
     var stripTargetedCacheControl = false
 
@@ -133,6 +136,7 @@ struct Serve: ParsableCommand {
         if let maxInflightMb { configuration.maxInflightBodyBytes = try megabytes(maxInflightMb, "--max-inflight-mb") }
         if let headerTimeout { configuration.headerTimeoutSeconds = headerTimeout }
         if stripTargetedCacheControl { configuration.stripTargetedCacheControl = true }
+        if let staleOnError { configuration.staleOnErrorSeconds = staleOnError }
         if let maxBatch { configuration.maxBatch = maxBatch }
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }

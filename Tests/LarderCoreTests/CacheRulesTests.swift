@@ -205,7 +205,19 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(method: .post, ttl: 10), .store(StoredFreshness(lifetime: 0)))
         XCTAssertEqual(decide(partitioned: true, headers: [("Cache-Control", "private, max-age=5")]), .store(StoredFreshness(lifetime: 5)))
         XCTAssertEqual(decide(status: 204), .store(StoredFreshness(lifetime: 0)))
-        XCTAssertEqual(decide(policy: .reload, headers: [("Cache-Control", "no-cache")]), .store(StoredFreshness(lifetime: 0)))
+        // §4.2.4: no-cache forbids serving stale, as must-revalidate does.
+        XCTAssertEqual(decide(policy: .reload, headers: [("Cache-Control", "no-cache")]),
+                       .store(StoredFreshness(lifetime: 0, mustRevalidate: true)))
+    }
+
+    func testSMaxageForbidsStaleOnlyInASharedCache() {
+        let headers = [HeaderField("Cache-Control", "s-maxage=5")]
+        func decision(shared: Bool) -> StoreDecision {
+            CacheRules.store(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: headers,
+                             bodySize: 1, maxBodySize: 100, requestTime: 0, responseTime: 0, shared: shared)
+        }
+        XCTAssertEqual(decision(shared: true), .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
+        XCTAssertEqual(decision(shared: false), .store(StoredFreshness(lifetime: 5)))
     }
 }
 

@@ -1,6 +1,7 @@
 // stale-while-revalidate and stale-if-error, by response directive and by request option.
 
 import Foundation
+import LarderCore
 import Synchronization
 import XCTest
 
@@ -125,6 +126,91 @@ final class StaleServingTests: IntegrationTestCase {
         origin.stop()
         clock.advance(by: 20)
         XCTAssertEqual(try client.fetch(request).errorCode, "upstream_unreachable", "no stale-if-error")
+        origin = try TestOrigin.start(clock: clock)
+    }
+}
+
+/// `--stale-on-error` (issue 11): the deployment's own allowance to answer from the cache when
+/// the origin is down, within what the response allows (RFC 9111 §4.2.4).
+final class StaleOnErrorTests: IntegrationTestCase {
+    private func startProxy(_ window: Double, upstreamWindow: Double? = nil) throws -> RunningLarder {
+        try startLarder { configuration in
+            var upstream = NamedUpstream(name: "o", baseURL: origin.base)
+            upstream.cache.staleOnError = upstreamWindow
+            configuration.upstreams = [upstream]
+            configuration.staleOnErrorSeconds = window
+        }
+    }
+
+    func testAStoredResponseAnswersWhileTheOriginIsDown() throws {
+        let larder = try startProxy(600)
+        let client = try larder.connection()
+        let path = uniquePath()
+        let fresh = try client.request("GET", "/proxy/o\(path)?cc=max-age%3D10")
+        XCTAssertEqual(fresh.status, 200)
+        let fetched = try client.fetch(["url": url(path + "-fetch", "cc=max-age%3D10")])
+        XCTAssertEqual(fetched.outcome, "miss")
+        origin.stop()
+        clock.advance(by: 120)
+        let stale = try client.request("GET", "/proxy/o\(path)?cc=max-age%3D10")
+        XCTAssertEqual(stale.status, 200, stale.text)
+        XCTAssertEqual(stale.body, fresh.body)
+        XCTAssertEqual(stale.headers["cache-status"], "larder; hit; ttl=0; detail=stale-on-error")
+        let staleFetch = try client.fetch(["url": url(path + "-fetch", "cc=max-age%3D10")])
+        XCTAssertEqual(staleFetch.outcome, "stale")
+        XCTAssertEqual(staleFetch.cache["upstreamError"] as? String, "upstream_unreachable")
+        // Past the window, the failure is the answer.
+        clock.advance(by: 600)
+        XCTAssertEqual(try client.request("GET", "/proxy/o\(path)?cc=max-age%3D10").errorCode, "upstream_unreachable")
+        origin = try TestOrigin.start(clock: clock)
+    }
+
+    func testServerErrorsCountAndDirectivesThatForbidStaleAreObeyed() throws {
+        let larder = try startProxy(600)
+        let client = try larder.connection()
+        let path = uniquePath()
+        // The status parameter is ignored by the key, so the 503 meets the stored 200.
+        let spec = { (cc: String, status: String) -> [String: Any] in
+            ["url": self.url(path + cc.filter(\.isLetter), "cc=\(cc)\(status)"), "cache": ["ignoreQuery": ["status"]]]
+        }
+        for cc in ["max-age%3D10", "max-age%3D10,must-revalidate", "max-age%3D10,proxy-revalidate", "no-cache"] {
+            XCTAssertEqual(try client.fetch(spec(cc, "")).json["status"] as? Int, 200, cc)
+        }
+        clock.advance(by: 60)
+        let allowed = try client.fetch(spec("max-age%3D10", "&status=503"))
+        XCTAssertEqual(allowed.outcome, "stale")
+        XCTAssertEqual(allowed.cache["upstreamError"] as? String, "upstream_status_503")
+        for cc in ["max-age%3D10,must-revalidate", "max-age%3D10,proxy-revalidate", "no-cache"] {
+            XCTAssertEqual(try client.fetch(spec(cc, "&status=503")).json["status"] as? Int, 503, "\(cc) forbids serving stale")
+        }
+    }
+
+    func testSMaxageForbidsItInTheSharedCacheAndAnUpstreamMayTurnItOff() throws {
+        let larder = try startLarder { configuration in
+            var quiet = NamedUpstream(name: "quiet", baseURL: origin.base)
+            quiet.cache.staleOnError = 0
+            configuration.upstreams = [NamedUpstream(name: "o", baseURL: origin.base), quiet]
+            configuration.staleOnErrorSeconds = 600
+        }
+        let client = try larder.connection()
+        let path = uniquePath()
+        XCTAssertEqual(try client.request("GET", "/proxy/o\(path)-s?cc=s-maxage%3D10").status, 200)
+        XCTAssertEqual(try client.request("GET", "/proxy/quiet\(path)-q?cc=max-age%3D10").status, 200)
+        origin.stop()
+        clock.advance(by: 60)
+        XCTAssertEqual(try client.request("GET", "/proxy/o\(path)-s?cc=s-maxage%3D10").status, 502, "s-maxage: proxy-revalidate for a shared cache")
+        XCTAssertEqual(try client.request("GET", "/proxy/quiet\(path)-q?cc=max-age%3D10").status, 502, "the upstream's own setting wins")
+        origin = try TestOrigin.start(clock: clock)
+    }
+
+    func testOffByDefault() throws {
+        let larder = try startProxy(0)
+        let client = try larder.connection()
+        let path = uniquePath()
+        XCTAssertEqual(try client.request("GET", "/proxy/o\(path)?cc=max-age%3D10").status, 200)
+        origin.stop()
+        clock.advance(by: 60)
+        XCTAssertEqual(try client.request("GET", "/proxy/o\(path)?cc=max-age%3D10").status, 502)
         origin = try TestOrigin.start(clock: clock)
     }
 }
