@@ -361,7 +361,12 @@ final class RequestContext: @unchecked Sendable {
         let fd = larder_mhd_connection_fd(connection.pointer)
         guard fd >= 0 else { return }
         let id = server.watcher.watch(fd) { [self] in clientGone() }
-        state.withLock { $0.watched = (fd, id) }
+        let ended = state.withLock { handOver -> Bool in
+            handOver.watched = (fd, id)
+            return handOver.ended
+        }
+        // The request completed meanwhile (its completion saw nothing to unwatch).
+        if ended { server.watcher.unwatch(fd, id: id) }
     }
 
     /// The client went away: run the handlers once.
