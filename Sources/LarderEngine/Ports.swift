@@ -244,10 +244,11 @@ public struct WarmJobRecord: Sendable, Equatable {
 public protocol WarmJobStore: Sendable {
     /// Persists a new job and its sealed specs (index order), then calls back.
     func createJob(_ record: WarmJobRecord, sealedSpecs: [[UInt8]], completion: @escaping @Sendable (Bool) -> Void)
-    /// Marks one item finished (`done` or `failed`) and saves the job's counters, in one transaction.
-    func finishItem(_ index: Int, state: String, job: WarmJobRecord)
-    /// Saves the job's state and counters.
-    func updateJob(_ record: WarmJobRecord)
+    /// Marks one item finished (`done` or `failed`) and saves the job's counters, in one
+    /// transaction, in the order of calls; then calls back.
+    func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void)
+    /// Saves the job's state and counters, in the order of calls; then calls back.
+    func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable () -> Void)
     /// Every job, with the sealed specs of its items not finished yet (index, spec).
     func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])]
 }

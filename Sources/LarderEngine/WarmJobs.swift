@@ -15,7 +15,12 @@ import Synchronization
 
 public final class WarmJobs: Sendable {
     private final class Job: Sendable {
+        /// The job as counted. Changed only inside `persist`, which queues the store's write
+        /// under this lock, so the writes land in the order of the changes.
         let record: Mutex<WarmJobRecord>
+        /// The job as last written to the store: what callers see, so that a count they read
+        /// has survived any crash after it.
+        let visible: Mutex<WarmJobRecord>
         let progress = TransferProgress()
         /// Bytes counted before this process took the job up (persisted).
         let bytesBefore: Int
@@ -24,17 +29,21 @@ public final class WarmJobs: Sendable {
 
         init(_ record: WarmJobRecord) {
             self.record = Mutex(record)
+            self.visible = Mutex(record)
             self.bytesBefore = record.bytes
             self.expectedBefore = record.bytesExpected
         }
 
-        /// The record with live byte counts.
-        var snapshot: WarmJobRecord {
-            var current = record.withLock { $0 }
+        /// `record` with live byte counts.
+        func withLiveBytes(_ record: WarmJobRecord) -> WarmJobRecord {
+            var current = record
             current.bytes = bytesBefore + progress.received
             current.bytesExpected = expectedBefore + progress.expected
             return current
         }
+
+        /// What callers see: the persisted record with live byte counts.
+        var snapshot: WarmJobRecord { withLiveBytes(visible.withLock { $0 }) }
     }
 
     private let engine: FetchEngine
@@ -111,17 +120,17 @@ public final class WarmJobs: Sendable {
     /// Cancels a job: nothing more starts, transfers in flight are aborted. Nil when unknown.
     public func cancel(_ id: String) -> WarmJobRecord? {
         guard let job = jobs.withLock({ $0[id] }) else { return nil }
-        let changed = job.record.withLock { record -> Bool in
+        let now = clock.now()
+        let changed = persist(job) { record in
             guard record.state == .queued || record.state == .running else { return false }
             record.state = .cancelled
-            record.finishedAt = clock.now()
+            record.finishedAt = now
             return true
         }
-        if changed {
-            store.updateJob(job.snapshot)
-            job.run.withLock { $0 }?.cancel()
-        }
-        return job.snapshot
+        if changed { job.run.withLock { $0 }?.cancel() }
+        var answer = job.snapshot
+        if changed { answer.state = .cancelled } // written, perhaps not yet acknowledged
+        return answer
     }
 
     /// Larder is stopping: what is aborted now stays pending for the next start.
@@ -137,19 +146,20 @@ public final class WarmJobs: Sendable {
     }
 
     private func start(_ job: Job, items: [(index: Int, request: FetchRequest)]) {
-        let started = job.record.withLock { record -> WarmJobRecord in
+        let now = clock.now()
+        _ = persist(job) { record in
             record.state = .running
-            if record.startedAt == nil { record.startedAt = clock.now() }
-            return record
+            if record.startedAt == nil { record.startedAt = now }
+            return true
         }
-        store.updateJob(started)
+        let concurrency = job.record.withLock { $0.concurrency }
         let prepared = items.map { item -> PreparedFetch in
             var request = item.request
             request.progress = job.progress
             request.resumable = true
             return engine.prepare(request)
         }
-        let run = BatchRun(engine: engine, items: prepared, mode: .settle, concurrency: started.concurrency, clock: clock,
+        let run = BatchRun(engine: engine, items: prepared, mode: .settle, concurrency: concurrency, clock: clock,
                            onItem: { [self] outcome in itemEnded(job, original: items[outcome.index], outcome: outcome) },
                            onFinish: { [self] _ in jobEnded(job) })
         job.run.withLock { $0 = run }
@@ -164,7 +174,7 @@ public final class WarmJobs: Sendable {
         default: return // aborted: stays pending
         }
         guard !stopping.load(ordering: .acquiring) || state == "done" else { return }
-        job.record.withLock { record in
+        _ = persist(job, item: (original.index, state)) { record in
             if state == "done" {
                 record.done += 1
                 if case .served(let served)? = outcome.answer, served.report.stored { record.stored += 1 }
@@ -175,19 +185,36 @@ public final class WarmJobs: Sendable {
                                                code: outcome.error?.code.rawValue ?? "upstream_error"))
                 }
             }
+            return true
         }
-        store.finishItem(original.index, state: state, job: job.snapshot)
+    }
+
+    /// Changes the job with `change` (false: nothing to do) and writes it, with the item's new
+    /// state when given, in one transaction; callers see the change once it is written.
+    private func persist(_ job: Job, item: (index: Int, state: String)? = nil,
+                         _ change: (inout WarmJobRecord) -> Bool) -> Bool {
+        job.record.withLock { record -> Bool in
+            guard change(&record) else { return false }
+            let written = job.withLiveBytes(record)
+            let publish: @Sendable () -> Void = { job.visible.withLock { $0 = written } }
+            if let item {
+                store.finishItem(item.index, state: item.state, job: written, completion: publish)
+            } else {
+                store.updateJob(written, completion: publish)
+            }
+            return true
+        }
     }
 
     private func jobEnded(_ job: Job) {
         guard !stopping.load(ordering: .acquiring) else { return }
-        let ended = job.record.withLock { record -> Bool in
+        let now = clock.now()
+        _ = persist(job) { record in
             guard record.state == .running else { return false }
             record.state = .done
-            record.finishedAt = clock.now()
+            record.finishedAt = now
             return true
         }
-        if ended { store.updateJob(job.snapshot) }
     }
 
     private static func newID() -> String {

@@ -470,8 +470,9 @@ extension SQLiteCacheStore: WarmJobStore {
         }
     }
 
-    public func finishItem(_ index: Int, state: String, job: WarmJobRecord) {
+    public func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
         writerQueue.async { [self] in
+            defer { completion() }
             do {
                 try writer.execute("BEGIN IMMEDIATE")
                 let update = try writer.prepare("UPDATE warm_items SET state = ?3 WHERE job_id = ?1 AND idx = ?2")
@@ -488,8 +489,9 @@ extension SQLiteCacheStore: WarmJobStore {
         }
     }
 
-    public func updateJob(_ record: WarmJobRecord) {
+    public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
         writerQueue.async { [self] in
+            defer { completion() }
             do {
                 try saveJob(record)
             } catch {
