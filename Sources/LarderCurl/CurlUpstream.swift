@@ -194,10 +194,13 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         }
     }
 
-    /// Unpauses transfers that waited for body budget, now that some was released. Unpausing
-    /// may deliver data at once (and pause again), so the list is taken first.
+    /// Unpauses transfers that waited for body budget, now that some was released or the oldest
+    /// transfer changed. Each one asks for budget again and pauses again if there is none —
+    /// except the oldest, which always proceeds (so this must run even when the budget is still
+    /// full). Unpausing may deliver data at once (and pause again), so the list is taken first.
     private func resumePaused() {
-        guard !budget.paused.isEmpty, budget.used < budget.limit else { return }
+        guard !budget.paused.isEmpty, budget.released else { return }
+        budget.released = false
         let paused = budget.paused
         budget.paused.removeAll()
         for transfer in paused where transfers[transfer.handle] === transfer {
@@ -374,6 +377,8 @@ private final class BodyBudget {
     var paused: [Transfer] = []
     /// The sequence number of the oldest transfer in progress, which is never paused.
     var oldest = 0
+    /// A transfer ended since paused ones were last retried (budget freed, or a new oldest).
+    var released = false
 
     init(limit: Int) { self.limit = limit }
 
@@ -389,6 +394,7 @@ private final class BodyBudget {
     func release(_ transfer: Transfer) {
         used -= transfer.accounted
         transfer.accounted = 0
+        released = true
     }
 }
 
