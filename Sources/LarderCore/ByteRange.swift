@@ -57,3 +57,53 @@ public enum ByteRange {
         return date == modified
     }
 }
+
+/// A stored part of a representation (RFC 9111 §3.4): `body` holds the bytes from `first` on,
+/// of a representation `total` bytes long, as a 206's Content-Range announced them.
+public struct StoredPart: Sendable, Equatable {
+    public let first: Int
+    public let count: Int
+    public let total: Int
+
+    /// The bytes covered: `first ..< first + count` (what the body really holds, whatever the
+    /// Content-Range claimed).
+    public var covered: Range<Int> { first..<(first + count) }
+    public var isComplete: Bool { first == 0 && count >= total }
+
+    /// From a 206's `Content-Range: bytes FIRST-LAST/TOTAL` and its body size; nil when the
+    /// field is absent, not a satisfied byte range, or of unknown length.
+    public init?(contentRange: String?, bodyCount: Int) {
+        guard let text = contentRange?.trimmingSpaces, text.lowercased().hasPrefix("bytes ") else { return nil }
+        let spec = text.dropFirst("bytes ".count)
+        let halves = spec.split(separator: "/", maxSplits: 1)
+        guard halves.count == 2, let total = Int(halves[1]), total > 0 else { return nil }
+        let bounds = halves[0].split(separator: "-", maxSplits: 1)
+        guard bounds.count == 2, let first = Int(bounds[0]), let last = Int(bounds[1]), first <= last, last < total,
+              bodyCount > 0 else { return nil }
+        self.first = first
+        self.count = min(bodyCount, last - first + 1)
+        self.total = total
+    }
+
+    /// The requested bytes as positions in the representation (`range` nil: all of it); nil
+    /// when the Range is one Larder does not serve (several ranges, bad syntax).
+    public static func requested(_ range: String?, total: Int) -> ClosedRange<Int>? {
+        guard let range else { return 0...(total - 1) }
+        switch ByteRange.answer(range: range, ifRange: nil, length: total, etag: nil, lastModified: nil) {
+        case .partial(let bytes): return bytes
+        case .full, .unsatisfiable: return nil
+        }
+    }
+
+    /// Whether RFC 9111 §3.4 allows combining a part with a stored one: both carry the same
+    /// strong validator (an entity tag that is not weak, or else the same Last-Modified).
+    public static func combinable(stored: [HeaderField], new: [HeaderField]) -> Bool {
+        if let etag = stored.values("etag").first, !etag.hasPrefix("W/") {
+            return new.values("etag").first == etag
+        }
+        if let modified = stored.values("last-modified").first, stored.values("etag").isEmpty {
+            return new.values("last-modified").first == modified && new.values("etag").isEmpty
+        }
+        return false
+    }
+}

@@ -212,7 +212,8 @@ public enum CacheRules {
                              status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
                              requestTime: Double, responseTime: Double,
                              directives: RequestDirectives = RequestDirectives(),
-                             sharedWithCredentials: Bool = false, shared: Bool = false) -> StoreDecision {
+                             sharedWithCredentials: Bool = false, shared: Bool = false,
+                             partial: Bool = false) -> StoreDecision {
         if policy == .noStore { return .refuse(.policyNoStore) }
         if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
@@ -243,7 +244,7 @@ public enum CacheRules {
         // heuristically cacheable) and the caller did not impose a ttl (a ttl never keeps errors).
         let storable: Bool
         switch status {
-        case 200...299: storable = status != 206
+        case 200...299: storable = status != 206 || partial // a 206 only as a stored part (§3.4)
         case 300...599: storable = ttl == nil && status != 304 && freshness.seconds > 0
         default: storable = false // 1xx interim responses are never stored
         }

@@ -59,19 +59,20 @@ public final class FetchEngine: Sendable {
         public init() {}
     }
 
-    private let store: any CacheStore
-    private let upstream: any Upstream
-    private let keys: CacheKeyBuilder
-    private let clock: Clock
-    private let limits: Limits
-    private let logger: Logger
+    // Internal, not private: the range fetcher (RangeFetcher.swift) works with them.
+    let store: any CacheStore
+    let upstream: any Upstream
+    let keys: CacheKeyBuilder
+    let clock: Clock
+    let limits: Limits
+    let logger: Logger
     private let flights = Mutex<[FlightKey: Flight]>([:])
     private let nextID = Atomic<UInt64>(0)
     private let coalesced = Atomic<Int>(0)
 
     /// Requests coalesce when they share the key and the version (the version decides whether
     /// a stored entry may be served, so it is part of what is being waited for).
-    private struct FlightKey: Hashable {
+    struct FlightKey: Hashable {
         let key: CacheKey
         let version: Int64
     }
@@ -89,7 +90,7 @@ public final class FetchEngine: Sendable {
         var waiters: [Waiter] = []
     }
 
-    private struct FlightToken: Sendable {
+    struct FlightToken: Sendable {
         let key: FlightKey
         let id: UInt64
     }
@@ -385,7 +386,7 @@ public final class FetchEngine: Sendable {
         sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: FlightToken(key: key, id: id)) { _ in }
     }
 
-    private func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
+    func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
                           flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
         let derived = prepared.derived
@@ -474,7 +475,7 @@ public final class FetchEngine: Sendable {
     /// The entry that keeps `response` for `request` under `derived`, stored at `time`: a
     /// varying response is one variant among others under the key (§4.1); fields the
     /// response withholds (`no-cache="…"`, `private="…"`) and cookies are left out.
-    private func entry(storing response: UpstreamResponse, for request: FetchRequest, derived: CacheKeyBuilder.Derived,
+    func entry(storing response: UpstreamResponse, for request: FetchRequest, derived: CacheKeyBuilder.Derived,
                        kind: BodyKind, stored: StoredFreshness, at time: Double) -> StoredEntry {
         let varyNames = Vary.names(in: response.headers) ?? []
         let fingerprint = varyNames.isEmpty ? nil : keys.variantFingerprint(names: varyNames, request: request.headers)
@@ -606,8 +607,9 @@ public final class FetchEngine: Sendable {
     /// whose nominated request fields match (RFC 9111 §4.1).
     private func variant(for prepared: PreparedFetch) -> StoredEntry? {
         let variants = store.lookup(prepared.derived.key)
-        if variants.count == 1, variants[0].varyNames.isEmpty { return variants[0] }
-        return variants.first { $0.matches(prepared.request.headers, keys: keys) }
+        if variants.count == 1, variants[0].varyNames.isEmpty, variants[0].status != 206 { return variants[0] }
+        // A stored part (206, RFC 9111 §3.4) is never a whole response: RangeFetcher serves it.
+        return variants.first { $0.status != 206 && $0.matches(prepared.request.headers, keys: keys) }
     }
 
     /// Requests that joined another request's upstream fetch instead of sending their own.

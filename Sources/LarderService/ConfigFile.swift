@@ -50,7 +50,7 @@ public enum ConfigFile {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
-                                      "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError"]
+                                      "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -63,6 +63,7 @@ public enum ConfigFile {
             if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try megabytes(value, "memoryMb") }
             if let value = root["maxUpstreamTransfers"] { configuration.maxUpstreamTransfers = try integer(value, "maxUpstreamTransfers") }
             if let value = root["maxInflightMb"] { configuration.maxInflightBodyBytes = try megabytes(value, "maxInflightMb") }
+            if let value = root["rangeFetchOver"] { configuration.rangeFetchOverBytes = try integer(value, "rangeFetchOver") }
             if let value = root["staleOnError"] { configuration.staleOnErrorSeconds = try number(value, "staleOnError") }
             if let value = root["stripTargetedCacheControl"] {
                 configuration.stripTargetedCacheControl = try boolean(value, "stripTargetedCacheControl")

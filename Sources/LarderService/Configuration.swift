@@ -42,6 +42,10 @@ public struct LarderConfiguration: Sendable {
     /// times out or answers 500/502/503/504 (RFC 9111 §4.2.4), unless the response forbids
     /// serving stale; 0 = off (only stale-if-error). Named upstreams may set their own.
     public var staleOnErrorSeconds: Double = 0
+    /// Range requests through the proxy fetch only their range; a representation up to this
+    /// many bytes is then fetched whole in the background (so small objects end up stored
+    /// whole); 0 = never.
+    public var rangeFetchOverBytes: Int = 0
     /// Requests in one POST /batch.
     public var maxBatch: Int = 100
     /// Steps in one POST /chain.
@@ -80,6 +84,7 @@ public struct LarderConfiguration: Sendable {
         guard maxInflightBodyBytes >= 1 << 20 else { throw ConfigurationError("max in-flight body bytes must be at least 1 MiB") }
         guard (1...3600).contains(headerTimeoutSeconds) else { throw ConfigurationError("header timeout must be 1 to 3600 seconds") }
         guard staleOnErrorSeconds.isFinite, staleOnErrorSeconds >= 0 else { throw ConfigurationError("stale-on-error must be 0 or more seconds") }
+        guard rangeFetchOverBytes >= 0 else { throw ConfigurationError("range-fetch-over must be 0 or more bytes") }
         guard (1...10_000).contains(maxBatch) else { throw ConfigurationError("max batch must be 1 to 10000") }
         guard (1...1_000).contains(maxChainSteps) else { throw ConfigurationError("max chain steps must be 1 to 1000") }
         guard connectionsPerAddress >= 0 else { throw ConfigurationError("connections per address must be 0 or more") }

@@ -76,7 +76,8 @@ public final class LarderService: @unchecked Sendable {
                                 seal: { sealing.seal($0) }, open: { sealing.open($0) })
         let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog,
                             limits: Router.RouteLimits(maxBatch: configuration.maxBatch, maxChainSteps: configuration.maxChainSteps,
-                                                       stripTargetedCacheControl: configuration.stripTargetedCacheControl),
+                                                       stripTargetedCacheControl: configuration.stripTargetedCacheControl,
+                                                       rangeFetchOver: configuration.rangeFetchOverBytes),
                             upstreams: upstreamsByName, warmJobs: warmJobs)
 
         var serverConfiguration = HTTPServerConfiguration()

@@ -7,7 +7,8 @@
 //  - the caller's Cache-Control request directives apply (§5.2.1);
 //  - HEAD is answered from a stored GET;
 //  - If-None-Match / If-Modified-Since are answered with 304 from the response (§4.3.2);
-//  - a single byte Range is cut from the full response (206), honouring If-Range;
+//  - a single byte Range is cut from a stored whole response (206), honouring If-Range; with no
+//    whole response stored, RangeFetcher answers it from a stored part or asks for that range only;
 //  - every response carries `Age` (§5.1) and `Cache-Status` (RFC 9211); the stored `Date` is
 //    never rewritten; hop-by-hop fields (RFC 9110 §7.6.1) are neither forwarded nor passed on.
 //    CDN-Cache-Control (RFC 9213) is used by this cache and passed on for the caches after it
@@ -25,6 +26,8 @@ struct ProxyRoute: Sendable {
     let memo: RequestMemo
     /// Remove CDN-Cache-Control from responses (`--strip-targeted-cache-control`).
     let stripTargeted: Bool
+    /// Range requests that no stored whole response answers (RFC 9111 §3.4).
+    let ranges: RangeFetcher
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
@@ -73,7 +76,7 @@ struct ProxyRoute: Sendable {
                 memoKey.append(contentsOf: header.value.utf8); memoKey.append(0)
             }
             if case .fetch(let prepared)? = memo.lookup(memoKey) {
-                return answer(prepared, method: method, request: request, responder: responder, finish: finish)
+                return answerGet(prepared, request: request, responder: responder, finish: finish)
             }
         }
         let fetch: FetchRequest
@@ -85,7 +88,7 @@ struct ProxyRoute: Sendable {
         if method == .get {
             let prepared = engine.prepare(fetch)
             if !memoKey.isEmpty { memo.insert(memoKey, .fetch(prepared)) }
-            return answer(prepared, method: method, request: request, responder: responder, finish: finish)
+            return answerGet(prepared, request: request, responder: responder, finish: finish)
         }
 
         if method == .head {
@@ -99,6 +102,38 @@ struct ProxyRoute: Sendable {
             return answer(engine.prepare(forward), method: method, request: request, responder: responder, finish: finish)
         }
         return answer(engine.prepare(fetch), method: method, request: request, responder: responder, finish: finish)
+    }
+
+    /// A GET: a single byte range that no stored whole response answers goes to the range
+    /// fetcher (stored parts, or only that range from the upstream); anything else as usual.
+    private func answerGet(_ prepared: PreparedFetch, request: HTTPServerRequest, responder: HTTPResponder,
+                           finish: @escaping @Sendable (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse? {
+        guard let range = Self.singleRange(request.headers) else {
+            return answer(prepared, method: .get, request: request, responder: responder, finish: finish)
+        }
+        let strip = stripTargeted
+        if let whole = engine.cachedAnswer(for: prepared) {
+            return Self.deliver(whole, method: .get, request: request, strip: strip, finish: finish)
+        }
+        let immediate = ranges.fetch(prepared, range: range) { answer in
+            responder.respond(Self.deliver(answer, method: .get, request: request, strip: strip, finish: finish))
+        }
+        return immediate.map { Self.deliver($0, method: .get, request: request, strip: strip, finish: finish) }
+    }
+
+    /// The request's Range when it is one byte range Larder serves, without If-Range (a client's
+    /// If-Range is evaluated against a whole stored response, the usual way).
+    static func singleRange(_ headers: [(name: String, value: String)]) -> String? {
+        var range: String?
+        for header in headers {
+            if header.name.caseInsensitiveEquals("if-range") { return nil }
+            if header.name.caseInsensitiveEquals("range") {
+                guard range == nil else { return nil }
+                range = header.value
+            }
+        }
+        guard let range, StoredPart.requested(range, total: Int.max / 2) != nil else { return nil }
+        return range
     }
 
     private func answer(_ prepared: PreparedFetch, method: HTTPMethod, request: HTTPServerRequest, responder: HTTPResponder,

@@ -26,7 +26,8 @@ struct Router: HTTPRequestHandler {
         self.accessLog = accessLog
         self.upstreams = upstreams
         self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(),
-                                     stripTargeted: limits.stripTargetedCacheControl)
+                                     stripTargeted: limits.stripTargetedCacheControl,
+                                     ranges: RangeFetcher(engine: engine, rangeFetchOver: limits.rangeFetchOver))
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: limits.maxBatch)
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: limits.maxChainSteps)
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }
@@ -38,6 +39,8 @@ struct Router: HTTPRequestHandler {
         var maxChainSteps = 50
         /// The proxy removes CDN-Cache-Control from responses (Larder is the last cache).
         var stripTargetedCacheControl = false
+        /// Representations up to this size are fetched whole after a range of them was asked for.
+        var rangeFetchOver = 0
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]

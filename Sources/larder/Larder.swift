@@ -72,6 +72,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Connections open at once from one client address; 0 = no limit (default 1024).")
     var connectionsPerAddress: Int?
 
+    @Option(help: "Proxied range requests fetch only their range; representations up to this many bytes are then fetched whole in the background (default 0 = never).")
+    var rangeFetchOver: Int?
+
     @Option(help: "Seconds past freshness a stored response answers when the upstream is down or fails (default 0 = off).")
     var staleOnError: Double?
 
@@ -137,6 +140,7 @@ struct Serve: ParsableCommand {
         if let headerTimeout { configuration.headerTimeoutSeconds = headerTimeout }
         if stripTargetedCacheControl { configuration.stripTargetedCacheControl = true }
         if let staleOnError { configuration.staleOnErrorSeconds = staleOnError }
+        if let rangeFetchOver { configuration.rangeFetchOverBytes = rangeFetchOver }
         if let maxBatch { configuration.maxBatch = maxBatch }
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
