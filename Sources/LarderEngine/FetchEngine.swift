@@ -56,6 +56,8 @@ public final class FetchEngine: Sendable {
         /// Seconds past freshness a stored response may answer when the upstream fails, by the
         /// deployment's choice (`--stale-on-error`); 0 = only what stale-if-error allows.
         public var staleOnError: Double = 0
+        /// After a range of a representation at most this large, it is fetched whole (0: never).
+        public var rangeFetchOver: Int = 0
         public init() {}
     }
 
@@ -144,7 +146,8 @@ public final class FetchEngine: Sendable {
         let cacheable = CacheRules.isCacheable(method: request.method, ttl: options.ttl)
         let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
         // A stored entry the caller's validators reject is, for this caller, not there.
-        let found = readsCache ? variant(for: prepared).flatMap { Self.satisfies($0, request) ? $0 : nil } : nil
+        var hasPart = false
+        let found = readsCache ? variant(for: prepared, hasPart: &hasPart).flatMap { Self.satisfies($0, request) ? $0 : nil } : nil
         // An entry under another version is never served, not even stale on error.
         let entry = found?.freshness.version == options.version ? found : nil
         let now = clock.now()
@@ -164,7 +167,10 @@ public final class FetchEngine: Sendable {
         case .failNotCached:
             return .failed(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only"))
         case .fetch:
-            break
+            // Nothing whole is stored but a part is (RFC 9111 §3.4): ask only for the rest.
+            if hasPart, found == nil, request.shared, request.method == .get {
+                return RangeFetcher(engine: self, rangeFetchOver: limits.rangeFetchOver).fetch(prepared, range: nil, reply: reply)
+            }
         }
 
         let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
@@ -606,7 +612,14 @@ public final class FetchEngine: Sendable {
     /// The stored response that may answer `prepared`: of the variants under its key, the one
     /// whose nominated request fields match (RFC 9111 §4.1).
     private func variant(for prepared: PreparedFetch) -> StoredEntry? {
+        var hasPart = false
+        return variant(for: prepared, hasPart: &hasPart)
+    }
+
+    /// As `variant(for:)`, and says whether a part (a stored 206) is among the rows.
+    private func variant(for prepared: PreparedFetch, hasPart: inout Bool) -> StoredEntry? {
         let variants = store.lookup(prepared.derived.key)
+        hasPart = variants.count > 1 || variants.first?.status == 206 ? variants.contains { $0.status == 206 } : false
         if variants.count == 1, variants[0].varyNames.isEmpty, variants[0].status != 206 { return variants[0] }
         // A stored part (206, RFC 9111 §3.4) is never a whole response: RangeFetcher serves it.
         return variants.first { $0.status != 206 && $0.matches(prepared.request.headers, keys: keys) }

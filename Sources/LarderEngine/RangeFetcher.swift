@@ -26,17 +26,13 @@ public struct RangeFetcher: Sendable {
         self.rangeFetchOver = rangeFetchOver
     }
 
-    /// Answers a GET with a single byte `range` that no stored whole response answers: at once
-    /// from the stored part, or later through `reply`.
-    public func fetch(_ prepared: PreparedFetch, range: String,
+    /// Answers a GET with a single byte `range` (nil: the whole representation) that no stored
+    /// whole response answers: at once from the stored part, or later through `reply`.
+    public func fetch(_ prepared: PreparedFetch, range: String?,
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
         let now = engine.clock.now()
         let request = prepared.request
-        guard let (entry, part) = storedPart(prepared) else {
-            forward(prepared, range: range, ifRange: nil, stored: nil, reply: reply)
-            return nil
-        }
-        guard let wanted = StoredPart.requested(range, total: part.total) else {
+        guard let (entry, part) = storedPart(prepared), let wanted = StoredPart.requested(range, total: part.total) else {
             forward(prepared, range: range, ifRange: nil, stored: nil, reply: reply)
             return nil
         }
@@ -49,7 +45,8 @@ public struct RangeFetcher: Sendable {
         if part.covered.contains(wanted.lowerBound) || wanted.lowerBound == part.covered.upperBound,
            wanted.upperBound >= part.covered.upperBound, part.covered.upperBound < part.total {
             let validator = entry.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? (entry.etag == nil ? entry.lastModified : nil)
-            forward(prepared, range: "bytes=\(part.covered.upperBound)-", ifRange: validator, stored: (entry, part), reply: reply)
+            forward(prepared, range: "bytes=\(part.covered.upperBound)-", ifRange: validator, stored: (entry, part),
+                    wantsWhole: range == nil, reply: reply)
             return nil
         }
         forward(prepared, range: range, ifRange: nil, stored: nil, reply: reply)
@@ -77,11 +74,14 @@ public struct RangeFetcher: Sendable {
                                       lastModified: entry.lastModified))
     }
 
-    private func forward(_ prepared: PreparedFetch, range: String, ifRange: String?, stored: (StoredEntry, StoredPart)?,
-                         reply: @escaping @Sendable (CacheAnswer) -> Void) {
+    /// Asks the upstream for `range` (nil: the whole representation).
+    /// `wantsWhole`: the client asked for the whole representation, so a part that cannot be
+    /// completed is not its answer.
+    private func forward(_ prepared: PreparedFetch, range: String?, ifRange: String?, stored: (StoredEntry, StoredPart)?,
+                         wantsWhole: Bool = false, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
         var headers = request.headers.filter { !$0.name.caseInsensitiveEquals("range") && !$0.name.caseInsensitiveEquals("if-range") }
-        headers.append(HeaderField("Range", range))
+        if let range { headers.append(HeaderField("Range", range)) }
         if let ifRange { headers.append(HeaderField("If-Range", ifRange)) }
         var upstreamRequest = UpstreamRequest(method: .get, url: request.url, headers: headers, body: nil, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: engine.limits.maxUpstreamBodyBytes)
@@ -93,7 +93,7 @@ public struct RangeFetcher: Sendable {
             case .failure(let error):
                 reply(.failed(error))
             case .success(let response) where response.status == 206:
-                received(part: response, for: prepared, stored: stored, sentAt: sentAt, reply: reply)
+                received(part: response, for: prepared, stored: stored, wantsWhole: wantsWhole, sentAt: sentAt, reply: reply)
             case .success(let response):
                 // A whole response (the upstream ignored Range, or If-Range failed): stored and
                 // answered as any miss; the route cuts the range from it.
@@ -103,16 +103,18 @@ public struct RangeFetcher: Sendable {
     }
 
     private func received(part response: UpstreamResponse, for prepared: PreparedFetch, stored: (StoredEntry, StoredPart)?,
-                          sentAt: Double, reply: @escaping @Sendable (CacheAnswer) -> Void) {
-        let passOn = CacheAnswer.served(ServedResponse(
-            status: 206, headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: false), headers: response.headers,
-            body: response.body, bodyKind: .binary,
-            report: CacheReport(outcome: .miss, key: prepared.derived.key, age: 0, ttl: nil, version: prepared.request.cache.version,
-                                stored: false),
-            upstreamMs: (response.responseTime - response.requestTime) * 1000, etag: response.headers.values("etag").first,
-            lastModified: response.headers.values("last-modified").first))
+                          wantsWhole: Bool, sentAt: Double, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+        // The client wants the whole: once the new part is kept, ask for the whole unless it completes.
+        let fetcher = self
+        let answerPart: @Sendable () -> Void
+        if wantsWhole {
+            answerPart = { fetcher.forward(prepared, range: nil, ifRange: nil, stored: nil, reply: reply) }
+        } else {
+            let answer = passOn(response, for: prepared)
+            answerPart = { reply(answer) }
+        }
         guard let part = StoredPart(contentRange: response.headers.values("content-range").first, bodyCount: response.body.count) else {
-            return reply(passOn)
+            return answerPart()
         }
         if let (entry, storedPart) = stored, part.first == storedPart.covered.upperBound, part.total == storedPart.total,
            StoredPart.combinable(stored: entry.headerFields, new: response.headers) {
@@ -128,12 +130,23 @@ public struct RangeFetcher: Sendable {
             combined.body = body
             combined.headers = response.headers.filter { !$0.name.caseInsensitiveEquals("content-range") }
                 + [HeaderField("Content-Range", "bytes \(storedPart.first)-\(storedPart.first + body.count - 1)/\(part.total)")]
-            return store(combined, for: prepared, sentAt: sentAt) { reply(passOn) }
+            return store(combined, for: prepared, sentAt: sentAt, then: answerPart)
         }
         store(response, for: prepared, sentAt: sentAt) {
-            reply(passOn)
-            if part.total <= rangeFetchOver, !part.isComplete { fetchWhole(prepared) }
+            answerPart()
+            if !wantsWhole, part.total <= rangeFetchOver, !part.isComplete { fetchWhole(prepared) }
         }
+    }
+
+    /// The upstream's 206 as this client's answer.
+    private func passOn(_ response: UpstreamResponse, for prepared: PreparedFetch) -> CacheAnswer {
+        .served(ServedResponse(
+            status: 206, headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: false), headers: response.headers,
+            body: response.body, bodyKind: .binary,
+            report: CacheReport(outcome: .miss, key: prepared.derived.key, age: 0, ttl: nil, version: prepared.request.cache.version,
+                                stored: false),
+            upstreamMs: (response.responseTime - response.requestTime) * 1000, etag: response.headers.values("etag").first,
+            lastModified: response.headers.values("last-modified").first))
     }
 
     /// Keeps a 206 as the key's part when the response allows storing (a varying one is not kept).

@@ -66,6 +66,7 @@ public final class LarderService: @unchecked Sendable {
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
         limits.maxStoredBodyBytes = configuration.maxUpstreamBodyBytes
         limits.staleOnError = configuration.staleOnErrorSeconds
+        limits.rangeFetchOver = configuration.rangeFetchOverBytes
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
         let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
                                  clock: clock, limits: limits, logger: logger)

@@ -28,6 +28,7 @@ struct Router: HTTPRequestHandler {
         self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(),
                                      stripTargeted: limits.stripTargetedCacheControl,
                                      ranges: RangeFetcher(engine: engine, rangeFetchOver: limits.rangeFetchOver))
+        // (The engine makes its own for a plain GET that finds only a part; see FetchEngine.fetch.)
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: limits.maxBatch)
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: limits.maxChainSteps)
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }

@@ -96,6 +96,40 @@ final class PartialContentTests: IntegrationTestCase {
         XCTAssertEqual(raw.requests.count, 2)
     }
 
+    func testAPlainRequestCompletesAStoredPartWithTheMissingBytesOnly() throws {
+        let body = (0..<500).map { UInt8(truncatingIfNeeded: $0 &* 3) }
+        let raw = try rangeOrigin(body)
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "files", baseURL: "http://127.0.0.1:\(raw.port)")] }
+        let client = try larder.connection()
+        XCTAssertEqual(try client.request("GET", "/proxy/files/f", headers: ["Range": "bytes=0-199"]).status, 206)
+        let whole = try client.request("GET", "/proxy/files/f")
+        XCTAssertEqual(whole.status, 200, "the client asked for the whole")
+        XCTAssertEqual(whole.body, body)
+        XCTAssertEqual(requests(raw).map(\.range), ["bytes=0-199", "bytes=200-"])
+        XCTAssertTrue(try client.request("GET", "/proxy/files/f").headers["cache-status"]?.hasPrefix("larder; hit") == true)
+        XCTAssertEqual(raw.requests.count, 2)
+    }
+
+    func testWithoutAStrongValidatorAPartIsNotCompletedButTheWholeIsFetched() throws {
+        let body = Array("abcdefghijklmnopqrstuvwxyz".utf8)
+        let raw = try RawOrigin { _, request in
+            let text = String(decoding: request, as: UTF8.self)
+            if let line = text.components(separatedBy: "\r\n").first(where: { $0.hasPrefix("Range: bytes=") }) {
+                let first = Int(line.dropFirst("Range: bytes=".count).prefix { $0.isNumber }) ?? 0
+                let last = line.hasSuffix("-") ? body.count - 1 : min(body.count - 1, first + 9)
+                return Array("HTTP/1.1 206 Partial Content\r\nCache-Control: max-age=600\r\nContent-Range: bytes \(first)-\(last)/\(body.count)\r\nContent-Length: \(last - first + 1)\r\n\r\n".utf8)
+                    + body[first...last]
+            }
+            return Array("HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body
+        }
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "files", baseURL: "http://127.0.0.1:\(raw.port)")] }
+        let client = try larder.connection()
+        XCTAssertEqual(try client.request("GET", "/proxy/files/g", headers: ["Range": "bytes=0-9"]).status, 206)
+        let whole = try client.request("GET", "/proxy/files/g")
+        XCTAssertEqual(whole.status, 200)
+        XCTAssertEqual(whole.body, body, "never glued together without a strong validator")
+    }
+
     func testPartsWithDifferentValidatorsAreNotCombined() throws {
         let body = (0..<300).map { UInt8(truncatingIfNeeded: $0) }
         let raw = try RawOrigin { number, request in
