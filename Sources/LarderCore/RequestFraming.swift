@@ -33,7 +33,13 @@ public enum RequestFraming {
             }
             let length = field.name.utf8.count
             guard length == 14 || length == 17 else { continue } // content-length, transfer-encoding
-            if field.name.caseInsensitiveEquals("content-length") {
+            if length == 14, isNamed(field.name, "content-length"), isDigits(field.value) {
+                // The common case, without splitting: one plain length.
+                if let seen = contentLength, seen != field.value {
+                    return Rejection(status: 400, message: "Content-Length is given twice with different values")
+                }
+                contentLength = field.value
+            } else if field.name.caseInsensitiveEquals("content-length") {
                 // §6.3 item 5: differing lengths (or a list of them that differ) are an error.
                 for member in field.value.split(separator: ",", omittingEmptySubsequences: false) {
                     let length = member.trimmingSpaces
@@ -83,6 +89,21 @@ public enum RequestFraming {
             for byte in bytes where !tchar[Int(byte)] { return false }
             return true
         }
+    }
+
+    /// ASCII case-insensitive comparison with a lower-case name, over the bytes.
+    private static func isNamed(_ name: String, _ lower: StaticString) -> Bool {
+        var name = name
+        return name.withUTF8 { bytes in
+            guard bytes.count == lower.utf8CodeUnitCount else { return false }
+            for index in 0..<bytes.count where bytes[index] | 0x20 != lower.utf8Start[index] | 0x20 { return false }
+            return true
+        }
+    }
+
+    private static func isDigits(_ value: String) -> Bool {
+        var value = value
+        return value.withUTF8 { bytes in !bytes.isEmpty && bytes.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } }
     }
 
     private static func hasControl(_ value: String) -> Bool {
