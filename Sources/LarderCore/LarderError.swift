@@ -19,6 +19,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case validationFailed = "validation_failed"
         case cancelled = "cancelled"
         case referenceUnresolved = "reference_unresolved"
+        case storageFailed = "storage_failed"
     }
 
     public let code: Code
@@ -42,7 +43,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notImplemented: 501
         case .referenceUnresolved: 422
         case .cancelled: 499 // inside /batch and /chain results only; nobody is left to answer
-        case .shuttingDown: 503
+        case .shuttingDown, .storageFailed: 503
         case .upstreamTimeout, .notCached: 504
         }
     }

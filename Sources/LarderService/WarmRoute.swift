@@ -30,7 +30,8 @@ struct WarmRoute: Sendable {
                 }
                 jobs.create(parsed) { record in
                     guard let record else {
-                        return responder.respond(finish(Self.json(500, LarderError(.upstreamError, "the job could not be saved").jsonBody)))
+                        let error = LarderError(.storageFailed, "the job could not be saved to the database")
+                        return responder.respond(finish(Self.json(error.status, error.jsonBody)))
                     }
                     var body: [UInt8] = Array(#"{"job":"#.utf8)
                     JSONWriter.appendString(record.id, to: &body)
