@@ -64,9 +64,13 @@ public final class BatchRun: Sendable {
     private let onItem: @Sendable (ItemOutcome) -> Void
     private let onFinish: @Sendable ([ItemOutcome]) -> Void
     private let state: Mutex<State>
+    private let timeoutMs: Int?
+    private let deadline = Mutex<Deadline?>(nil)
 
-    public init(engine: FetchEngine, items: [PreparedFetch], mode: BatchMode, concurrency: Int, clock: Clock,
+    /// `timeoutMs`: past it, the run stops as if cancelled.
+    public init(engine: FetchEngine, items: [PreparedFetch], mode: BatchMode, concurrency: Int, clock: Clock, timeoutMs: Int? = nil,
                 onItem: @escaping @Sendable (ItemOutcome) -> Void, onFinish: @escaping @Sendable ([ItemOutcome]) -> Void) {
+        self.timeoutMs = timeoutMs
         self.engine = engine
         self.items = items
         self.mode = mode
@@ -78,6 +82,10 @@ public final class BatchRun: Sendable {
     }
 
     public func start() {
+        if let timeoutMs {
+            let timer = Deadline(afterMilliseconds: timeoutMs) { [weak self] in self?.cancel() }
+            deadline.withLock { $0 = timer }
+        }
         // Hits first, without a slot: whatever the store can answer at once is answered.
         for (index, prepared) in items.enumerated() {
             if let answer = engine.cachedAnswer(for: prepared) {
@@ -154,6 +162,9 @@ public final class BatchRun: Sendable {
             state.finished = true
             return state.outcomes.map { $0! }
         }
-        if let outcomes { onFinish(outcomes) }
+        if let outcomes {
+            deadline.withLock { $0 }?.cancel()
+            onFinish(outcomes)
+        }
     }
 }

@@ -43,6 +43,7 @@ public final class ChainRun: Sendable {
     private let onFinish: @Sendable (ChainResult) -> Void
     private let state: Mutex<State>
     private let indexByID: [String: Int]
+    private let deadline = Mutex<Deadline?>(nil)
 
     /// Largest rendered step request: what a reference expansion may grow a request to.
     public static let maxRenderedRequestBytes = 1 << 20
@@ -66,9 +67,10 @@ public final class ChainRun: Sendable {
 
     public func start() {
         let timeout = plan.timeoutMs
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(timeout)) { [weak self] in
+        let timer = Deadline(afterMilliseconds: timeout) { [weak self] in
             self?.stop(because: LarderError(.upstreamTimeout, "the chain did not finish within \(timeout) ms"))
         }
+        deadline.withLock { $0 = timer }
         advance()
     }
 
@@ -198,7 +200,10 @@ public final class ChainRun: Sendable {
             let output = plan.output.map { (try? Template.render($0, documents: state.documents, lenient: true)) ?? .null }
             return ChainResult(outcomes: state.outcomes, order: state.order, output: output, error: state.error)
         }
-        if let result { onFinish(result) }
+        if let result {
+            deadline.withLock { $0 }?.cancel()
+            onFinish(result)
+        }
     }
 
     /// `{"state", "status", "headers", "body", "error"}`: what references to a step read. The

@@ -378,10 +378,13 @@ final class RequestContext: @unchecked Sendable {
         for handler in handlers { handler() }
     }
 
-    /// The request is over: stop watching its socket (libmicrohttpd may reuse the descriptor).
+    /// The request is over: stop watching its socket (libmicrohttpd may reuse the descriptor),
+    /// and drop the handlers — they usually hold the work that holds this request's responder,
+    /// a cycle that would otherwise keep both alive.
     func ended(server: HTTPServer) -> (fd: Int32, id: UInt64)? {
         state.withLock { handOver in
             handOver.ended = true
+            handOver.goneHandlers.removeAll()
             return handOver.watched
         }
     }
@@ -424,8 +427,8 @@ private let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _,
     contextSlot.pointee = nil
     guard let serverPointer else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
-    if let watched = context.ended(server: server) { server.watcher.unwatch(watched.fd, id: watched.id) }
     if termination != .REQUEST_TERMINATED_COMPLETED_OK { context.clientGone() }
+    if let watched = context.ended(server: server) { server.watcher.unwatch(watched.fd, id: watched.id) }
     if context.inFlight {
         server.completed()
     }

@@ -3,7 +3,6 @@
 // request as it completes and a summary line last, so a caller sees the first results while
 // slow ones still run. A client that goes away cancels its batch.
 
-import Dispatch
 import LarderCore
 import LarderEngine
 import LarderHTTP
@@ -49,6 +48,7 @@ struct BatchRoute: Sendable {
         if streaming {
             let stream = HTTPResponseStream()
             let run = BatchRun(engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
+                               timeoutMs: batch.timeoutMs,
                                onItem: { outcome in
                                    stream.write(ItemRendering.line(ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index,
                                                                                       receivedAt: receivedAt)))
@@ -58,11 +58,11 @@ struct BatchRoute: Sendable {
                                    stream.finish()
                                })
             responder.onClientGone { run.cancel() }
-            Self.limit(run, to: batch.timeoutMs)
             run.start()
             return finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
         let run = BatchRun(engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
+                               timeoutMs: batch.timeoutMs,
                            onItem: { _ in },
                            onFinish: { outcomes in
                                let responses = outcomes.map { ItemRendering.item($0, id: ids[$0.index], index: nil, receivedAt: receivedAt) }
@@ -70,14 +70,8 @@ struct BatchRoute: Sendable {
                                responder.respond(finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)))
                            })
         responder.onClientGone { run.cancel() }
-        Self.limit(run, to: batch.timeoutMs)
         run.start()
         return nil
-    }
-
-    /// Past `timeoutMs`, the batch is stopped: running requests aborted, the rest cancelled.
-    private static func limit(_ run: BatchRun, to timeoutMs: Int) {
-        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(timeoutMs)) { [weak run] in run?.cancel() }
     }
 
     /// `{"ok":…,"failed":[ids],"responses":[…],"timing":{"totalMs":…}}` (no `responses` in the

@@ -1,7 +1,7 @@
 /* The benchmark's reference: a libmicrohttpd server answering every request with the same
- * 1 KiB JSON body, in libmicrohttpd's fastest mode here (epoll, internal pool of 2 threads,
- * response queued on the second handler call). Built and run by scripts/bench, which also
- * uses it as the origin behind Larder and nginx. */
+ * 1 KiB JSON body (64 KiB for paths under /64k/), in libmicrohttpd's fastest mode here (epoll,
+ * internal pool of 2 threads, response queued on the second handler call). Built and run by
+ * scripts/bench, which also uses it as the origin behind Larder and nginx. */
 #include <microhttpd.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,16 +11,19 @@
 #include <unistd.h>
 
 static char body[1024];
+static char large[64 * 1024];
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *connection, const char *url,
                               const char *method, const char *version, const char *upload_data,
                               size_t *upload_data_size, void **con_cls) {
     static int marker;
-    (void)cls; (void)url; (void)method; (void)version; (void)upload_data;
+    (void)cls; (void)method; (void)version; (void)upload_data;
     if (*con_cls == NULL) { *con_cls = &marker; return MHD_YES; }
     if (*upload_data_size != 0) { *upload_data_size = 0; return MHD_YES; }
-    struct MHD_Response *response =
-        MHD_create_response_from_buffer(sizeof body, body, MHD_RESPMEM_MUST_COPY);
+    int is_large = strncmp(url, "/64k/", 5) == 0;
+    struct MHD_Response *response = is_large
+        ? MHD_create_response_from_buffer(sizeof large, large, MHD_RESPMEM_PERSISTENT)
+        : MHD_create_response_from_buffer(sizeof body, body, MHD_RESPMEM_MUST_COPY);
     MHD_add_response_header(response, "Content-Type", "application/json");
     /* Cacheable for a day, so caches in front of it (Larder's proxy, nginx) keep it. */
     MHD_add_response_header(response, "Cache-Control", "max-age=86400");
@@ -37,6 +40,8 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     memset(body, 'x', sizeof body);
     body[0] = '"'; body[sizeof body - 1] = '"';
+    memset(large, 'y', sizeof large);
+    large[0] = '"'; large[sizeof large - 1] = '"';
     struct MHD_Daemon *daemon = MHD_start_daemon(
         MHD_USE_EPOLL | MHD_USE_INTERNAL_POLLING_THREAD, (uint16_t)port, NULL, NULL, handle, NULL,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)2, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4096,
