@@ -104,13 +104,7 @@ extension FetchRequest {
 
     /// Parses and validates a /fetch body; `upstreams` are the named upstreams by name.
     public static func parse(json bytes: [UInt8], upstreams: [String: NamedUpstream] = [:]) throws(LarderError) -> FetchRequest {
-        let value: JSONValue
-        do {
-            value = try JSONParser.parse(bytes)
-        } catch {
-            throw LarderError.invalid("body", "not valid JSON: \(error.description)")
-        }
-        return try parse(value, path: "", upstreams: upstreams)
+        try parse(try JSONFields.parseBody(bytes), path: "", upstreams: upstreams)
     }
 
     /// Validates one fetch spec already parsed; `path` names it in errors ("" for a /fetch body,

@@ -20,15 +20,18 @@ public struct JSONFields: Sendable {
     /// A request body: one JSON object whose members are all in `known` (errors name `body` or
     /// the member).
     public static func body(_ bytes: [UInt8], known: [String]) throws(LarderError) -> JSONFields {
-        let value: JSONValue
+        let fields = try JSONFields(try parseBody(bytes), path: "")
+        try fields.rejectUnknown(known)
+        return fields
+    }
+
+    /// A request body as JSON; malformed or too deep is `invalid_request` on `body`.
+    public static func parseBody(_ bytes: [UInt8]) throws(LarderError) -> JSONValue {
         do {
-            value = try JSONParser.parse(bytes)
+            return try JSONParser.parse(bytes)
         } catch {
             throw LarderError.invalid("body", "not valid JSON: \(error.description)")
         }
-        let fields = try JSONFields(value, path: "")
-        try fields.rejectUnknown(known)
-        return fields
     }
 
     /// The full path of member `name`.

@@ -144,10 +144,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
             while let message = curl_multi_info_read(multi, &remaining) {
                 guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle else { continue }
                 let result = larder_curl_msg_result(message)
-                curl_multi_remove_handle(multi, handle)
-                if let transfer = transfers.removeValue(forKey: handle) {
-                    budget.release(transfer)
-                    budget.oldest = transfers.values.lazy.map(\.sequence).min() ?? 0
+                if let transfer = remove(handle) {
                     finish(transfer, result: result)
                 }
             }
@@ -165,13 +162,19 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
             waiting.remove(at: index)
             return exchange.fail(error)
         }
-        guard let (handle, transfer) = transfers.first(where: { $0.value.exchange === exchange }) else { return }
-        curl_multi_remove_handle(multi, handle)
-        transfers.removeValue(forKey: handle)
-        budget.release(transfer)
-        budget.oldest = transfers.values.lazy.map(\.sequence).min() ?? 0
+        guard let handle = transfers.first(where: { $0.value.exchange === exchange })?.key, let transfer = remove(handle) else { return }
         exchange.fail(error)
         transfer.release()
+    }
+
+    /// Takes a handle off the multi handle and out of the transfers, giving back its body budget
+    /// (and so perhaps making another transfer the oldest).
+    private func remove(_ handle: UnsafeMutableRawPointer) -> Transfer? {
+        curl_multi_remove_handle(multi, handle)
+        guard let transfer = transfers.removeValue(forKey: handle) else { return nil }
+        budget.release(transfer)
+        budget.oldest = transfers.values.lazy.map(\.sequence).min() ?? 0
+        return transfer
     }
 
     /// Starts waiting exchanges while there are free slots.

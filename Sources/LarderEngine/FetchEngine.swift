@@ -176,7 +176,7 @@ public final class FetchEngine: Sendable {
         case .fetch:
             // Nothing whole is stored but a part is (RFC 9111 §3.4): ask only for the rest.
             if hasPart, found == nil, request.shared, request.method == .get {
-                return RangeFetcher(engine: self, rangeFetchOver: limits.rangeFetchOver).fetch(prepared, range: nil, reply: reply)
+                return ranges.fetch(prepared, range: nil, reply: reply)
             }
         }
 
@@ -631,6 +631,10 @@ public final class FetchEngine: Sendable {
         // A stored part (206, RFC 9111 §3.4) is never a whole response: RangeFetcher serves it.
         return variants.first { $0.status != 206 && $0.matches(prepared.request.headers, keys: keys) }
     }
+
+    /// Partial content (RFC 9111 §3.4): range requests no stored whole response answers, and
+    /// plain GETs that find only a stored part.
+    public var ranges: RangeFetcher { RangeFetcher(engine: self, rangeFetchOver: limits.rangeFetchOver) }
 
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { coalesced.load(ordering: .relaxed) }

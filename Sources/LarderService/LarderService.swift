@@ -75,10 +75,7 @@ public final class LarderService: @unchecked Sendable {
         let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
                                 makeRequest: { spec, path throws(LarderError) in try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName) },
                                 seal: { sealing.seal($0) }, open: { sealing.open($0) })
-        let router = Router(engine: engine, clock: clock, logger: logger, accessLog: configuration.accessLog,
-                            limits: Router.RouteLimits(maxBatch: configuration.maxBatch, maxChainSteps: configuration.maxChainSteps,
-                                                       stripTargetedCacheControl: configuration.stripTargetedCacheControl,
-                                                       rangeFetchOver: configuration.rangeFetchOverBytes),
+        let router = Router(engine: engine, clock: clock, logger: logger, configuration: configuration,
                             upstreams: upstreamsByName, warmJobs: warmJobs)
 
         var serverConfiguration = HTTPServerConfiguration()

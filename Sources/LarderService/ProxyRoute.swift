@@ -26,8 +26,6 @@ struct ProxyRoute: Sendable {
     let memo: RequestMemo
     /// Remove CDN-Cache-Control from responses (`--strip-targeted-cache-control`).
     let stripTargeted: Bool
-    /// Range requests that no stored whole response answers (RFC 9111 §3.4).
-    let ranges: RangeFetcher
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
@@ -35,10 +33,10 @@ struct ProxyRoute: Sendable {
     /// (the origin reflects or routes on them, but they are not part of the key): the
     /// forwarding headers a proxy in front of Larder would set (Larder is the edge here), and
     /// the URL and method overrides some frameworks honour. Stripped before forwarding.
+    /// (Every `x-forwarded-*` field too, by prefix.)
     static let unkeyedOverrides: Set<String> = [
-        "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-port",
-        "x-forwarded-prefix", "x-forwarded-server", "x-forwarded-scheme", "x-forwarded-ssl", "x-real-ip", "x-host",
-        "x-original-url", "x-rewrite-url", "x-original-host", "x-http-method-override", "x-http-method", "x-method-override",
+        "forwarded", "x-real-ip", "x-host", "x-original-url", "x-rewrite-url", "x-original-host",
+        "x-http-method-override", "x-http-method", "x-method-override",
     ]
     /// Conditions (and ranges) Larder evaluates itself for cacheable requests, so the upstream
     /// always sends a full response that can be stored.
@@ -115,7 +113,7 @@ struct ProxyRoute: Sendable {
         if let whole = engine.cachedAnswer(for: prepared) {
             return Self.deliver(whole, method: .get, request: request, strip: strip, finish: finish)
         }
-        let immediate = ranges.fetch(prepared, range: range) { answer in
+        let immediate = engine.ranges.fetch(prepared, range: range) { answer in
             responder.respond(Self.deliver(answer, method: .get, request: request, strip: strip, finish: finish))
         }
         return immediate.map { Self.deliver($0, method: .get, request: request, strip: strip, finish: finish) }

@@ -18,30 +18,18 @@ struct Router: HTTPRequestHandler {
     let chainRoute: ChainRoute
     let warmRoute: WarmRoute?
 
-    init(engine: FetchEngine, clock: Clock, logger: Logger, accessLog: Bool, limits: RouteLimits = RouteLimits(),
+    init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
          upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil) {
         self.engine = engine
         self.clock = clock
         self.logger = logger
-        self.accessLog = accessLog
+        self.accessLog = configuration.accessLog
         self.upstreams = upstreams
         self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(),
-                                     stripTargeted: limits.stripTargetedCacheControl,
-                                     ranges: RangeFetcher(engine: engine, rangeFetchOver: limits.rangeFetchOver))
-        // (The engine makes its own for a plain GET that finds only a part; see FetchEngine.fetch.)
-        self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: limits.maxBatch)
-        self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: limits.maxChainSteps)
+                                     stripTargeted: configuration.stripTargetedCacheControl)
+        self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch)
+        self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps)
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }
-    }
-
-    /// Per-call limits of the multi-request routes.
-    struct RouteLimits: Sendable {
-        var maxBatch = 100
-        var maxChainSteps = 50
-        /// The proxy removes CDN-Cache-Control from responses (Larder is the last cache).
-        var stripTargetedCacheControl = false
-        /// Representations up to this size are fetched whole after a range of them was asked for.
-        var rangeFetchOver = 0
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
