@@ -3,8 +3,8 @@
 //
 // Threading: `fetch` runs on the server's worker thread. When the answer comes from the cache
 // it is returned directly (no suspension, no hop). Otherwise `fetch` returns nil, the request
-// goes to the upstream's thread, the store's writer thread persists the response, and `reply`
-// is called from there. No lock is taken on the hit path beyond what the store needs.
+// goes to the upstream's thread, and `reply` is called from there as soon as the response is
+// complete and handed to the store (which commits it afterwards, off the request's path). No lock is taken on the hit path beyond what the store needs.
 
 import Dispatch
 public import LarderCore

@@ -3,7 +3,8 @@
 // Hot entries are answered from memory: no SQLite read transaction (whose WAL locks are
 // fcntl calls), no checksum (the body was verified when it was loaded from disk). Every
 // write goes through here, so memory never holds an entry the store does not: `save` updates
-// memory only after the store committed, and a generation count per shard keeps a lookup
+// memory only after the store accepted the entry (its own lookups find it; the store tells
+// `forget` if it later fails to commit it), and a generation count per shard keeps a lookup
 // that raced a write from putting back what the write replaced. One Larder process per
 // database file.
 //

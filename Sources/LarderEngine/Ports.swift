@@ -75,8 +75,9 @@ public protocol CacheStore: Sendable {
     /// are left out (and removed).
     func lookup(_ primaryKey: CacheKey) -> [StoredEntry]
     /// Writes atomically, replacing the row with the same key, and the primary key's rows
-    /// that vary on other fields; keeps at most the variant limit. Calls back off the
-    /// caller's thread with whether it was written.
+    /// that vary on other fields; keeps at most the variant limit. Calls back with whether it
+    /// was written, once later lookups find it: possibly on the caller's thread, before it is
+    /// durable (a write-behind store commits afterwards).
     func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void)
     /// Counts a hit; may be batched.
     func recordHit(_ key: CacheKey, at time: Double)

@@ -4,8 +4,15 @@
 //   the writer never waits for readers. `synchronous=NORMAL`: in WAL mode every commit is
 //   atomic and consistent; a power cut may lose the last commits but never half-writes one.
 // - One writer connection, owned by a serial dispatch queue (its own thread, off Swift's
-//   cooperative pool). Each save is one INSERT OR REPLACE: atomic, so after a crash an entry is
-//   either wholly there or wholly absent.
+//   cooperative pool). Each entry is written by one INSERT OR REPLACE inside a transaction:
+//   after a crash an entry is either wholly there or wholly absent.
+// - Write-behind: `save` makes an entry visible to lookups at once (from memory) and answers;
+//   the writer commits what has piled up in one transaction (a group commit), so a miss is
+//   answered without waiting for SQLite, and many misses share one commit. The delay is not
+//   a timer: the writer takes everything queued each time it is free. Acknowledged entries
+//   not yet committed are lost in a crash (as the last commits are with synchronous=NORMAL);
+//   none is ever half there. Past `pendingByteLimit` of uncommitted bytes, saves wait for
+//   their commit, so a slow disk pushes back instead of growing memory.
 // - A pool of reader connections used from the server's worker threads; a hit takes one,
 //   runs a prepared point lookup, and gives it back.
 // - Each body carries a SHA-256 checked on read: a mismatch (disk damage, a hand edit) is a
@@ -45,6 +52,33 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let closed = Atomic<Bool>(false)
     private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
     private let flushTimer: DispatchSourceTimer
+    private let pending = Mutex(PendingWrites())
+    private let lostHandler = Mutex<(@Sendable (CacheKey) -> Void)?>(nil)
+    private let savepoint: SQLiteStatement
+    private let releaseSavepoint: SQLiteStatement
+    private let rollbackSavepoint: SQLiteStatement
+    private let commits = Atomic<Int>(0)
+
+    /// Uncommitted bytes past which `save` answers only after the commit.
+    public static let pendingByteLimit = 32 << 20
+    /// Entries per group commit at most (a bound on one transaction's length).
+    static let groupCommitLimit = 512
+
+    private struct PendingWrite {
+        let entry: StoredEntry
+        let size: Int
+        /// Set only when the save waits for its commit (over `pendingByteLimit`).
+        let completion: (@Sendable (Bool) -> Void)?
+    }
+
+    private struct PendingWrites {
+        /// Saves not yet taken by the writer, oldest first.
+        var queue: [PendingWrite] = []
+        /// Every save not yet committed, by primary key, oldest first: what lookups overlay.
+        var visible: [CacheKey: [StoredEntry]] = [:]
+        var bytes = 0
+        var flushScheduled = false
+    }
 
     private struct HitTally {
         var counts: [String: (hits: Int64, lastAccess: Double)] = [:]
@@ -105,6 +139,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
               (SELECT key FROM entries WHERE primary_key = ?1 ORDER BY stored_at DESC LIMIT CAST(?2 AS INTEGER))
             """)
         deleteByURL = try writer.prepare("DELETE FROM entries WHERE url_key = ?1")
+        savepoint = try writer.prepare("SAVEPOINT entry")
+        releaseSavepoint = try writer.prepare("RELEASE entry")
+        rollbackSavepoint = try writer.prepare("ROLLBACK TO entry")
         flushTimer = DispatchSource.makeTimerSource(queue: writerQueue)
         flushTimer.schedule(deadline: .now() + 1, repeating: 1)
         flushTimer.setEventHandler { [weak self] in self?.flushHits(olderThan: 1) }
@@ -220,6 +257,25 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     public func lookup(_ primaryKey: CacheKey) -> [StoredEntry] {
         guard !closed.load(ordering: .relaxed) else { return [] }
+        // Uncommitted saves first: one that commits between this read and the SELECT below is
+        // then found by the SELECT (it leaves `visible` only after its COMMIT).
+        let uncommitted = pending.withLock { $0.visible.isEmpty ? nil : $0.visible[primaryKey] }
+        var entries = committedEntries(primaryKey)
+        for entry in uncommitted ?? [] { Self.apply(entry, to: &entries, maxVariants: maxVariants) }
+        return entries
+    }
+
+    /// What writing `entry` does to the rows of its primary key (as `write` does in SQL).
+    private static func apply(_ entry: StoredEntry, to entries: inout [StoredEntry], maxVariants: Int) {
+        entries.removeAll { $0.varyNames != entry.varyNames || $0.key == entry.key }
+        entries.append(entry)
+        if !entry.varyNames.isEmpty, entries.count > maxVariants {
+            entries.sort { $0.freshness.storedAt > $1.freshness.storedAt }
+            entries.removeLast(entries.count - maxVariants)
+        }
+    }
+
+    private func committedEntries(_ primaryKey: CacheKey) -> [StoredEntry] {
         let reader: Reader
         do {
             reader = try takeReader()
@@ -262,22 +318,98 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         }
     }
 
+    /// Makes `entry` visible to lookups and calls back at once, on the caller's thread (after
+    /// the commit instead when too much is uncommitted); the writer commits it soon after.
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
-        writerQueue.async { [self] in
-            guard !closed.load(ordering: .relaxed) else { return completion(false) }
-            do {
-                try write(entry)
-                completion(true)
-            } catch {
-                logger.error("store failed", metadata: ["key": "\(entry.key)", "error": "\(error)"])
-                completion(false)
+        guard !closed.load(ordering: .relaxed) else { return completion(false) }
+        let size = entry.body.count + entry.headersJSON.count + entry.url.utf8.count + 256
+        let (schedule, waits) = pending.withLock { pending -> (Bool, Bool) in
+            let waits = pending.bytes + size > Self.pendingByteLimit
+            pending.queue.append(PendingWrite(entry: entry, size: size, completion: waits ? completion : nil))
+            pending.visible[entry.primaryKey, default: []].append(entry)
+            pending.bytes += size
+            defer { pending.flushScheduled = true }
+            return (!pending.flushScheduled, waits)
+        }
+        if schedule { writerQueue.async { [self] in commitPending() } }
+        if !waits { completion(true) }
+    }
+
+    /// Called with the primary key of an entry that was acknowledged but could not be
+    /// committed (disk full, I/O error), so a tier above can drop it too.
+    public func onEntryLost(_ handler: @escaping @Sendable (CacheKey) -> Void) {
+        lostHandler.withLock { $0 = handler }
+    }
+
+    /// Group commits so far; for tests.
+    public var groupCommits: Int { commits.load(ordering: .relaxed) }
+
+    /// Entries saved but not committed yet; for tests.
+    public var uncommittedCount: Int { pending.withLock { $0.visible.values.reduce(0) { $0 + $1.count } } }
+
+    /// On the writer queue: one group commit of what is queued (at most `groupCommitLimit`
+    /// entries), then again while more is queued. One failing entry is rolled back alone.
+    private func commitPending() {
+        let (batch, more) = pending.withLock { pending -> ([PendingWrite], Bool) in
+            let count = min(pending.queue.count, Self.groupCommitLimit)
+            let batch = Array(pending.queue.prefix(count))
+            pending.queue.removeFirst(count)
+            if pending.queue.isEmpty { pending.flushScheduled = false }
+            return (batch, !pending.queue.isEmpty)
+        }
+        guard !batch.isEmpty else { return }
+        var written = [Bool](repeating: false, count: batch.count)
+        do {
+            try writer.execute("BEGIN IMMEDIATE")
+            for (index, write) in batch.enumerated() {
+                try step(savepoint)
+                do {
+                    try self.write(write.entry)
+                    try step(releaseSavepoint)
+                    written[index] = true
+                } catch {
+                    logger.error("store failed", metadata: ["key": "\(write.entry.key)", "error": "\(error)"])
+                    try step(rollbackSavepoint)
+                    try step(releaseSavepoint)
+                }
+            }
+            try writer.execute("COMMIT")
+            commits.add(1, ordering: .relaxed)
+        } catch {
+            try? writer.execute("ROLLBACK")
+            logger.error("group commit failed", metadata: ["entries": "\(batch.count)", "error": "\(error)"])
+            written = written.map { _ in false }
+        }
+        pending.withLock { pending in
+            for write in batch {
+                let primaryKey = write.entry.primaryKey
+                pending.visible[primaryKey]?.removeFirst()
+                if pending.visible[primaryKey]?.isEmpty == true { pending.visible.removeValue(forKey: primaryKey) }
+                pending.bytes -= write.size
             }
         }
+        let lost = lostHandler.withLock { $0 }
+        for (write, saved) in zip(batch, written) {
+            if !saved { lost?(write.entry.primaryKey) }
+            write.completion?(saved)
+        }
+        if more { writerQueue.async { [self] in commitPending() } }
+    }
+
+    /// On the writer queue: commits everything queued, before work that must see it.
+    private func commitAllPending() {
+        while pending.withLock({ !$0.queue.isEmpty }) { commitPending() }
+    }
+
+    private func step(_ statement: SQLiteStatement) throws(SQLiteError) {
+        defer { statement.reset() }
+        _ = try statement.step()
     }
 
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         writerQueue.async { [self] in
             guard !closed.load(ordering: .relaxed) else { return completion([]) }
+            commitAllPending()
             var removed: [CacheKey] = []
             do {
                 try writer.execute("BEGIN IMMEDIATE")
@@ -302,7 +434,17 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     /// Saves and waits; for tests and tools.
     public func saveAndWait(_ entry: StoredEntry) throws {
-        try writerQueue.sync { try write(entry) }
+        try writerQueue.sync {
+            commitAllPending()
+            try writer.execute("BEGIN IMMEDIATE")
+            do {
+                try write(entry)
+                try writer.execute("COMMIT")
+            } catch {
+                try? writer.execute("ROLLBACK")
+                throw error
+            }
+        }
     }
 
     public func recordHit(_ key: CacheKey, at time: Double) {
@@ -314,9 +456,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         }
     }
 
+    /// Commits every save acknowledged so far, then returns; for tests and tools.
+    public func commitAndWait() {
+        writerQueue.sync { commitAllPending() }
+    }
+
     /// Writes pending hit counts now; for shutdown and tests.
     public func flushHitsAndWait() {
-        writerQueue.sync { flushHits(olderThan: nil) }
+        writerQueue.sync { commitAllPending(); flushHits(olderThan: nil) }
     }
 
     /// Flushes counters and closes every connection. Idempotent.
@@ -324,6 +471,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         flushTimer.cancel()
         writerQueue.sync {
+            commitAllPending()
             flushHits(olderThan: nil)
             try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
         }
@@ -332,20 +480,13 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     // MARK: - Writer-queue work
 
-    /// One transaction: drop the primary key's rows that vary on other fields (the resource
-    /// changed how it varies), replace the row, keep the newest `maxVariants` variants.
+    /// Inside a transaction: drop the primary key's rows that vary on other fields (the
+    /// resource changed how it varies), replace the row, keep the newest `maxVariants` variants.
     private func write(_ entry: StoredEntry) throws(SQLiteError) {
-        try writer.execute("BEGIN IMMEDIATE")
-        do {
-            try run(dropOtherVariants, entry.primaryKey.hex, entry.varyNames.joined(separator: ","))
-            try insertRow(entry)
-            if !entry.varyNames.isEmpty {
-                try run(trimVariants, entry.primaryKey.hex, String(maxVariants))
-            }
-            try writer.execute("COMMIT")
-        } catch {
-            try? writer.execute("ROLLBACK")
-            throw error
+        try run(dropOtherVariants, entry.primaryKey.hex, entry.varyNames.joined(separator: ","))
+        try insertRow(entry)
+        if !entry.varyNames.isEmpty {
+            try run(trimVariants, entry.primaryKey.hex, String(maxVariants))
         }
     }
 

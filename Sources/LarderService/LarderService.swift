@@ -68,6 +68,8 @@ public final class LarderService: @unchecked Sendable {
         limits.staleOnError = configuration.staleOnErrorSeconds
         limits.rangeFetchOver = configuration.rangeFetchOverBytes
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
+        // An acknowledged save that could not be committed leaves memory too.
+        store.onEntryLost { [weak tier] primaryKey in tier?.forget(primaryKey) }
         let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
                                  clock: clock, limits: limits, logger: logger)
         let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })

@@ -148,6 +148,64 @@ final class ExecutableTests: IntegrationTestCase {
         XCTAssertTrue(message.contains("gopher"), message)
     }
 
+    /// Misses are answered before their group commit. Killed with SIGKILL in the middle of a
+    /// stream of misses, Larder restarts on the same file and every entry it has is whole and
+    /// is the response to its own request; what was not committed is simply absent.
+    func testAfterSIGKILLDuringMissesEveryStoredEntryIsWholeOrAbsent() throws {
+        let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--no-access-log"])
+        let port = try waitForPort(errors)
+        let base = uniquePath()
+        let paths = (0..<2000).map { "\(base)-\($0)" }
+        // Bodies from 0.5 to 48 KiB every third request, so rows span overflow pages.
+        let size = { (index: Int) in 500 + index * 24 }
+        let urls = paths.indices.map { url(paths[$0], $0 % 3 == 0 ? "jsonsize=\(size($0))" : "") }
+        let next = Atomic<Int>(0)
+        let acknowledged = Atomic<Int>(0)
+        let killed = Atomic<Bool>(false)
+        let progress = Condition()
+        let senders = (0..<4).map { _ in
+            Thread {
+                guard let connection = try? TestConnection(port: port) else { return }
+                while !killed.load(ordering: .relaxed) {
+                    let index = next.add(1, ordering: .relaxed).oldValue
+                    guard index < urls.count else { return }
+                    guard let response = try? connection.fetch(["url": urls[index], "cache": ["ttl": 3600]]),
+                          response.status == 200 else { return }
+                    acknowledged.add(1, ordering: .relaxed)
+                    progress.broadcast()
+                }
+            }
+        }
+        senders.forEach { $0.start() }
+        XCTAssertTrue(progress.wait(timeout: 30) { acknowledged.load(ordering: .relaxed) >= 400 })
+        kill(process.processIdentifier, SIGKILL)
+        killed.store(true, ordering: .relaxed)
+        XCTAssertTrue(waitForExit(process))
+        let sent = min(next.load(ordering: .relaxed), paths.count)
+
+        let (restarted, restartErrors) = try launch(["serve", "--port", "0", "--db", databasePath, "--no-access-log"])
+        defer { restarted.terminate(); _ = waitForExit(restarted) }
+        let connection = try TestConnection(port: try waitForPort(restartErrors))
+        var found = 0
+        for index in 0..<sent {
+            let response = try connection.fetch(["url": urls[index], "cache": ["ttl": 3600, "policy": "cache-only"]])
+            if response.status == 504 {
+                XCTAssertEqual(response.errorCode, "not_cached")
+                continue
+            }
+            XCTAssertEqual(response.status, 200)
+            XCTAssertEqual(response.cache["outcome"] as? String, "hit")
+            found += 1
+            if index % 3 != 0 {
+                XCTAssertEqual(response.upstreamBody["path"] as? String, paths[index], "the entry is its own request's response")
+            } else {
+                XCTAssertEqual((response.json["body"] as? [Any])?.count, size(index) / 4 + 1, "the whole body")
+            }
+        }
+        XCTAssertGreaterThan(found, 0, "entries committed before the kill survive it")
+        XCTAssertEqual(origin.count(paths[0]), 1, "nothing was fetched again to check")
+    }
+
     /// Starts larder, sends a /fetch whose origin answers after `originDelayMs`, delivers
     /// `signal` once the origin has the request, and returns larder's exit status and the
     /// response the caller got (nil if the connection was dropped without one).

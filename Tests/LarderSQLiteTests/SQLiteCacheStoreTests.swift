@@ -35,6 +35,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
             done.fulfill()
         }
         wait(for: [done], timeout: 10)
+        store.commitAndWait()
     }
 
     func testRoundTrip() throws {
@@ -93,6 +94,107 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(store.lookup(CacheKey(hex: "stable")).first?.status, 200, "the committed version is read")
         XCTAssertLessThan(Date().timeIntervalSince(started), 4, "the read did not wait for the writer's lock")
         try writer.execute("ROLLBACK")
+    }
+
+    /// Holds SQLite's write lock from another connection until `release`, so the store's
+    /// writer cannot commit meanwhile.
+    private func holdWriteLock() throws -> () -> Void {
+        let blocker = try SQLiteConnection(path: path)
+        try blocker.execute("BEGIN IMMEDIATE")
+        return { try? blocker.execute("ROLLBACK") }
+    }
+
+    private func committedRows(_ connection: SQLiteConnection) throws -> Int64 {
+        try connection.scalarInt("SELECT count(*) FROM entries")
+    }
+
+    func testSavesAreAnsweredAndVisibleBeforeTheirCommitAndCommitTogether() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        let observer = try SQLiteConnection(path: path)
+        let release = try holdWriteLock()
+        // With the writer unable to commit, every save is still acknowledged at once…
+        let acknowledged = Atomic<Int>(0)
+        for index in 0..<50 {
+            store.save(entry("k\(index)", body: "[\(index)]")) { saved in
+                XCTAssertTrue(saved)
+                acknowledged.add(1, ordering: .relaxed)
+            }
+        }
+        XCTAssertEqual(acknowledged.load(ordering: .relaxed), 50, "acknowledged on the caller's thread, before any commit")
+        // …and found by lookups, though nothing is committed yet.
+        XCTAssertEqual(try committedRows(observer), 0)
+        XCTAssertEqual(store.lookup(CacheKey(hex: "k7")).first?.body, Array("[7]".utf8))
+        XCTAssertEqual(store.uncommittedCount, 50)
+        let commitsBefore = store.groupCommits
+        release()
+        store.commitAndWait()
+        XCTAssertEqual(try committedRows(observer), 50)
+        XCTAssertEqual(store.uncommittedCount, 0)
+        // The first save's commit was waiting for the lock; the other 49 piled up behind it.
+        XCTAssertLessThanOrEqual(store.groupCommits - commitsBefore, 3, "many entries per transaction")
+        XCTAssertEqual(store.lookup(CacheKey(hex: "k49")).first?.body, Array("[49]".utf8))
+    }
+
+    func testAnEntryThatCannotBeCommittedIsReportedLostAndTheRestOfItsGroupCommits() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        let lost = Mutex<[CacheKey]>([])
+        store.onEntryLost { key in lost.withLock { $0.append(key) } }
+        // A trigger refuses one row, as a full disk or an I/O error would.
+        let editor = try SQLiteConnection(path: path)
+        try editor.execute("PRAGMA busy_timeout = 5000")
+        try editor.execute("CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.key = 'doomed' BEGIN SELECT RAISE(ABORT, 'no space'); END")
+        let release = try holdWriteLock()
+        store.save(entry("first")) { _ in }
+        store.save(entry("doomed")) { _ in }
+        store.save(entry("fine")) { _ in }
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "doomed")).first, "visible while uncommitted")
+        release()
+        store.commitAndWait()
+        XCTAssertEqual(lost.withLock { $0 }, [CacheKey(hex: "doomed")])
+        XCTAssertNil(store.lookup(CacheKey(hex: "doomed")).first, "a lost entry is not found any more")
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "fine")).first)
+        XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM entries WHERE key IN ('first', 'fine')"), 2)
+    }
+
+    func testASaveOverTheUncommittedLimitIsAnsweredAfterItsCommit() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        let databasePath = path
+        let release = try holdWriteLock()
+        let half = SQLiteCacheStore.pendingByteLimit / 2 + 1
+        let firstAcknowledged = Atomic<Bool>(false)
+        store.save(entry("a", body: String(repeating: "a", count: half))) { _ in firstAcknowledged.store(true, ordering: .relaxed) }
+        XCTAssertTrue(firstAcknowledged.load(ordering: .relaxed))
+        let second = expectation(description: "second acknowledged")
+        let rowsWhenAcknowledged = Mutex<Int64>(-1)
+        store.save(entry("b", body: String(repeating: "b", count: half))) { saved in
+            XCTAssertTrue(saved)
+            let rows = (try? SQLiteConnection(path: databasePath).scalarInt("SELECT count(*) FROM entries")) ?? -1
+            rowsWhenAcknowledged.withLock { $0 = rows }
+            second.fulfill()
+        }
+        release()
+        wait(for: [second], timeout: 10)
+        XCTAssertEqual(rowsWhenAcknowledged.withLock { $0 }, 2, "the save past the limit waited for its commit")
+    }
+
+    func testInvalidationRemovesUncommittedEntriesToo() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        let release = try holdWriteLock()
+        var pendingEntry = entry("pending")
+        pendingEntry.urlKey = "http://a.test/pending"
+        store.save(pendingEntry) { _ in }
+        let removed = expectation(description: "invalidated")
+        store.invalidate(urlKeys: ["http://a.test/pending"]) { keys in
+            XCTAssertEqual(keys, [CacheKey(hex: "pending")])
+            removed.fulfill()
+        }
+        release()
+        wait(for: [removed], timeout: 10)
+        XCTAssertNil(store.lookup(CacheKey(hex: "pending")).first)
     }
 
     func testHitsAreCountedInBatches() throws {
