@@ -1,7 +1,7 @@
 // swift-tools-version:6.0
 // The map of Larder. Dependencies point inward:
 //   larder (executable) → LarderService → adapters (SQLite, Curl, HTTP) → LarderEngine → LarderCore.
-// Each C module is imported by exactly one adapter.
+// Each C module is imported by exactly one adapter (libxxhash by the SQLite one, for its checksums).
 import PackageDescription
 
 let strict: [SwiftSetting] = [
@@ -26,6 +26,7 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        .systemLibrary(name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
 
         // Pure decisions: keys, freshness, policies, access rules. No I/O, no C.
         .target(
@@ -44,7 +45,8 @@ let package = Package(
             swiftSettings: strict
         ),
         // Adapters: each is the only importer of its C module.
-        .target(name: "LarderSQLite", dependencies: ["CSQLite", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(name: "LarderSQLite", dependencies: ["CSQLite", "CXXHash", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log"),
+                                                     .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", "LarderCore"], swiftSettings: strict),
         // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
@@ -73,7 +75,8 @@ let package = Package(
             name: "LarderEngineTests",
             dependencies: ["LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")]
         ),
-        .testTarget(name: "LarderSQLiteTests", dependencies: ["LarderSQLite", "LarderEngine", "LarderCore"]),
+        .testTarget(name: "LarderSQLiteTests", dependencies: ["LarderSQLite", "LarderEngine", "LarderCore",
+                                                             .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(
             name: "LarderIntegrationTests",
             dependencies: ["LarderService", "LarderHTTP", "LarderCore"]

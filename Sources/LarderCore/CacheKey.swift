@@ -112,10 +112,3 @@ public struct CacheKeyBuilder: Sendable {
         return String(decoding: out, as: UTF8.self)
     }
 }
-
-/// SHA-256 of a stored body, checked on every read so a damaged row is never served.
-public enum BodyChecksum {
-    public static func compute(_ body: [UInt8]) -> [UInt8] {
-        Array(SHA256.hash(data: body))
-    }
-}

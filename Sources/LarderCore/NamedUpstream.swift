@@ -21,9 +21,13 @@ public struct CacheDefaults: Sendable, Equatable {
 public struct NamedUpstream: Sendable, Equatable {
     public var name: String
     /// Absolute http(s) URL; a request's `path` is appended to it.
-    public var baseURL: String
+    public var baseURL: String { didSet { basePath = Self.path(of: baseURL) } }
     /// Used instead of `baseURL` when a request says `"cdn": true`.
-    public var cdnURL: String?
+    public var cdnURL: String? { didSet { cdnBasePath = cdnURL.flatMap(Self.path(of:)) } }
+    /// The base URLs' paths without a trailing slash, parsed once (every request is checked
+    /// against one); nil when the URL does not parse.
+    private var basePath: String?
+    private var cdnBasePath: String?
     /// Sent with every request unless the request sets the same field.
     public var headers: [HeaderField]
     /// Added to every request's query unless the request sets the same name.
@@ -36,6 +40,8 @@ public struct NamedUpstream: Sendable, Equatable {
         self.name = name
         self.baseURL = baseURL
         self.cdnURL = cdnURL
+        self.basePath = Self.path(of: baseURL)
+        self.cdnBasePath = cdnURL.flatMap(Self.path(of:))
         self.headers = headers
         self.query = query
         self.cache = cache
@@ -77,16 +83,14 @@ public struct NamedUpstream: Sendable, Equatable {
     /// `..` by Tomcat and Spring), an encoded slash or backslash (`..%2Fadmin`, `..%5Cadmin`),
     /// or a literal backslash.
     public func refusal(for url: UpstreamURL, cdn: Bool) -> String? {
-        guard let base = (cdn ? cdnURL : baseURL).flatMap({ try? UpstreamURL(parsing: $0) }) else {
+        guard let basePath = cdn ? cdnBasePath : basePath else {
             return "upstream '\(name)' has no \(cdn ? "cdnUrl" : "baseUrl")"
         }
-        let basePath = base.path.hasSuffix("/") ? String(base.path.dropLast()) : base.path
         guard basePath.isEmpty || url.path == basePath || url.path.hasPrefix(basePath + "/") else {
             return "leaves the base path of upstream '\(name)'"
         }
         let rest = url.path.dropFirst(basePath.count)
-        let upper = rest.uppercased()
-        if upper.contains("%2F") || upper.contains("%5C") || rest.contains("\\") {
+        if Self.hasEncodedSlashOrBackslash(rest.utf8) {
             return "an encoded slash or a backslash could leave the base path of upstream '\(name)'"
         }
         for segment in rest.split(separator: "/") {
@@ -96,6 +100,23 @@ public struct NamedUpstream: Sendable, Equatable {
             }
         }
         return nil
+    }
+
+    /// `%2F`, `%5C` (any case) or a backslash.
+    private static func hasEncodedSlashOrBackslash(_ bytes: Substring.UTF8View) -> Bool {
+        var previous: (UInt8, UInt8) = (0, 0)
+        for byte in bytes {
+            if byte == UInt8(ascii: "\\") { return true }
+            if previous == (UInt8(ascii: "%"), UInt8(ascii: "2")), byte | 0x20 == UInt8(ascii: "f") { return true }
+            if previous == (UInt8(ascii: "%"), UInt8(ascii: "5")), byte | 0x20 == UInt8(ascii: "c") { return true }
+            previous = (previous.1, byte)
+        }
+        return false
+    }
+
+    private static func path(of url: String) -> String? {
+        guard let base = try? UpstreamURL(parsing: url) else { return nil }
+        return base.path.hasSuffix("/") ? String(base.path.dropLast()) : base.path
     }
 
     /// The absolute URL for `path` (which may carry its own query) under this upstream.

@@ -65,6 +65,11 @@ public struct UpstreamURL: Sendable, Equatable {
         return try? UpstreamURL(parsing: resolved, field: "location")
     }
 
+    /// The host without an IPv6 literal's brackets.
+    public var bareHost: Substring {
+        host.hasPrefix("[") && host.hasSuffix("]") ? host.dropFirst().dropLast() : host[...]
+    }
+
     /// Same scheme, host and port (RFC 6454 origin).
     public func isSameOrigin(as other: UpstreamURL) -> Bool {
         scheme == other.scheme && host == other.host && port == other.port

@@ -221,7 +221,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
             waiting.append(exchange)
             return
         }
-        if let refusal = policy.refusal(forHost: exchange.url.host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))) {
+        if let refusal = policy.refusal(forHost: String(exchange.url.bareHost)) {
             return exchange.fail(LarderError(.upstreamForbidden, refusal))
         }
         guard let handle = curl_easy_init() else {
@@ -544,22 +544,34 @@ private final class Transfer {
     }
 
     /// Takes one header line; returns false to abort the transfer.
-    func receiveHeaderLine(_ line: String) -> Bool {
-        if line.hasPrefix("HTTP/") {
+    /// One header line as libcurl hands it over (with its CRLF), read as bytes: a status
+    /// line, a field, a continuation, or the blank line ending a header section.
+    func receiveHeaderLine(_ raw: UnsafeBufferPointer<UInt8>) -> Bool {
+        var end = raw.count
+        while end > 0, raw[end - 1] == 0x0D || raw[end - 1] == 0x0A { end -= 1 }
+        let line = UnsafeBufferPointer(rebasing: raw[0..<end])
+        if line.starts(with: Self.httpPrefix) {
+            // The status code: the digits after the first space.
+            var code = 0
+            if var index = line.firstIndex(of: 0x20) {
+                index += 1
+                while index < line.count, (0x30...0x39).contains(line[index]) {
+                    code = code * 10 + Int(line[index] - 0x30)
+                    index += 1
+                }
+            }
             // 101 would hand the connection over to another protocol and wait on it forever:
             // Larder never sends Upgrade, so it is an error (RFC 9110 §15.2.2).
-            let parts = line.split(separator: " ", maxSplits: 2)
-            if parts.count >= 2, parts[1] == "101" {
+            if code == 101 {
                 switchedProtocols = true
                 return false
             }
-            status = parts.count >= 2 ? Int(parts[1]) ?? 0 : 0
+            status = code
             // A new status line: an interim (1xx) response came first; start over.
             headers.removeAll(keepingCapacity: true)
             return true
         }
-        let trimmed = line.trimmingCharacters(in: CharacterSet(charactersIn: "\r\n"))
-        guard !trimmed.isEmpty else {
+        guard !line.isEmpty else {
             // The end of a final response's header section: its announced length, for progress.
             if status == 200, exchange.partial == nil, let progress = exchange.request.progress,
                let length = headers.values("content-length").first.flatMap({ Int($0.trimmingSpaces) }) {
@@ -567,14 +579,25 @@ private final class Transfer {
             }
             return true
         }
-        if trimmed.first == " " || trimmed.first == "\t" {
+        if line[0] == 0x20 || line[0] == 0x09 {
             // obs-fold (RFC 9112 §5.2): a continuation of the previous field.
-            if !headers.isEmpty { headers[headers.count - 1].value += " " + trimmed.trimmingSpaces }
+            if !headers.isEmpty { headers[headers.count - 1].value += " " + Self.trimmedString(line) }
             return true
         }
-        guard let colon = trimmed.firstIndex(of: ":") else { return true }
-        headers.append(HeaderField(String(trimmed[..<colon]), trimmed[trimmed.index(after: colon)...].trimmingSpaces))
+        guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return true }
+        headers.append(HeaderField(FieldBytes.string(UnsafeBufferPointer(rebasing: line[..<colon])),
+                                   Self.trimmedString(UnsafeBufferPointer(rebasing: line[(colon + 1)...]))))
         return true
+    }
+
+    private static let httpPrefix = Array("HTTP/".utf8)
+
+    /// The bytes without leading and trailing spaces and tabs, as a field value.
+    private static func trimmedString(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
+        var start = 0, end = bytes.count
+        while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
+        while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
+        return FieldBytes.string(UnsafeBufferPointer(rebasing: bytes[start..<end]))
     }
 }
 
@@ -602,10 +625,10 @@ private let writeCallback: larder_curl_data_callback = { data, size, count, cont
 private let headerCallback: larder_curl_data_callback = { data, size, count, context in
     let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
     let length = size * count
-    let line = data.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
-        FieldBytes.string(UnsafeBufferPointer(start: bytes, count: length))
+    let accepted = data.withMemoryRebound(to: UInt8.self, capacity: length) { bytes in
+        transfer.receiveHeaderLine(UnsafeBufferPointer(start: bytes, count: length))
     }
-    return transfer.receiveHeaderLine(line) ? length : 0
+    return accepted ? length : 0
 }
 
 private let openSocketCallback: larder_curl_opensocket_callback = { context, purpose, address in

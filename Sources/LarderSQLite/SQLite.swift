@@ -132,6 +132,13 @@ final class SQLiteStatement {
         return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
     }
 
+    /// The blob in SQLite's own buffer, valid only inside `body`.
+    func withBlob<T>(_ column: Int32, _ body: (UnsafeRawBufferPointer) -> T) -> T {
+        let pointer = sqlite3_column_blob(handle, column)
+        let count = Int(sqlite3_column_bytes(handle, column))
+        return body(UnsafeRawBufferPointer(start: count > 0 ? pointer : nil, count: count > 0 ? count : 0))
+    }
+
     func bytes(_ column: Int32) -> [UInt8] {
         // Blob pointer first, then its size (sqlite3_column_blob docs: the size call must follow).
         let pointer = sqlite3_column_blob(handle, column)

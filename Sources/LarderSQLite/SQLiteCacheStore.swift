@@ -15,8 +15,8 @@
 //   their commit, so a slow disk pushes back instead of growing memory.
 // - A pool of reader connections used from the server's worker threads; a hit takes one,
 //   runs a prepared point lookup, and gives it back.
-// - Each body carries a SHA-256 checked on read: a mismatch (disk damage, a hand edit) is a
-//   miss and the row is deleted.
+// - Each body carries a checksum (BodyChecksum) checked on read: a mismatch (disk damage, a
+//   hand edit) is a miss and the row is deleted.
 // - Hit counters are tallied in memory in shards and written in batches, so a hit costs no
 //   write transaction.
 
@@ -99,7 +99,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             connection = try SQLiteConnection(path: path)
             try connection.execute("PRAGMA busy_timeout = 5000")
             select = try connection.prepare("""
-                SELECT namespace, method, url, status, headers, body, body_kind, body_sha256,
+                SELECT namespace, method, url, status, headers, body, body_kind, body_checksum,
                        stored_at, freshness, version, sensitive_fp, etag, last_modified,
                        stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
                        key, vary, variant_fp
@@ -123,14 +123,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try writer.execute("PRAGMA synchronous = NORMAL")
         insert = try writer.prepare("""
             INSERT OR REPLACE INTO entries
-              (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
+              (key, namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at,
                freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
                stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
                primary_key, vary, variant_fp)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19, ?20,
                     ?21, ?22, ?23)
             """)
-        deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_sha256 = ?2")
+        deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_checksum = ?2")
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
         selectByURL = try writer.prepare("SELECT DISTINCT primary_key FROM entries WHERE url_key = ?1")
         dropOtherVariants = try writer.prepare("DELETE FROM entries WHERE primary_key = ?1 AND vary <> ?2")
@@ -225,6 +225,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
           PRIMARY KEY (job_id, idx)
         ) WITHOUT ROWID;
         """,
+        // 7: the body checksum is XXH3-64 from now on (rows from before keep their SHA-256,
+        // told apart by length).
+        """
+        ALTER TABLE entries RENAME COLUMN body_sha256 TO body_checksum;
+""",
     ]
 
     private static func migrate(_ connection: SQLiteConnection) throws {
@@ -291,9 +296,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             try select.bind(1, primaryKey.hex)
             while try select.step() {
                 let key = CacheKey(hex: select.string(19) ?? primaryKey.hex)
-                let body = select.bytes(5)
                 let checksum = select.bytes(7)
-                guard BodyChecksum.compute(body) == checksum else {
+                // Checked in SQLite's buffer, then copied once.
+                let (body, intact) = select.withBlob(5) { ($0.isEmpty ? [] : Array($0), BodyChecksum.matches($0, checksum)) }
+                guard intact else {
                     logger.warning("stored body fails its checksum; dropping the entry", metadata: ["key": "\(key)"])
                     writerQueue.async { [self] in removeDamaged(key, checksum: checksum) }
                     continue

@@ -1,5 +1,6 @@
 // The SQLite store on real files in a temporary directory.
 
+import Crypto
 import Foundation
 import LarderCore
 import LarderEngine
@@ -220,11 +221,12 @@ final class SQLiteCacheStoreTests: XCTestCase {
             INSERT INTO entries (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
                                  freshness, version, hits, last_access)
             VALUES ('old', 'default', 'GET', 'http://a.test/', 200, X'7B7D', X'5B315D', 0,
-                    X'\(BodyChecksum.compute(Array("[1]".utf8)).map { String(format: "%02X", $0) }.joined())', 5, 60, 0, 0, 5)
+                    X'\(SHA256.hash(data: Array("[1]".utf8)).map { String(format: "%02X", $0) }.joined())', 5, 60, 0, 0, 5)
             """)
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
         XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("PRAGMA user_version"), SQLiteCacheStore.schemaVersion)
+        // Its SHA-256 (the checksum before schema 7) is still checked and accepted.
         let migrated = try XCTUnwrap(store.lookup(CacheKey(hex: "old")).first)
         XCTAssertEqual(migrated.body, Array("[1]".utf8))
         XCTAssertEqual(migrated.freshness, EntryFreshness(storedAt: 5, freshnessLifetime: 60, version: 0))
