@@ -38,7 +38,12 @@ public struct ServedResponse: Sendable {
     /// The stored entry's validators and dates, for answering conditional requests.
     public var etag: String?
     public var lastModified: String?
+    /// For the proxy, a body the store keeps in a file, opened to be sent as is (sendfile);
+    /// `body` is then empty and the body's length is the descriptor's size.
+    public var openedBody: OwnedDescriptor? = nil
 
+    /// The body's length, wherever it is.
+    public var bodyLength: Int { openedBody?.size ?? body.count }
 }
 
 /// A validated request with its cache key derived.
@@ -219,7 +224,7 @@ public final class FetchEngine: Sendable {
                                  upstreamError: upstreamError)
         return .served(ServedResponse(status: entry.status, headersJSON: entry.headersJSON, headers: entry.headerFields, body: entry.body,
                                       bodyKind: entry.bodyKind, report: report, upstreamMs: nil, etag: entry.etag,
-                                      lastModified: entry.lastModified))
+                                      lastModified: entry.lastModified, openedBody: entry.openedBody))
     }
 
     /// Sends the request upstream; stores and answers with the response. `fallback` is the
@@ -314,7 +319,7 @@ public final class FetchEngine: Sendable {
     private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
                              flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let options = prepared.request.cache
-        guard let current = store.lookup(entry.primaryKey).first(where: { $0.key == entry.key }),
+        guard let current = store.lookup(entry.primaryKey).first(where: { $0.key == entry.key }).flatMap({ withBody($0, forSending: false) }),
               current.freshness.version == options.version else {
             logger.debug("304 for an entry that is gone; fetching in full", metadata: ["key": "\(entry.key)"])
             return sendUpstream(prepared, outcome: .miss, fallback: nil, flight: flight,
@@ -612,6 +617,7 @@ public final class FetchEngine: Sendable {
         }
         guard case .served(var served)? = fetch(prepare(get), reply: { _ in }) else { return nil }
         served.body = []
+        served.openedBody = nil
         served.bodyKind = .text
         return .served(served)
     }
@@ -627,9 +633,31 @@ public final class FetchEngine: Sendable {
     private func variant(for prepared: PreparedFetch, hasPart: inout Bool) -> StoredEntry? {
         let variants = store.lookup(prepared.derived.key)
         hasPart = variants.count > 1 || variants.first?.status == 206 ? variants.contains { $0.status == 206 } : false
-        if variants.count == 1, variants[0].varyNames.isEmpty, variants[0].status != 206 { return variants[0] }
-        // A stored part (206, RFC 9111 §3.4) is never a whole response: RangeFetcher serves it.
-        return variants.first { $0.status != 206 && $0.matches(prepared.request.headers, keys: keys) }
+        let chosen: StoredEntry?
+        if variants.count == 1, variants[0].varyNames.isEmpty, variants[0].status != 206 {
+            chosen = variants[0]
+        } else {
+            // A stored part (206, RFC 9111 §3.4) is never a whole response: RangeFetcher serves it.
+            chosen = variants.first { $0.status != 206 && $0.matches(prepared.request.headers, keys: keys) }
+        }
+        return chosen.flatMap { withBody($0, forSending: prepared.request.shared) }
+    }
+
+    /// `entry` with its body at hand: a body the store keeps in a file is opened for the proxy
+    /// (which sends it as is) and read for everything else. Nil when the file is gone or
+    /// damaged: as if nothing were stored.
+    private func withBody(_ entry: StoredEntry, forSending: Bool) -> StoredEntry? {
+        guard entry.bodyFile != nil else { return entry }
+        var resolved = entry
+        if forSending {
+            guard let opened = store.openBody(of: entry) else { return nil }
+            resolved.openedBody = opened
+        } else {
+            guard let body = store.readBody(of: entry) else { return nil }
+            resolved.body = body
+            resolved.bodyFile = nil
+        }
+        return resolved
     }
 
     /// Partial content (RFC 9111 §3.4): range requests no stored whole response answers, and

@@ -89,6 +89,18 @@ public final class MemoryTier: CacheStore {
         backing.recordHit(key, at: time)
     }
 
+    public func readBody(of entry: StoredEntry) -> [UInt8]? {
+        if let body = backing.readBody(of: entry) { return body }
+        forget(entry.primaryKey)
+        return nil
+    }
+
+    public func openBody(of entry: StoredEntry) -> OwnedDescriptor? {
+        if let opened = backing.openBody(of: entry) { return opened }
+        forget(entry.primaryKey)
+        return nil
+    }
+
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         backing.invalidate(urlKeys: urlKeys) { [self] removed in
             for primaryKey in removed { forget(primaryKey) }

@@ -34,6 +34,20 @@ public struct StoredEntry: Sendable, Equatable {
     public var sensitiveFingerprint: String?
     public var etag: String?
     public var lastModified: String?
+    /// Set when the store keeps the body in a file (large bodies; `body` is then empty): the
+    /// engine reads it (`CacheStore.readBody`) or, for the proxy, opens it to send as is.
+    public var bodyFile: BodyFile?
+    /// The body file opened for sending (set by the engine for the proxy, never stored).
+    public var openedBody: OwnedDescriptor?
+
+    public static func == (lhs: StoredEntry, rhs: StoredEntry) -> Bool {
+        lhs.key == rhs.key && lhs.primaryKey == rhs.primaryKey && lhs.varyNames == rhs.varyNames
+            && lhs.variantFingerprint == rhs.variantFingerprint && lhs.namespace == rhs.namespace && lhs.method == rhs.method
+            && lhs.url == rhs.url && lhs.urlKey == rhs.urlKey && lhs.status == rhs.status && lhs.headersJSON == rhs.headersJSON
+            && lhs.body == rhs.body && lhs.bodyKind == rhs.bodyKind && lhs.freshness == rhs.freshness
+            && lhs.sensitiveFingerprint == rhs.sensitiveFingerprint && lhs.etag == rhs.etag && lhs.lastModified == rhs.lastModified
+            && lhs.bodyFile == rhs.bodyFile && lhs.openedBody === rhs.openedBody
+    }
 
     public init(key: CacheKey, primaryKey: CacheKey? = nil, varyNames: [String] = [], variantFingerprint: String? = nil,
                 namespace: String, method: HTTPMethod, url: String, urlKey: String? = nil, status: Int,
@@ -59,6 +73,18 @@ public struct StoredEntry: Sendable, Equatable {
     }
 }
 
+/// A stored body kept in a file beside the database.
+public struct BodyFile: Sendable, Equatable {
+    public var path: String
+    public var size: Int
+    public var checksum: [UInt8]
+    public init(path: String, size: Int, checksum: [UInt8]) {
+        self.path = path
+        self.size = size
+        self.checksum = checksum
+    }
+}
+
 extension StoredEntry {
     /// Whether this entry may answer a request with these fields (RFC 9111 §4.1).
     public func matches(_ request: [HeaderField], keys: CacheKeyBuilder) -> Bool {
@@ -81,9 +107,20 @@ public protocol CacheStore: Sendable {
     func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void)
     /// Counts a hit; may be batched.
     func recordHit(_ key: CacheKey, at time: Double)
+    /// The body of an entry the store keeps in a file, read and checked; nil when the file is
+    /// gone or damaged (the entry is then dropped).
+    func readBody(of entry: StoredEntry) -> [UInt8]?
+    /// The same file opened for sending; nil when it is gone or not the stored size.
+    func openBody(of entry: StoredEntry) -> OwnedDescriptor?
     /// Removes every entry whose normalised URL is one of `urlKeys`, in every namespace and
     /// partition; calls back with the primary keys of what was removed.
     func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void)
+}
+
+extension CacheStore {
+    // Stores that keep every body inline have no files.
+    public func readBody(of entry: StoredEntry) -> [UInt8]? { entry.bodyFile == nil ? entry.body : nil }
+    public func openBody(of entry: StoredEntry) -> OwnedDescriptor? { nil }
 }
 
 public struct UpstreamRequest: Sendable {

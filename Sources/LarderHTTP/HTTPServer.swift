@@ -22,7 +22,7 @@
 import CMicroHTTPD
 import Dispatch
 import Foundation
-import LarderCore
+public import LarderCore
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -47,12 +47,28 @@ public struct HTTPServerResponse: Sendable {
     public var body: [UInt8]
     /// When set, the body is streamed from it (chunked) instead of `body`.
     public var stream: HTTPResponseStream?
+    /// When set, the body is this part of a file, sent with sendfile instead of `body`.
+    public var file: HTTPFileBody?
     public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
-                stream: HTTPResponseStream? = nil) {
+                stream: HTTPResponseStream? = nil, file: HTTPFileBody? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
         self.stream = stream
+        self.file = file
+    }
+}
+
+/// A part of an open file as a response body (libmicrohttpd sends it with sendfile, as nginx
+/// does, and closes the descriptor when done).
+public struct HTTPFileBody: Sendable {
+    public let descriptor: OwnedDescriptor
+    public let offset: Int
+    public let length: Int
+    public init(_ descriptor: OwnedDescriptor, offset: Int, length: Int) {
+        self.descriptor = descriptor
+        self.offset = offset
+        self.length = length
     }
 }
 
@@ -520,6 +536,10 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer)
         stream.attach(connection)
         mhdResponse = MHD_create_response_from_callback(larder_mhd_size_unknown(), 16 << 10, streamReader,
                                                         Unmanaged.passRetained(stream).toOpaque(), streamReleased)
+    } else if let file = response.file, let descriptor = file.descriptor.take() {
+        // libmicrohttpd owns the descriptor from here and closes it with the response.
+        mhdResponse = MHD_create_response_from_fd_at_offset64(UInt64(file.length), descriptor, UInt64(file.offset))
+        if mhdResponse == nil { close(descriptor) }
     } else {
         mhdResponse = response.body.withUnsafeBytes { bytes in
             MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),

@@ -19,6 +19,8 @@
 //   hand edit) is a miss and the row is deleted.
 // - Hit counters are tallied in memory in shards and written in batches, so a hit costs no
 //   write transaction.
+// - Bodies of at least `bodyFileThreshold` bytes are kept as files beside the database and
+//   sent with sendfile (BodyFiles.swift says how they stay consistent with the rows).
 
 import CSQLite
 public import LarderCore
@@ -58,6 +60,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let releaseSavepoint: SQLiteStatement
     private let rollbackSavepoint: SQLiteStatement
     private let commits = Atomic<Int>(0)
+    private let files: BodyFiles
+    /// Bodies at least this large are kept in files (whole responses only; parts stay inline).
+    public let bodyFileThreshold: Int
+    private let selectDeadFiles: SQLiteStatement
+    private let deleteDeadFile: SQLiteStatement
+    private let orphanSweep = DispatchGroup()
+    /// Files written by the group commit under way (writer queue only), removed if it fails.
+    private var writtenFiles: [String] = []
 
     /// Uncommitted bytes past which `save` answers only after the commit.
     public static let pendingByteLimit = 32 << 20
@@ -102,16 +112,18 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 SELECT namespace, method, url, status, headers, body, body_kind, body_checksum,
                        stored_at, freshness, version, sensitive_fp, etag, last_modified,
                        stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
-                       key, vary, variant_fp
+                       key, vary, variant_fp, body_file, body_size
                 FROM entries WHERE primary_key = ?1
                 """)
         }
     }
 
     /// Opens (creating when absent) the database at `path`, running migrations.
-    public init(path: String, maxVariants: Int = 16, logger: Logger) throws {
+    public init(path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, logger: Logger) throws {
         self.path = path
         self.maxVariants = max(1, maxVariants)
+        self.bodyFileThreshold = max(1, bodyFileThreshold)
+        self.files = BodyFiles(databasePath: path)
         self.logger = logger
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {
@@ -121,15 +133,20 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try writer.execute("PRAGMA busy_timeout = 5000")
         try Self.migrate(writer)
         try writer.execute("PRAGMA synchronous = NORMAL")
+        // A row deleted by INSERT OR REPLACE fires delete triggers only with this on (the
+        // trigger that records a deleted row's body file).
+        try writer.execute("PRAGMA recursive_triggers = ON")
         insert = try writer.prepare("""
             INSERT OR REPLACE INTO entries
               (key, namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at,
                freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
                stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
-               primary_key, vary, variant_fp)
+               primary_key, vary, variant_fp, body_file, body_size)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19, ?20,
-                    ?21, ?22, ?23)
+                    ?21, ?22, ?23, ?24, ?25)
             """)
+        selectDeadFiles = try writer.prepare("SELECT path FROM dead_files LIMIT 1024")
+        deleteDeadFile = try writer.prepare("DELETE FROM dead_files WHERE path = ?1")
         deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_checksum = ?2")
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
         selectByURL = try writer.prepare("SELECT DISTINCT primary_key FROM entries WHERE url_key = ?1")
@@ -146,6 +163,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         flushTimer.schedule(deadline: .now() + 1, repeating: 1)
         flushTimer.setEventHandler { [weak self] in self?.flushHits(olderThan: 1) }
         flushTimer.resume()
+        // Files of rows deleted just before a crash, then files whose rows never committed.
+        writerQueue.sync { reapDeadFiles() }
+        let startedAt = Date().timeIntervalSince1970
+        orphanSweep.enter()
+        DispatchQueue.global(qos: .utility).async { [weak self] in
+            self?.sweepOrphanFiles(olderThan: startedAt - 2)
+            self?.orphanSweep.leave()
+        }
     }
 
     /// Schema migrations, applied in order; `PRAGMA user_version` records the last applied.
@@ -229,6 +254,18 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // told apart by length).
         """
         ALTER TABLE entries RENAME COLUMN body_sha256 TO body_checksum;
+        """,
+        // 8: large bodies in files beside the database (BodyFiles): the row names its file and
+        // keeps an empty body; deleting the row records the file for removal after the commit.
+        """
+        ALTER TABLE entries ADD COLUMN body_file TEXT;
+        ALTER TABLE entries ADD COLUMN body_size INTEGER NOT NULL DEFAULT 0;
+        CREATE INDEX entries_body_file ON entries(body_file) WHERE body_file IS NOT NULL;
+        CREATE TABLE dead_files (path TEXT PRIMARY KEY) WITHOUT ROWID;
+        CREATE TRIGGER entries_body_file_deleted AFTER DELETE ON entries WHEN OLD.body_file IS NOT NULL
+        BEGIN
+          INSERT OR IGNORE INTO dead_files (path) VALUES (OLD.body_file);
+        END;
 """,
     ]
 
@@ -298,7 +335,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 let key = CacheKey(hex: select.string(19) ?? primaryKey.hex)
                 let checksum = select.bytes(7)
                 // Checked in SQLite's buffer, then copied once.
-                let (body, intact) = select.withBlob(5) { ($0.isEmpty ? [] : Array($0), BodyChecksum.matches($0, checksum)) }
+                let inFile = select.string(22) != nil
+                let (body, intact) = select.withBlob(5) { ($0.isEmpty ? [] : Array($0), inFile || BodyChecksum.matches($0, checksum)) }
                 guard intact else {
                     logger.warning("stored body fails its checksum; dropping the entry", metadata: ["key": "\(key)"])
                     writerQueue.async { [self] in removeDamaged(key, checksum: checksum) }
@@ -307,6 +345,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
                       let kind = BodyKind(rawValue: Int(select.int64(6))) else { continue }
                 let vary = select.string(20) ?? ""
+                let bodyFile = select.string(22).map { BodyFile(path: $0, size: Int(select.int64(23)), checksum: checksum) }
                 entries.append(StoredEntry(
                     key: key, primaryKey: primaryKey, varyNames: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init),
                     variantFingerprint: select.string(21),
@@ -316,6 +355,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                                               staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
                                               mustRevalidate: select.int64(16) != 0, initialAge: select.double(17)),
                     sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
+                entries[entries.count - 1].bodyFile = bodyFile
             }
             return entries
         } catch {
@@ -339,6 +379,29 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         }
         if schedule { writerQueue.async { [self] in commitPending() } }
         if !waits { completion(true) }
+    }
+
+    public func readBody(of entry: StoredEntry) -> [UInt8]? {
+        guard let file = entry.bodyFile else { return entry.body }
+        if let body = files.read(file.path, size: file.size, checksum: file.checksum) { return body }
+        dropDamaged(entry, file)
+        return nil
+    }
+
+    public func openBody(of entry: StoredEntry) -> OwnedDescriptor? {
+        guard let file = entry.bodyFile else { return nil }
+        if let opened = files.open(file.path, size: file.size) { return opened }
+        dropDamaged(entry, file)
+        return nil
+    }
+
+    /// A row whose body file is missing, short or damaged: a miss, and the row goes.
+    private func dropDamaged(_ entry: StoredEntry, _ file: BodyFile) {
+        logger.warning("stored body file is missing or damaged; dropping the entry", metadata: ["key": "\(entry.key)", "file": "\(file.path)"])
+        writerQueue.async { [self] in
+            removeDamaged(entry.key, checksum: file.checksum)
+            reapDeadFiles()
+        }
     }
 
     /// Called with the primary key of an entry that was acknowledged but could not be
@@ -365,10 +428,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         }
         guard !batch.isEmpty else { return }
         var written = [Bool](repeating: false, count: batch.count)
+        writtenFiles.removeAll()
         do {
             try writer.execute("BEGIN IMMEDIATE")
             for (index, write) in batch.enumerated() {
                 try step(savepoint)
+                let filesBefore = writtenFiles.count
                 do {
                     try self.write(write.entry)
                     try step(releaseSavepoint)
@@ -377,6 +442,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                     logger.error("store failed", metadata: ["key": "\(write.entry.key)", "error": "\(error)"])
                     try step(rollbackSavepoint)
                     try step(releaseSavepoint)
+                    for name in writtenFiles[filesBefore...] { files.remove(name) }
+                    writtenFiles.removeSubrange(filesBefore...)
                 }
             }
             try writer.execute("COMMIT")
@@ -385,7 +452,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             try? writer.execute("ROLLBACK")
             logger.error("group commit failed", metadata: ["entries": "\(batch.count)", "error": "\(error)"])
             written = written.map { _ in false }
+            for name in writtenFiles { files.remove(name) }
         }
+        writtenFiles.removeAll()
+        reapDeadFiles()
         pending.withLock { pending in
             for write in batch {
                 let primaryKey = write.entry.primaryKey
@@ -434,6 +504,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 logger.error("invalidation failed", metadata: ["error": "\(error)"])
                 removed = []
             }
+            reapDeadFiles()
             completion(removed)
         }
     }
@@ -442,14 +513,19 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     public func saveAndWait(_ entry: StoredEntry) throws {
         try writerQueue.sync {
             commitAllPending()
+            writtenFiles.removeAll()
             try writer.execute("BEGIN IMMEDIATE")
             do {
                 try write(entry)
                 try writer.execute("COMMIT")
             } catch {
                 try? writer.execute("ROLLBACK")
+                for name in writtenFiles { files.remove(name) }
+                writtenFiles.removeAll()
                 throw error
             }
+            writtenFiles.removeAll()
+            reapDeadFiles()
         }
     }
 
@@ -460,6 +536,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             let previous = tally.counts[key.hex] ?? (0, 0)
             tally.counts[key.hex] = (previous.hits + 1, max(previous.lastAccess, time))
         }
+    }
+
+    /// Waits for the start-up sweep of orphaned body files; for tests.
+    public func waitForOrphanSweep() {
+        orphanSweep.wait()
     }
 
     /// Commits every save acknowledged so far, then returns; for tests and tools.
@@ -504,15 +585,24 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     }
 
     private func insertRow(_ entry: StoredEntry) throws(SQLiteError) {
+        // A large whole response goes to a file first; the row names it (parts stay inline:
+        // the range fetcher cuts them in memory).
+        var bodyFile: String?
+        if entry.body.count >= bodyFileThreshold, entry.status != 206 {
+            bodyFile = try files.write(entry.body, key: entry.key)
+            writtenFiles.append(bodyFile!)
+        }
         let statement = insert
         defer { statement.reset() }
+        try statement.bind(24, bodyFile)
+        try statement.bind(25, Int64(entry.body.count))
         try statement.bind(1, entry.key.hex)
         try statement.bind(2, entry.namespace)
         try statement.bind(3, entry.method.rawValue)
         try statement.bind(4, entry.url)
         try statement.bind(5, Int64(entry.status))
         try statement.bind(6, entry.headersJSON)
-        try statement.bind(7, entry.body)
+        try statement.bind(7, bodyFile == nil ? entry.body : [])
         try statement.bind(8, Int64(entry.bodyKind.rawValue))
         try statement.bind(9, BodyChecksum.compute(entry.body))
         try statement.bind(10, entry.freshness.storedAt)
@@ -530,6 +620,53 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try statement.bind(22, entry.varyNames.joined(separator: ","))
         try statement.bind(23, entry.variantFingerprint)
         _ = try statement.step()
+    }
+
+    /// On the writer queue, after a commit: unlinks the files of deleted rows, then forgets them.
+    private func reapDeadFiles() {
+        var names: [String] = []
+        do {
+            defer { selectDeadFiles.reset() }
+            while try selectDeadFiles.step() {
+                if let name = selectDeadFiles.string(0) { names.append(name) }
+            }
+        } catch {
+            logger.warning("cannot list removed body files", metadata: ["error": "\(error)"])
+            return
+        }
+        guard !names.isEmpty else { return }
+        for name in names { files.remove(name) }
+        do {
+            try writer.execute("BEGIN IMMEDIATE")
+            for name in names {
+                defer { deleteDeadFile.reset() }
+                try deleteDeadFile.bind(1, name)
+                _ = try deleteDeadFile.step()
+            }
+            try writer.execute("COMMIT")
+        } catch {
+            try? writer.execute("ROLLBACK")
+            logger.warning("cannot forget removed body files", metadata: ["error": "\(error)"])
+        }
+        if names.count == 1024 { reapDeadFiles() }
+    }
+
+    /// Removes body files no row names, last modified before `time` (so never a file being
+    /// written for a commit under way): what a crash between a file and its row left behind.
+    private func sweepOrphanFiles(olderThan time: Double) {
+        let candidates = files.names(modifiedBefore: time)
+        guard !candidates.isEmpty, let connection = try? SQLiteConnection(path: path),
+              let named = try? connection.prepare("SELECT 1 FROM entries WHERE body_file = ?1 LIMIT 1") else { return }
+        var removed = 0
+        for name in candidates {
+            defer { named.reset() }
+            guard (try? named.bind(1, name)) != nil, let found = try? named.step() else { continue }
+            if !found {
+                files.remove(name)
+                removed += 1
+            }
+        }
+        if removed > 0 { logger.info("removed body files no entry names", metadata: ["files": "\(removed)"]) }
     }
 
     private func removeDamaged(_ key: CacheKey, checksum: [UInt8]) {

@@ -9,6 +9,7 @@
 //   proxyRoot: api             proxyPort: 8081       maxVariants: 16
 //   maxUpstreamTransfers: 256  maxInflightMb: 256    headerTimeout: 10
 //   connectionsPerAddress: 1024 maxBatch: 100          maxChainSteps: 50
+//   bodyFileThreshold: 32768
 //   upstreams:
 //     - name: api
 //       baseUrl: https://api.example.com/v1
@@ -50,7 +51,8 @@ public enum ConfigFile {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
-                                      "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver"]
+                                      "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
+                                      "bodyFileThreshold"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -77,6 +79,7 @@ public enum ConfigFile {
             if let value = root["proxyRoot"] { configuration.proxyRoot = try string(value, "proxyRoot") }
             if let value = root["proxyPort"] { configuration.proxyPort = try integer(value, "proxyPort") }
             if let value = root["maxVariants"] { configuration.maxVariants = try integer(value, "maxVariants") }
+            if let value = root["bodyFileThreshold"] { configuration.bodyFileThresholdBytes = try integer(value, "bodyFileThreshold") }
             if let value = root["upstreams"] {
                 guard let list = value as? [Any] else { throw error("upstreams", "must be a list") }
                 configuration.upstreams = try list.enumerated().map { index, item throws(ConfigurationError) in

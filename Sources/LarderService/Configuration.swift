@@ -58,6 +58,8 @@ public struct LarderConfiguration: Sendable {
     public var maxVariants: Int = 16
     /// Bytes of hot entries kept in memory in front of SQLite; 0 disables the memory tier.
     public var memoryCapacityBytes: Int = 64 << 20
+    /// Bodies at least this large are kept as files beside the database and sent with sendfile.
+    public var bodyFileThresholdBytes: Int = 32 << 10
     /// On SIGTERM, seconds to let in-flight requests finish before they are cancelled.
     public var shutdownGraceSeconds: Double = 10
     /// One line per request on stderr.
@@ -77,6 +79,7 @@ public struct LarderConfiguration: Sendable {
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
         guard (1...1024).contains(maxVariants) else { throw ConfigurationError("max variants must be 1 to 1024") }
         guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
+        guard bodyFileThresholdBytes >= 1 else { throw ConfigurationError("body file threshold must be at least 1 byte") }
         guard (1...Self.maxBodyBytesLimit).contains(maxUpstreamBodyBytes) else {
             throw ConfigurationError("max body bytes must be 1 to \(Self.maxBodyBytesLimit) (SQLite's largest value)")
         }

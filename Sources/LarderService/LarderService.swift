@@ -56,7 +56,8 @@ public final class LarderService: @unchecked Sendable {
         try configuration.validate()
         _ = Self.curlInitialised
         let secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
-        let store = try SQLiteCacheStore(path: configuration.databasePath, maxVariants: configuration.maxVariants, logger: logger)
+        let store = try SQLiteCacheStore(path: configuration.databasePath, maxVariants: configuration.maxVariants,
+                                         bodyFileThreshold: configuration.bodyFileThresholdBytes, logger: logger)
         let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
         let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
                                     maxTransfers: configuration.maxUpstreamTransfers,

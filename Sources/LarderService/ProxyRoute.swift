@@ -219,18 +219,25 @@ struct ProxyRoute: Sendable {
         if !conditions.isEmpty, method == .get, served.status == 200 {
             // RFC 9110 §14: a single range is cut from the full response.
             let field = { (name: String) in conditions.first { $0.name.lowercasedASCII == name }?.value }
-            switch ByteRange.answer(range: field("range"), ifRange: field("if-range"), length: served.body.count,
+            let length = served.bodyLength
+            switch ByteRange.answer(range: field("range"), ifRange: field("if-range"), length: length,
                                     etag: served.etag, lastModified: served.lastModified) {
             case .full:
                 break
             case .partial(let bytes):
-                headers.append(("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(served.body.count)"))
+                headers.append(("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(length)"))
+                if let file = served.openedBody {
+                    return HTTPServerResponse(status: 206, headers: headers, file: HTTPFileBody(file, offset: bytes.lowerBound, length: bytes.count))
+                }
                 return HTTPServerResponse(status: 206, headers: headers, body: Array(served.body[bytes]))
             case .unsatisfiable:
                 headers.removeAll { $0.name.lowercasedASCII == "content-type" }
-                headers.append(("Content-Range", "bytes */\(served.body.count)"))
+                headers.append(("Content-Range", "bytes */\(length)"))
                 return HTTPServerResponse(status: 416, headers: headers, body: [])
             }
+        }
+        if !headOnly, let file = served.openedBody {
+            return HTTPServerResponse(status: served.status, headers: headers, file: HTTPFileBody(file, offset: 0, length: file.size))
         }
         return HTTPServerResponse(status: served.status, headers: headers, body: headOnly ? [] : served.body)
     }

@@ -93,6 +93,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Megabytes of hot entries kept in memory in front of SQLite; 0 disables (default 64).")
     var memoryMb: Int?
 
+    @Option(help: "Bodies of at least this many bytes are kept as files beside the database and sent with sendfile (default 32768).")
+    var bodyFileThreshold: Int?
+
     @Option(help: "Seconds in-flight requests get to finish on SIGTERM (default 10).")
     var shutdownGrace: Double?
 
@@ -145,6 +148,7 @@ struct Serve: ParsableCommand {
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
         if let maxVariants { configuration.maxVariants = maxVariants }
+        if let bodyFileThreshold { configuration.bodyFileThresholdBytes = bodyFileThreshold }
         if let shutdownGrace { configuration.shutdownGraceSeconds = shutdownGrace }
         if let accessLog { configuration.accessLog = accessLog }
         do {

@@ -198,6 +198,108 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertNil(store.lookup(CacheKey(hex: "pending")).first)
     }
 
+    private func bodyFiles() -> [String] {
+        let root = path + "-bodies"
+        let directories = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        return directories.flatMap { directory in
+            ((try? FileManager.default.contentsOfDirectory(atPath: root + "/" + directory)) ?? []).map { directory + "/" + $0 }
+        }.sorted()
+    }
+
+    func testLargeBodiesLiveInFilesThatFollowTheirRows() throws {
+        let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, logger: logger)
+        defer { store.close() }
+        let large = String(repeating: "x", count: 5000)
+        var entry = entry("big", body: large)
+        entry.urlKey = "http://a.test/big"
+        save(store, entry)
+        save(store, self.entry("small", body: "[1]"))
+        XCTAssertEqual(bodyFiles().count, 1, "only the large body is a file")
+        let editor = try SQLiteConnection(path: path)
+        XCTAssertEqual(try editor.scalarInt("SELECT length(body) FROM entries WHERE key = 'big'"), 0, "the row keeps no copy")
+        let found = try XCTUnwrap(store.lookup(CacheKey(hex: "big")).first)
+        XCTAssertEqual(found.bodyFile?.size, 5000)
+        XCTAssertEqual(found.body, [])
+        XCTAssertEqual(store.readBody(of: found), Array(large.utf8))
+        let opened = try XCTUnwrap(store.openBody(of: found))
+        XCTAssertEqual(opened.size, 5000)
+
+        // Replaced: a new file; the old one is gone once the replacement committed.
+        let first = bodyFiles()
+        save(store, self.entry("big", body: String(repeating: "y", count: 6000)))
+        let second = bodyFiles()
+        XCTAssertEqual(second.count, 1)
+        XCTAssertNotEqual(first, second)
+        // The descriptor opened before the replacement still reads the old body.
+        let descriptor = try XCTUnwrap(opened.take())
+        var buffer = [UInt8](repeating: 0, count: 5000)
+        XCTAssertEqual(buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, 5000, 0) }, 5000)
+        close(descriptor)
+        XCTAssertEqual(buffer, Array(large.utf8))
+
+        // Invalidated: the row and then its file go.
+        var replaced = self.entry("big", body: String(repeating: "z", count: 7000))
+        replaced.urlKey = "http://a.test/big"
+        save(store, replaced)
+        let removed = expectation(description: "invalidated")
+        store.invalidate(urlKeys: ["http://a.test/big"]) { _ in removed.fulfill() }
+        wait(for: [removed], timeout: 10)
+        XCTAssertEqual(bodyFiles(), [])
+        XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM dead_files"), 0)
+    }
+
+    func testAMissingOrDamagedBodyFileIsAMissAndTheRowGoes() throws {
+        let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, logger: logger)
+        defer { store.close() }
+        save(store, entry("cut", body: String(repeating: "c", count: 4000)))
+        save(store, entry("edited", body: String(repeating: "e", count: 4000)))
+        let root = path + "-bodies/"
+        let files = bodyFiles()
+        let cutFile = try XCTUnwrap(files.first { $0.contains("/cut-") })
+        let editedFile = try XCTUnwrap(files.first { $0.contains("/edited-") })
+        XCTAssertEqual(truncate(root + cutFile, 100), 0)
+        try Data(String(repeating: "E", count: 4000).utf8).write(to: URL(fileURLWithPath: root + editedFile))
+
+        let cut = try XCTUnwrap(store.lookup(CacheKey(hex: "cut")).first)
+        XCTAssertNil(store.openBody(of: cut), "a file of the wrong size is not sent")
+        let edited = try XCTUnwrap(store.lookup(CacheKey(hex: "edited")).first)
+        XCTAssertNil(store.readBody(of: edited), "a file that fails its checksum is not read")
+        store.commitAndWait()
+        let editor = try SQLiteConnection(path: path)
+        XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM entries"), 0, "both rows were dropped")
+        XCTAssertEqual(bodyFiles(), [], "and their files")
+    }
+
+    func testStartUpRemovesFilesNoRowNamesAndFilesOfDeletedRows() throws {
+        do {
+            let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, logger: logger)
+            save(store, entry("kept", body: String(repeating: "k", count: 4000)))
+            save(store, entry("deleted", body: String(repeating: "d", count: 4000)))
+            store.close()
+        }
+        // As a crash would leave them: a file whose row never committed, and a row deleted
+        // without its file being removed yet.
+        let orphan = path + "-bodies/ab/orphan-1"
+        try FileManager.default.createDirectory(atPath: path + "-bodies/ab", withIntermediateDirectories: true)
+        try Data("left over".utf8).write(to: URL(fileURLWithPath: orphan))
+        let old = Date(timeIntervalSinceNow: -60)
+        try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: orphan)
+        let editor = try SQLiteConnection(path: path)
+        try editor.execute("PRAGMA recursive_triggers = ON")
+        try editor.execute("DELETE FROM entries WHERE key = 'deleted'")
+        XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM dead_files"), 1)
+        XCTAssertEqual(bodyFiles().count, 3)
+
+        let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, logger: logger)
+        defer { store.close() }
+        XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM dead_files"), 0, "reaped when the store opened")
+        store.waitForOrphanSweep()
+        XCTAssertEqual(bodyFiles().count, 1, "the orphan is swept in the background")
+        XCTAssertTrue(bodyFiles()[0].contains("/kept-"))
+        let kept = try XCTUnwrap(store.lookup(CacheKey(hex: "kept")).first)
+        XCTAssertEqual(store.readBody(of: kept)?.count, 4000)
+    }
+
     func testHitsAreCountedInBatches() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }

@@ -1,0 +1,83 @@
+// Large bodies kept as files beside the database: served whole and in ranges by the proxy
+// (sendfile), read into the /fetch envelope, and refetched when the file is damaged.
+
+import Foundation
+import LarderCore
+import LarderService
+import XCTest
+
+final class BodyFileTests: IntegrationTestCase {
+    /// Larder with files from 1 KiB up and no memory tier, so hits after a restart are read
+    /// from SQLite and the files.
+    private func start() throws -> RunningLarder {
+        try startLarder { configuration in
+            configuration.upstreams = [NamedUpstream(name: "origin", baseURL: origin.base + "/base")]
+            configuration.bodyFileThresholdBytes = 1024
+            configuration.memoryCapacityBytes = 0
+        }
+    }
+
+    private func bodyFiles() -> [String] {
+        let root = databasePath + "-bodies"
+        let directories = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        return directories.flatMap { directory in
+            ((try? FileManager.default.contentsOfDirectory(atPath: root + "/" + directory)) ?? []).map { root + "/" + directory + "/" + $0 }
+        }
+    }
+
+    func testTheProxySendsALargeStoredBodyFromItsFileWholeAndInRanges() throws {
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?size=5000&cc=max-age%3D600"
+        let first = try start()
+        let miss = try first.connection().request("GET", target)
+        XCTAssertEqual(miss.status, 200)
+        XCTAssertEqual(miss.body.count, 5000)
+        stopLarder(first)  // commits; the next process reads the row and the file
+        XCTAssertEqual(bodyFiles().count, 1)
+
+        let client = try start().connection()
+        let hit = try client.request("GET", target)
+        XCTAssertEqual(hit.status, 200)
+        XCTAssertEqual(hit.headers["cache-status"]?.hasPrefix("larder; hit"), true)
+        XCTAssertEqual(hit.headers["content-length"], "5000")
+        XCTAssertEqual(hit.body, [UInt8](repeating: UInt8(ascii: "a"), count: 5000))
+        let range = try client.request("GET", target, headers: ["Range": "bytes=4900-"])
+        XCTAssertEqual(range.status, 206)
+        XCTAssertEqual(range.headers["content-range"], "bytes 4900-4999/5000")
+        XCTAssertEqual(range.body.count, 100)
+        let head = try client.request("HEAD", target)
+        XCTAssertEqual(head.status, 200)
+        XCTAssertEqual(head.body, [])
+        // Still fine after the same connection sent the file three times.
+        XCTAssertEqual(try client.request("GET", target).body.count, 5000)
+        XCTAssertEqual(origin.count("/base\(path)"), 1, "every answer after the first came from the file")
+    }
+
+    func testFetchReadsALargeBodyFromItsFile() throws {
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path, "jsonsize=4000"), "cache": ["ttl": 600]]
+        let first = try start()
+        XCTAssertEqual(try first.connection().fetch(spec).cache["outcome"] as? String, "miss")
+        stopLarder(first)
+        let hit = try start().connection().fetch(spec)
+        XCTAssertEqual(hit.cache["outcome"] as? String, "hit")
+        XCTAssertEqual((hit.json["body"] as? [Any])?.count, 1001, "the whole JSON body, embedded")
+        XCTAssertEqual(origin.count(path), 1)
+    }
+
+    func testADamagedBodyFileIsAMissAndIsFetchedAgain() throws {
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)?size=3000&cc=max-age%3D600"
+        let first = try start()
+        XCTAssertEqual(try first.connection().request("GET", target).status, 200)
+        stopLarder(first)
+        let file = try XCTUnwrap(bodyFiles().first)
+        XCTAssertEqual(truncate(file, 10), 0, "as a crash or a full disk might leave it")
+
+        let client = try start().connection()
+        let again = try client.request("GET", target)
+        XCTAssertEqual(again.status, 200)
+        XCTAssertEqual(again.body.count, 3000, "never the short file")
+        XCTAssertEqual(origin.count("/base\(path)"), 2, "fetched again")
+    }
+}
