@@ -30,12 +30,24 @@ public struct CacheKey: Sendable, Hashable, CustomStringConvertible {
 }
 
 public struct CacheKeyBuilder: Sendable {
-    // Kept as bytes: SymmetricKey is not Sendable. Building one per request costs a copy.
-    private let secretBytes: [UInt8]
+    private let keyed: KeyedHMAC
+
+    /// An HMAC with the instance secret already keyed (its inner and outer pads hashed), copied
+    /// for each key instead of keying one per request. @unchecked Sendable: it is never mutated;
+    /// each use mutates its own copy (swift-crypto's hash state is copy-on-write).
+    private struct KeyedHMAC: @unchecked Sendable {
+        let hmac: HMAC<SHA256>
+    }
 
     /// `secret` is the instance secret (32 random bytes kept beside the database).
     public init(secret: [UInt8]) {
-        self.secretBytes = secret
+        self.keyed = KeyedHMAC(hmac: HMAC<SHA256>(key: SymmetricKey(data: secret)))
+    }
+
+    private func authenticationCode(_ bytes: [UInt8]) -> String {
+        var hmac = keyed.hmac
+        bytes.withUnsafeBytes { hmac.update(data: $0) }
+        return Self.hex(hmac.finalize())
     }
 
     public struct Derived: Sendable {
@@ -78,17 +90,14 @@ public struct CacheKeyBuilder: Sendable {
             Self.append("ignored", ignored, to: &encoding)
         }
 
-        let secret = SymmetricKey(data: secretBytes)
-        let key = CacheKey(hex: Self.hex(HMAC<SHA256>.authenticationCode(for: encoding, using: secret)))
-        let fingerprint = sensitive.map { value -> String in
-            Self.hex(HMAC<SHA256>.authenticationCode(for: Array("sensitive\n".utf8) + value, using: secret))
-        }
+        let key = CacheKey(hex: authenticationCode(encoding))
+        let fingerprint = sensitive.map { value -> String in authenticationCode(Array("sensitive\n".utf8) + value) }
         return Derived(key: key, sensitiveFingerprint: fingerprint, partitioned: sensitive != nil || !credentials.isEmpty)
     }
 
     /// HMAC of `bytes` under the instance secret, labelled so different uses never collide.
     func fingerprint(label: String, _ bytes: [UInt8]) -> String {
-        Self.hex(HMAC<SHA256>.authenticationCode(for: Array("\(label)\n".utf8) + bytes, using: SymmetricKey(data: secretBytes)))
+        authenticationCode(Array("\(label)\n".utf8) + bytes)
     }
 
     private static func append(_ name: String, _ value: [UInt8], to out: inout [UInt8]) {
