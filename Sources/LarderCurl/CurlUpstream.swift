@@ -50,6 +50,10 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     private let maxTransfers: Int
     private let budget: BodyBudget
     private var nextSequence = 0
+    /// Easy handles of finished transfers, reset and kept for the next ones (libcurl keeps
+    /// connections in the multi handle's cache; reusing handles saves their set-up too).
+    private var idleHandles: [UnsafeMutableRawPointer] = []
+    private static let idleHandleLimit = 64
     private let finished = DispatchSemaphore(value: 0)
     private let started = Atomic<Bool>(false)
 
@@ -130,9 +134,11 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
                 for (handle, transfer) in transfers {
                     curl_multi_remove_handle(multi, handle)
                     transfer.exchange.fail(LarderError(.shuttingDown, "Larder is shutting down"))
-                    transfer.release()
+                    retire(transfer)
                 }
                 transfers.removeAll()
+                for handle in idleHandles { curl_easy_cleanup(handle) }
+                idleHandles.removeAll()
                 finished.signal()
                 return
             }
@@ -164,7 +170,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         }
         guard let handle = transfers.first(where: { $0.value.exchange === exchange })?.key, let transfer = remove(handle) else { return }
         exchange.fail(error)
-        transfer.release()
+        retire(transfer)
     }
 
     /// Takes a handle off the multi handle and out of the transfers, giving back its body budget
@@ -224,7 +230,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         if let refusal = policy.refusal(forHost: String(exchange.url.bareHost)) {
             return exchange.fail(LarderError(.upstreamForbidden, refusal))
         }
-        guard let handle = curl_easy_init() else {
+        guard let handle = idleHandles.popLast() ?? curl_easy_init() else {
             return exchange.fail(LarderError(.upstreamUnreachable, "cannot create a transfer"))
         }
         nextSequence += 1
@@ -235,8 +241,19 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         curl_multi_add_handle(multi, handle)
     }
 
+    /// Frees what a finished transfer holds; its handle is reset and kept for another.
+    private func retire(_ transfer: Transfer) {
+        transfer.release()
+        if idleHandles.count < Self.idleHandleLimit {
+            curl_easy_reset(transfer.handle)
+            idleHandles.append(transfer.handle)
+        } else {
+            curl_easy_cleanup(transfer.handle)
+        }
+    }
+
     private func finish(_ transfer: Transfer, result: CURLcode) {
-        defer { transfer.release() }
+        defer { retire(transfer) }
         let exchange = transfer.exchange
         var status = 0
         larder_curl_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status)
@@ -511,8 +528,8 @@ private final class Transfer {
     }
 
     /// Frees the handle and the header list, and drops the callbacks' reference.
+    /// Frees what the transfer holds besides its handle (which the upstream retires).
     func release() {
-        curl_easy_cleanup(handle)
         curl_slist_free_all(headerList)
         headerList = nil
         unmanaged?.release()

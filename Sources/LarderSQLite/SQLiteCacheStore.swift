@@ -8,9 +8,10 @@
 //   after a crash an entry is either wholly there or wholly absent.
 // - Write-behind: `save` makes an entry visible to lookups at once (from memory) and answers;
 //   the writer commits what has piled up in one transaction (a group commit), so a miss is
-//   answered without waiting for SQLite, and many misses share one commit. The delay is not
-//   a timer: the writer takes everything queued each time it is free. Acknowledged entries
-//   not yet committed are lost in a crash (as the last commits are with synchronous=NORMAL);
+//   answered without waiting for SQLite, and many misses share one commit: the writer takes
+//   everything queued each time it is free, and a group's first save waits at most
+//   `groupCommitDelayMs` for company. Acknowledged entries not yet committed (the last few
+//   milliseconds) are lost in a crash, as the last commits are with synchronous=NORMAL;
 //   none is ever half there. Past `pendingByteLimit` of uncommitted bytes, saves wait for
 //   their commit, so a slow disk pushes back instead of growing memory.
 // - A pool of reader connections used from the server's worker threads; a hit takes one,
@@ -56,6 +57,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let flushTimer: DispatchSourceTimer
     private let pending = Mutex(PendingWrites())
     private let lostHandler = Mutex<(@Sendable (CacheKey) -> Void)?>(nil)
+    private let beginImmediate: SQLiteStatement
+    private let commit: SQLiteStatement
     private let savepoint: SQLiteStatement
     private let releaseSavepoint: SQLiteStatement
     private let rollbackSavepoint: SQLiteStatement
@@ -73,6 +76,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     public static let pendingByteLimit = 32 << 20
     /// Entries per group commit at most (a bound on one transaction's length).
     static let groupCommitLimit = 512
+    /// How long the first save of a group waits for others to join it. Measured: at one
+    /// connection, committing at once put a commit's CPU burst beside every miss (p50 +0.2 ms
+    /// over not storing at all); 5 ms gathers ~10 misses per commit and takes most of that off.
+    /// Under load commits run back to back and nothing waits.
+    static let groupCommitDelayMs = 5
 
     private struct PendingWrite {
         let entry: StoredEntry
@@ -156,6 +164,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
               (SELECT key FROM entries WHERE primary_key = ?1 ORDER BY stored_at DESC LIMIT CAST(?2 AS INTEGER))
             """)
         deleteByURL = try writer.prepare("DELETE FROM entries WHERE url_key = ?1")
+        beginImmediate = try writer.prepare("BEGIN IMMEDIATE")
+        commit = try writer.prepare("COMMIT")
         savepoint = try writer.prepare("SAVEPOINT entry")
         releaseSavepoint = try writer.prepare("RELEASE entry")
         rollbackSavepoint = try writer.prepare("ROLLBACK TO entry")
@@ -379,7 +389,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             defer { pending.flushScheduled = true }
             return (!pending.flushScheduled, waits)
         }
-        if schedule { writerQueue.async { [self] in commitPending() } }
+        if schedule {
+            writerQueue.asyncAfter(deadline: .now() + .milliseconds(Self.groupCommitDelayMs)) { [self] in commitPending() }
+        }
         if !waits { completion(true) }
     }
 
@@ -432,7 +444,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         var written = [Bool](repeating: false, count: batch.count)
         writtenFiles.removeAll()
         do {
-            try writer.execute("BEGIN IMMEDIATE")
+            try step(beginImmediate)
             for (index, write) in batch.enumerated() {
                 try step(savepoint)
                 let filesBefore = writtenFiles.count
@@ -448,7 +460,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                     writtenFiles.removeSubrange(filesBefore...)
                 }
             }
-            try writer.execute("COMMIT")
+            try step(commit)
             commits.add(1, ordering: .relaxed)
         } catch {
             try? writer.execute("ROLLBACK")
