@@ -27,6 +27,7 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
+        .systemLibrary(name: "CMalloc"),  // glibc's <malloc.h>, for the executable's memory discipline
 
         // Pure decisions: keys, freshness, policies, access rules. No I/O, no C.
         .target(
@@ -63,7 +64,7 @@ let package = Package(
         .executableTarget(
             name: "larder",
             dependencies: [
-                "LarderService", "LarderCore",
+                "LarderService", "LarderCore", "CMalloc",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -116,6 +116,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         init(path: String) throws(SQLiteError) {
             connection = try SQLiteConnection(path: path)
             try connection.execute("PRAGMA busy_timeout = 5000")
+            // A small page cache per reader (SQLite's default is 2 MB): rows are found through
+            // the OS page cache anyway, and hot entries are in the memory tier.
+            try connection.execute("PRAGMA cache_size = -256")
             select = try connection.prepare("""
                 SELECT namespace, method, url, status, headers, body, body_kind, body_checksum,
                        stored_at, freshness, version, sensitive_fp, etag, last_modified,

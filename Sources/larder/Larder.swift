@@ -181,6 +181,7 @@ struct Serve: ParsableCommand {
         let logger = Logger(label: "larder")
         let configuration = try configuration()
 
+        let memory = MemoryDiscipline()
         let service = LarderService(configuration: configuration, logger: logger)
         do {
             try service.start()
@@ -190,6 +191,7 @@ struct Serve: ParsableCommand {
         }
         var received: Int32 = 0
         sigwait(&signals, &received)
+        memory.stop()
         logger.info("received signal \(received); shutting down")
         service.shutdown()
     }
