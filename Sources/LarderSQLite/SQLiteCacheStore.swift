@@ -774,6 +774,9 @@ extension SQLiteCacheStore: WarmJobStore {
     public func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
         writerQueue.async { [self] in
             defer { completion() }
+            // The item's entry (saved before this call) commits first: a job never says an
+            // item is done when a crash could still lose what it stored.
+            commitAllPending()
             do {
                 try writer.execute("BEGIN IMMEDIATE")
                 let update = try writer.prepare("UPDATE warm_items SET state = ?3 WHERE job_id = ?1 AND idx = ?2")
@@ -793,6 +796,7 @@ extension SQLiteCacheStore: WarmJobStore {
     public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
         writerQueue.async { [self] in
             defer { completion() }
+            commitAllPending()
             do {
                 try saveJob(record)
             } catch {
