@@ -1,4 +1,4 @@
-import LarderCore
+@testable import LarderCore
 import XCTest
 
 final class CacheKeyTests: XCTestCase {
@@ -125,5 +125,43 @@ final class UpstreamURLTests: XCTestCase {
                 XCTAssertEqual((error as? LarderError)?.field, "url")
             }
         }
+    }
+}
+
+/// The one-pass URL reader must read every URL it accepts exactly as Foundation does.
+final class PlainURLPartsTests: XCTestCase {
+    private let urls = [
+        "http://example.com", "http://example.com/", "https://EXAMPLE.com:8443/a/b?x=1&y=2",
+        "http://a.test:80/x", "https://a.test:443/", "http://a.test:8080", "http://127.0.0.1:9000/p?q",
+        "http://a.test/a/./b/../c", "http://a.test/%7euser/%2fslash?%41=%42", "http://a.test/p?a=1&a=2&b",
+        "http://a.test/p?a=&b==c&c=1?2", "http://a.test?x=1", "http://a.test/p;x=1/q:z?s=(1)*!$'+,;",
+        "http://a-b.c-d.test./x", "HTTP://Host.Test/Path", "http://a.test/~user/_x-y.z",
+        "http://a.test/p?q=a/b:c", "http://x/set/1.json", "http://127.0.0.1:18080/64k/set/42.json",
+    ]
+    // Each is either read the same way or left to Foundation.
+    private let leftToFoundation = [
+        "http://user:pw@a.test/", "http://[::1]:8080/", "http://a.test/p#frag", "http://a.test/p?", "http://a.test/p?a&&b",
+        "http://a.test/p?=x", "http://a.test/%zz", "http://a.test/a b", "ftp+x://a.test/", "http://a.test:0/",
+        "http://a.test:99999/", "http://a.test:/", "http://ä.test/", "http://a.test/ä", "http://a_b.test/",
+        "mailto:x@a.test", "http:/a.test", "http://a.test/p?a&", "http://a.test/p\\q",
+    ]
+
+    func testPlainURLsAreReadAsFoundationReadsThem() {
+        for url in urls {
+            let plain = UpstreamURL.plainParts(url)
+            XCTAssertNotNil(plain, url)
+            XCTAssertEqual(plain, UpstreamURL.foundationParts(url), url)
+        }
+    }
+
+    func testEverythingElseIsLeftToFoundation() {
+        for url in leftToFoundation {
+            XCTAssertNil(UpstreamURL.plainParts(url), url)
+        }
+        // And the result is unchanged by which reader ran: same errors, same values.
+        XCTAssertThrowsError(try UpstreamURL(parsing: "http://a.test:0/")) { error in
+            XCTAssertEqual((error as? LarderError)?.message, "url: port 0 is out of range")
+        }
+        XCTAssertEqual(try UpstreamURL(parsing: "HTTP://Host.Test:80/a/./b/../c?%61=%41&b").keyString(), "http://host.test/a/c?a=A&b")
     }
 }
