@@ -34,7 +34,7 @@ public enum BodyKind: Int, Sendable {
     }
 }
 
-public enum CacheOutcome: String, Sendable {
+public enum CacheOutcome: String, Sendable, CaseIterable {
     /// `revalidated`: a stale entry confirmed by the upstream with 304 Not Modified and served.
     case hit, miss, stale, bypass, revalidated
 

@@ -20,6 +20,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case cancelled = "cancelled"
         case referenceUnresolved = "reference_unresolved"
         case storageFailed = "storage_failed"
+        case unauthorized = "unauthorized"
     }
 
     public let code: Code
@@ -36,6 +37,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
     public var status: Int {
         switch code {
         case .invalidRequest: 400
+        case .unauthorized: 401
         case .upstreamForbidden: 403
         case .notFound, .unknownUpstream: 404
         case .methodNotAllowed: 405

@@ -80,6 +80,8 @@ public final class FetchEngine: Sendable {
     let clock: Clock
     let limits: Limits
     let logger: Logger
+    /// Answers since start, by outcome and error (GET /cache/stats).
+    public let traffic: TrafficCounters
     private let flights = Mutex<[FlightKey: Flight]>([:])
     private let nextID = Atomic<UInt64>(0)
     private let coalesced = Atomic<Int>(0)
@@ -119,6 +121,7 @@ public final class FetchEngine: Sendable {
         self.clock = clock
         self.limits = limits
         self.logger = logger
+        self.traffic = TrafficCounters(startedAt: clock.now())
     }
 
     /// Derives the key once; a prepared request can be answered any number of times.
@@ -135,7 +138,13 @@ public final class FetchEngine: Sendable {
 
     public func fetch(_ prepared: PreparedFetch,
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
-        fetch(prepared, mayCoalesce: true, cancellation: nil, reply: reply)
+        let traffic = self.traffic
+        let immediate = fetch(prepared, mayCoalesce: true, cancellation: nil) { answer in
+            traffic.count(answer)
+            reply(answer)
+        }
+        if let immediate { traffic.count(immediate) }
+        return immediate
     }
 
     /// As `fetch`, and `cancellation` abandons the request: it is answered `cancelled` at once,
@@ -144,8 +153,14 @@ public final class FetchEngine: Sendable {
     public func fetch(_ prepared: PreparedFetch, cancellation: Cancellation,
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
         if cancellation.isCancelled { return .failed(Self.cancelledError) }
-        let once = ReplyOnce(reply)
-        return fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: once.callAsFunction)
+        let traffic = self.traffic
+        let once = ReplyOnce { answer in
+            traffic.count(answer)
+            reply(answer)
+        }
+        let immediate = fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: once.callAsFunction)
+        if let immediate { traffic.count(immediate) }
+        return immediate
     }
 
     static let cancelledError = LarderError(.cancelled, "the request was cancelled")
@@ -593,7 +608,8 @@ public final class FetchEngine: Sendable {
             probe.cache.policy = .cacheOnly
         }
         let answer = fetch(PreparedFetch(request: probe, derived: prepared.derived), mayCoalesce: false, cancellation: nil) { _ in }
-        guard case .served? = answer else { return nil }
+        guard let answer, case .served = answer else { return nil }
+        traffic.count(answer)
         return answer
     }
 

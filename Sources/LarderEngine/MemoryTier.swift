@@ -108,6 +108,24 @@ public final class MemoryTier: CacheStore {
         }
     }
 
+    /// Bytes held now (as counted against the capacity).
+    public var bytes: Int {
+        shards.reduce(0) { total, shard in total + shard.state.withLock { $0.bytes } }
+    }
+
+    /// Drops everything (after a purge of the whole store or of very many keys).
+    public func forgetAll() {
+        for shard in shards {
+            shard.state.withLock { state in
+                state.generation += 1
+                state.slots.removeAll()
+                state.ring.removeAll()
+                state.hand = 0
+                state.bytes = 0
+            }
+        }
+    }
+
     /// Drops a primary key from memory (after a change in the store).
     public func forget(_ primaryKey: CacheKey) {
         guard shardBudget > 0 else { return }

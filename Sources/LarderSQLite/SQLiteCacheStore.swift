@@ -39,9 +39,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     public static var schemaVersion: Int64 { Int64(migrations.count) }
 
     public let path: String
-    private let logger: Logger
-    private let writerQueue = DispatchQueue(label: "larder.sqlite.writer")
-    private let writer: SQLiteConnection
+    let logger: Logger
+    let writerQueue = DispatchQueue(label: "larder.sqlite.writer")
+    let writer: SQLiteConnection
     private let insert: SQLiteStatement
     private let deleteDamaged: SQLiteStatement
     private let addHits: SQLiteStatement
@@ -52,10 +52,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// Variants kept per primary key (Vary); the oldest are replaced.
     public let maxVariants: Int
     private let readers = Mutex<[Reader]>([])
-    private let closed = Atomic<Bool>(false)
+    let closed = Atomic<Bool>(false)
     private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
     private let flushTimer: DispatchSourceTimer
-    private let pending = Mutex(PendingWrites())
+    let pending = Mutex(PendingWrites())
     private let lostHandler = Mutex<(@Sendable (CacheKey) -> Void)?>(nil)
     private let beginImmediate: SQLiteStatement
     private let commit: SQLiteStatement
@@ -82,14 +82,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// Under load commits run back to back and nothing waits.
     static let groupCommitDelayMs = 5
 
-    private struct PendingWrite {
+    struct PendingWrite {
         let entry: StoredEntry
         let size: Int
         /// Set only when the save waits for its commit (over `pendingByteLimit`).
         let completion: (@Sendable (Bool) -> Void)?
     }
 
-    private struct PendingWrites {
+    struct PendingWrites {
         /// Saves not yet taken by the writer, oldest first.
         var queue: [PendingWrite] = []
         /// Every save not yet committed, by primary key, oldest first: what lookups overlay.
@@ -110,7 +110,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     /// A reader connection with its prepared lookup. @unchecked Sendable: it moves between
     /// threads only through the pool, and is used by one thread at a time.
-    private final class Reader: @unchecked Sendable {
+    final class Reader: @unchecked Sendable {
         let connection: SQLiteConnection
         let select: SQLiteStatement
         init(path: String) throws(SQLiteError) {
@@ -490,7 +490,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     }
 
     /// On the writer queue: commits everything queued, before work that must see it.
-    private func commitAllPending() {
+    func commitAllPending() {
         while pending.withLock({ !$0.queue.isEmpty }) { commitPending() }
     }
 
@@ -640,7 +640,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     }
 
     /// On the writer queue, after a commit: unlinks the files of deleted rows, then forgets them.
-    private func reapDeadFiles() {
+    func reapDeadFiles() {
         var names: [String] = []
         do {
             defer { selectDeadFiles.reset() }
@@ -730,12 +730,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     // MARK: - Reader pool
 
-    private func takeReader() throws -> Reader {
+    func takeReader() throws -> Reader {
         if let reader = readers.withLock({ $0.popLast() }) { return reader }
         return try Reader(path: path)
     }
 
-    private func giveBack(_ reader: Reader) {
+    func giveBack(_ reader: Reader) {
         guard !closed.load(ordering: .relaxed) else { return }
         readers.withLock { $0.append(reader) }
     }

@@ -9,7 +9,7 @@
 //   proxyRoot: api             proxyPort: 8081       maxVariants: 16
 //   maxUpstreamTransfers: 256  maxInflightMb: 256    headerTimeout: 10
 //   connectionsPerAddress: 1024 maxBatch: 100          maxChainSteps: 50
-//   bodyFileThreshold: 32768
+//   bodyFileThreshold: 32768  adminToken: …
 //   upstreams:
 //     - name: api
 //       baseUrl: https://api.example.com/v1
@@ -79,6 +79,7 @@ public enum ConfigFile {
             if let value = root["proxyRoot"] { configuration.proxyRoot = try string(value, "proxyRoot") }
             if let value = root["proxyPort"] { configuration.proxyPort = try integer(value, "proxyPort") }
             if let value = root["maxVariants"] { configuration.maxVariants = try integer(value, "maxVariants") }
+            if let value = root["adminToken"] { configuration.adminToken = try string(value, "adminToken") }
             if let value = root["bodyFileThreshold"] { configuration.bodyFileThresholdBytes = try integer(value, "bodyFileThreshold") }
             if let value = root["upstreams"] {
                 guard let list = value as? [Any] else { throw error("upstreams", "must be a list") }

@@ -64,6 +64,8 @@ public struct LarderConfiguration: Sendable {
     public var shutdownGraceSeconds: Double = 10
     /// One line per request on stderr.
     public var accessLog: Bool = true
+    /// When set, every /cache route requires `Authorization: Bearer <token>`.
+    public var adminToken: String?
 
     public init() {}
 
@@ -79,6 +81,9 @@ public struct LarderConfiguration: Sendable {
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
         guard (1...1024).contains(maxVariants) else { throw ConfigurationError("max variants must be 1 to 1024") }
         guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
+        if let adminToken, adminToken.isEmpty || !adminToken.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
+            throw ConfigurationError("the admin token must be 1 or more printable ASCII characters, no spaces")
+        }
         guard bodyFileThresholdBytes >= 1 else { throw ConfigurationError("body file threshold must be at least 1 byte") }
         guard (1...Self.maxBodyBytesLimit).contains(maxUpstreamBodyBytes) else {
             throw ConfigurationError("max body bytes must be 1 to \(Self.maxBodyBytesLimit) (SQLite's largest value)")

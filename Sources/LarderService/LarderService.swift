@@ -52,6 +52,10 @@ public final class LarderService: @unchecked Sendable {
     /// The proxy-root listener's port, when there is one.
     public var proxyPort: Int? { proxyServer?.port }
 
+    static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+    }
+
     public func start() throws {
         try configuration.validate()
         _ = Self.curlInitialised
@@ -78,8 +82,13 @@ public final class LarderService: @unchecked Sendable {
         let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
                                 makeRequest: { spec, path throws(LarderError) in try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName) },
                                 seal: { sealing.seal($0) }, open: { sealing.open($0) })
+        let admin = AdminRoute(store: store, tier: tier, traffic: engine.traffic, memoryCapacityBytes: configuration.memoryCapacityBytes,
+                               clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
+        if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
+            logger.warning("the /cache admin routes are open to anyone who can reach \(configuration.host): set --admin-token (or LARDER_ADMIN_TOKEN)")
+        }
         let router = Router(engine: engine, clock: clock, logger: logger, configuration: configuration,
-                            upstreams: upstreamsByName, warmJobs: warmJobs)
+                            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin)
 
         var serverConfiguration = HTTPServerConfiguration()
         serverConfiguration.host = configuration.host

@@ -17,9 +17,10 @@ struct Router: HTTPRequestHandler {
     let batchRoute: BatchRoute
     let chainRoute: ChainRoute
     let warmRoute: WarmRoute?
+    let adminRoute: AdminRoute?
 
     init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
-         upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil) {
+         upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil, admin: AdminRoute? = nil) {
         self.engine = engine
         self.clock = clock
         self.logger = logger
@@ -30,6 +31,7 @@ struct Router: HTTPRequestHandler {
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch)
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps)
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }
+        self.adminRoute = admin
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
@@ -63,10 +65,19 @@ struct Router: HTTPRequestHandler {
             return finish(request, response: HTTPServerResponse(status: 200, headers: Self.jsonHeaders, body: Array(#"{"status":"ok"}"#.utf8)),
                           outcome: nil, receivedAt: receivedAt)
         default:
+            let isAdmin = request.path == AdminRoute.prefix || request.path.hasPrefix(AdminRoute.prefix + "/")
+            if isAdmin, let refusal = adminRoute?.refusal(request) {
+                return finish(request, response: refusal, outcome: nil, errorCode: LarderError.Code.unauthorized.rawValue, receivedAt: receivedAt)
+            }
             if let warmRoute, request.path == WarmRoute.prefix || request.path.hasPrefix(WarmRoute.prefix + "/") {
                 return warmRoute.handle(request, responder: responder,
                                         fail: { finish(request, error: $0, allow: $1, receivedAt: receivedAt) },
                                         finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
+            }
+            if isAdmin, let adminRoute {
+                return adminRoute.handle(request, responder: responder,
+                                         fail: { finish(request, error: $0, allow: $1, receivedAt: receivedAt) },
+                                         finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
             }
             if request.rawTarget.hasPrefix("/proxy/") {
                 let rest = request.rawTarget.dropFirst("/proxy/".count)

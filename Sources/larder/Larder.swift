@@ -93,6 +93,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Megabytes of hot entries kept in memory in front of SQLite; 0 disables (default 64).")
     var memoryMb: Int?
 
+    @Option(help: "Require 'Authorization: Bearer TOKEN' on every /cache route (or LARDER_ADMIN_TOKEN).")
+    var adminToken: String?
+
     @Option(help: "Bodies of at least this many bytes are kept as files beside the database and sent with sendfile (default 32768).")
     var bodyFileThreshold: Int?
 
@@ -119,6 +122,7 @@ struct Serve: ParsableCommand {
             configuration.port = port
         }
         if let raw = environment["LARDER_DB"] { configuration.databasePath = raw }
+        if let raw = environment["LARDER_ADMIN_TOKEN"], !raw.isEmpty { configuration.adminToken = raw }
         if let host { configuration.host = host }
         if let port { configuration.port = port }
         if let db { configuration.databasePath = db }
@@ -149,6 +153,7 @@ struct Serve: ParsableCommand {
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
         if let maxVariants { configuration.maxVariants = maxVariants }
         if let bodyFileThreshold { configuration.bodyFileThresholdBytes = bodyFileThreshold }
+        if let adminToken { configuration.adminToken = adminToken }
         if let shutdownGrace { configuration.shutdownGraceSeconds = shutdownGrace }
         if let accessLog { configuration.accessLog = accessLog }
         do {

@@ -1,0 +1,121 @@
+// What operators do to the store (the /cache admin routes): look at what is stored, remove it.
+// The SQLite store implements it; the memory tier is told what was removed by the route.
+
+public import LarderCore
+import Synchronization
+
+/// Which entries a purge removes. Conditions combine with AND; `all` stands alone.
+public struct PurgeFilter: Sendable, Equatable {
+    public var namespace: String?
+    /// The entry's URL, as requested, starts with this.
+    public var urlPrefix: String?
+    /// The URL's host (lower-case, any port).
+    public var host: String?
+    /// Stored before this time (seconds since 1970).
+    public var storedBefore: Double?
+    /// Stored under a version lower than this.
+    public var versionBelow: Int64?
+    /// Past freshness and every stale window at this time.
+    public var expiredAt: Double?
+    /// Normalised URLs (UpstreamURL.keyString()): their entries in every namespace.
+    public var urls: [String]?
+    public var all = false
+
+    public init() {}
+
+    public var isEmpty: Bool {
+        namespace == nil && urlPrefix == nil && host == nil && storedBefore == nil && versionBelow == nil && expiredAt == nil
+            && urls == nil && !all
+    }
+}
+
+public struct PurgeResult: Sendable, Equatable {
+    public var removed = 0
+    /// Bytes of bodies and metadata removed.
+    public var bytes = 0
+    /// The primary keys whose rows were removed (for the memory tier).
+    public var primaryKeys: Set<CacheKey> = []
+    public init() {}
+}
+
+/// What the store holds, read from the database.
+public struct StoredStatistics: Sendable, Equatable {
+    public struct Namespace: Sendable, Equatable {
+        public var name: String
+        public var entries: Int
+        public var bytes: Int
+        public init(name: String, entries: Int, bytes: Int) { self.name = name; self.entries = entries; self.bytes = bytes }
+    }
+    public var entries = 0
+    public var bytes = 0
+    public var oldestStoredAt: Double?
+    public var newestStoredAt: Double?
+    public var namespaces: [Namespace] = []
+    public init() {}
+}
+
+public protocol CacheAdministration: Sendable {
+    /// Entries and bytes, overall and per namespace (committed and uncommitted alike).
+    func statistics() -> StoredStatistics
+    /// Removes every entry the filter matches, in batches that never hold the writer long;
+    /// calls back once all are gone (uncommitted entries included).
+    func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void)
+    /// Removes every row (all variants, any part) under a primary key.
+    func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void)
+}
+
+/// Answers counted since the process started, by outcome and by error code. A hit adds to
+/// one relaxed atomic: no lock on the hit path.
+public final class TrafficCounters: Sendable {
+    private let hits = Atomic<Int>(0)
+    private let misses = Atomic<Int>(0)
+    private let stale = Atomic<Int>(0)
+    private let bypassed = Atomic<Int>(0)
+    private let revalidated = Atomic<Int>(0)
+    private let coalesced = Atomic<Int>(0)
+    private let errors = Mutex<[String: Int]>([:])
+    public let startedAt: Double
+
+    public init(startedAt: Double) { self.startedAt = startedAt }
+
+    public func count(_ answer: CacheAnswer) {
+        switch answer {
+        case .served(let served):
+            switch served.report.outcome {
+            case .hit: hits.add(1, ordering: .relaxed)
+            case .miss: misses.add(1, ordering: .relaxed)
+            case .stale: stale.add(1, ordering: .relaxed)
+            case .bypass: bypassed.add(1, ordering: .relaxed)
+            case .revalidated: revalidated.add(1, ordering: .relaxed)
+            }
+            if served.report.coalesced { coalesced.add(1, ordering: .relaxed) }
+        case .failed(let error):
+            errors.withLock { $0[error.code.rawValue, default: 0] += 1 }
+        }
+    }
+
+    public struct Snapshot: Sendable, Equatable {
+        public var hits = 0, misses = 0, stale = 0, bypassed = 0, revalidated = 0, coalesced = 0
+        /// Failed answers by error code.
+        public var errors: [String: Int] = [:]
+        public var requests: Int { hits + misses + stale + bypassed + revalidated + errors.values.reduce(0, +) }
+        /// Answers from the cache (hits, stale, revalidated) over answers that could have come from it.
+        public var hitRatio: Double? {
+            let served = hits + stale + revalidated
+            let total = served + misses
+            return total == 0 ? nil : Double(served) / Double(total)
+        }
+    }
+
+    public func snapshot() -> Snapshot {
+        var snapshot = Snapshot()
+        snapshot.hits = hits.load(ordering: .relaxed)
+        snapshot.misses = misses.load(ordering: .relaxed)
+        snapshot.stale = stale.load(ordering: .relaxed)
+        snapshot.bypassed = bypassed.load(ordering: .relaxed)
+        snapshot.revalidated = revalidated.load(ordering: .relaxed)
+        snapshot.coalesced = coalesced.load(ordering: .relaxed)
+        snapshot.errors = errors.withLock { $0 }
+        return snapshot
+    }
+}

@@ -1,0 +1,161 @@
+// The admin operations on the SQLite store (GET /cache/stats, DELETE /cache, DELETE
+// /cache/entries/{key}).
+//
+// A purge deletes in batches of `purgeBatch` rows, one transaction each, each batch its own
+// turn on the writer queue: saves and other writes interleave with a long purge instead of
+// waiting for it, and readers (hits) never wait at all (WAL). Uncommitted saves are committed
+// first, so a purge removes them too. Body files of removed rows go after each commit (the
+// dead_files trigger).
+
+import CSQLite
+public import LarderCore
+public import LarderEngine
+import Foundation
+
+extension SQLiteCacheStore: CacheAdministration {
+    static let purgeBatch = 1000
+
+    /// Bytes of an entry as counted by the admin API: body (inline or in its file) and metadata.
+    static let entryBytesSQL = "(length(body) + body_size * (body_file IS NOT NULL) + length(headers) + length(url) + 256)"
+
+    public func statistics() -> StoredStatistics {
+        // Uncommitted saves count too: commit them first (a stats call is rare).
+        writerQueue.sync { commitAllPending() }
+        var statistics = StoredStatistics()
+        do {
+            let reader = try takeReader()
+            defer { giveBack(reader) }
+            let namespaces = try reader.connection.prepare("""
+                SELECT namespace, count(*), sum(\(Self.entryBytesSQL)), min(stored_at), max(stored_at)
+                FROM entries GROUP BY namespace ORDER BY namespace
+                """)
+            while try namespaces.step() {
+                let entries = Int(namespaces.int64(1))
+                let bytes = Int(namespaces.int64(2))
+                statistics.namespaces.append(.init(name: namespaces.string(0) ?? "", entries: entries, bytes: bytes))
+                statistics.entries += entries
+                statistics.bytes += bytes
+                let oldest = namespaces.double(3), newest = namespaces.double(4)
+                statistics.oldestStoredAt = min(statistics.oldestStoredAt ?? oldest, oldest)
+                statistics.newestStoredAt = max(statistics.newestStoredAt ?? newest, newest)
+            }
+        } catch {
+            logger.error("cannot read statistics", metadata: ["error": "\(error)"])
+        }
+        return statistics
+    }
+
+    public func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void) {
+        let (condition, bind) = Self.condition(for: filter)
+        writerQueue.async { [self] in
+            commitAllPending()
+            purgeBatch(condition: condition, bind: bind, total: PurgeResult(), completion: completion)
+        }
+    }
+
+    public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
+        writerQueue.async { [self] in
+            commitAllPending()
+            purgeBatch(condition: "primary_key = ?1", bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
+                       total: PurgeResult(),
+                       completion: completion)
+        }
+    }
+
+    /// On the writer queue: deletes up to `purgeBatch` matching rows in one transaction, then
+    /// queues the next batch behind whatever else waits for the writer.
+    private func purgeBatch(condition: String, bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void,
+                            total: PurgeResult, completion: @escaping @Sendable (PurgeResult) -> Void) {
+        var total = total
+        var removed = 0
+        do {
+            let delete = try writer.prepare("""
+                DELETE FROM entries WHERE rowid IN (SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.purgeBatch))
+                RETURNING primary_key, \(Self.entryBytesSQL)
+                """)
+            try writer.execute("BEGIN IMMEDIATE")
+            do {
+                try bind(delete)
+                while try delete.step() {
+                    removed += 1
+                    if let key = delete.string(0) { total.primaryKeys.insert(CacheKey(hex: key)) }
+                    total.bytes += Int(delete.int64(1))
+                }
+                delete.reset()
+                try writer.execute("COMMIT")
+            } catch {
+                try? writer.execute("ROLLBACK")
+                throw error
+            }
+        } catch {
+            logger.error("purge failed", metadata: ["error": "\(error)"])
+            return completion(total)
+        }
+        total.removed += removed
+        reapDeadFiles()
+        guard removed == Self.purgeBatch else { return completion(total) }
+        let next = total
+        writerQueue.async { [self] in purgeBatch(condition: condition, bind: bind, total: next, completion: completion) }
+    }
+
+    /// The WHERE clause for a filter, and how to bind its values.
+    static func condition(for filter: PurgeFilter) -> (String, @Sendable (SQLiteStatement) throws(SQLiteError) -> Void) {
+        var clauses: [String] = []
+        var strings: [(Int32, String)] = []
+        var numbers: [(Int32, Double)] = []
+        var next: Int32 = 1
+        func parameter() -> Int32 { defer { next += 1 }; return next }
+        if let namespace = filter.namespace {
+            let index = parameter()
+            clauses.append("namespace = ?\(index)")
+            strings.append((index, namespace))
+        }
+        if let prefix = filter.urlPrefix {
+            let index = parameter()
+            clauses.append("substr(url, 1, length(?\(index))) = ?\(index)")
+            strings.append((index, prefix))
+        }
+        if let host = filter.host {
+            // url_key is scheme://host[:port]/path…: the host ends at ':' or '/'.
+            var alternatives: [String] = []
+            for scheme in ["http", "https"] {
+                for end in ["/", ":"] {
+                    let index = parameter()
+                    alternatives.append("substr(url_key, 1, length(?\(index))) = ?\(index)")
+                    strings.append((index, "\(scheme)://\(host.lowercased())\(end)"))
+                }
+            }
+            clauses.append("(" + alternatives.joined(separator: " OR ") + ")")
+        }
+        if let before = filter.storedBefore {
+            let index = parameter()
+            clauses.append("stored_at < ?\(index)")
+            numbers.append((index, before))
+        }
+        if let below = filter.versionBelow {
+            let index = parameter()
+            clauses.append("version < ?\(index)")
+            numbers.append((index, Double(below)))
+        }
+        if let urls = filter.urls {
+            var placeholders: [String] = []
+            for url in urls {
+                let index = parameter()
+                placeholders.append("?\(index)")
+                strings.append((index, url))
+            }
+            clauses.append("url_key IN (" + placeholders.joined(separator: ",") + ")")
+        }
+        if let now = filter.expiredAt {
+            let index = parameter()
+            clauses.append("stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) <= ?\(index)")
+            numbers.append((index, now))
+        }
+        let condition = clauses.isEmpty ? (filter.all ? "1" : "0") : clauses.joined(separator: " AND ")
+        let boundStrings = strings, boundNumbers = numbers
+        return (condition, { statement throws(SQLiteError) in
+            for (index, value) in boundStrings { try statement.bind(index, value) }
+            for (index, value) in boundNumbers { try statement.bind(index, value) }
+        })
+    }
+}

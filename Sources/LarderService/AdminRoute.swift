@@ -1,0 +1,208 @@
+// The /cache admin routes, beside the proxy route:
+//   GET    /cache/stats               what is stored (from the database) and the traffic since start
+//   DELETE /cache?namespace=&urlPrefix=&host=&olderThan=&versionBelow=&expired=true   purge → {"removed","bytes"}
+//   DELETE /cache?all=true            everything
+//   POST   /cache/purge               {"urls": [...]} → {"removed","bytes"}
+//   DELETE /cache/entries/{key}       one key, every variant → 204, or 404 not_found
+// With an admin token configured, every /cache route (these and /cache/warm) requires
+// `Authorization: Bearer <token>`, compared in constant time.
+
+import Foundation
+import LarderCore
+import LarderEngine
+import LarderHTTP
+import Logging
+
+struct AdminRoute: Sendable {
+    let store: any CacheAdministration
+    let tier: MemoryTier
+    let traffic: TrafficCounters
+    let memoryCapacityBytes: Int
+    let clock: Clock
+    let token: [UInt8]?
+
+    static let prefix = "/cache"
+
+    /// nil when the request may go on; else the 401 to answer with.
+    func refusal(_ request: HTTPServerRequest) -> HTTPServerResponse? {
+        guard let token else { return nil }
+        let presented = request.headers.first { $0.name.caseInsensitiveEquals("authorization") }?.value ?? ""
+        let scheme = "Bearer "
+        let credential = presented.utf8.count > scheme.utf8.count && presented.prefix(7).lowercased() == "bearer "
+            ? Array(presented.utf8.dropFirst(7)) : []
+        guard !Self.constantTimeEquals(credential, token) else { return nil }
+        let error = LarderError(.unauthorized, "this route requires Authorization: Bearer <admin token>")
+        return HTTPServerResponse(status: 401, headers: [("Content-Type", "application/json"), ("WWW-Authenticate", #"Bearer realm="larder""#)],
+                                  body: error.jsonBody)
+    }
+
+    /// Compares every byte whatever the first difference, so the time taken says nothing about
+    /// how much of a guess was right.
+    static func constantTimeEquals(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+        var difference = UInt8(lhs.count == rhs.count ? 0 : 1)
+        for index in 0..<rhs.count {
+            difference |= (index < lhs.count ? lhs[index] : 0) ^ rhs[index]
+        }
+        return difference == 0
+    }
+
+    func handle(_ request: HTTPServerRequest, responder: HTTPResponder, fail: (LarderError, String?) -> HTTPServerResponse,
+                finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
+        switch request.path {
+        case "/cache/stats":
+            guard request.method == "GET" || request.method == "HEAD" else {
+                return fail(LarderError(.methodNotAllowed, "use GET for /cache/stats"), "GET, HEAD")
+            }
+            return finish(Self.json(200, statistics()))
+        case "/cache", "/cache/":
+            guard request.method == "DELETE" else { return fail(LarderError(.methodNotAllowed, "use DELETE for /cache"), "DELETE") }
+            let filter: PurgeFilter
+            do {
+                filter = try Self.filter(query: Self.query(of: request.rawTarget), now: clock.now())
+            } catch {
+                return fail(error, nil)
+            }
+            return purge(filter, responder: responder, finish: finish)
+        case "/cache/purge":
+            guard request.method == "POST" else { return fail(LarderError(.methodNotAllowed, "use POST for /cache/purge"), "POST") }
+            if request.bodyTooLarge { return fail(.invalid("body", "request body is larger than the limit"), nil) }
+            do {
+                return purge(try Self.purgeBody(request.body), responder: responder, finish: finish)
+            } catch {
+                return fail(error, nil)
+            }
+        default:
+            guard request.path.hasPrefix("/cache/entries/") else {
+                return fail(LarderError(.notFound, "no route for \(request.path)"), nil)
+            }
+            guard request.method == "DELETE" else {
+                return fail(LarderError(.methodNotAllowed, "use DELETE for /cache/entries/{key}"), "DELETE")
+            }
+            let key = String(request.path.dropFirst("/cache/entries/".count))
+            guard !key.isEmpty, key.utf8.count <= 256, key.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "/") }) else {
+                return fail(.invalid("key", "must be a cache key as /fetch reports it"), nil)
+            }
+            let primaryKey = CacheKey(hex: key)
+            store.remove(primaryKey: primaryKey) { [tier] result in
+                tier.forget(primaryKey)
+                guard result.removed > 0 else {
+                    let error = LarderError(.notFound, "no entry is stored under this key")
+                    return responder.respond(finish(Self.json(404, error.jsonBody)))
+                }
+                responder.respond(finish(HTTPServerResponse(status: 204)))
+            }
+            return nil
+        }
+    }
+
+    private func purge(_ filter: PurgeFilter, responder: HTTPResponder,
+                       finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
+        store.purge(filter) { [tier] result in
+            // Later requests must not find in memory what the database no longer holds.
+            if filter.all || result.primaryKeys.count > 10_000 {
+                tier.forgetAll()
+            } else {
+                for key in result.primaryKeys { tier.forget(key) }
+            }
+            responder.respond(finish(Self.json(200, Array(#"{"removed":\#(result.removed),"bytes":\#(result.bytes)}"#.utf8))))
+        }
+        return nil
+    }
+
+    // MARK: - Statistics
+
+    private func statistics() -> [UInt8] {
+        let stored = store.statistics()
+        let traffic = traffic.snapshot()
+        var out: [UInt8] = []
+        func number(_ value: Double?) -> String {
+            guard let value else { return "null" }
+            return value == value.rounded() && abs(value) < 1e15 ? String(Int(value)) : String(value)
+        }
+        out.append(contentsOf: #"{"stored":{"entries":\#(stored.entries),"bytes":\#(stored.bytes),"#.utf8)
+        out.append(contentsOf: #""oldestStoredAt":\#(number(stored.oldestStoredAt)),"newestStoredAt":\#(number(stored.newestStoredAt)),"namespaces":{"#.utf8)
+        for (index, namespace) in stored.namespaces.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            JSONWriter.appendString(namespace.name, to: &out)
+            out.append(contentsOf: #":{"entries":\#(namespace.entries),"bytes":\#(namespace.bytes)}"#.utf8)
+        }
+        out.append(contentsOf: #"}},"memoryTier":{"bytes":\#(tier.bytes),"capacityBytes":\#(memoryCapacityBytes)},"#.utf8)
+        let counts = traffic
+        out.append(contentsOf: #""sinceStart":{"startedAt":\#(number(self.traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
+        out.append(contentsOf: #""hits":\#(counts.hits),"misses":\#(counts.misses),"stale":\#(counts.stale),"revalidated":\#(counts.revalidated),"#.utf8)
+        out.append(contentsOf: #""bypass":\#(counts.bypassed),"coalesced":\#(counts.coalesced),"hitRatio":\#(number(counts.hitRatio)),"errors":{"#.utf8)
+        for (index, (code, count)) in counts.errors.sorted(by: { $0.key < $1.key }).enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            JSONWriter.appendString(code, to: &out)
+            out.append(contentsOf: ":\(count)".utf8)
+        }
+        out.append(contentsOf: "}}}".utf8)
+        return out
+    }
+
+    // MARK: - Parsing
+
+    /// The query's name/value pairs, percent-decoded ('+' is a space, as forms send it).
+    static func query(of target: String) -> [(String, String)] {
+        guard let mark = target.firstIndex(of: "?") else { return [] }
+        return target[target.index(after: mark)...].split(separator: "&").map { pair in
+            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let decode = { (text: Substring) in String(text).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String(text) }
+            return (decode(parts[0]), parts.count > 1 ? decode(parts[1]) : "")
+        }
+    }
+
+    static let filterNames: Set<String> = ["namespace", "urlPrefix", "host", "olderThan", "versionBelow", "expired", "all"]
+
+    static func filter(query: [(String, String)], now: Double) throws(LarderError) -> PurgeFilter {
+        var filter = PurgeFilter()
+        var seen: Set<String> = []
+        for (name, value) in query {
+            guard filterNames.contains(name) else {
+                throw .invalid(name, "is not a purge filter (namespace, urlPrefix, host, olderThan, versionBelow, expired, all)")
+            }
+            guard seen.insert(name).inserted else { throw .invalid(name, "is given twice") }
+            guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
+            switch name {
+            case "namespace": filter.namespace = value
+            case "urlPrefix": filter.urlPrefix = value
+            case "host": filter.host = value.lowercased()
+            case "olderThan":
+                guard let seconds = Double(value), seconds.isFinite, seconds >= 0 else { throw .invalid(name, "must be a number of seconds, 0 or more") }
+                filter.storedBefore = now - seconds
+            case "versionBelow":
+                guard let version = Int64(value) else { throw .invalid(name, "must be an integer") }
+                filter.versionBelow = version
+            case "expired":
+                guard value == "true" else { throw .invalid(name, "must be true when given") }
+                filter.expiredAt = now
+            default: // all
+                guard value == "true" else { throw .invalid(name, "must be true when given") }
+                filter.all = true
+            }
+        }
+        if filter.all, seen.count > 1 { throw .invalid("all", "clears everything and takes no other filter") }
+        guard !filter.isEmpty else {
+            throw .invalid("query", "name at least one filter (namespace, urlPrefix, host, olderThan, versionBelow, expired), or all=true")
+        }
+        return filter
+    }
+
+    /// `{"urls": ["https://…", …]}`: each URL's stored responses, in every namespace (1 to 1,000).
+    static func purgeBody(_ body: [UInt8]) throws(LarderError) -> PurgeFilter {
+        let fields = try JSONFields(try JSONFields.parseBody(body), path: "")
+        try fields.rejectUnknown(["urls"])
+        guard let items = try fields.array("urls") else { throw .invalid("urls", "is required: an array of URLs") }
+        guard (1...1000).contains(items.count) else { throw .invalid("urls", "must list 1 to 1000 URLs") }
+        var filter = PurgeFilter()
+        filter.urls = try items.enumerated().map { index, item throws(LarderError) in
+            guard case .string(let text) = item else { throw .invalid("urls[\(index)]", "must be a string") }
+            return try UpstreamURL(parsing: text, field: "urls[\(index)]").keyString()
+        }
+        return filter
+    }
+
+    private static func json(_ status: Int, _ body: [UInt8]) -> HTTPServerResponse {
+        HTTPServerResponse(status: status, headers: [("Content-Type", "application/json")], body: body)
+    }
+}
