@@ -23,7 +23,7 @@ public enum StoreRefusal: String, Sendable, Equatable {
     case responsePrivate = "response_private"         // private response, no per-caller partition
     case authorizedRequest = "authorized_request"     // shared cache, Authorization or Cookie, response not marked shareable
     case responseVaries = "response_varies"           // Vary: * (never matches)
-    case bodyTooLarge = "body_too_large"
+    case objectTooLarge = "object_too_large"  // over --max-object-bytes: served, not stored
 }
 
 public enum StoreDecision: Equatable, Sendable {
@@ -249,7 +249,7 @@ public enum CacheRules {
         default: storable = false // 1xx interim responses are never stored
         }
         guard storable else { return .refuse(.statusNotCacheable) }
-        guard bodySize <= maxBodySize else { return .refuse(.bodyTooLarge) }
+        guard bodySize <= maxBodySize else { return .refuse(.objectTooLarge) }
         func seconds(_ name: String) -> Double {
             if case .value(let value) = cacheControl.seconds(name) { return value }
             return 0

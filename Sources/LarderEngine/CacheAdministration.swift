@@ -51,6 +51,11 @@ public struct StoredStatistics: Sendable, Equatable {
     public var oldestStoredAt: Double?
     public var newestStoredAt: Double?
     public var namespaces: [Namespace] = []
+    /// The store's limit (`--max-bytes`); nil when unbounded.
+    public var capacityBytes: Int?
+    /// Entries evicted for capacity, and removed by the retention sweep, since start.
+    public var evictions = 0
+    public var expiredRemovals = 0
     public init() {}
 }
 

@@ -42,6 +42,9 @@ extension SQLiteCacheStore: CacheAdministration {
         } catch {
             logger.error("cannot read statistics", metadata: ["error": "\(error)"])
         }
+        statistics.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
+        statistics.evictions = evictionCount
+        statistics.expiredRemovals = expiredRemovalCount
         return statistics
     }
 
@@ -93,7 +96,10 @@ extension SQLiteCacheStore: CacheAdministration {
         }
         total.removed += removed
         reapDeadFiles()
-        guard removed == Self.purgeBatch else { return completion(total) }
+        guard removed == Self.purgeBatch else {
+            vacuumStep()
+            return completion(total)
+        }
         let next = total
         writerQueue.async { [self] in purgeBatch(condition: condition, bind: bind, total: next, completion: completion) }
     }

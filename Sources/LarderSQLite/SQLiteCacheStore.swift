@@ -56,7 +56,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
     private let flushTimer: DispatchSourceTimer
     let pending = Mutex(PendingWrites())
-    private let lostHandler = Mutex<(@Sendable (CacheKey) -> Void)?>(nil)
+    let lostHandler = Mutex<(@Sendable (CacheKey) -> Void)?>(nil)
     private let beginImmediate: SQLiteStatement
     private let commit: SQLiteStatement
     private let savepoint: SQLiteStatement
@@ -69,6 +69,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let selectDeadFiles: SQLiteStatement
     private let deleteDeadFile: SQLiteStatement
     private let orphanSweep = DispatchGroup()
+    public let capacity: StoreCapacity
+    let evictions = Atomic<Int>(0)
+    let expiredRemovals = Atomic<Int>(0)
+    /// An eviction or a sweep is under way (writer queue only).
+    var trimming = false
+    var sweepTimer: DispatchSourceTimer?
     /// Files written by the group commit under way (writer queue only), removed if it fails.
     private var writtenFiles: [String] = []
 
@@ -130,8 +136,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     }
 
     /// Opens (creating when absent) the database at `path`, running migrations.
-    public init(path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, logger: Logger) throws {
+    public init(path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, capacity: StoreCapacity = StoreCapacity(),
+                logger: Logger) throws {
         self.path = path
+        self.capacity = capacity
         self.maxVariants = max(1, maxVariants)
         self.bodyFileThreshold = max(1, bodyFileThreshold)
         self.files = BodyFiles(databasePath: path)
@@ -147,6 +155,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // A row deleted by INSERT OR REPLACE fires delete triggers only with this on (the
         // trigger that records a deleted row's body file).
         try writer.execute("PRAGMA recursive_triggers = ON")
+        // The WAL is truncated back to this after checkpoints, so disk use follows the data.
+        try writer.execute("PRAGMA journal_size_limit = 16777216")
         insert = try writer.prepare("""
             INSERT OR REPLACE INTO entries
               (key, namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at,
@@ -180,6 +190,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         flushTimer.resume()
         // Files of rows deleted just before a crash, then files whose rows never committed.
         writerQueue.sync { reapDeadFiles() }
+        startSweeping()
         let startedAt = Date().timeIntervalSince1970
         orphanSweep.enter()
         DispatchQueue.global(qos: .utility).async { [weak self] in
@@ -281,6 +292,26 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         BEGIN
           INSERT OR IGNORE INTO dead_files (path) VALUES (OLD.body_file);
         END;
+        """,
+        // 9: what the store holds, kept by triggers so capacity checks never scan: entries and
+        // bytes (bodies inline or in files, and metadata; see entryBytesSQL).
+        """
+        CREATE TABLE usage (id INTEGER PRIMARY KEY CHECK (id = 1), entries INTEGER NOT NULL, bytes INTEGER NOT NULL);
+        INSERT INTO usage (id, entries, bytes)
+          SELECT 1, count(*), coalesce(sum(length(body) + body_size * (body_file IS NOT NULL) + length(headers) + length(url) + 256), 0)
+          FROM entries;
+        CREATE TRIGGER entries_usage_inserted AFTER INSERT ON entries
+        BEGIN
+          UPDATE usage SET entries = entries + 1,
+            bytes = bytes + length(NEW.body) + NEW.body_size * (NEW.body_file IS NOT NULL) + length(NEW.headers) + length(NEW.url) + 256
+          WHERE id = 1;
+        END;
+        CREATE TRIGGER entries_usage_deleted AFTER DELETE ON entries
+        BEGIN
+          UPDATE usage SET entries = entries - 1,
+            bytes = bytes - (length(OLD.body) + OLD.body_size * (OLD.body_file IS NOT NULL) + length(OLD.headers) + length(OLD.url) + 256)
+          WHERE id = 1;
+        END;
 """,
     ]
 
@@ -294,8 +325,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             return
         }
         if current == 0 {
-            // WAL is persistent in the file: set once, at creation.
+            // Both persistent in the file, set once at creation (auto_vacuum before any table):
+            // WAL, and incremental vacuum so the file can shrink after purges and evictions.
+            try connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
             try connection.execute("PRAGMA journal_mode = WAL")
+        } else if current < 9, try connection.scalarInt("PRAGMA auto_vacuum") != 2 {
+            // A file from before schema 9: rebuilt once so it can shrink from now on.
+            try connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
+            try connection.execute("VACUUM")
         }
         try connection.execute("BEGIN IMMEDIATE")
         do {
@@ -421,9 +458,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         }
     }
 
-    /// Called with the primary key of an entry that was acknowledged but could not be
-    /// committed (disk full, I/O error), so a tier above can drop it too.
-    public func onEntryLost(_ handler: @escaping @Sendable (CacheKey) -> Void) {
+    /// Called with the primary key of an entry the store dropped on its own, so a tier above
+    /// can drop it too: acknowledged but not committed (disk full, I/O error), evicted for
+    /// capacity, or removed by the retention sweep.
+    public func onEntryDropped(_ handler: @escaping @Sendable (CacheKey) -> Void) {
         lostHandler.withLock { $0 = handler }
     }
 
@@ -473,6 +511,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         }
         writtenFiles.removeAll()
         reapDeadFiles()
+        enforceCapacity()
         pending.withLock { pending in
             for write in batch {
                 let primaryKey = write.entry.primaryKey
@@ -574,6 +613,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     public func close() {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         flushTimer.cancel()
+        sweepTimer?.cancel()
         writerQueue.sync {
             commitAllPending()
             flushHits(olderThan: nil)

@@ -119,7 +119,8 @@ struct AdminRoute: Sendable {
             guard let value else { return "null" }
             return value == value.rounded() && abs(value) < 1e15 ? String(Int(value)) : String(value)
         }
-        out.append(contentsOf: #"{"stored":{"entries":\#(stored.entries),"bytes":\#(stored.bytes),"#.utf8)
+        out.append(contentsOf: #"{"stored":{"entries":\#(stored.entries),"bytes":\#(stored.bytes),"capacityBytes":\#(number(stored.capacityBytes.map(Double.init))),"#.utf8)
+        out.append(contentsOf: #""evictions":\#(stored.evictions),"expiredRemovals":\#(stored.expiredRemovals),"#.utf8)
         out.append(contentsOf: #""oldestStoredAt":\#(number(stored.oldestStoredAt)),"newestStoredAt":\#(number(stored.newestStoredAt)),"namespaces":{"#.utf8)
         for (index, namespace) in stored.namespaces.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }

@@ -10,6 +10,7 @@
 //   maxUpstreamTransfers: 256  maxInflightMb: 256    headerTimeout: 10
 //   connectionsPerAddress: 1024 maxBatch: 100          maxChainSteps: 50
 //   bodyFileThreshold: 32768  adminToken: …
+//   maxBytes: 1GiB             maxObjectBytes: 50MB  retention: 7d
 //   upstreams:
 //     - name: api
 //       baseUrl: https://api.example.com/v1
@@ -52,7 +53,7 @@ public enum ConfigFile {
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
                                       "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
-                                      "bodyFileThreshold"]
+                                      "bodyFileThreshold", "adminToken", "maxBytes", "maxObjectBytes", "retention"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -80,6 +81,14 @@ public enum ConfigFile {
             if let value = root["proxyPort"] { configuration.proxyPort = try integer(value, "proxyPort") }
             if let value = root["maxVariants"] { configuration.maxVariants = try integer(value, "maxVariants") }
             if let value = root["adminToken"] { configuration.adminToken = try string(value, "adminToken") }
+            if let value = root["maxBytes"] { configuration.maxBytes = try size(value, "maxBytes") }
+            if let value = root["maxObjectBytes"] { configuration.maxObjectBytes = try size(value, "maxObjectBytes") }
+            if let value = root["retention"] {
+                guard let seconds = (value as? Int).map(Double.init) ?? (value as? Double) ?? (value as? String).flatMap(Quantity.seconds) else {
+                    throw error("retention", "must be a duration in seconds or like 7d, 12h")
+                }
+                configuration.retentionSeconds = seconds
+            }
             if let value = root["bodyFileThreshold"] { configuration.bodyFileThresholdBytes = try integer(value, "bodyFileThreshold") }
             if let value = root["upstreams"] {
                 guard let list = value as? [Any] else { throw error("upstreams", "must be a list") }
@@ -87,6 +96,12 @@ public enum ConfigFile {
                     try upstream(item, at: "upstreams[\(index)]")
                 }
             }
+        }
+
+        private func size(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
+            if let count = value as? Int, count >= 0 { return count }
+            if let text = value as? String, let count = Quantity.bytes(text) { return count }
+            throw error(key, "must be a size in bytes or like 1GiB, 100MB")
         }
 
         private func megabytes(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {

@@ -66,6 +66,17 @@ public struct LarderConfiguration: Sendable {
     public var accessLog: Bool = true
     /// When set, every /cache route requires `Authorization: Bearer <token>`.
     public var adminToken: String?
+    /// Bytes the store may hold (bodies, body files and metadata); LRU eviction past it.
+    public var maxBytes: Int = 1 << 30
+    /// Largest response stored; nil: 5% of `maxBytes` (NSURLCache's rule), at most the largest body.
+    public var maxObjectBytes: Int?
+    /// Seconds after which an entry not written since is removed.
+    public var retentionSeconds: Double = 7 * 86_400
+
+    /// The largest response stored.
+    public var resolvedMaxObjectBytes: Int {
+        min(maxObjectBytes ?? maxBytes / 20, maxUpstreamBodyBytes)
+    }
 
     public init() {}
 
@@ -84,6 +95,11 @@ public struct LarderConfiguration: Sendable {
         if let adminToken, adminToken.isEmpty || !adminToken.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
             throw ConfigurationError("the admin token must be 1 or more printable ASCII characters, no spaces")
         }
+        guard maxBytes >= 1 << 20 else { throw ConfigurationError("max bytes must be at least 1 MiB") }
+        if let maxObjectBytes, !(1...maxBytes).contains(maxObjectBytes) {
+            throw ConfigurationError("max object bytes must be 1 to max bytes")
+        }
+        guard retentionSeconds.isFinite, retentionSeconds >= 60 else { throw ConfigurationError("retention must be at least 60 seconds") }
         guard bodyFileThresholdBytes >= 1 else { throw ConfigurationError("body file threshold must be at least 1 byte") }
         guard (1...Self.maxBodyBytesLimit).contains(maxUpstreamBodyBytes) else {
             throw ConfigurationError("max body bytes must be 1 to \(Self.maxBodyBytesLimit) (SQLite's largest value)")
@@ -121,4 +137,32 @@ public struct LarderConfiguration: Sendable {
 public struct ConfigurationError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
+}
+
+/// Sizes and durations as people write them: `1073741824`, `100MB`, `1GiB`, `512k`; `604800`,
+/// `90s`, `30m`, `12h`, `7d`. KB/MB/GB are powers of 1000, KiB/MiB/GiB (and k/m/g) of 1024.
+public enum Quantity {
+    public static func bytes(_ text: String) -> Int? {
+        let units: [(String, Int)] = [("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40),
+                                      ("KB", 1_000), ("MB", 1_000_000), ("GB", 1_000_000_000), ("TB", 1_000_000_000_000),
+                                      ("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30),
+                                      ("B", 1)]
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        for (unit, factor) in units where trimmed.hasSuffix(unit) {
+            guard let value = Double(trimmed.dropLast(unit.count).trimmingCharacters(in: .whitespaces)), value >= 0,
+                  value * Double(factor) < 9e18 else { return nil }
+            return Int(value * Double(factor))
+        }
+        return Int(trimmed).flatMap { $0 >= 0 ? $0 : nil }
+    }
+
+    public static func seconds(_ text: String) -> Double? {
+        let units: [(String, Double)] = [("s", 1), ("m", 60), ("h", 3600), ("d", 86_400)]
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        for (unit, factor) in units where trimmed.hasSuffix(unit) {
+            guard let value = Double(trimmed.dropLast(unit.count)), value.isFinite, value >= 0 else { return nil }
+            return value * factor
+        }
+        return Double(trimmed).flatMap { $0.isFinite && $0 >= 0 ? $0 : nil }
+    }
 }

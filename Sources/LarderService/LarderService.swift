@@ -60,8 +60,12 @@ public final class LarderService: @unchecked Sendable {
         try configuration.validate()
         _ = Self.curlInitialised
         let secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
+        var capacity = StoreCapacity()
+        capacity.maxBytes = configuration.maxBytes
+        capacity.retention = configuration.retentionSeconds
+        capacity.keepStaleFor = configuration.staleOnErrorSeconds
         let store = try SQLiteCacheStore(path: configuration.databasePath, maxVariants: configuration.maxVariants,
-                                         bodyFileThreshold: configuration.bodyFileThresholdBytes, logger: logger)
+                                         bodyFileThreshold: configuration.bodyFileThresholdBytes, capacity: capacity, logger: logger)
         let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
         let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
                                     maxTransfers: configuration.maxUpstreamTransfers,
@@ -69,12 +73,12 @@ public final class LarderService: @unchecked Sendable {
         upstream.start()
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
-        limits.maxStoredBodyBytes = configuration.maxUpstreamBodyBytes
+        limits.maxStoredBodyBytes = configuration.resolvedMaxObjectBytes
         limits.staleOnError = configuration.staleOnErrorSeconds
         limits.rangeFetchOver = configuration.rangeFetchOverBytes
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
         // An acknowledged save that could not be committed leaves memory too.
-        store.onEntryLost { [weak tier] primaryKey in tier?.forget(primaryKey) }
+        store.onEntryDropped { [weak tier] primaryKey in tier?.forget(primaryKey) }
         let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
                                  clock: clock, limits: limits, logger: logger)
         let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })

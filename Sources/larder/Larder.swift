@@ -93,6 +93,15 @@ struct Serve: ParsableCommand {
     @Option(help: "Megabytes of hot entries kept in memory in front of SQLite; 0 disables (default 64).")
     var memoryMb: Int?
 
+    @Option(help: "Bytes the cache may hold, e.g. 1GiB or 100MB; least recently used entries are evicted past it (default 1GiB).")
+    var maxBytes: String?
+
+    @Option(help: "Largest response stored, e.g. 50MB; larger ones are served, not stored (default 5% of --max-bytes).")
+    var maxObjectBytes: String?
+
+    @Option(help: "Entries not written for this long are removed, e.g. 7d or 12h (default 7d).")
+    var retention: String?
+
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every /cache route (or LARDER_ADMIN_TOKEN).")
     var adminToken: String?
 
@@ -154,6 +163,18 @@ struct Serve: ParsableCommand {
         if let maxVariants { configuration.maxVariants = maxVariants }
         if let bodyFileThreshold { configuration.bodyFileThresholdBytes = bodyFileThreshold }
         if let adminToken { configuration.adminToken = adminToken }
+        if let maxBytes {
+            guard let value = Quantity.bytes(maxBytes) else { throw ValidationError("--max-bytes '\(maxBytes)' is not a size (e.g. 1GiB, 100MB)") }
+            configuration.maxBytes = value
+        }
+        if let maxObjectBytes {
+            guard let value = Quantity.bytes(maxObjectBytes) else { throw ValidationError("--max-object-bytes '\(maxObjectBytes)' is not a size") }
+            configuration.maxObjectBytes = value
+        }
+        if let retention {
+            guard let value = Quantity.seconds(retention) else { throw ValidationError("--retention '\(retention)' is not a duration (e.g. 7d, 12h)") }
+            configuration.retentionSeconds = value
+        }
         if let shutdownGrace { configuration.shutdownGraceSeconds = shutdownGrace }
         if let accessLog { configuration.accessLog = accessLog }
         do {

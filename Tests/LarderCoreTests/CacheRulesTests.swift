@@ -164,7 +164,7 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(status: 304), .refuse(.statusNotCacheable))
         XCTAssertEqual(decide(ttl: 100, headers: [("Cache-Control", "no-store")]), .refuse(.responseNoStore))
         XCTAssertEqual(decide(headers: [("Cache-Control", "private, max-age=5")]), .refuse(.responsePrivate))
-        XCTAssertEqual(decide(size: 101), .refuse(.bodyTooLarge))
+        XCTAssertEqual(decide(size: 101), .refuse(.objectTooLarge))
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "Accept-Language")]), .store(StoredFreshness(lifetime: 5)))
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "*")]), .refuse(.responseVaries))
         XCTAssertEqual(CacheRules.store(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: [],

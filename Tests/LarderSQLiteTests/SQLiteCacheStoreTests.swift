@@ -141,7 +141,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
         let lost = Mutex<[CacheKey]>([])
-        store.onEntryLost { key in lost.withLock { $0.append(key) } }
+        store.onEntryDropped { key in lost.withLock { $0.append(key) } }
         // A trigger refuses one row, as a full disk or an I/O error would.
         let editor = try SQLiteConnection(path: path)
         try editor.execute("PRAGMA busy_timeout = 5000")
@@ -298,6 +298,76 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertTrue(bodyFiles()[0].contains("/kept-"))
         let kept = try XCTUnwrap(store.lookup(CacheKey(hex: "kept")).first)
         XCTAssertEqual(store.readBody(of: kept)?.count, 4000)
+    }
+
+    private func sized(_ key: String, bytes: Int, storedAt: Double, namespace: String = "default") -> StoredEntry {
+        var entry = entry(key, body: String(repeating: "e", count: bytes))
+        entry.namespace = namespace
+        entry.freshness = EntryFreshness(storedAt: storedAt, freshnessLifetime: 60, version: 1)
+        return entry
+    }
+
+    func testUsageFollowsInsertsReplacementsAndDeletes() throws {
+        let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 4096, logger: logger)
+        defer { store.close() }
+        save(store, sized("a", bytes: 1000, storedAt: 1))
+        save(store, sized("b", bytes: 9000, storedAt: 2))  // a body file
+        save(store, sized("a", bytes: 3000, storedAt: 3))  // replaces a
+        let reader = try SQLiteConnection(path: path)
+        let counted = try reader.scalarInt("SELECT sum(\(SQLiteCacheStore.entryBytesSQL)) FROM entries")
+        XCTAssertEqual(Int64(store.usedByteCount), counted)
+        XCTAssertEqual(try reader.scalarInt("SELECT entries FROM usage"), 2)
+        let removed = expectation(description: "removed")
+        store.remove(primaryKey: CacheKey(hex: "b")) { _ in removed.fulfill() }
+        wait(for: [removed], timeout: 10)
+        XCTAssertEqual(Int64(store.usedByteCount), try reader.scalarInt("SELECT sum(\(SQLiteCacheStore.entryBytesSQL)) FROM entries"))
+    }
+
+    func testOverCapacityTheLeastRecentlyUsedAreEvictedInTheBackground() throws {
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 200_000
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
+        defer { store.close() }
+        let dropped = Mutex<Set<CacheKey>>([])
+        store.onEntryDropped { key in dropped.withLock { _ = $0.insert(key) } }
+        save(store, sized("hot", bytes: 10_000, storedAt: 1))
+        for index in 0..<60 {
+            save(store, sized("k\(index)", bytes: 10_000, storedAt: Double(10 + index)))
+            // The first entry is read all along: it is the most recently used (hits reach
+            // last_access when counts are flushed, every 10 s in service; here at once).
+            store.recordHit(CacheKey(hex: "hot"), at: Double(11 + index))
+            store.flushHitsAndWait()
+        }
+        store.waitForTrimming()
+        XCTAssertLessThanOrEqual(store.usedByteCount, 200_000, "under the limit after 3× its volume")
+        XCTAssertGreaterThan(store.evictionCount, 35)
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "hot")).first, "the most recently used survives")
+        XCTAssertNil(store.lookup(CacheKey(hex: "k0")).first, "the least recently used went")
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "k59")).first)
+        XCTAssertEqual(dropped.withLock { $0.count }, store.evictionCount, "the tier above is told each one")
+    }
+
+    func testTheRetentionSweepRemovesOldEntriesAndUnusableProxyEntries() throws {
+        var capacity = StoreCapacity()
+        capacity.retention = 1000
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
+        defer { store.close() }
+        save(store, sized("old", bytes: 10, storedAt: 100))
+        save(store, sized("recent", bytes: 10, storedAt: 1900))
+        save(store, sized("fetch-expired", bytes: 10, storedAt: 1500))  // freshness 60: a ttl caller may still use it
+        var proxyExpired = sized("proxy-expired", bytes: 10, storedAt: 1500, namespace: "proxy:api")
+        proxyExpired.etag = nil
+        save(store, proxyExpired)
+        var proxyValidated = sized("proxy-validated", bytes: 10, storedAt: 1500, namespace: "proxy:api")
+        proxyValidated.etag = "\"v\""
+        save(store, proxyValidated)
+        store.sweepAndWait(now: 2000)
+        XCTAssertNil(store.lookup(CacheKey(hex: "old")).first)
+        XCTAssertNil(store.lookup(CacheKey(hex: "proxy-expired")).first)
+        for kept in ["recent", "fetch-expired", "proxy-validated"] {
+            XCTAssertNotNil(store.lookup(CacheKey(hex: kept)).first, kept)
+        }
+        XCTAssertEqual(store.expiredRemovalCount, 2)
     }
 
     func testHitsAreCountedInBatches() throws {

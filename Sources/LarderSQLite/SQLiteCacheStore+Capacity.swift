@@ -1,0 +1,171 @@
+// Capacity and expiry: the store stays under `maxBytes` and forgets what nobody can use.
+//
+// - Usage (entries, bytes) is kept by triggers in the one-row `usage` table, so checking it
+//   after each group commit costs one point read, never a scan.
+// - Over `maxBytes`, the least recently used entries (last_access, which hit counts move) are
+//   evicted down to the low-water mark (90%), 256 rows per transaction, each batch its own turn
+//   on the writer queue: in the background, never on a request's path; counted.
+// - Every `sweepInterval` seconds the retention sweep removes entries not written for
+//   `retention` seconds (ZBNetworking's one-week expiry), and proxy entries past their freshness,
+//   every stale window and `keepStaleFor`, with no validator to revalidate them with (nothing
+//   can ever serve them). /fetch entries are kept past their HTTP freshness: a caller's `ttl`
+//   may still make them fresh.
+// - After evictions and sweeps, free pages go back to the file system (incremental vacuum, in
+//   steps), and the WAL is truncated at checkpoints (journal_size_limit), so disk use follows
+//   `maxBytes`.
+
+import Dispatch
+import Foundation
+public import LarderCore
+
+public struct StoreCapacity: Sendable, Equatable {
+    /// Bytes of bodies (inline or in files) and metadata; Int.max: no limit.
+    public var maxBytes: Int = Int.max
+    /// Eviction goes down to this share of `maxBytes`.
+    public var lowWater: Double = 0.9
+    /// Seconds after which an entry not written since is removed; infinity: never.
+    public var retention: Double = .infinity
+    /// Seconds past every stale window a proxy entry may still answer (`--stale-on-error`).
+    public var keepStaleFor: Double = 0
+    public var sweepInterval: Double = 60
+    public init() {}
+}
+
+extension SQLiteCacheStore {
+    static let evictionBatch = 256
+    static let vacuumStep = 4096
+
+    /// Bytes held, from the usage table.
+    func usedBytes() -> Int {
+        (try? writer.scalarInt("SELECT bytes FROM usage WHERE id = 1")).map(Int.init) ?? 0
+    }
+
+    /// Entries evicted for capacity since the store opened.
+    public var evictionCount: Int { evictions.load(ordering: .relaxed) }
+    /// Entries removed by the retention sweep since the store opened.
+    public var expiredRemovalCount: Int { expiredRemovals.load(ordering: .relaxed) }
+
+    /// On the writer queue, after a commit: starts evicting when over capacity.
+    func enforceCapacity() {
+        guard capacity.maxBytes < Int.max, !trimming, usedBytes() > capacity.maxBytes else { return }
+        trimming = true
+        evictBatch()
+    }
+
+    private func evictBatch() {
+        let target = Int(Double(capacity.maxBytes) * capacity.lowWater)
+        let used = usedBytes()
+        guard !closed.load(ordering: .relaxed), used > target else {
+            trimming = false
+            return vacuumStep()
+        }
+        // The least recently used rows, as many as free what is over the low-water mark.
+        var rowids: [Int64] = []
+        do {
+            let candidates = try writer.prepare(
+                "SELECT rowid, \(Self.entryBytesSQL) FROM entries ORDER BY last_access LIMIT \(Self.evictionBatch)")
+            var freed = 0
+            while freed < used - target, try candidates.step() {
+                rowids.append(candidates.int64(0))
+                freed += Int(candidates.int64(1))
+            }
+        } catch {
+            logger.error("cannot choose entries to evict", metadata: ["error": "\(error)"])
+        }
+        let removed = rowids.isEmpty ? 0 : deleteBatch(rowids.map(String.init).joined(separator: ","))
+        evictions.add(removed, ordering: .relaxed)
+        guard removed > 0 else {
+            trimming = false
+            return
+        }
+        writerQueue.async { [self] in evictBatch() }
+    }
+
+    func startSweeping() {
+        let timer = DispatchSource.makeTimerSource(queue: writerQueue)
+        timer.schedule(deadline: .now() + capacity.sweepInterval, repeating: capacity.sweepInterval)
+        timer.setEventHandler { [weak self] in self?.sweep(now: Date().timeIntervalSince1970) }
+        timer.resume()
+        sweepTimer = timer
+    }
+
+    /// Runs the retention sweep now; for tests.
+    public func sweepAndWait(now: Double) {
+        writerQueue.sync { sweep(now: now) }
+        waitForTrimming()
+    }
+
+    /// Waits until no eviction or sweep is under way (their batches run as separate turns on
+    /// the writer queue), committing what is pending first; for tests and tools.
+    public func waitForTrimming() {
+        commitAndWait()
+        while writerQueue.sync(execute: { trimming }) {}
+        writerQueue.sync {}
+    }
+
+    /// Bytes held (bodies, body files, metadata), as capacity counts them.
+    public var usedByteCount: Int { writerQueue.sync { usedBytes() } }
+
+    /// On the writer queue: removes expired entries in batches.
+    private func sweep(now: Double) {
+        guard !trimming, !closed.load(ordering: .relaxed) else { return }
+        commitAllPending()
+        trimming = true
+        sweepBatch(now: now)
+    }
+
+    private func sweepBatch(now: Double) {
+        let writtenBefore = capacity.retention.isFinite ? now - capacity.retention : -Double.infinity
+        let condition = """
+            stored_at < \(writtenBefore)
+            OR (namespace LIKE 'proxy:%' AND etag IS NULL AND last_modified IS NULL
+                AND stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) + \(capacity.keepStaleFor) <= \(now))
+            """
+        let removed = deleteBatch("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.evictionBatch)")
+        expiredRemovals.add(removed, ordering: .relaxed)
+        guard removed == Self.evictionBatch, !closed.load(ordering: .relaxed) else {
+            trimming = false
+            return vacuumStep()
+        }
+        writerQueue.async { [self] in sweepBatch(now: now) }
+    }
+
+    /// Deletes the rows `selection` picks (rowids) in one transaction; tells the tier above.
+    /// Returns how many went.
+    private func deleteBatch(_ selection: String) -> Int {
+        var keys: [CacheKey] = []
+        do {
+            let delete = try writer.prepare("DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING primary_key")
+            try writer.execute("BEGIN IMMEDIATE")
+            do {
+                while try delete.step() {
+                    if let key = delete.string(0) { keys.append(CacheKey(hex: key)) }
+                }
+                delete.reset()
+                try writer.execute("COMMIT")
+            } catch {
+                try? writer.execute("ROLLBACK")
+                throw error
+            }
+        } catch {
+            logger.error("cannot remove entries", metadata: ["error": "\(error)"])
+            return 0
+        }
+        reapDeadFiles()
+        let dropped = lostHandler.withLock { $0 }
+        for key in Set(keys) { dropped?(key) }
+        return keys.count
+    }
+
+    /// Gives free pages back to the file system, a step at a time, each its own writer turn.
+    func vacuumStep() {
+        guard !closed.load(ordering: .relaxed), let free = try? writer.scalarInt("PRAGMA freelist_count"), free > 0 else { return }
+        do {
+            try writer.execute("PRAGMA incremental_vacuum(\(Self.vacuumStep))")
+        } catch {
+            logger.warning("incremental vacuum failed", metadata: ["error": "\(error)"])
+            return
+        }
+        if free > Self.vacuumStep { writerQueue.async { [self] in vacuumStep() } }
+    }
+}
