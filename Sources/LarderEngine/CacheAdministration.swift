@@ -69,6 +69,15 @@ public protocol CacheAdministration: Sendable {
     func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void)
 }
 
+/// Where answers and upstream exchanges are reported besides the counters (the metrics).
+public protocol TrafficObserver: Sendable {
+    /// One answer: its outcome (nil for a failure, then `errorCode`), the request's namespace.
+    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String)
+    /// One upstream exchange: `upstream` names it (a named upstream, or "fetch" for a URL),
+    /// `status` its status (nil on failure, then `errorCode`), `seconds` its duration.
+    func exchanged(upstream: String, status: Int?, errorCode: String?, seconds: Double)
+}
+
 /// Answers counted since the process started, by outcome and by error code. A hit adds to
 /// one relaxed atomic: no lock on the hit path.
 public final class TrafficCounters: Sendable {
@@ -80,10 +89,31 @@ public final class TrafficCounters: Sendable {
     private let coalesced = Atomic<Int>(0)
     private let errors = Mutex<[String: Int]>([:])
     public let startedAt: Double
+    private let observerBox = Mutex<(any TrafficObserver)?>(nil)
+    /// Read without a lock on every answer: set once, before traffic.
+    nonisolated(unsafe) private var observer: (any TrafficObserver)?
 
     public init(startedAt: Double) { self.startedAt = startedAt }
 
-    public func count(_ answer: CacheAnswer) {
+    /// Reports to `observer` too; call once, before the first request.
+    public func observe(with observer: any TrafficObserver) {
+        observerBox.withLock { $0 = observer }
+        self.observer = observer
+    }
+
+    func exchanged(upstream: String, status: Int?, errorCode: String?, seconds: Double) {
+        observer?.exchanged(upstream: upstream, status: status, errorCode: errorCode, seconds: seconds)
+    }
+
+    public func count(_ answer: CacheAnswer, namespace: String) {
+        if let observer {
+            switch answer {
+            case .served(let served):
+                observer.answered(outcome: served.report.outcome, coalesced: served.report.coalesced, errorCode: nil, namespace: namespace)
+            case .failed(let error):
+                observer.answered(outcome: nil, coalesced: false, errorCode: error.code.rawValue, namespace: namespace)
+            }
+        }
         switch answer {
         case .served(let served):
             switch served.report.outcome {

@@ -139,11 +139,12 @@ public final class FetchEngine: Sendable {
     public func fetch(_ prepared: PreparedFetch,
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
         let traffic = self.traffic
+        let namespace = prepared.request.cache.namespace
         let immediate = fetch(prepared, mayCoalesce: true, cancellation: nil) { answer in
-            traffic.count(answer)
+            traffic.count(answer, namespace: namespace)
             reply(answer)
         }
-        if let immediate { traffic.count(immediate) }
+        if let immediate { traffic.count(immediate, namespace: namespace) }
         return immediate
     }
 
@@ -154,12 +155,13 @@ public final class FetchEngine: Sendable {
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
         if cancellation.isCancelled { return .failed(Self.cancelledError) }
         let traffic = self.traffic
+        let namespace = prepared.request.cache.namespace
         let once = ReplyOnce { answer in
-            traffic.count(answer)
+            traffic.count(answer, namespace: namespace)
             reply(answer)
         }
         let immediate = fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: once.callAsFunction)
-        if let immediate { traffic.count(immediate) }
+        if let immediate { traffic.count(immediate, namespace: namespace) }
         return immediate
     }
 
@@ -286,7 +288,17 @@ public final class FetchEngine: Sendable {
             }
         }
         let sentAt = clock.now()
+        let namespace = request.cache.namespace
+        let upstreamName = namespace.hasPrefix(FetchRequest.reservedNamespacePrefix)
+            ? String(namespace.dropFirst(FetchRequest.reservedNamespacePrefix.count)) : "fetch"
         upstream.send(upstreamRequest) { [self] result in
+            switch result {
+            case .success(let response):
+                traffic.exchanged(upstream: upstreamName, status: response.status, errorCode: nil,
+                                  seconds: response.responseTime - response.requestTime)
+            case .failure(let error):
+                traffic.exchanged(upstream: upstreamName, status: nil, errorCode: error.code.rawValue, seconds: 0)
+            }
             // Completions arrive on the upstream's single thread; a large body's checks (UTF-8,
             // JSON) and copies happen elsewhere, so other transfers are not held up behind them.
             if case .success(let response) = result, response.body.count > Self.offloadBodyBytes {
@@ -609,7 +621,7 @@ public final class FetchEngine: Sendable {
         }
         let answer = fetch(PreparedFetch(request: probe, derived: prepared.derived), mayCoalesce: false, cancellation: nil) { _ in }
         guard let answer, case .served = answer else { return nil }
-        traffic.count(answer)
+        traffic.count(answer, namespace: request.cache.namespace)
         return answer
     }
 

@@ -106,6 +106,16 @@ extension SQLiteCacheStore {
     /// Bytes held (bodies, body files, metadata), as capacity counts them.
     public var usedByteCount: Int { writerQueue.sync { usedBytes() } }
 
+    /// Entries and bytes held, from the usage table, after committing what is pending (so a
+    /// scrape right after a miss counts it).
+    public func usage() -> (entries: Int, bytes: Int) {
+        writerQueue.sync {
+            commitAllPending()
+            let entries = (try? writer.scalarInt("SELECT entries FROM usage WHERE id = 1")).map(Int.init) ?? 0
+            return (entries, usedBytes())
+        }
+    }
+
     /// On the writer queue: removes expired entries in batches.
     private func sweep(now: Double) {
         guard !trimming, !closed.load(ordering: .relaxed) else { return }

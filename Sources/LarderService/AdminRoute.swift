@@ -25,13 +25,17 @@ struct AdminRoute: Sendable {
 
     /// nil when the request may go on; else the 401 to answer with.
     func refusal(_ request: HTTPServerRequest) -> HTTPServerResponse? {
-        guard let token else { return nil }
+        token.flatMap { Self.refusal(request, token: $0) }
+    }
+
+    /// nil when the request carries `Authorization: Bearer <token>`; else the 401.
+    static func refusal(_ request: HTTPServerRequest, token: [UInt8]) -> HTTPServerResponse? {
         let presented = request.headers.first { $0.name.caseInsensitiveEquals("authorization") }?.value ?? ""
         let scheme = "Bearer "
         let credential = presented.utf8.count > scheme.utf8.count && presented.prefix(7).lowercased() == "bearer "
             ? Array(presented.utf8.dropFirst(7)) : []
-        guard !Self.constantTimeEquals(credential, token) else { return nil }
-        let error = LarderError(.unauthorized, "this route requires Authorization: Bearer <admin token>")
+        guard !constantTimeEquals(credential, token) else { return nil }
+        let error = LarderError(.unauthorized, "this route requires Authorization: Bearer <token>")
         return HTTPServerResponse(status: 401, headers: [("Content-Type", "application/json"), ("WWW-Authenticate", #"Bearer realm="larder""#)],
                                   body: error.jsonBody)
     }

@@ -53,7 +53,8 @@ public enum ConfigFile {
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
                                       "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
-                                      "bodyFileThreshold", "adminToken", "maxBytes", "maxObjectBytes", "retention"]
+                                      "bodyFileThreshold", "adminToken", "maxBytes", "maxObjectBytes", "retention",
+                                      "metricsToken", "metricsNamespaces"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
             if let value = root["port"] { configuration.port = try integer(value, "port") }
@@ -81,6 +82,8 @@ public enum ConfigFile {
             if let value = root["proxyPort"] { configuration.proxyPort = try integer(value, "proxyPort") }
             if let value = root["maxVariants"] { configuration.maxVariants = try integer(value, "maxVariants") }
             if let value = root["adminToken"] { configuration.adminToken = try string(value, "adminToken") }
+            if let value = root["metricsToken"] { configuration.metricsToken = try string(value, "metricsToken") }
+            if let value = root["metricsNamespaces"] { configuration.metricsNamespaces = try integer(value, "metricsNamespaces") }
             if let value = root["maxBytes"] { configuration.maxBytes = try size(value, "maxBytes") }
             if let value = root["maxObjectBytes"] { configuration.maxObjectBytes = try size(value, "maxObjectBytes") }
             if let value = root["retention"] {

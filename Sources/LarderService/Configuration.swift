@@ -66,6 +66,10 @@ public struct LarderConfiguration: Sendable {
     public var accessLog: Bool = true
     /// When set, every /cache route requires `Authorization: Bearer <token>`.
     public var adminToken: String?
+    /// When set, GET /metrics requires `Authorization: Bearer <token>`.
+    public var metricsToken: String?
+    /// Namespaces with their own label in /metrics; later ones are counted as `other`.
+    public var metricsNamespaces: Int = 20
     /// Bytes the store may hold (bodies, body files and metadata); LRU eviction past it.
     public var maxBytes: Int = 1 << 30
     /// Largest response stored; nil: 5% of `maxBytes` (NSURLCache's rule), at most the largest body.
@@ -92,9 +96,12 @@ public struct LarderConfiguration: Sendable {
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
         guard (1...1024).contains(maxVariants) else { throw ConfigurationError("max variants must be 1 to 1024") }
         guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
-        if let adminToken, adminToken.isEmpty || !adminToken.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
-            throw ConfigurationError("the admin token must be 1 or more printable ASCII characters, no spaces")
+        for (name, token) in [("admin", adminToken), ("metrics", metricsToken)] {
+            if let token, token.isEmpty || !token.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
+                throw ConfigurationError("the \(name) token must be 1 or more printable ASCII characters, no spaces")
+            }
         }
+        guard (0...10_000).contains(metricsNamespaces) else { throw ConfigurationError("metrics namespaces must be 0 to 10000") }
         guard maxBytes >= 1 << 20 else { throw ConfigurationError("max bytes must be at least 1 MiB") }
         if let maxObjectBytes, !(1...maxBytes).contains(maxObjectBytes) {
             throw ConfigurationError("max object bytes must be 1 to max bytes")

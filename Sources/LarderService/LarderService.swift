@@ -91,8 +91,11 @@ public final class LarderService: @unchecked Sendable {
         if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
             logger.warning("the /cache admin routes are open to anyone who can reach \(configuration.host): set --admin-token (or LARDER_ADMIN_TOKEN)")
         }
+        let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
+        engine.traffic.observe(with: metrics)
         let router = Router(engine: engine, clock: clock, logger: logger, configuration: configuration,
-                            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin)
+                            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics,
+                            scrape: { [weak tier] in tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs) } ?? [] })
 
         var serverConfiguration = HTTPServerConfiguration()
         serverConfiguration.host = configuration.host

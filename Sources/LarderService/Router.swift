@@ -18,9 +18,14 @@ struct Router: HTTPRequestHandler {
     let chainRoute: ChainRoute
     let warmRoute: WarmRoute?
     let adminRoute: AdminRoute?
+    let metrics: LarderMetrics?
+    /// The exposition for GET /metrics.
+    let scrape: (@Sendable () -> [UInt8])?
+    let metricsToken: [UInt8]?
 
     init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
-         upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil, admin: AdminRoute? = nil) {
+         upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil, admin: AdminRoute? = nil,
+         metrics: LarderMetrics? = nil, scrape: (@Sendable () -> [UInt8])? = nil) {
         self.engine = engine
         self.clock = clock
         self.logger = logger
@@ -32,6 +37,9 @@ struct Router: HTTPRequestHandler {
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps)
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }
         self.adminRoute = admin
+        self.metrics = metrics
+        self.scrape = scrape
+        self.metricsToken = configuration.metricsToken.map { Array($0.utf8) }
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
@@ -58,6 +66,17 @@ struct Router: HTTPRequestHandler {
             return chainRoute.handle(request, responder: responder, receivedAt: receivedAt,
                                      fail: { finish(request, error: $0, receivedAt: receivedAt) },
                                      finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
+        case "/metrics":
+            guard let scrape else { return finish(request, error: LarderError(.notFound, "metrics are off"), receivedAt: receivedAt) }
+            guard request.method == "GET" || request.method == "HEAD" else {
+                return finish(request, error: LarderError(.methodNotAllowed, "use GET for /metrics"), allow: "GET, HEAD", receivedAt: receivedAt)
+            }
+            if let metricsToken, let refusal = AdminRoute.refusal(request, token: metricsToken) {
+                return finish(request, response: refusal, outcome: nil, errorCode: LarderError.Code.unauthorized.rawValue, receivedAt: receivedAt)
+            }
+            return finish(request, response: HTTPServerResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                                                                body: scrape()),
+                          outcome: nil, receivedAt: receivedAt)
         case "/healthz":
             guard request.method == "GET" || request.method == "HEAD" else {
                 return finish(request, error: LarderError(.methodNotAllowed, "use GET for /healthz"), allow: "GET, HEAD", receivedAt: receivedAt)
@@ -93,7 +112,7 @@ struct Router: HTTPRequestHandler {
     func proxy(_ request: HTTPServerRequest, upstream name: String, target: String, responder: HTTPResponder,
                receivedAt: Double) -> HTTPServerResponse? {
         proxyRoute.handle(request, upstream: name, target: target, responder: responder) { response, outcome, errorCode in
-            finish(request, response: response, outcome: outcome, errorCode: errorCode, receivedAt: receivedAt)
+            finish(request, response: response, outcome: outcome, errorCode: errorCode, receivedAt: receivedAt, route: "proxy")
         }
     }
 
@@ -145,7 +164,11 @@ struct Router: HTTPRequestHandler {
     }
 
     private func finish(_ request: HTTPServerRequest, response: HTTPServerResponse, outcome: CacheOutcome?,
-                        errorCode: String? = nil, receivedAt: Double) -> HTTPServerResponse {
+                        errorCode: String? = nil, receivedAt: Double, route: String? = nil) -> HTTPServerResponse {
+        if let metrics {
+            metrics.requestFinished(route: route ?? LarderMetrics.route(for: request.path), status: response.status,
+                                    seconds: clock.now() - receivedAt)
+        }
         if accessLog {
             let milliseconds = (clock.now() - receivedAt) * 1000
             let rounded = (milliseconds * 100).rounded() / 100

@@ -105,6 +105,12 @@ struct Serve: ParsableCommand {
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every /cache route (or LARDER_ADMIN_TOKEN).")
     var adminToken: String?
 
+    @Option(help: "Require 'Authorization: Bearer TOKEN' on GET /metrics (or LARDER_METRICS_TOKEN).")
+    var metricsToken: String?
+
+    @Option(help: "Namespaces with their own label in /metrics; later ones are counted as 'other' (default 20).")
+    var metricsNamespaces: Int?
+
     @Option(help: "Bodies of at least this many bytes are kept as files beside the database and sent with sendfile (default 32768).")
     var bodyFileThreshold: Int?
 
@@ -132,6 +138,7 @@ struct Serve: ParsableCommand {
         }
         if let raw = environment["LARDER_DB"] { configuration.databasePath = raw }
         if let raw = environment["LARDER_ADMIN_TOKEN"], !raw.isEmpty { configuration.adminToken = raw }
+        if let raw = environment["LARDER_METRICS_TOKEN"], !raw.isEmpty { configuration.metricsToken = raw }
         if let host { configuration.host = host }
         if let port { configuration.port = port }
         if let db { configuration.databasePath = db }
@@ -163,6 +170,8 @@ struct Serve: ParsableCommand {
         if let maxVariants { configuration.maxVariants = maxVariants }
         if let bodyFileThreshold { configuration.bodyFileThresholdBytes = bodyFileThreshold }
         if let adminToken { configuration.adminToken = adminToken }
+        if let metricsToken { configuration.metricsToken = metricsToken }
+        if let metricsNamespaces { configuration.metricsNamespaces = metricsNamespaces }
         if let maxBytes {
             guard let value = Quantity.bytes(maxBytes) else { throw ValidationError("--max-bytes '\(maxBytes)' is not a size (e.g. 1GiB, 100MB)") }
             configuration.maxBytes = value

@@ -1,0 +1,159 @@
+// GET /metrics: Prometheus text exposition, through swift-metrics with swift-prometheus.
+//
+// Each service has its own registry and factory (no global bootstrap, so several services can
+// run in one process, as the tests do). Metric objects are made once per label set and kept:
+// a request costs a dictionary read under a lock and the metric's own atomic or lock, never a
+// registry lookup. Label sets are bounded: routes and outcomes are fixed lists, statuses are
+// three digits, and namespaces past the first `namespaceLimit` seen are folded into `other`.
+// What the database holds (entries, bytes, evictions), the memory tier, warm jobs and the
+// process figures are read when scraped.
+
+import CoreMetrics
+import Foundation
+import LarderCore
+import LarderEngine
+import LarderSQLite
+import Metrics
+import Prometheus
+import Synchronization
+
+final class LarderMetrics: TrafficObserver, Sendable {
+    let registry = PrometheusCollectorRegistry()
+    private let factory: PrometheusMetricsFactory
+    private let namespaceLimit: Int
+    private let startedAt: Double
+
+    private struct Key: Hashable {
+        let name: String
+        let labels: [String]
+    }
+
+    private let counters = Mutex<[Key: CoreMetrics.Counter]>([:])
+    private let timers = Mutex<[Key: CoreMetrics.Timer]>([:])
+    private let gauges = Mutex<[Key: CoreMetrics.Gauge]>([:])
+    private let namespaces = Mutex<Set<String>>([])
+    private let reported = Mutex<(evictions: Int, expired: Int)>((0, 0))
+
+    init(namespaceLimit: Int, startedAt: Double) {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        // Request and upstream durations: 100 µs to 30 s.
+        factory.defaultDurationHistogramBuckets = [
+            .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2.5), .milliseconds(5),
+            .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
+            .seconds(1), .seconds(2.5), .seconds(5), .seconds(10), .seconds(30),
+        ]
+        self.factory = factory
+        self.namespaceLimit = namespaceLimit
+        self.startedAt = startedAt
+    }
+
+    private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
+        let key = Key(name: name, labels: labels.map(\.1))
+        return counters.withLock { counters in
+            if let counter = counters[key] { return counter }
+            let counter = CoreMetrics.Counter(label: name, dimensions: labels, factory: factory)
+            counters[key] = counter
+            return counter
+        }
+    }
+
+    private func timer(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Timer {
+        let key = Key(name: name, labels: labels.map(\.1))
+        return timers.withLock { timers in
+            if let timer = timers[key] { return timer }
+            let timer = CoreMetrics.Timer(label: name, dimensions: labels, factory: factory)
+            timers[key] = timer
+            return timer
+        }
+    }
+
+    private func gauge(_ name: String, _ labels: [(String, String)] = []) -> CoreMetrics.Gauge {
+        let key = Key(name: name, labels: labels.map(\.1))
+        return gauges.withLock { gauges in
+            if let gauge = gauges[key] { return gauge }
+            let gauge = CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory)
+            gauges[key] = gauge
+            return gauge
+        }
+    }
+
+    /// The namespace as a label: its own for the first `namespaceLimit` seen, `other` after.
+    private func namespaceLabel(_ namespace: String) -> String {
+        namespaces.withLock { seen in
+            if seen.contains(namespace) { return namespace }
+            guard seen.count < namespaceLimit else { return "other" }
+            seen.insert(namespace)
+            return namespace
+        }
+    }
+
+    // MARK: - Recording
+
+    /// The route a path belongs to, from a fixed list.
+    static func route(for path: String) -> String {
+        switch path {
+        case "/fetch": "fetch"
+        case "/batch": "batch"
+        case "/chain": "chain"
+        case "/healthz": "healthz"
+        case "/metrics": "metrics"
+        default:
+            if path.hasPrefix("/cache/warm") { "warm" }
+            else if path == "/cache" || path.hasPrefix("/cache/") { "admin" }
+            else if path.hasPrefix("/proxy/") { "proxy" }
+            else { "other" }
+        }
+    }
+
+    func requestFinished(route: String, status: Int, seconds: Double) {
+        counter("larder_requests_total", [("route", route), ("status", String(status))]).increment()
+        timer("larder_request_duration_seconds", [("route", route)]).recordNanoseconds(Int64(max(0, seconds) * 1e9))
+    }
+
+    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String) {
+        guard let outcome else { return }
+        let label = coalesced ? "coalesced" : outcome.rawValue
+        counter("larder_cache_lookups_total", [("outcome", label), ("namespace", namespaceLabel(namespace))]).increment()
+    }
+
+    func exchanged(upstream: String, status: Int?, errorCode: String?, seconds: Double) {
+        if let status {
+            counter("larder_upstream_requests_total", [("upstream", upstream), ("status", String(status))]).increment()
+            timer("larder_upstream_duration_seconds", [("upstream", upstream)]).recordNanoseconds(Int64(max(0, seconds) * 1e9))
+        } else if let errorCode {
+            counter("larder_upstream_errors_total", [("code", errorCode)]).increment()
+        }
+    }
+
+    // MARK: - Scraping
+
+    /// The exposition, after reading what is measured at scrape time.
+    func scrape(store: SQLiteCacheStore, tier: MemoryTier, warmJobs: WarmJobs?) -> [UInt8] {
+        let usage = store.usage()
+        gauge("larder_cache_entries").record(usage.entries)
+        gauge("larder_cache_bytes").record(usage.bytes)
+        gauge("larder_cache_capacity_bytes").record(store.capacity.maxBytes == Int.max ? 0 : store.capacity.maxBytes)
+        // Counters kept by the store; Prometheus counters advance by what changed since.
+        let (evicted, expired) = reported.withLock { reported -> (Int, Int) in
+            defer { reported = (store.evictionCount, store.expiredRemovalCount) }
+            return (store.evictionCount - reported.evictions, store.expiredRemovalCount - reported.expired)
+        }
+        counter("larder_cache_evictions_total", []).increment(by: max(0, evicted))
+        counter("larder_cache_expired_removals_total", []).increment(by: max(0, expired))
+        gauge("larder_memory_tier_bytes").record(tier.bytes)
+        var states: [String: Int] = ["queued": 0, "running": 0, "done": 0, "cancelled": 0]
+        for job in warmJobs?.list() ?? [] { states[job.state.rawValue, default: 0] += 1 }
+        for (state, count) in states { gauge("larder_warm_jobs", [("state", state)]).record(count) }
+        gauge("process_start_time_seconds").record(startedAt)
+        if let resident = Self.residentBytes() { gauge("process_resident_memory_bytes").record(resident) }
+        gauge("process_open_fds").record((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0)
+        return registry.emitToBuffer()
+    }
+
+    private static func residentBytes() -> Int? {
+        guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return nil }
+        let fields = statm.split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return nil }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+}

@@ -1,0 +1,97 @@
+// GET /metrics through the real server, read with the Prometheus text parser
+// (prometheus_client, from PyPI): it parses, and its counters match the traffic sent.
+
+import Foundation
+import LarderCore
+import LarderService
+import XCTest
+
+final class MetricsTests: IntegrationTestCase {
+    /// Every sample as "name{label="value",…}" → value, sorted labels, via prometheus_client.
+    private func parse(_ exposition: [UInt8]) throws -> [String: Double] {
+        let script = """
+            import sys, json
+            from prometheus_client.parser import text_string_to_metric_families
+            out = {}
+            for family in text_string_to_metric_families(sys.stdin.read()):
+                for sample in family.samples:
+                    labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                    out[f"{sample.name}{{{labels}}}"] = sample.value
+            print(json.dumps(out))
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script]
+        let input = Pipe(), output = Pipe(), errors = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = errors
+        try process.run()
+        input.fileHandleForWriting.write(Data(exposition))
+        try input.fileHandleForWriting.close()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        let problem = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        if problem.contains("No module named 'prometheus_client'") {
+            throw XCTSkip("prometheus_client is not installed (scripts/setup installs it)")
+        }
+        XCTAssertEqual(process.terminationStatus, 0, "the exposition parses: \(problem)")
+        return try JSONSerialization.jsonObject(with: data) as? [String: Double] ?? [:]
+    }
+
+    func testTheExpositionParsesAndItsCountersMatchTheTraffic() throws {
+        let larder = try startLarder { configuration in
+            configuration.upstreams = [NamedUpstream(name: "origin", baseURL: origin.base)]
+            configuration.metricsNamespaces = 2
+        }
+        let client = try larder.connection()
+        let base = uniquePath()
+        for namespace in ["alpha", "beta", "gamma", "delta"] {
+            _ = try client.fetch(["url": url("\(base)/\(namespace)"), "cache": ["ttl": 600, "namespace": namespace]])
+            _ = try client.fetch(["url": url("\(base)/\(namespace)"), "cache": ["ttl": 600, "namespace": namespace]])
+        }
+        _ = try client.request("GET", "/proxy/origin\(base)/p?cc=max-age%3D60")
+        _ = try client.request("GET", "/proxy/origin\(base)/p?cc=max-age%3D60")
+        _ = try client.fetch(["url": "http://127.0.0.1:1/refused", "cache": ["policy": "no-store"]])
+        _ = try client.request("GET", "/nowhere")
+
+        let scraped = try client.request("GET", "/metrics")
+        XCTAssertEqual(scraped.status, 200)
+        XCTAssertEqual(scraped.headers["content-type"]?.hasPrefix("text/plain; version=0.0.4"), true)
+        let samples = try parse(scraped.body)
+
+        XCTAssertEqual(samples[#"larder_requests_total{route="fetch",status="200"}"#], 8)
+        XCTAssertEqual(samples[#"larder_requests_total{route="fetch",status="502"}"#], 1)
+        XCTAssertEqual(samples[#"larder_requests_total{route="proxy",status="200"}"#], 2)
+        XCTAssertEqual(samples[#"larder_requests_total{route="other",status="404"}"#], 1)
+        XCTAssertEqual(samples[#"larder_request_duration_seconds_count{route="fetch"}"#], 9)
+        // Namespaces: the first two seen keep their label, the rest are "other".
+        XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="alpha",outcome="miss"}"#], 1)
+        XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="alpha",outcome="hit"}"#], 1)
+        XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="other",outcome="hit"}"#], 3, "gamma, delta, the proxy")
+        XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="proxy:origin",outcome="hit"}"#], nil, "past the limit")
+        XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="other",outcome="miss"}"#], 3, "gamma, delta, the proxy")
+        XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="other",outcome="bypass"}"#], nil, "a failed request is no lookup outcome")
+        XCTAssertEqual(samples[#"larder_upstream_requests_total{status="200",upstream="fetch"}"#], 4)
+        XCTAssertEqual(samples[#"larder_upstream_requests_total{status="200",upstream="origin"}"#], 1)
+        XCTAssertEqual(samples[#"larder_upstream_errors_total{code="upstream_unreachable"}"#], 1)
+        XCTAssertEqual(samples[#"larder_upstream_duration_seconds_count{upstream="fetch"}"#], 4)
+        XCTAssertEqual(samples[#"larder_cache_entries{}"#], 5)
+        XCTAssertGreaterThan(samples[#"larder_cache_bytes{}"#] ?? 0, 0)
+        XCTAssertEqual(samples[#"larder_cache_evictions_total{}"#], 0)
+        XCTAssertGreaterThan(samples[#"larder_memory_tier_bytes{}"#] ?? 0, 0)
+        XCTAssertEqual(samples[#"larder_warm_jobs{state="running"}"#], 0)
+        XCTAssertGreaterThan(samples[#"process_resident_memory_bytes{}"#] ?? 0, 1_048_576)
+        XCTAssertGreaterThan(samples[#"process_open_fds{}"#] ?? 0, 3)
+        XCTAssertGreaterThan(samples[#"process_start_time_seconds{}"#] ?? 0, 1_700_000_000)
+    }
+
+    func testAMetricsTokenGuardsMetricsOnly() throws {
+        let client = try startLarder { $0.metricsToken = "scrape-me" }.connection()
+        let refused = try client.request("GET", "/metrics")
+        XCTAssertEqual(refused.status, 401)
+        XCTAssertEqual(refused.errorCode, "unauthorized")
+        XCTAssertEqual(try client.request("GET", "/metrics", headers: ["Authorization": "Bearer scrape-me"]).status, 200)
+        XCTAssertEqual(try client.request("GET", "/cache/stats").status, 200, "the admin routes have their own token")
+    }
+}
