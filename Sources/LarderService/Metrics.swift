@@ -87,7 +87,51 @@ final class LarderMetrics: TrafficObserver, Sendable {
         }
     }
 
-    // MARK: - Recording
+    // MARK: - Recording (the hot path: one lock, integer or short-string keys, no allocation)
+
+    /// A route's metrics: its duration histogram, and its request counter per status.
+    private final class RouteMetrics: Sendable {
+        let duration: CoreMetrics.Timer
+        let byStatus = Mutex<[Int: CoreMetrics.Counter]>([:])
+        init(duration: CoreMetrics.Timer) { self.duration = duration }
+    }
+
+    /// A namespace's lookup counters, one per outcome (and coalesced), made together.
+    private final class LookupCounters: Sendable {
+        let byOutcome: [CoreMetrics.Counter]
+        init(byOutcome: [CoreMetrics.Counter]) { self.byOutcome = byOutcome }
+    }
+
+    static let routes = ["fetch", "batch", "chain", "proxy", "admin", "warm", "metrics", "healthz", "other"]
+    private static let outcomeLabels = CacheOutcome.allCases.map(\.rawValue) + ["coalesced"]
+    private let routeMetrics = Mutex<[String: RouteMetrics]>([:])
+    private let lookups = Mutex<[String: LookupCounters]>([:])
+
+    private func metrics(forRoute route: String) -> RouteMetrics {
+        routeMetrics.withLock { all in
+            if let existing = all[route] { return existing }
+            let made = RouteMetrics(duration: CoreMetrics.Timer(label: "larder_request_duration_seconds", dimensions: [("route", route)],
+                                                                factory: factory))
+            all[route] = made
+            return made
+        }
+    }
+
+    private func lookupCounters(for namespace: String) -> LookupCounters {
+        if let existing = lookups.withLock({ $0[namespace] }) { return existing }
+        let label = namespaceLabel(namespace)
+        return lookups.withLock { all in
+            if let existing = all[namespace] { return existing }
+            let made = all[label] ?? LookupCounters(byOutcome: Self.outcomeLabels.map { outcome in
+                counter("larder_cache_lookups_total", [("outcome", outcome), ("namespace", label)])
+            })
+            all[label] = made
+            // Folded namespaces are remembered too (bounded: only up to the limit plus what
+            // maps to `other` is kept by name, and names past 10,000 are looked up each time).
+            if all.count < 10_000 { all[namespace] = made }
+            return made
+        }
+    }
 
     /// The route a path belongs to, from a fixed list.
     static func route(for path: String) -> String {
@@ -106,14 +150,33 @@ final class LarderMetrics: TrafficObserver, Sendable {
     }
 
     func requestFinished(route: String, status: Int, seconds: Double) {
-        counter("larder_requests_total", [("route", route), ("status", String(status))]).increment()
-        timer("larder_request_duration_seconds", [("route", route)]).recordNanoseconds(Int64(max(0, seconds) * 1e9))
+        let metrics = metrics(forRoute: route)
+        let requests = metrics.byStatus.withLock { byStatus in
+            if let existing = byStatus[status] { return existing }
+            let made = self.counter("larder_requests_total", [("route", route), ("status", String(status))])
+            byStatus[status] = made
+            return made
+        }
+        requests.increment()
+        metrics.duration.recordNanoseconds(Int64(max(0, seconds) * 1e9))
     }
 
     func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String) {
         guard let outcome else { return }
-        let label = coalesced ? "coalesced" : outcome.rawValue
-        counter("larder_cache_lookups_total", [("outcome", label), ("namespace", namespaceLabel(namespace))]).increment()
+        let index: Int
+        if coalesced {
+            index = 5
+        } else {
+            // The order of CacheOutcome.allCases (outcomeLabels), without building that array.
+            switch outcome {
+            case .hit: index = 0
+            case .miss: index = 1
+            case .stale: index = 2
+            case .bypass: index = 3
+            case .revalidated: index = 4
+            }
+        }
+        lookupCounters(for: namespace).byOutcome[index].increment()
     }
 
     func exchanged(upstream: String, status: Int?, errorCode: String?, seconds: Double) {

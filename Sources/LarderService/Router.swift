@@ -165,12 +165,10 @@ struct Router: HTTPRequestHandler {
 
     private func finish(_ request: HTTPServerRequest, response: HTTPServerResponse, outcome: CacheOutcome?,
                         errorCode: String? = nil, receivedAt: Double, route: String? = nil) -> HTTPServerResponse {
-        if let metrics {
-            metrics.requestFinished(route: route ?? LarderMetrics.route(for: request.path), status: response.status,
-                                    seconds: clock.now() - receivedAt)
-        }
+        let seconds = clock.now() - receivedAt
+        metrics?.requestFinished(route: route ?? LarderMetrics.route(for: request.path), status: response.status, seconds: seconds)
         if accessLog {
-            let milliseconds = (clock.now() - receivedAt) * 1000
+            let milliseconds = seconds * 1000
             let rounded = (milliseconds * 100).rounded() / 100
             logger.info("\(AccessLog.escaped(request.method)) \(AccessLog.escaped(request.path)) \(response.status) \(outcome?.rawValue ?? errorCode ?? "-") \(rounded)ms")
         }
