@@ -70,32 +70,19 @@ extension SQLiteCacheStore: CacheAdministration {
     private func purgeBatch(condition: String, bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void,
                             total: PurgeResult, completion: @escaping @Sendable (PurgeResult) -> Void) {
         var total = total
-        var removed = 0
+        let removed: Int
         do {
-            let delete = try writer.prepare("""
-                DELETE FROM entries WHERE rowid IN (SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.purgeBatch))
-                RETURNING primary_key, \(Self.entryBytesSQL)
-                """)
-            try writer.execute("BEGIN IMMEDIATE")
-            do {
-                try bind(delete)
-                while try delete.step() {
-                    removed += 1
-                    if let key = delete.string(0) { total.primaryKeys.insert(CacheKey(hex: key)) }
-                    total.bytes += Int(delete.int64(1))
-                }
-                delete.reset()
-                try writer.execute("COMMIT")
-            } catch {
-                try? writer.execute("ROLLBACK")
-                throw error
+            let rows = try deleteRows("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.purgeBatch)", bind: bind)
+            for row in rows {
+                total.primaryKeys.insert(row.primaryKey)
+                total.bytes += row.bytes
             }
+            removed = rows.count
         } catch {
             logger.error("purge failed", metadata: ["error": "\(error)"])
             return completion(total)
         }
         total.removed += removed
-        reapDeadFiles()
         guard removed == Self.purgeBatch else {
             vacuumStep()
             return completion(total)

@@ -140,31 +140,42 @@ extension SQLiteCacheStore {
         writerQueue.async { [self] in sweepBatch(now: now) }
     }
 
-    /// Deletes the rows `selection` picks (rowids) in one transaction; tells the tier above.
-    /// Returns how many went.
-    private func deleteBatch(_ selection: String) -> Int {
-        var keys: [CacheKey] = []
+    /// Deletes the rows whose rowids `selection` (SQL) picks, in one transaction, then reaps
+    /// their body files. Returns each removed row's primary key and bytes. Shared by eviction,
+    /// the retention sweep and purges.
+    func deleteRows(_ selection: String, bind: (SQLiteStatement) throws(SQLiteError) -> Void = { _ throws(SQLiteError) in })
+        throws(SQLiteError) -> [(primaryKey: CacheKey, bytes: Int)] {
+        var removed: [(primaryKey: CacheKey, bytes: Int)] = []
+        let delete = try writer.prepare("DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING primary_key, \(Self.entryBytesSQL)")
+        try writer.execute("BEGIN IMMEDIATE")
         do {
-            let delete = try writer.prepare("DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING primary_key")
-            try writer.execute("BEGIN IMMEDIATE")
-            do {
-                while try delete.step() {
-                    if let key = delete.string(0) { keys.append(CacheKey(hex: key)) }
-                }
-                delete.reset()
-                try writer.execute("COMMIT")
-            } catch {
-                try? writer.execute("ROLLBACK")
-                throw error
+            try bind(delete)
+            while try delete.step() {
+                removed.append((CacheKey(hex: delete.string(0) ?? ""), Int(delete.int64(1))))
             }
+            delete.reset()
+            try writer.execute("COMMIT")
+        } catch {
+            try? writer.execute("ROLLBACK")
+            throw error
+        }
+        reapDeadFiles()
+        return removed
+    }
+
+    /// As `deleteRows`, for rows the store drops on its own: the tier above is told. Returns
+    /// how many went.
+    private func deleteBatch(_ selection: String) -> Int {
+        let removed: [(primaryKey: CacheKey, bytes: Int)]
+        do {
+            removed = try deleteRows(selection)
         } catch {
             logger.error("cannot remove entries", metadata: ["error": "\(error)"])
             return 0
         }
-        reapDeadFiles()
         let dropped = lostHandler.withLock { $0 }
-        for key in Set(keys) { dropped?(key) }
-        return keys.count
+        for key in Set(removed.map(\.primaryKey)) { dropped?(key) }
+        return removed.count
     }
 
     /// Gives free pages back to the file system, a step at a time, each its own writer turn.

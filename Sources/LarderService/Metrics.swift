@@ -47,34 +47,26 @@ final class LarderMetrics: TrafficObserver, Sendable {
         self.startedAt = startedAt
     }
 
-    private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
-        let key = Key(name: name, labels: labels.map(\.1))
-        return counters.withLock { counters in
-            if let counter = counters[key] { return counter }
-            let counter = CoreMetrics.Counter(label: name, dimensions: labels, factory: factory)
-            counters[key] = counter
-            return counter
+    /// The metric kept under `key` in `table`, made by `make` the first time.
+    private func kept<Metric>(_ table: borrowing Mutex<[Key: Metric]>, _ key: Key, _ make: () -> Metric) -> Metric {
+        table.withLock { metrics in
+            if let metric = metrics[key] { return metric }
+            let metric = make()
+            metrics[key] = metric
+            return metric
         }
+    }
+
+    private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
+        kept(counters, Key(name: name, labels: labels.map(\.1))) { CoreMetrics.Counter(label: name, dimensions: labels, factory: factory) }
     }
 
     private func timer(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Timer {
-        let key = Key(name: name, labels: labels.map(\.1))
-        return timers.withLock { timers in
-            if let timer = timers[key] { return timer }
-            let timer = CoreMetrics.Timer(label: name, dimensions: labels, factory: factory)
-            timers[key] = timer
-            return timer
-        }
+        kept(timers, Key(name: name, labels: labels.map(\.1))) { CoreMetrics.Timer(label: name, dimensions: labels, factory: factory) }
     }
 
     private func gauge(_ name: String, _ labels: [(String, String)] = []) -> CoreMetrics.Gauge {
-        let key = Key(name: name, labels: labels.map(\.1))
-        return gauges.withLock { gauges in
-            if let gauge = gauges[key] { return gauge }
-            let gauge = CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory)
-            gauges[key] = gauge
-            return gauge
-        }
+        kept(gauges, Key(name: name, labels: labels.map(\.1))) { CoreMetrics.Gauge(label: name, dimensions: labels, factory: factory) }
     }
 
     /// The namespace as a label: its own for the first `namespaceLimit` seen, `other` after.
