@@ -89,7 +89,6 @@ public final class TrafficCounters: Sendable {
     private let coalesced = Atomic<Int>(0)
     private let errors = Mutex<[String: Int]>([:])
     public let startedAt: Double
-    private let observerBox = Mutex<(any TrafficObserver)?>(nil)
     /// Read without a lock on every answer: set once, before traffic.
     nonisolated(unsafe) private var observer: (any TrafficObserver)?
 
@@ -97,7 +96,6 @@ public final class TrafficCounters: Sendable {
 
     /// Reports to `observer` too; call once, before the first request.
     public func observe(with observer: any TrafficObserver) {
-        observerBox.withLock { $0 = observer }
         self.observer = observer
     }
 

@@ -4,7 +4,8 @@
 // Threading: `fetch` runs on the server's worker thread. When the answer comes from the cache
 // it is returned directly (no suspension, no hop). Otherwise `fetch` returns nil, the request
 // goes to the upstream's thread, and `reply` is called from there as soon as the response is
-// complete and handed to the store (which commits it afterwards, off the request's path). No lock is taken on the hit path beyond what the store needs.
+// complete and handed to the store (which commits it afterwards, off the request's path). No
+// lock is taken on the hit path beyond what the store needs.
 
 import Dispatch
 public import LarderCore
@@ -138,14 +139,8 @@ public final class FetchEngine: Sendable {
 
     public func fetch(_ prepared: PreparedFetch,
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
-        let traffic = self.traffic
-        let namespace = prepared.request.cache.namespace
-        let immediate = fetch(prepared, mayCoalesce: true, cancellation: nil) { answer in
-            traffic.count(answer, namespace: namespace)
-            reply(answer)
-        }
-        if let immediate { traffic.count(immediate, namespace: namespace) }
-        return immediate
+        let (counted, count) = counting(prepared, reply)
+        return count(fetch(prepared, mayCoalesce: true, cancellation: nil, reply: counted))
     }
 
     /// As `fetch`, and `cancellation` abandons the request: it is answered `cancelled` at once,
@@ -154,18 +149,25 @@ public final class FetchEngine: Sendable {
     public func fetch(_ prepared: PreparedFetch, cancellation: Cancellation,
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
         if cancellation.isCancelled { return .failed(Self.cancelledError) }
-        let traffic = self.traffic
-        let namespace = prepared.request.cache.namespace
-        let once = ReplyOnce { answer in
-            traffic.count(answer, namespace: namespace)
-            reply(answer)
-        }
-        let immediate = fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: once.callAsFunction)
-        if let immediate { traffic.count(immediate, namespace: namespace) }
-        return immediate
+        let (counted, count) = counting(prepared, reply)
+        return count(fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: ReplyOnce(counted).callAsFunction))
     }
 
     static let cancelledError = LarderError(.cancelled, "the request was cancelled")
+
+    /// `reply` counting its answer in `traffic`, and the same for an answer given at once.
+    private func counting(_ prepared: PreparedFetch, _ reply: @escaping @Sendable (CacheAnswer) -> Void)
+        -> (@Sendable (CacheAnswer) -> Void, (CacheAnswer?) -> CacheAnswer?) {
+        let traffic = self.traffic
+        let namespace = prepared.request.cache.namespace
+        return ({ answer in
+            traffic.count(answer, namespace: namespace)
+            reply(answer)
+        }, { immediate in
+            if let immediate { traffic.count(immediate, namespace: namespace) }
+            return immediate
+        })
+    }
 
     private func fetch(_ prepared: PreparedFetch, mayCoalesce: Bool, cancellation: Cancellation?,
                        reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {

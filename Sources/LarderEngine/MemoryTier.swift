@@ -51,7 +51,7 @@ public final class MemoryTier: CacheStore {
     }
 
     private static func size(of entries: [StoredEntry]) -> Int {
-        entries.reduce(0) { $0 + $1.body.count + $1.headersJSON.count + $1.url.utf8.count + 256 }
+        entries.reduce(0) { $0 + $1.approximateBytes }
     }
 
     public func lookup(_ primaryKey: CacheKey) -> [StoredEntry] {

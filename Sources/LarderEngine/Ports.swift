@@ -86,6 +86,10 @@ public struct BodyFile: Sendable, Equatable {
 }
 
 extension StoredEntry {
+    /// Memory an entry holds, roughly: body, headers, URL and a fixed allowance for the rest
+    /// (the store's byte counts use the same rule, in SQL, for what it keeps).
+    public var approximateBytes: Int { body.count + headersJSON.count + url.utf8.count + 256 }
+
     /// Whether this entry may answer a request with these fields (RFC 9111 §4.1).
     public func matches(_ request: [HeaderField], keys: CacheKeyBuilder) -> Bool {
         guard !varyNames.isEmpty else { return true }

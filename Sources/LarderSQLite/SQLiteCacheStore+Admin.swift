@@ -103,20 +103,19 @@ extension SQLiteCacheStore: CacheAdministration {
             clauses.append("namespace = ?\(index)")
             strings.append((index, namespace))
         }
-        if let prefix = filter.urlPrefix {
+        /// `column` starts with `value` (substr, not LIKE: no wildcards to escape).
+        func startsWith(_ column: String, _ value: String) -> String {
             let index = parameter()
-            clauses.append("substr(url, 1, length(?\(index))) = ?\(index)")
-            strings.append((index, prefix))
+            strings.append((index, value))
+            return "substr(\(column), 1, length(?\(index))) = ?\(index)"
+        }
+        if let prefix = filter.urlPrefix {
+            clauses.append(startsWith("url", prefix))
         }
         if let host = filter.host {
             // url_key is scheme://host[:port]/path…: the host ends at ':' or '/'.
-            var alternatives: [String] = []
-            for scheme in ["http", "https"] {
-                for end in ["/", ":"] {
-                    let index = parameter()
-                    alternatives.append("substr(url_key, 1, length(?\(index))) = ?\(index)")
-                    strings.append((index, "\(scheme)://\(host.lowercased())\(end)"))
-                }
+            let alternatives = ["http", "https"].flatMap { scheme in
+                ["/", ":"].map { end in startsWith("url_key", "\(scheme)://\(host.lowercased())\(end)") }
             }
             clauses.append("(" + alternatives.joined(separator: " OR ") + ")")
         }

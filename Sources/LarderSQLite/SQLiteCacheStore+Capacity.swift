@@ -111,8 +111,10 @@ extension SQLiteCacheStore {
     public func usage() -> (entries: Int, bytes: Int) {
         writerQueue.sync {
             commitAllPending()
-            let entries = (try? writer.scalarInt("SELECT entries FROM usage WHERE id = 1")).map(Int.init) ?? 0
-            return (entries, usedBytes())
+            guard let select = try? writer.prepare("SELECT entries, bytes FROM usage WHERE id = 1"), (try? select.step()) == true else {
+                return (0, 0)
+            }
+            return (Int(select.int64(0)), Int(select.int64(1)))
         }
     }
 
@@ -173,7 +175,7 @@ extension SQLiteCacheStore {
             logger.error("cannot remove entries", metadata: ["error": "\(error)"])
             return 0
         }
-        let dropped = lostHandler.withLock { $0 }
+        let dropped = droppedHandler.withLock { $0 }
         for key in Set(removed.map(\.primaryKey)) { dropped?(key) }
         return removed.count
     }

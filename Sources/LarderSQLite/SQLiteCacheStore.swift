@@ -56,7 +56,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
     private let flushTimer: DispatchSourceTimer
     let pending = Mutex(PendingWrites())
-    let lostHandler = Mutex<(@Sendable (CacheKey) -> Void)?>(nil)
+    let droppedHandler = Mutex<(@Sendable (CacheKey) -> Void)?>(nil)
     private let beginImmediate: SQLiteStatement
     private let commit: SQLiteStatement
     private let savepoint: SQLiteStatement
@@ -420,7 +420,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// the commit instead when too much is uncommitted); the writer commits it soon after.
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
         guard !closed.load(ordering: .relaxed) else { return completion(false) }
-        let size = entry.body.count + entry.headersJSON.count + entry.url.utf8.count + 256
+        let size = entry.approximateBytes
         let (schedule, waits) = pending.withLock { pending -> (Bool, Bool) in
             let waits = pending.bytes + size > Self.pendingByteLimit
             pending.queue.append(PendingWrite(entry: entry, size: size, completion: waits ? completion : nil))
@@ -462,7 +462,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// can drop it too: acknowledged but not committed (disk full, I/O error), evicted for
     /// capacity, or removed by the retention sweep.
     public func onEntryDropped(_ handler: @escaping @Sendable (CacheKey) -> Void) {
-        lostHandler.withLock { $0 = handler }
+        droppedHandler.withLock { $0 = handler }
     }
 
     /// Group commits so far; for tests.
@@ -520,9 +520,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 pending.bytes -= write.size
             }
         }
-        let lost = lostHandler.withLock { $0 }
+        let dropped = droppedHandler.withLock { $0 }
         for (write, saved) in zip(batch, written) {
-            if !saved { lost?(write.entry.primaryKey) }
+            if !saved { dropped?(write.entry.primaryKey) }
             write.completion?(saved)
         }
         if more { writerQueue.async { [self] in commitPending() } }
@@ -562,26 +562,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             }
             reapDeadFiles()
             completion(removed)
-        }
-    }
-
-    /// Saves and waits; for tests and tools.
-    public func saveAndWait(_ entry: StoredEntry) throws {
-        try writerQueue.sync {
-            commitAllPending()
-            writtenFiles.removeAll()
-            try writer.execute("BEGIN IMMEDIATE")
-            do {
-                try write(entry)
-                try writer.execute("COMMIT")
-            } catch {
-                try? writer.execute("ROLLBACK")
-                for name in writtenFiles { files.remove(name) }
-                writtenFiles.removeAll()
-                throw error
-            }
-            writtenFiles.removeAll()
-            reapDeadFiles()
         }
     }
 

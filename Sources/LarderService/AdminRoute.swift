@@ -117,7 +117,7 @@ struct AdminRoute: Sendable {
 
     private func statistics() -> [UInt8] {
         let stored = store.statistics()
-        let traffic = traffic.snapshot()
+        let counts = traffic.snapshot()
         var out: [UInt8] = []
         func number(_ value: Double?) -> String {
             guard let value else { return "null" }
@@ -132,8 +132,7 @@ struct AdminRoute: Sendable {
             out.append(contentsOf: #":{"entries":\#(namespace.entries),"bytes":\#(namespace.bytes)}"#.utf8)
         }
         out.append(contentsOf: #"}},"memoryTier":{"bytes":\#(tier.bytes),"capacityBytes":\#(memoryCapacityBytes)},"#.utf8)
-        let counts = traffic
-        out.append(contentsOf: #""sinceStart":{"startedAt":\#(number(self.traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
+        out.append(contentsOf: #""sinceStart":{"startedAt":\#(number(traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
         out.append(contentsOf: #""hits":\#(counts.hits),"misses":\#(counts.misses),"stale":\#(counts.stale),"revalidated":\#(counts.revalidated),"#.utf8)
         out.append(contentsOf: #""bypass":\#(counts.bypassed),"coalesced":\#(counts.coalesced),"hitRatio":\#(number(counts.hitRatio)),"errors":{"#.utf8)
         for (index, (code, count)) in counts.errors.sorted(by: { $0.key < $1.key }).enumerated() {
