@@ -20,6 +20,12 @@ public struct CacheOptions: Sendable, Equatable {
     /// Seconds. When set, an entry is fresh while its age is below it, whatever the headers say.
     public var ttl: Double?
     public var version: Int64 = 0
+    /// Whether the caller (or its named upstream) chose `version`; when not, the engine uses
+    /// the namespace's current version (POST /cache/namespaces/{ns}/version).
+    public var versionExplicit = false
+    /// Surrogate keys the stored entry carries, for purging by tag (besides the response's
+    /// Surrogate-Key / Cache-Tag).
+    public var tags: [String] = []
     public var sensitive: JSONValue?
     public var ignoreQuery: Set<String> = []
     public var namespace: String = "default"
@@ -96,7 +102,7 @@ extension FetchRequest {
     public static let knownFields = ["url", "upstream", "path", "cdn", "method", "query", "headers", "body", "bodyBase64",
                                      "timeoutMs", "cache", "validate"]
     public static let knownCacheFields = ["policy", "ttl", "version", "sensitive", "ignoreQuery", "namespace",
-                                          "staleWhileRevalidate", "staleIfError"]
+                                          "staleWhileRevalidate", "staleIfError", "tags"]
 
     /// Namespaces of this prefix belong to the proxy route (`proxy:NAME`): a /fetch caller who
     /// could write there could answer the proxy's clients with a response of its choosing.
@@ -232,6 +238,8 @@ private struct CacheReader {
         options.ttl = defaults.ttl
         options.namespace = defaults.namespace ?? options.namespace
         options.version = defaults.version ?? 0
+        options.versionExplicit = defaults.version != nil
+        options.tags = defaults.tags
         options.staleOnError = defaults.staleOnError
         guard let fields else { return options }
         if let policy = try fields.string("policy") {
@@ -247,7 +255,13 @@ private struct CacheReader {
             }
             options.ttl = ttl
         }
-        if let version = try fields.integer("version") { options.version = version }
+        if let version = try fields.integer("version") {
+            options.version = version
+            options.versionExplicit = true
+        }
+        if let tags = try fields.strings("tags") {
+            options.tags = try CacheTags.validated(tags, field: name("tags"), adding: options.tags)
+        }
         for member in ["staleWhileRevalidate", "staleIfError"] {
             if let value = try fields.number(member), !(value.isFinite && value >= 0) {
                 throw .invalid(name(member), "must be a number of seconds, 0 or more")

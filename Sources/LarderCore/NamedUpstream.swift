@@ -10,6 +10,8 @@ public struct CacheDefaults: Sendable, Equatable {
     /// Seconds past freshness a stored response answers when this upstream fails (overrides
     /// `--stale-on-error`).
     public var staleOnError: Double?
+    /// Tags every entry stored through this upstream carries.
+    public var tags: [String] = []
     public init(policy: CachePolicy? = nil, ttl: Double? = nil, version: Int64? = nil, namespace: String? = nil) {
         self.policy = policy
         self.ttl = ttl
@@ -74,6 +76,7 @@ public struct NamedUpstream: Sendable, Equatable {
         if let namespace = cache.namespace, namespace.hasPrefix(FetchRequest.reservedNamespacePrefix) {
             throw .invalid("cache.namespace", "namespaces starting with '\(FetchRequest.reservedNamespacePrefix)' belong to the proxy")
         }
+        _ = try CacheTags.validated(cache.tags, field: "cache.tags")
     }
 
     /// nil when `url` (built from a request's path) stays under the base URL's path, else why

@@ -19,14 +19,62 @@ public struct PurgeFilter: Sendable, Equatable {
     public var expiredAt: Double?
     /// Normalised URLs (UpstreamURL.keyString()): their entries in every namespace.
     public var urls: [String]?
+    /// Entries carrying any of these tags.
+    public var tags: [String]?
+    /// Under any version but this one (a namespace's retired entries).
+    public var versionOtherThan: Int64?
+    /// Listing only: the response status, and still within freshness or a stale window at this time.
+    public var status: Int?
+    public var notExpiredAt: Double?
     public var all = false
 
     public init() {}
 
     public var isEmpty: Bool {
         namespace == nil && urlPrefix == nil && host == nil && storedBefore == nil && versionBelow == nil && expiredAt == nil
-            && urls == nil && !all
+            && urls == nil && tags == nil && versionOtherThan == nil && status == nil && notExpiredAt == nil && !all
     }
+}
+
+/// One stored row as the admin API lists it (no body).
+public struct EntryRecord: Sendable, Equatable {
+    /// The request's key (what /fetch reports; every variant shares it) and the row's own.
+    public var key: CacheKey
+    public var rowKey: CacheKey
+    public var namespace: String
+    public var method: String
+    public var url: String
+    public var status: Int
+    public var bytes: Int
+    public var storedAt: Double
+    /// End of freshness, and end of the longest stale window after it.
+    public var expiresAt: Double
+    public var staleUntil: Double
+    public var version: Int64
+    public var tags: [String]
+    public var hits: Int
+    public var lastAccessAt: Double
+    public var etag: String?
+    public var lastModified: String?
+    /// The request fields the response varies on (Vary), lower-case.
+    public var varies: [String]
+    public init(key: CacheKey, rowKey: CacheKey, namespace: String, method: String, url: String, status: Int, bytes: Int,
+                storedAt: Double, expiresAt: Double, staleUntil: Double, version: Int64, tags: [String], hits: Int,
+                lastAccessAt: Double, etag: String?, lastModified: String?, varies: [String]) {
+        self.key = key; self.rowKey = rowKey; self.namespace = namespace; self.method = method; self.url = url
+        self.status = status; self.bytes = bytes; self.storedAt = storedAt; self.expiresAt = expiresAt
+        self.staleUntil = staleUntil; self.version = version; self.tags = tags; self.hits = hits
+        self.lastAccessAt = lastAccessAt; self.etag = etag; self.lastModified = lastModified; self.varies = varies
+    }
+}
+
+/// One page of a listing, in row-key order; `nextCursor` continues after its last row (nil at
+/// the end). Keyset pagination: rows added or removed meanwhile never make a later page skip
+/// or repeat a row that was there all along.
+public struct EntryPage: Sendable, Equatable {
+    public var records: [EntryRecord] = []
+    public var nextCursor: String?
+    public init() {}
 }
 
 public struct PurgeResult: Sendable, Equatable {
@@ -67,6 +115,12 @@ public protocol CacheAdministration: Sendable {
     func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void)
     /// Removes every row (all variants, any part) under a primary key.
     func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void)
+    /// Up to `limit` rows matching `filter` whose row key sorts after `cursor`.
+    func list(_ filter: PurgeFilter, after cursor: String?, limit: Int) -> EntryPage
+    /// Every row under a primary key (all variants), oldest first.
+    func records(primaryKey: CacheKey) -> [EntryRecord]
+    /// Records a namespace's current version (NamespaceVersions); calls back once it is durable.
+    func setNamespaceVersion(_ namespace: String, to version: Int64, completion: @escaping @Sendable (Bool) -> Void)
 }
 
 /// Where answers and upstream exchanges are reported besides the counters (the metrics).

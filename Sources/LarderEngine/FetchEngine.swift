@@ -71,6 +71,8 @@ public final class FetchEngine: Sendable {
         public var staleOnError: Double = 0
         /// After a range of a representation at most this large, it is fetched whole (0: never).
         public var rangeFetchOver: Int = 0
+        /// Response fields whose values tag a stored entry (lower-case; CacheTags).
+        public var tagHeaders: [String] = CacheTags.defaultHeaderNames
         public init() {}
     }
 
@@ -83,6 +85,8 @@ public final class FetchEngine: Sendable {
     let logger: Logger
     /// Answers since start, by outcome and error (GET /cache/stats).
     public let traffic: TrafficCounters
+    /// Each namespace's current version, used by requests that name none.
+    public let namespaces: NamespaceVersions
     private let flights = Mutex<[FlightKey: Flight]>([:])
     private let nextID = Atomic<UInt64>(0)
     private let coalesced = Atomic<Int>(0)
@@ -123,6 +127,7 @@ public final class FetchEngine: Sendable {
         self.limits = limits
         self.logger = logger
         self.traffic = TrafficCounters(startedAt: clock.now())
+        self.namespaces = NamespaceVersions(store.namespaceVersions())
     }
 
     /// Derives the key once; a prepared request can be answered any number of times.
@@ -171,6 +176,7 @@ public final class FetchEngine: Sendable {
 
     private func fetch(_ prepared: PreparedFetch, mayCoalesce: Bool, cancellation: Cancellation?,
                        reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        let prepared = namespaces.resolving(prepared)
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -527,7 +533,7 @@ public final class FetchEngine: Sendable {
         let varyNames = Vary.names(in: response.headers) ?? []
         let fingerprint = varyNames.isEmpty ? nil : keys.variantFingerprint(names: varyNames, request: request.headers)
         let rowKey = fingerprint.map { CacheKey(hex: derived.key.hex + "." + $0.prefix(32)) } ?? derived.key
-        return StoredEntry(
+        var entry = StoredEntry(
             key: rowKey, primaryKey: derived.key, varyNames: varyNames, variantFingerprint: fingerprint,
             namespace: request.cache.namespace, method: request.method,
             url: request.url.absoluteString, urlKey: request.url.keyString(), status: response.status,
@@ -537,6 +543,8 @@ public final class FetchEngine: Sendable {
             sensitiveFingerprint: derived.sensitiveFingerprint,
             etag: response.headers.values("etag").first,
             lastModified: response.headers.values("last-modified").first)
+        entry.tags = CacheTags.merged(request.cache.tags, from: response.headers, headerNames: limits.tagHeaders)
+        return entry
     }
 
     /// RFC 9111 §4.4: a non-error response to an unsafe method invalidates the stored

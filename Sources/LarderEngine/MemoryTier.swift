@@ -101,6 +101,8 @@ public final class MemoryTier: CacheStore {
         return nil
     }
 
+    public func namespaceVersions() -> [String: Int64] { backing.namespaceVersions() }
+
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         backing.invalidate(urlKeys: urlKeys) { [self] removed in
             for primaryKey in removed { forget(primaryKey) }

@@ -39,6 +39,8 @@ public struct StoredEntry: Sendable, Equatable {
     public var bodyFile: BodyFile?
     /// The body file opened for sending (set by the engine for the proxy, never stored).
     public var openedBody: OwnedDescriptor?
+    /// Surrogate keys, for purging by tag (CacheTags).
+    public var tags: [String] = []
 
     public static func == (lhs: StoredEntry, rhs: StoredEntry) -> Bool {
         lhs.key == rhs.key && lhs.primaryKey == rhs.primaryKey && lhs.varyNames == rhs.varyNames
@@ -46,7 +48,7 @@ public struct StoredEntry: Sendable, Equatable {
             && lhs.url == rhs.url && lhs.urlKey == rhs.urlKey && lhs.status == rhs.status && lhs.headersJSON == rhs.headersJSON
             && lhs.body == rhs.body && lhs.bodyKind == rhs.bodyKind && lhs.freshness == rhs.freshness
             && lhs.sensitiveFingerprint == rhs.sensitiveFingerprint && lhs.etag == rhs.etag && lhs.lastModified == rhs.lastModified
-            && lhs.bodyFile == rhs.bodyFile && lhs.openedBody === rhs.openedBody
+            && lhs.bodyFile == rhs.bodyFile && lhs.openedBody === rhs.openedBody && lhs.tags == rhs.tags
     }
 
     public init(key: CacheKey, primaryKey: CacheKey? = nil, varyNames: [String] = [], variantFingerprint: String? = nil,
@@ -119,12 +121,15 @@ public protocol CacheStore: Sendable {
     /// Removes every entry whose normalised URL is one of `urlKeys`, in every namespace and
     /// partition; calls back with the primary keys of what was removed.
     func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void)
+    /// Namespace versions set through the admin API (NamespaceVersions), read at start.
+    func namespaceVersions() -> [String: Int64]
 }
 
 extension CacheStore {
     // Stores that keep every body inline have no files.
     public func readBody(of entry: StoredEntry) -> [UInt8]? { entry.bodyFile == nil ? entry.body : nil }
     public func openBody(of entry: StoredEntry) -> OwnedDescriptor? { nil }
+    public func namespaceVersions() -> [String: Int64] { [:] }
 }
 
 public struct UpstreamRequest: Sendable {

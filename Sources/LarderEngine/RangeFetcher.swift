@@ -30,6 +30,7 @@ public struct RangeFetcher: Sendable {
     /// whole response answers: at once from the stored part, or later through `reply`.
     public func fetch(_ prepared: PreparedFetch, range: String?,
                       reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        let prepared = engine.namespaces.resolving(prepared)
         let now = engine.clock.now()
         let request = prepared.request
         guard let (entry, part) = storedPart(prepared), let wanted = StoredPart.requested(range, total: part.total) else {

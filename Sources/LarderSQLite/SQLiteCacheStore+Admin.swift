@@ -138,6 +138,31 @@ extension SQLiteCacheStore: CacheAdministration {
             }
             clauses.append("url_key IN (" + placeholders.joined(separator: ",") + ")")
         }
+        if let tags = filter.tags {
+            var placeholders: [String] = []
+            for tag in tags {
+                let index = parameter()
+                placeholders.append("?\(index)")
+                strings.append((index, tag))
+            }
+            // Through the tag index: only the tagged rows are read.
+            clauses.append("key IN (SELECT key FROM entry_tags WHERE tag IN (" + placeholders.joined(separator: ",") + "))")
+        }
+        if let version = filter.versionOtherThan {
+            let index = parameter()
+            clauses.append("version <> ?\(index)")
+            numbers.append((index, Double(version)))
+        }
+        if let status = filter.status {
+            let index = parameter()
+            clauses.append("status = ?\(index)")
+            numbers.append((index, Double(status)))
+        }
+        if let now = filter.notExpiredAt {
+            let index = parameter()
+            clauses.append("stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) > ?\(index)")
+            numbers.append((index, now))
+        }
         if let now = filter.expiredAt {
             let index = parameter()
             clauses.append("stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) <= ?\(index)")

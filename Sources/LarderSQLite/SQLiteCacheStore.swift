@@ -129,7 +129,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 SELECT namespace, method, url, status, headers, body, body_kind, body_checksum,
                        stored_at, freshness, version, sensitive_fp, etag, last_modified,
                        stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
-                       key, vary, variant_fp, body_file, body_size
+                       key, vary, variant_fp, body_file, body_size, tags
                 FROM entries WHERE primary_key = ?1
                 """)
         }
@@ -162,9 +162,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
               (key, namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at,
                freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
                stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
-               primary_key, vary, variant_fp, body_file, body_size)
+               primary_key, vary, variant_fp, body_file, body_size, tags)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19, ?20,
-                    ?21, ?22, ?23, ?24, ?25)
+                    ?21, ?22, ?23, ?24, ?25, ?26)
             """)
         selectDeadFiles = try writer.prepare("SELECT path FROM dead_files LIMIT 1024")
         deleteDeadFile = try writer.prepare("DELETE FROM dead_files WHERE path = ?1")
@@ -312,7 +312,23 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             bytes = bytes - (length(OLD.body) + OLD.body_size * (OLD.body_file IS NOT NULL) + length(OLD.headers) + length(OLD.url) + 256)
           WHERE id = 1;
         END;
-""",
+        """,
+        // 10: tags (surrogate keys) kept as a JSON array on the row and indexed by tag through
+        // triggers, so a purge by tag reads only its own rows; each namespace's current version.
+        """
+        ALTER TABLE entries ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
+        CREATE TABLE entry_tags (tag TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (tag, key)) WITHOUT ROWID;
+        CREATE INDEX entry_tags_key ON entry_tags(key);
+        CREATE TRIGGER entries_tags_inserted AFTER INSERT ON entries WHEN NEW.tags <> '[]'
+        BEGIN
+          INSERT OR IGNORE INTO entry_tags (tag, key) SELECT value, NEW.key FROM json_each(NEW.tags);
+        END;
+        CREATE TRIGGER entries_tags_deleted AFTER DELETE ON entries WHEN OLD.tags <> '[]'
+        BEGIN
+          DELETE FROM entry_tags WHERE key = OLD.key;
+        END;
+        CREATE TABLE namespace_versions (namespace TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID;
+        """,
     ]
 
     private static func migrate(_ connection: SQLiteConnection) throws {
@@ -408,6 +424,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                                               mustRevalidate: select.int64(16) != 0, initialAge: select.double(17)),
                     sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
                 entries[entries.count - 1].bodyFile = bodyFile
+                entries[entries.count - 1].tags = Self.tags(fromJSON: select.string(24))
             }
             return entries
         } catch {
@@ -656,7 +673,25 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try statement.bind(21, entry.primaryKey.hex)
         try statement.bind(22, entry.varyNames.joined(separator: ","))
         try statement.bind(23, entry.variantFingerprint)
+        try statement.bind(26, Self.tagsJSON(entry.tags))
         _ = try statement.step()
+    }
+
+    /// Tags as the row keeps them: a JSON array of strings.
+    static func tagsJSON(_ tags: [String]) -> String {
+        guard !tags.isEmpty else { return "[]" }
+        var out: [UInt8] = [UInt8(ascii: "[")]
+        for (index, tag) in tags.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            JSONWriter.appendString(tag, to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    static func tags(fromJSON text: String?) -> [String] {
+        guard let text, text != "[]", case .array(let items)? = try? JSONParser.parse(Array(text.utf8)) else { return [] }
+        return items.compactMap { if case .string(let tag) = $0 { tag } else { nil } }
     }
 
     /// On the writer queue, after a commit: unlinks the files of deleted rows, then forgets them.
@@ -717,6 +752,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             logger.error("cannot delete a damaged entry", metadata: ["key": "\(key)", "error": "\(error)"])
         }
     }
+
+    /// On the writer queue: every hit count so far into the database.
+    func flushHitsNow() { flushHits(olderThan: nil) }
 
     /// Writes the tallies of shards older than `olderThan` seconds (all when nil) in one transaction.
     private func flushHits(olderThan age: Double?) {

@@ -53,7 +53,7 @@ public enum ConfigFile {
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
                                       "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
-                                      "bodyFileThreshold", "adminToken", "maxBytes", "maxObjectBytes", "retention",
+                                      "bodyFileThreshold", "adminToken", "tagHeaders", "adminPort", "maxBytes", "maxObjectBytes", "retention",
                                       "metricsToken", "metricsNamespaces"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
@@ -92,6 +92,8 @@ public enum ConfigFile {
                 }
                 configuration.retentionSeconds = seconds
             }
+            if let value = root["tagHeaders"] { configuration.tagHeaders = try strings(value, "tagHeaders").map { $0.lowercased() } }
+            if let value = root["adminPort"] { configuration.adminPort = try integer(value, "adminPort") }
             if let value = root["bodyFileThreshold"] { configuration.bodyFileThresholdBytes = try integer(value, "bodyFileThreshold") }
             if let value = root["upstreams"] {
                 guard let list = value as? [Any] else { throw error("upstreams", "must be a list") }
@@ -126,7 +128,8 @@ public enum ConfigFile {
             if let value = map["query"] { upstream.query = try scalarMap(value, "\(key).query") }
             if let value = map["cache"] {
                 guard let cache = value as? [String: Any] else { throw error("\(key).cache", "must be a mapping") }
-                try rejectUnknown(cache, known: ["ttl", "version", "policy", "namespace", "staleOnError"], at: "\(key).cache")
+                try rejectUnknown(cache, known: ["ttl", "version", "policy", "namespace", "staleOnError", "tags"], at: "\(key).cache")
+                if let value = cache["tags"] { upstream.cache.tags = try strings(value, "\(key).cache.tags") }
                 if let value = cache["staleOnError"] { upstream.cache.staleOnError = try number(value, "\(key).cache.staleOnError") }
                 if let value = cache["ttl"] { upstream.cache.ttl = try number(value, "\(key).cache.ttl") }
                 if let value = cache["version"] { upstream.cache.version = Int64(try integer(value, "\(key).cache.version")) }

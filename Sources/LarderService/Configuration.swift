@@ -76,6 +76,11 @@ public struct LarderConfiguration: Sendable {
     public var maxObjectBytes: Int?
     /// Seconds after which an entry not written since is removed.
     public var retentionSeconds: Double = 7 * 86_400
+    /// Response fields whose values tag the stored entry (lower-case); never passed on by /proxy.
+    public var tagHeaders: [String] = CacheTags.defaultHeaderNames
+    /// When set, /cache routes and /metrics are served on this port only (0: any free port),
+    /// on the same host; nil: on the main port.
+    public var adminPort: Int?
 
     /// The largest response stored.
     public var resolvedMaxObjectBytes: Int {
@@ -107,6 +112,15 @@ public struct LarderConfiguration: Sendable {
             throw ConfigurationError("max object bytes must be 1 to max bytes")
         }
         guard retentionSeconds.isFinite, retentionSeconds >= 60 else { throw ConfigurationError("retention must be at least 60 seconds") }
+        for name in tagHeaders where !HTTPToken.isValidName(name) {
+            throw ConfigurationError("tag header '\(name)' is not a valid header name")
+        }
+        if let adminPort {
+            guard (0...65535).contains(adminPort) else { throw ConfigurationError("admin port \(adminPort) is out of range 0–65535") }
+            guard adminPort == 0 || (adminPort != port && (proxyRoot == nil || adminPort != proxyPort)) else {
+                throw ConfigurationError("the admin port must differ from the port and the proxy port")
+            }
+        }
         guard bodyFileThresholdBytes >= 1 else { throw ConfigurationError("body file threshold must be at least 1 byte") }
         guard (1...Self.maxBodyBytesLimit).contains(maxUpstreamBodyBytes) else {
             throw ConfigurationError("max body bytes must be 1 to \(Self.maxBodyBytesLimit) (SQLite's largest value)")

@@ -105,6 +105,12 @@ struct Serve: ParsableCommand {
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every /cache route (or LARDER_ADMIN_TOKEN).")
     var adminToken: String?
 
+    @Option(help: "Serve the /cache admin routes and /metrics on this port only, not on --port (same --host; 0 = any free port).")
+    var adminPort: Int?
+
+    @Option(name: .customLong("tag-header"), help: "Response field whose values tag the stored entry, for purging by tag (repeatable; default Surrogate-Key and Cache-Tag; 'none' for neither).")
+    var tagHeaders: [String] = []
+
     @Option(help: "Require 'Authorization: Bearer TOKEN' on GET /metrics (or LARDER_METRICS_TOKEN).")
     var metricsToken: String?
 
@@ -171,6 +177,10 @@ struct Serve: ParsableCommand {
         if let bodyFileThreshold { configuration.bodyFileThresholdBytes = bodyFileThreshold }
         if let adminToken { configuration.adminToken = adminToken }
         if let metricsToken { configuration.metricsToken = metricsToken }
+        if let adminPort { configuration.adminPort = adminPort }
+        if !tagHeaders.isEmpty {
+            configuration.tagHeaders = tagHeaders == ["none"] ? [] : tagHeaders.map { $0.lowercased() }
+        }
         if let metricsNamespaces { configuration.metricsNamespaces = metricsNamespaces }
         if let maxBytes {
             guard let value = Quantity.bytes(maxBytes) else { throw ValidationError("--max-bytes '\(maxBytes)' is not a size (e.g. 1GiB, 100MB)") }
