@@ -127,23 +127,8 @@ public enum Envelope {
                               cache: CacheReport, totalMs: Double, upstreamMs: Double?) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(body.count * (kind == .json ? 1 : 2) + headersJSON.count + 256)
-        out.append(contentsOf: #"{"status":"#.utf8)
-        out.append(contentsOf: String(status).utf8)
-        out.append(contentsOf: #","headers":"#.utf8)
-        out.append(contentsOf: headersJSON)
-        switch kind {
-        case .json:
-            out.append(contentsOf: #","body":"#.utf8)
-            out.append(contentsOf: body)
-        case .text:
-            out.append(contentsOf: #","bodyText":""#.utf8)
-            JSONWriter.appendEscaped(body, to: &out)
-            out.append(UInt8(ascii: "\""))
-        case .binary:
-            out.append(contentsOf: #","bodyBase64":""#.utf8)
-            out.append(contentsOf: Data(body).base64EncodedString().utf8)
-            out.append(UInt8(ascii: "\""))
-        }
+        out.append(UInt8(ascii: "{"))
+        appendResponse(status: status, headersJSON: headersJSON, body: body, kind: kind, to: &out)
         out.append(contentsOf: #","cache":{"outcome":""#.utf8)
         out.append(contentsOf: cache.outcome.rawValue.utf8)
         out.append(contentsOf: #"","key":""#.utf8)
@@ -183,5 +168,27 @@ public enum Envelope {
         }
         out.append(contentsOf: "}}".utf8)
         return out
+    }
+
+    /// `"status":…,"headers":{…},"body"|"bodyText"|"bodyBase64":…` (no braces): the response as
+    /// /fetch and the admin API show it.
+    public static func appendResponse(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind, to out: inout [UInt8]) {
+        out.append(contentsOf: #""status":"#.utf8)
+        out.append(contentsOf: String(status).utf8)
+        out.append(contentsOf: #","headers":"#.utf8)
+        out.append(contentsOf: headersJSON)
+        switch kind {
+        case .json:
+            out.append(contentsOf: #","body":"#.utf8)
+            out.append(contentsOf: body)
+        case .text:
+            out.append(contentsOf: #","bodyText":""#.utf8)
+            JSONWriter.appendEscaped(body, to: &out)
+            out.append(UInt8(ascii: "\""))
+        case .binary:
+            out.append(contentsOf: #","bodyBase64":""#.utf8)
+            out.append(contentsOf: Data(body).base64EncodedString().utf8)
+            out.append(UInt8(ascii: "\""))
+        }
     }
 }

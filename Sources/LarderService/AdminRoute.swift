@@ -1,9 +1,10 @@
 // The /cache admin routes, beside the proxy route:
-//   GET    /cache/stats               what is stored (from the database) and the traffic since start
-//   DELETE /cache?namespace=&urlPrefix=&host=&olderThan=&versionBelow=&expired=true   purge → {"removed","bytes"}
+//   GET    /cache/stats[?namespace=]  what is stored (from the database) and the traffic since start
+//   DELETE /cache?namespace=&urlPrefix=&host=&tag=&olderThan=&versionBelow=&expired=true   purge → {"removed","bytes"}
 //   DELETE /cache?all=true            everything
-//   POST   /cache/purge               {"urls": [...]} → {"removed","bytes"}
+//   POST   /cache/purge               {"urls": [...], "tags": [...]} → {"removed","bytes"}
 //   DELETE /cache/entries/{key}       one key, every variant → 204, or 404 not_found
+// and the listing, entry and namespace routes in AdminRoute+Entries.swift.
 // With an admin token configured, every /cache route (these and /cache/warm) requires
 // `Authorization: Bearer <token>`, compared in constant time.
 
@@ -14,6 +15,8 @@ import LarderHTTP
 import Logging
 
 struct AdminRoute: Sendable {
+    let engine: FetchEngine
+    let upstreams: [String: NamedUpstream]
     let store: any CacheAdministration
     let tier: MemoryTier
     let traffic: TrafficCounters
@@ -52,41 +55,58 @@ struct AdminRoute: Sendable {
 
     func handle(_ request: HTTPServerRequest, responder: HTTPResponder, fail: (LarderError, String?) -> HTTPServerResponse,
                 finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
+        do throws(LarderError) {
+            return try route(request, responder: responder, fail: fail, finish: finish)
+        } catch {
+            return fail(error, nil)
+        }
+    }
+
+    private func route(_ request: HTTPServerRequest, responder: HTTPResponder, fail: (LarderError, String?) -> HTTPServerResponse,
+                       finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) throws(LarderError) -> HTTPServerResponse? {
+        let method = request.method
         switch request.path {
         case "/cache/stats":
-            guard request.method == "GET" || request.method == "HEAD" else {
-                return fail(LarderError(.methodNotAllowed, "use GET for /cache/stats"), "GET, HEAD")
+            guard method == "GET" || method == "HEAD" else { return fail(LarderError(.methodNotAllowed, "use GET for /cache/stats"), "GET, HEAD") }
+            var namespace: String?
+            for (name, value) in Self.query(of: request.rawTarget) {
+                guard name == "namespace", !value.isEmpty else { throw .invalid(name, "is not an option here (namespace)") }
+                namespace = value
             }
-            return finish(Self.json(200, statistics()))
+            return finish(Self.json(200, statistics(namespace: namespace)))
         case "/cache", "/cache/":
-            guard request.method == "DELETE" else { return fail(LarderError(.methodNotAllowed, "use DELETE for /cache"), "DELETE") }
-            let filter: PurgeFilter
-            do {
-                filter = try Self.filter(query: Self.query(of: request.rawTarget), now: clock.now())
-            } catch {
-                return fail(error, nil)
-            }
-            return purge(filter, responder: responder, finish: finish)
+            guard method == "DELETE" else { return fail(LarderError(.methodNotAllowed, "use DELETE for /cache"), "DELETE") }
+            return purge(try Self.filter(query: Self.query(of: request.rawTarget), now: clock.now()), responder: responder, finish: finish)
         case "/cache/purge":
-            guard request.method == "POST" else { return fail(LarderError(.methodNotAllowed, "use POST for /cache/purge"), "POST") }
-            if request.bodyTooLarge { return fail(.invalid("body", "request body is larger than the limit"), nil) }
-            do {
-                return purge(try Self.purgeBody(request.body), responder: responder, finish: finish)
-            } catch {
-                return fail(error, nil)
+            guard method == "POST" else { return fail(LarderError(.methodNotAllowed, "use POST for /cache/purge"), "POST") }
+            if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+            return purge(try Self.purgeBody(request.body), responder: responder, finish: finish)
+        case "/cache/entries", "/cache/entries/":
+            switch method {
+            case "GET", "HEAD": return finish(try listEntries(request))
+            case "PUT": return try writeEntry(request, responder: responder, finish: finish)
+            default: return fail(LarderError(.methodNotAllowed, "use GET or PUT for /cache/entries"), "GET, HEAD, PUT")
             }
+        case "/cache/namespaces", "/cache/namespaces/":
+            guard method == "GET" || method == "HEAD" else { return fail(LarderError(.methodNotAllowed, "use GET for /cache/namespaces"), "GET, HEAD") }
+            return finish(listNamespaces())
         default:
-            guard request.path.hasPrefix("/cache/entries/") else {
-                return fail(LarderError(.notFound, "no route for \(request.path)"), nil)
-            }
-            guard request.method == "DELETE" else {
-                return fail(LarderError(.methodNotAllowed, "use DELETE for /cache/entries/{key}"), "DELETE")
-            }
-            let key = String(request.path.dropFirst("/cache/entries/".count))
-            guard !key.isEmpty, key.utf8.count <= 256, key.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "/") }) else {
-                return fail(.invalid("key", "must be a cache key as /fetch reports it"), nil)
-            }
-            let primaryKey = CacheKey(hex: key)
+            break
+        }
+        if request.path.hasPrefix("/cache/namespaces/"), request.path.hasSuffix("/version") {
+            guard method == "POST" else { return fail(LarderError(.methodNotAllowed, "use POST for /cache/namespaces/{ns}/version"), "POST") }
+            let encoded = request.path.dropFirst("/cache/namespaces/".count).dropLast("/version".count)
+            guard let namespace = String(encoded).removingPercentEncoding else { throw .invalid("namespace", "is not percent-encoded correctly") }
+            return try setVersion(namespace, request: request, responder: responder, finish: finish)
+        }
+        guard request.path.hasPrefix("/cache/entries/") else { throw LarderError(.notFound, "no route for \(request.path)") }
+        let key = String(request.path.dropFirst("/cache/entries/".count))
+        guard Self.isKey(key) else { throw .invalid("key", "must be a cache key as /fetch reports it") }
+        let primaryKey = CacheKey(hex: key)
+        switch method {
+        case "GET", "HEAD":
+            return finish(try showEntry(primaryKey, request: request))
+        case "DELETE":
             store.remove(primaryKey: primaryKey) { [tier] result in
                 tier.forget(primaryKey)
                 guard result.removed > 0 else {
@@ -96,27 +116,48 @@ struct AdminRoute: Sendable {
                 responder.respond(finish(HTTPServerResponse(status: 204)))
             }
             return nil
+        default:
+            return fail(LarderError(.methodNotAllowed, "use GET or DELETE for /cache/entries/{key}"), "GET, HEAD, DELETE")
         }
     }
 
     private func purge(_ filter: PurgeFilter, responder: HTTPResponder,
                        finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
-        store.purge(filter) { [tier] result in
+        purge([filter], responder: responder, finish: finish)
+    }
+
+    /// Runs the filters one after the other and answers with the sum.
+    private func purge(_ filters: [PurgeFilter], removed: PurgeResult = PurgeResult(), responder: HTTPResponder,
+                       finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
+        guard let filter = filters.first else {
+            responder.respond(finish(Self.json(200, Array(#"{"removed":\#(removed.removed),"bytes":\#(removed.bytes)}"#.utf8))))
+            return nil
+        }
+        store.purge(filter) { [self] result in
             // Later requests must not find in memory what the database no longer holds.
             if filter.all || result.primaryKeys.count > 10_000 {
                 tier.forgetAll()
             } else {
                 for key in result.primaryKeys { tier.forget(key) }
             }
-            responder.respond(finish(Self.json(200, Array(#"{"removed":\#(result.removed),"bytes":\#(result.bytes)}"#.utf8))))
+            var total = removed
+            total.removed += result.removed
+            total.bytes += result.bytes
+            _ = purge(Array(filters.dropFirst()), removed: total, responder: responder, finish: finish)
         }
         return nil
     }
 
     // MARK: - Statistics
 
-    private func statistics() -> [UInt8] {
-        let stored = store.statistics()
+    private func statistics(namespace: String?) -> [UInt8] {
+        var stored = store.statistics()
+        if let namespace {
+            // Stored figures of one namespace; the traffic stays the whole instance's.
+            stored.namespaces = stored.namespaces.filter { $0.name == namespace }
+            stored.entries = stored.namespaces.first?.entries ?? 0
+            stored.bytes = stored.namespaces.first?.bytes ?? 0
+        }
         let counts = traffic.snapshot()
         var out: [UInt8] = []
         func number(_ value: Double?) -> String {
@@ -156,14 +197,14 @@ struct AdminRoute: Sendable {
         }
     }
 
-    static let filterNames: Set<String> = ["namespace", "urlPrefix", "host", "olderThan", "versionBelow", "expired", "all"]
+    static let filterNames: Set<String> = ["namespace", "urlPrefix", "host", "tag", "olderThan", "versionBelow", "expired", "all"]
 
     static func filter(query: [(String, String)], now: Double) throws(LarderError) -> PurgeFilter {
         var filter = PurgeFilter()
         var seen: Set<String> = []
         for (name, value) in query {
             guard filterNames.contains(name) else {
-                throw .invalid(name, "is not a purge filter (namespace, urlPrefix, host, olderThan, versionBelow, expired, all)")
+                throw .invalid(name, "is not a purge filter (namespace, urlPrefix, host, tag, olderThan, versionBelow, expired, all)")
             }
             guard seen.insert(name).inserted else { throw .invalid(name, "is given twice") }
             guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
@@ -171,6 +212,7 @@ struct AdminRoute: Sendable {
             case "namespace": filter.namespace = value
             case "urlPrefix": filter.urlPrefix = value
             case "host": filter.host = value.lowercased()
+            case "tag": filter.tags = [value]
             case "olderThan":
                 guard let seconds = Double(value), seconds.isFinite, seconds >= 0 else { throw .invalid(name, "must be a number of seconds, 0 or more") }
                 filter.storedBefore = now - seconds
@@ -187,26 +229,37 @@ struct AdminRoute: Sendable {
         }
         if filter.all, seen.count > 1 { throw .invalid("all", "clears everything and takes no other filter") }
         guard !filter.isEmpty else {
-            throw .invalid("query", "name at least one filter (namespace, urlPrefix, host, olderThan, versionBelow, expired), or all=true")
+            throw .invalid("query", "name at least one filter (namespace, urlPrefix, host, tag, olderThan, versionBelow, expired), or all=true")
         }
         return filter
     }
 
-    /// `{"urls": ["https://…", …]}`: each URL's stored responses, in every namespace (1 to 1,000).
-    static func purgeBody(_ body: [UInt8]) throws(LarderError) -> PurgeFilter {
+    /// `{"urls": ["https://…", …], "tags": ["…", …]}`: each URL's stored responses, in every
+    /// namespace, and every entry carrying one of the tags (1 to 1,000 of each; either or both).
+    static func purgeBody(_ body: [UInt8]) throws(LarderError) -> [PurgeFilter] {
         let fields = try JSONFields(try JSONFields.parseBody(body), path: "")
-        try fields.rejectUnknown(["urls"])
-        guard let items = try fields.array("urls") else { throw .invalid("urls", "is required: an array of URLs") }
-        guard (1...1000).contains(items.count) else { throw .invalid("urls", "must list 1 to 1000 URLs") }
-        var filter = PurgeFilter()
-        filter.urls = try items.enumerated().map { index, item throws(LarderError) in
-            guard case .string(let text) = item else { throw .invalid("urls[\(index)]", "must be a string") }
-            return try UpstreamURL(parsing: text, field: "urls[\(index)]").keyString()
+        try fields.rejectUnknown(["urls", "tags"])
+        var filters: [PurgeFilter] = []
+        if let items = try fields.array("urls") {
+            guard (1...1000).contains(items.count) else { throw .invalid("urls", "must list 1 to 1000 URLs") }
+            var filter = PurgeFilter()
+            filter.urls = try items.enumerated().map { index, item throws(LarderError) in
+                guard case .string(let text) = item else { throw .invalid("urls[\(index)]", "must be a string") }
+                return try UpstreamURL(parsing: text, field: "urls[\(index)]").keyString()
+            }
+            filters.append(filter)
         }
-        return filter
+        if let tags = try fields.strings("tags") {
+            guard (1...1000).contains(tags.count) else { throw .invalid("tags", "must list 1 to 1000 tags") }
+            var filter = PurgeFilter()
+            filter.tags = tags
+            filters.append(filter)
+        }
+        guard !filters.isEmpty else { throw .invalid("urls", "give urls or tags (or both): arrays of what to purge") }
+        return filters
     }
 
-    private static func json(_ status: Int, _ body: [UInt8]) -> HTTPServerResponse {
+    static func json(_ status: Int, _ body: [UInt8]) -> HTTPServerResponse {
         HTTPServerResponse(status: status, headers: [("Content-Type", "application/json")], body: body)
     }
 }

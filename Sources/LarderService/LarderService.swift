@@ -30,6 +30,7 @@ public final class LarderService: @unchecked Sendable {
     private var engine: FetchEngine?
     private var server: HTTPServer?
     private var proxyServer: HTTPServer?
+    private var adminServer: HTTPServer?
 
     private static let curlInitialised: Void = CurlUpstream.globalInit()
 
@@ -51,6 +52,8 @@ public final class LarderService: @unchecked Sendable {
 
     /// The proxy-root listener's port, when there is one.
     public var proxyPort: Int? { proxyServer?.port }
+    /// The --admin-port listener's port (nil without one).
+    public var adminPort: Int? { adminServer?.port }
 
     static func isLoopback(_ host: String) -> Bool {
         host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
@@ -76,6 +79,7 @@ public final class LarderService: @unchecked Sendable {
         limits.maxStoredBodyBytes = configuration.resolvedMaxObjectBytes
         limits.staleOnError = configuration.staleOnErrorSeconds
         limits.rangeFetchOver = configuration.rangeFetchOverBytes
+        limits.tagHeaders = configuration.tagHeaders
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
         // An acknowledged save that could not be committed leaves memory too.
         store.onEntryDropped { [weak tier] primaryKey in tier?.forget(primaryKey) }
@@ -86,7 +90,7 @@ public final class LarderService: @unchecked Sendable {
         let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
                                 makeRequest: { spec, path throws(LarderError) in try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName) },
                                 seal: { sealing.seal($0) }, open: { sealing.open($0) })
-        let admin = AdminRoute(store: store, tier: tier, traffic: engine.traffic, memoryCapacityBytes: configuration.memoryCapacityBytes,
+        let admin = AdminRoute(engine: engine, upstreams: upstreamsByName, store: store, tier: tier, traffic: engine.traffic, memoryCapacityBytes: configuration.memoryCapacityBytes,
                                clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
         if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
             logger.warning("the /cache admin routes are open to anyone who can reach \(configuration.host): set --admin-token (or LARDER_ADMIN_TOKEN)")
@@ -124,10 +128,18 @@ public final class LarderService: @unchecked Sendable {
             proxyConfiguration.port = configuration.proxyPort
             proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ProxyRootHandler(router: router, upstream: root))
         }
+        var adminServer: HTTPServer?
+        if let adminPort = configuration.adminPort {
+            var adminConfiguration = serverConfiguration
+            adminConfiguration.port = adminPort
+            adminServer = HTTPServer(configuration: adminConfiguration, handler: AdminListenerHandler(router: router))
+        }
         do {
             try server.start()
             try proxyServer?.start()
+            try adminServer?.start()
         } catch {
+            proxyServer?.stop()
             server.stop()
             upstream.shutdown()
             store.close()
@@ -140,9 +152,13 @@ public final class LarderService: @unchecked Sendable {
         self.upstream = upstream
         self.server = server
         self.proxyServer = proxyServer
+        self.adminServer = adminServer
         logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), database \(configuration.databasePath)")
         if let proxyServer, let root = configuration.proxyRoot {
             logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
+        }
+        if let adminServer {
+            logger.info("admin routes and metrics on \(configuration.host):\(adminServer.port)")
         }
     }
 
@@ -151,7 +167,7 @@ public final class LarderService: @unchecked Sendable {
     /// closes the database.
     public func shutdown() {
         guard let server, let upstream, let store else { return }
-        let servers = [server] + (proxyServer.map { [$0] } ?? [])
+        let servers = [server] + [proxyServer, adminServer].compactMap { $0 }
         for listener in servers { listener.stopAccepting() }
         logger.info("draining: new requests are answered 503 shutting_down")
         let deadline = Date().addingTimeInterval(configuration.shutdownGraceSeconds)
@@ -167,6 +183,7 @@ public final class LarderService: @unchecked Sendable {
         for listener in servers { listener.stop() }
         store.close()
         self.proxyServer = nil
+        self.adminServer = nil
         self.server = nil
         self.upstream = nil
         self.warmJobs = nil
@@ -233,5 +250,14 @@ struct ProxyRootHandler: HTTPRequestHandler {
 
     func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
         router.proxy(request, upstream: upstream, target: request.rawTarget, responder: responder, receivedAt: router.clock.now())
+    }
+}
+
+/// The --admin-port listener: the /cache admin routes, /metrics and /healthz only.
+struct AdminListenerHandler: HTTPRequestHandler {
+    let router: Router
+
+    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
+        router.handle(request, responder: responder, onAdminListener: true)
     }
 }

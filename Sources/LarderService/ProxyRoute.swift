@@ -24,8 +24,15 @@ struct ProxyRoute: Sendable {
     /// Prepared GET requests by their wire form (upstream, target, header fields): a repeated
     /// request skips URL parsing and key derivation, as /fetch skips JSON parsing.
     let memo: RequestMemo
-    /// Remove CDN-Cache-Control from responses (`--strip-targeted-cache-control`).
-    let stripTargeted: Bool
+    /// Response fields never passed on (besides hop-by-hop), lower-case: see `withheldFields`.
+    let withheld: Set<String>
+
+    init(engine: FetchEngine, upstreams: [String: NamedUpstream], memo: RequestMemo, stripTargeted: Bool, tagHeaders: [String]) {
+        self.engine = engine
+        self.upstreams = upstreams
+        self.memo = memo
+        self.withheld = Self.withheldFields(stripTargeted: stripTargeted, tagHeaders: tagHeaders)
+    }
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
     private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
@@ -43,10 +50,15 @@ struct ProxyRoute: Sendable {
     private static let conditionals: Set<String> = ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
                                                     "if-range", "range"]
     /// Response fields never passed on (besides hop-by-hop): the server sets its own framing and
-    /// its own Age; with `stripTargeted`, CDN-Cache-Control too (RFC 9213 §2.1: a targeted field
-    /// is for every cache of its class in the chain, so by default it goes on).
-    private static let notPassedOn: Set<String> = ["content-length", "age"]
-    private static let notPassedOnStripping: Set<String> = ["content-length", "age", "cdn-cache-control"]
+    /// its own Age; the fields tags are read from (Surrogate-Key, Cache-Tag: they are for this
+    /// cache, as a CDN keeps them); with `stripTargeted`, CDN-Cache-Control too (RFC 9213 §2.1:
+    /// a targeted field is for every cache of its class in the chain, so by default it goes on).
+    static func withheldFields(stripTargeted: Bool, tagHeaders: [String]) -> Set<String> {
+        var fields: Set<String> = ["content-length", "age"]
+        if stripTargeted { fields.insert("cdn-cache-control") }
+        fields.formUnion(tagHeaders.map { $0.lowercased() })
+        return fields
+    }
 
     /// Answers a proxied request for `target` (path and query, as received) on upstream `name`.
     func handle(_ request: HTTPServerRequest, upstream name: String, target: String, responder: HTTPResponder,
@@ -93,7 +105,7 @@ struct ProxyRoute: Sendable {
             // RFC 9111 §4.3.5 / §4: a HEAD can be answered from a stored GET; only when nothing
             // usable is stored does the HEAD go upstream (and is not stored).
             if let stored = engine.storedGet(for: fetch) {
-                return Self.deliver(stored, method: method, request: request, strip: stripTargeted, finish: finish)
+                return Self.deliver(stored, method: method, request: request, withheld: withheld, finish: finish)
             }
             var forward = fetch
             forward.cache.policy = .noStore
@@ -109,14 +121,14 @@ struct ProxyRoute: Sendable {
         guard let range = Self.singleRange(request.headers) else {
             return answer(prepared, method: .get, request: request, responder: responder, finish: finish)
         }
-        let strip = stripTargeted
+        let withheld = withheld
         if let whole = engine.cachedAnswer(for: prepared) {
-            return Self.deliver(whole, method: .get, request: request, strip: strip, finish: finish)
+            return Self.deliver(whole, method: .get, request: request, withheld: withheld, finish: finish)
         }
         let immediate = engine.ranges.fetch(prepared, range: range) { answer in
-            responder.respond(Self.deliver(answer, method: .get, request: request, strip: strip, finish: finish))
+            responder.respond(Self.deliver(answer, method: .get, request: request, withheld: withheld, finish: finish))
         }
-        return immediate.map { Self.deliver($0, method: .get, request: request, strip: strip, finish: finish) }
+        return immediate.map { Self.deliver($0, method: .get, request: request, withheld: withheld, finish: finish) }
     }
 
     /// The request's Range when it is one byte range Larder serves, without If-Range (a client's
@@ -136,17 +148,17 @@ struct ProxyRoute: Sendable {
 
     private func answer(_ prepared: PreparedFetch, method: HTTPMethod, request: HTTPServerRequest, responder: HTTPResponder,
                         finish: @escaping @Sendable (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse? {
-        let strip = stripTargeted
+        let withheld = withheld
         let immediate = engine.fetch(prepared) { answer in
-            responder.respond(Self.deliver(answer, method: method, request: request, strip: strip, finish: finish))
+            responder.respond(Self.deliver(answer, method: method, request: request, withheld: withheld, finish: finish))
         }
-        return immediate.map { Self.deliver($0, method: method, request: request, strip: strip, finish: finish) }
+        return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld, finish: finish) }
     }
 
-    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest, strip: Bool,
+    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest, withheld: Set<String>,
                                 finish: (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse {
         let conditions = request.headers.filter { conditionals.contains($0.name.lowercasedASCII) }
-        let response = render(answer, method: method, headOnly: method == .head, conditions: conditions, strip: strip)
+        let response = render(answer, method: method, headOnly: method == .head, conditions: conditions, withheld: withheld)
         var errorCode: String?
         if case .failed(let error) = answer { errorCode = error.code.rawValue }
         return finish(response, answer.outcome, errorCode)
@@ -177,6 +189,7 @@ struct ProxyRoute: Sendable {
         var options = CacheOptions()
         options.namespace = FetchRequest.reservedNamespacePrefix + upstream.name
         options.staleOnError = upstream.cache.staleOnError
+        options.tags = upstream.cache.tags
         var forwarded = FetchRequest(method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
                                      cache: options, shared: true)
         forwarded.originBoundHeaders = originBound
@@ -184,8 +197,7 @@ struct ProxyRoute: Sendable {
     }
 
     static func render(_ answer: CacheAnswer, method: HTTPMethod, headOnly: Bool, conditions: [(name: String, value: String)],
-                       strip: Bool) -> HTTPServerResponse {
-        let notPassedOn = strip ? Self.notPassedOnStripping : Self.notPassedOn
+                       withheld notPassedOn: Set<String>) -> HTTPServerResponse {
         guard case .served(let served) = answer else {
             if case .failed(let error) = answer { return errorResponse(error) }
             return HTTPServerResponse(status: 502)

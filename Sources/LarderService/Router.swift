@@ -22,6 +22,8 @@ struct Router: HTTPRequestHandler {
     /// The exposition for GET /metrics.
     let scrape: (@Sendable () -> [UInt8])?
     let metricsToken: [UInt8]?
+    /// With --admin-port: /cache… and /metrics are served only there, nothing else is.
+    let adminOnOwnListener: Bool
 
     init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
          upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil, admin: AdminRoute? = nil,
@@ -32,7 +34,7 @@ struct Router: HTTPRequestHandler {
         self.accessLog = configuration.accessLog
         self.upstreams = upstreams
         self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(),
-                                     stripTargeted: configuration.stripTargetedCacheControl)
+                                     stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch)
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps)
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }
@@ -40,12 +42,26 @@ struct Router: HTTPRequestHandler {
         self.metrics = metrics
         self.scrape = scrape
         self.metricsToken = configuration.metricsToken.map { Array($0.utf8) }
+        self.adminOnOwnListener = configuration.adminPort != nil
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
 
     func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
+        handle(request, responder: responder, onAdminListener: false)
+    }
+
+    /// The admin routes (/cache…) and /metrics.
+    static func isAdminPath(_ path: String) -> Bool {
+        path == "/metrics" || path == AdminRoute.prefix || path.hasPrefix(AdminRoute.prefix + "/")
+    }
+
+    func handle(_ request: HTTPServerRequest, responder: HTTPResponder, onAdminListener: Bool) -> HTTPServerResponse? {
         let receivedAt = clock.now()
+        if adminOnOwnListener, onAdminListener != Self.isAdminPath(request.path), request.path != "/healthz" {
+            // With --admin-port, each listener serves only its own routes (/healthz on both).
+            return finish(request, error: LarderError(.notFound, "no route for \(request.path) on this port"), receivedAt: receivedAt)
+        }
         switch request.path {
         case "/fetch":
             guard request.method == "POST" else {

@@ -1,0 +1,40 @@
+// Responses written by hand (PUT /cache/entries): an operator seeds the cache before a launch,
+// or an app saves a response it obtained some other way (YTKNetwork's
+// saveJsonResponseToCacheFile). The entry is made exactly as a fetched response would be, so a
+// later request with the same spec finds it.
+
+public import LarderCore
+
+extension FetchEngine {
+    /// Stores `response` as the answer to `prepared`, under the same rules as a fetched one
+    /// (`cache.ttl`, else the response's own freshness); calls back with the key, or why not.
+    public func write(_ response: UpstreamResponse, for prepared: PreparedFetch,
+                      completion: @escaping @Sendable (Result<CacheKey, LarderError>) -> Void) {
+        let prepared = namespaces.resolving(prepared)
+        let request = prepared.request
+        let options = request.cache
+        guard CacheRules.isCacheable(method: request.method, ttl: options.ttl), options.policy != .noStore else {
+            return completion(.failure(.invalid("request", "a \(request.method.rawValue) request with this policy is never stored; GET or HEAD, or a ttl, is needed")))
+        }
+        let now = clock.now()
+        let kind = request.shared ? BodyKind.binary
+            : BodyKind.classify(contentType: response.headers.values("content-type").first, body: response.body)
+        // The policy is `protocol` for the decision: the caller asks to store, whatever policy
+        // later requests read with.
+        let decision = CacheRules.store(policy: .useProtocol, method: request.method, ttl: options.ttl,
+                                        partitioned: prepared.derived.partitioned, status: response.status,
+                                        headers: response.headers, bodySize: response.body.count,
+                                        maxBodySize: limits.maxStoredBodyBytes, requestTime: now, responseTime: now,
+                                        directives: RequestDirectives(), sharedWithCredentials: false, shared: request.shared)
+        guard case .store(let stored) = decision else {
+            if case .refuse(let reason) = decision {
+                return completion(.failure(.invalid("response", "not storable (\(reason.rawValue)); give cache.ttl to store it for that long")))
+            }
+            return
+        }
+        let entry = entry(storing: response, for: request, derived: prepared.derived, kind: kind, stored: stored, at: now)
+        store.save(entry) { saved in
+            completion(saved ? .success(entry.primaryKey) : .failure(LarderError(.storageFailed, "the entry could not be stored")))
+        }
+    }
+}

@@ -1,0 +1,262 @@
+// The admin routes that show and write entries, and the namespace versions:
+//   GET  /cache/entries?namespace=&urlPrefix=&host=&tag=&status=&expired=&limit=&cursor=
+//   GET  /cache/entries/{key}[?body=true]     every variant under the key
+//   PUT  /cache/entries                       {"request", "response", "cache"} → 201 {"key"}
+//   GET  /cache/namespaces                    entries, bytes and current version of each
+//   POST /cache/namespaces/{ns}/version       {"version": N} | {"bump": true}
+
+import Foundation
+import LarderCore
+import LarderEngine
+import LarderHTTP
+
+extension AdminRoute {
+    static let listNames: Set<String> = ["namespace", "urlPrefix", "host", "tag", "status", "expired", "limit", "cursor"]
+
+    // MARK: - GET /cache/entries
+
+    func listEntries(_ request: HTTPServerRequest) throws(LarderError) -> HTTPServerResponse {
+        var filter = PurgeFilter()
+        var limit = 100
+        var cursor: String?
+        var seen: Set<String> = []
+        for (name, value) in Self.query(of: request.rawTarget) {
+            guard Self.listNames.contains(name) else {
+                throw .invalid(name, "is not a listing filter (\(Self.listNames.sorted().joined(separator: ", ")))")
+            }
+            guard seen.insert(name).inserted else { throw .invalid(name, "is given twice") }
+            switch name {
+            case "namespace": filter.namespace = value
+            case "urlPrefix": filter.urlPrefix = value
+            case "host": filter.host = value.lowercased()
+            case "tag": filter.tags = [value]
+            case "status":
+                guard let status = Int(value), (100...599).contains(status) else { throw .invalid(name, "must be an HTTP status, 100 to 599") }
+                filter.status = status
+            case "expired":
+                switch value {
+                case "true": filter.expiredAt = clock.now()
+                case "false": filter.notExpiredAt = clock.now()
+                default: throw .invalid(name, "must be true or false")
+                }
+            case "limit":
+                guard let count = Int(value), (1...1000).contains(count) else { throw .invalid(name, "must be 1 to 1000") }
+                limit = count
+            default: // cursor
+                guard Self.isKey(value) else { throw .invalid(name, "must be a nextCursor from an earlier page") }
+                cursor = value
+            }
+        }
+        let page = store.list(filter, after: cursor, limit: limit)
+        var out: [UInt8] = Array(#"{"entries":["#.utf8)
+        for (index, record) in page.records.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            Self.append(record, to: &out, closing: true)
+        }
+        out.append(contentsOf: #"],"nextCursor":"#.utf8)
+        if let next = page.nextCursor { JSONWriter.appendString(next, to: &out) } else { out.append(contentsOf: "null".utf8) }
+        out.append(UInt8(ascii: "}"))
+        return Self.json(200, out)
+    }
+
+    // MARK: - GET /cache/entries/{key}
+
+    func showEntry(_ key: CacheKey, request: HTTPServerRequest) throws(LarderError) -> HTTPServerResponse {
+        var withBody = false
+        for (name, value) in Self.query(of: request.rawTarget) {
+            guard name == "body" else { throw .invalid(name, "is not an option here (body)") }
+            guard value == "true" || value == "false" else { throw .invalid(name, "must be true or false") }
+            withBody = value == "true"
+        }
+        let records = store.records(primaryKey: key)
+        guard !records.isEmpty else { throw LarderError(.notFound, "no entry is stored under this key") }
+        let stored = withBody ? tier.lookup(key) : []
+        var out: [UInt8] = Array(#"{"key":"#.utf8)
+        JSONWriter.appendString(key.hex, to: &out)
+        out.append(contentsOf: #","variants":["#.utf8)
+        for (index, record) in records.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            Self.append(record, to: &out, closing: false)
+            if withBody, let entry = stored.first(where: { $0.key == record.rowKey }), let body = tier.readBody(of: entry) {
+                out.append(contentsOf: #","response":{"#.utf8)
+                Envelope.appendResponse(status: entry.status, headersJSON: entry.headersJSON, body: body, kind: entry.bodyKind, to: &out)
+                out.append(UInt8(ascii: "}"))
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(contentsOf: "]}".utf8)
+        return Self.json(200, out)
+    }
+
+    /// One record as a JSON object (left open when `closing` is false, for more members).
+    static func append(_ record: EntryRecord, to out: inout [UInt8], closing: Bool) {
+        func string(_ name: String, _ value: String?) {
+            out.append(contentsOf: #","\#(name)":"#.utf8)
+            if let value { JSONWriter.appendString(value, to: &out) } else { out.append(contentsOf: "null".utf8) }
+        }
+        func number(_ name: String, _ value: Double) {
+            out.append(contentsOf: #","\#(name)":"#.utf8)
+            JSONWriter.appendNumber((value * 1000).rounded() / 1000, to: &out)
+        }
+        func strings(_ name: String, _ values: [String]) {
+            out.append(contentsOf: #","\#(name)":["#.utf8)
+            for (index, value) in values.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONWriter.appendString(value, to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        out.append(contentsOf: #"{"key":"#.utf8)
+        JSONWriter.appendString(record.key.hex, to: &out)
+        if record.rowKey != record.key { string("variantKey", record.rowKey.hex) }
+        string("namespace", record.namespace)
+        string("method", record.method)
+        string("url", record.url)
+        out.append(contentsOf: #","status":\#(record.status),"bytes":\#(record.bytes)"#.utf8)
+        number("storedAt", record.storedAt)
+        number("expiresAt", record.expiresAt)
+        number("staleUntil", record.staleUntil)
+        out.append(contentsOf: #","version":\#(record.version)"#.utf8)
+        strings("tags", record.tags)
+        out.append(contentsOf: #","hits":\#(record.hits)"#.utf8)
+        number("lastAccessAt", record.lastAccessAt)
+        string("etag", record.etag)
+        string("lastModified", record.lastModified)
+        strings("varies", record.varies)
+        if closing { out.append(UInt8(ascii: "}")) }
+    }
+
+    /// A key as /fetch reports it (hex, and a variant suffix after a dot).
+    static func isKey(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.count <= 256 && text.utf8.allSatisfy { (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "/") }
+    }
+
+    // MARK: - PUT /cache/entries
+
+    func writeEntry(_ request: HTTPServerRequest, responder: HTTPResponder,
+                    finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) throws(LarderError) -> HTTPServerResponse? {
+        if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+        let fields = try JSONFields(try JSONFields.parseBody(request.body), path: "")
+        try fields.rejectUnknown(["request", "response", "cache"])
+        guard case .object(var spec)? = fields.value("request") else { throw .invalid("request", "is required: a /fetch spec") }
+        if let cache = fields.value("cache") {
+            guard spec["cache"] == nil else { throw .invalid("cache", "give the cache options here or in request.cache, not both") }
+            spec["cache"] = cache
+        }
+        let fetch = try FetchRequest.parse(.object(spec), path: "request", upstreams: upstreams)
+        guard fetch.method == .get || fetch.method == .head || fetch.cache.ttl != nil else {
+            throw .invalid("request.method", "only GET and HEAD responses are stored without a cache.ttl")
+        }
+        let response = try Self.response(fields)
+        let now = clock.now()
+        engine.write(UpstreamResponse(status: response.status, headers: response.headers, body: response.body,
+                                      requestTime: now, responseTime: now),
+                     for: engine.prepare(fetch)) { [tier] result in
+            switch result {
+            case .success(let key):
+                // A copy the memory tier may hold under this key is the old response.
+                tier.forget(key)
+                var out: [UInt8] = Array(#"{"key":"#.utf8)
+                JSONWriter.appendString(key.hex, to: &out)
+                out.append(UInt8(ascii: "}"))
+                responder.respond(finish(Self.json(201, out)))
+            case .failure(let error):
+                responder.respond(finish(Self.json(error.status, error.jsonBody)))
+            }
+        }
+        return nil
+    }
+
+    /// `{"status", "headers", "body" | "bodyText" | "bodyBase64"}`.
+    static func response(_ fields: JSONFields) throws(LarderError) -> (status: Int, headers: [HeaderField], body: [UInt8]) {
+        guard let value = fields.value("response") else { throw .invalid("response", "is required: {status, headers, body}") }
+        let response = try JSONFields(value, path: "response")
+        try response.rejectUnknown(["status", "headers", "body", "bodyText", "bodyBase64"])
+        let status = Int(try response.integer("status") ?? 200)
+        guard (200...599).contains(status), status != 206, status != 304 else {
+            throw .invalid("response.status", "must be a final status, 200 to 599 (not 206 or 304)")
+        }
+        var headers: [HeaderField] = []
+        for (name, text) in try response.stringMap("headers") ?? [] {
+            guard HTTPToken.isValidName(name) else { throw .invalid("response.headers", "'\(name)' is not a valid header name") }
+            guard HTTPToken.isValidValue(text) else { throw .invalid("response.headers.\(name)", "must not contain line breaks") }
+            headers.append(HeaderField(name, text))
+        }
+        let given = ["body", "bodyText", "bodyBase64"].filter { response.has($0) }
+        guard given.count <= 1 else { throw .invalid("response", "give one of body, bodyText and bodyBase64") }
+        var body: [UInt8] = []
+        switch given.first {
+        case "body":
+            body = response.value("body")?.canonicalBytes ?? Array("null".utf8)
+            if headers.values("content-type").isEmpty { headers.append(HeaderField("content-type", "application/json")) }
+        case "bodyText":
+            body = Array((try response.string("bodyText") ?? "").utf8)
+        case "bodyBase64":
+            guard let data = Data(base64Encoded: try response.string("bodyBase64") ?? "") else {
+                throw .invalid("response.bodyBase64", "is not valid base64")
+            }
+            body = Array(data)
+        default:
+            break
+        }
+        return (status, headers, body)
+    }
+
+    // MARK: - Namespaces
+
+    func listNamespaces() -> HTTPServerResponse {
+        let stored = store.statistics()
+        let versions = engine.namespaces.all
+        var names = Set(stored.namespaces.map(\.name))
+        names.formUnion(versions.keys)
+        var out: [UInt8] = Array(#"{"namespaces":["#.utf8)
+        for (index, name) in names.sorted().enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            let figures = stored.namespaces.first { $0.name == name }
+            out.append(contentsOf: #"{"name":"#.utf8)
+            JSONWriter.appendString(name, to: &out)
+            out.append(contentsOf: #","entries":\#(figures?.entries ?? 0),"bytes":\#(figures?.bytes ?? 0),"version":\#(versions[name] ?? 0)}"#.utf8)
+        }
+        out.append(contentsOf: "]}".utf8)
+        return Self.json(200, out)
+    }
+
+    func setVersion(_ namespace: String, request: HTTPServerRequest, responder: HTTPResponder,
+                    finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) throws(LarderError) -> HTTPServerResponse? {
+        guard !namespace.isEmpty, namespace.utf8.count <= 256 else { throw .invalid("namespace", "must be 1 to 256 bytes") }
+        if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+        let fields = try JSONFields(try JSONFields.parseBody(request.body), path: "")
+        try fields.rejectUnknown(["version", "bump"])
+        let previous = engine.namespaces.current(namespace) ?? 0
+        let version: Int64
+        switch (try fields.integer("version"), try fields.bool("bump")) {
+        case (let explicit?, nil):
+            version = explicit
+        case (nil, true?):
+            guard previous < Int64.max else { throw .invalid("bump", "the version cannot go higher") }
+            version = previous + 1
+        default:
+            throw .invalid("body", #"give {"version": N} or {"bump": true}"#)
+        }
+        store.setNamespaceVersion(namespace, to: version) { [engine, store, tier] recorded in
+            guard recorded else {
+                let error = LarderError(.storageFailed, "the version could not be recorded")
+                return responder.respond(finish(Self.json(error.status, error.jsonBody)))
+            }
+            // From here requests without their own version use the new one: the namespace's
+            // entries under other versions are never served again, and go in the background.
+            engine.namespaces.set(namespace, to: version)
+            var retired = PurgeFilter()
+            retired.namespace = namespace
+            retired.versionOtherThan = version
+            store.purge(retired) { result in
+                for key in result.primaryKeys { tier.forget(key) }
+            }
+            var out: [UInt8] = Array(#"{"namespace":"#.utf8)
+            JSONWriter.appendString(namespace, to: &out)
+            out.append(contentsOf: #","version":\#(version),"previous":\#(previous)}"#.utf8)
+            responder.respond(finish(Self.json(200, out)))
+        }
+        return nil
+    }
+}
