@@ -14,6 +14,8 @@ extension SQLiteCacheStore {
         """
 
     public func list(_ filter: PurgeFilter, after cursor: String?, limit: Int) -> EntryPage {
+        var filter = filter
+        if filter.isEmpty { filter.all = true }
         let (condition, bind) = Self.condition(for: filter)
         // Past any index the filter's own parameters use.
         let cursorIndex = Int32(900)

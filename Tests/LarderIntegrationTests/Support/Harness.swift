@@ -40,6 +40,7 @@ final class RunningLarder {
     }
 
     var port: Int { service.port }
+    var adminPort: Int? { service.adminPort }
 
     func connection() throws -> TestConnection { try TestConnection(port: port) }
 
