@@ -95,4 +95,35 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertEqual(try client.request("GET", "/metrics", headers: ["Authorization": "Bearer scrape-me"]).status, 200)
         XCTAssertEqual(try client.request("GET", "/cache/stats").status, 200, "the admin routes have their own token")
     }
+
+    /// docker/grafana/larder.json queries only metrics /metrics really exposes.
+    func testEveryMetricTheDashboardQueriesIsExposed() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let dashboard = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: root.appendingPathComponent("docker/grafana/larder.json")))
+            as? [String: Any])
+        let panels = try XCTUnwrap(dashboard["panels"] as? [[String: Any]])
+        let expressions = panels.flatMap { ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String } }
+        XCTAssertGreaterThanOrEqual(expressions.count, 10)
+        let pattern = try NSRegularExpression(pattern: "\\b(larder|process)_[a-z_]+")
+        var queried: Set<String> = []
+        for expression in expressions {
+            for match in pattern.matches(in: expression, range: NSRange(expression.startIndex..., in: expression)) {
+                queried.insert(String(expression[Range(match.range, in: expression)!]))
+            }
+        }
+        XCTAssertTrue(queried.isSuperset(of: ["larder_requests_total", "larder_cache_lookups_total", "larder_request_duration_seconds_bucket",
+                                             "larder_upstream_errors_total", "larder_cache_bytes", "larder_cache_evictions_total"]),
+                      "request rate, hit ratio, outcomes, latency, upstream errors, bytes and evictions: \(queried.sorted())")
+
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
+        let client = try larder.connection()
+        let path = uniquePath()
+        _ = try client.fetch(["url": url(path), "cache": ["ttl": 600]])
+        _ = try client.fetch(["url": url(path), "cache": ["ttl": 600]])
+        _ = try client.fetch(["url": "http://127.0.0.1:1/refused", "cache": ["policy": "no-store"]])
+        let exposed = Set(try parse(try client.request("GET", "/metrics").body).keys.map { String($0.prefix { $0 != "{" }) })
+        for name in queried.sorted() {
+            XCTAssertTrue(exposed.contains(name), "the dashboard queries \(name), which /metrics does not expose")
+        }
+    }
 }
