@@ -68,7 +68,7 @@ let package = Package(
         .executableTarget(
             name: "larder",
             dependencies: [
-                "LarderService", "LarderCore", "CMalloc",
+                "LarderService", "LarderCore", "LarderCurl", "CMalloc",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

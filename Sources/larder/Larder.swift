@@ -17,7 +17,7 @@ struct Larder: ParsableCommand {
         commandName: "larder",
         abstract: "An HTTP caching microservice.",
         version: LarderVersion.string,
-        subcommands: [Serve.self]
+        subcommands: [Serve.self, Cache.self, Healthcheck.self]
     )
 }
 
