@@ -29,6 +29,7 @@ let package = Package(
         .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
+        .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
         .systemLibrary(name: "CMalloc"),  // glibc's <malloc.h>, for the executable's memory discipline
 
         // Pure decisions: keys, freshness, policies, access rules. No I/O, no C.
@@ -52,11 +53,14 @@ let package = Package(
                                                      .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", "LarderCore"], swiftSettings: strict),
+        // The shared store (many instances on one Redis); XXH3 for its entries' checksums too.
+        .target(name: "LarderRedis", dependencies: ["CHiredis", "CXXHash", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")],
+                swiftSettings: strict),
         // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
         .target(
             name: "LarderService",
             dependencies: [
-                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP",
+                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP", "LarderRedis",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),

@@ -206,3 +206,69 @@ public final class TrafficCounters: Sendable {
         return snapshot
     }
 }
+
+extension PurgeFilter {
+    /// Whether `entry` is one this filter selects: the same rules the SQLite store applies in
+    /// SQL, for stores that filter in memory (Redis).
+    public func matches(_ entry: StoredEntry) -> Bool {
+        if all, namespace == nil, urlPrefix == nil, host == nil, storedBefore == nil, versionBelow == nil, expiredAt == nil,
+           urls == nil, tags == nil, versionOtherThan == nil, status == nil, notExpiredAt == nil { return true }
+        if isEmpty { return false }
+        let freshness = entry.freshness
+        let end = freshness.storedAt - freshness.initialAge + freshness.freshnessLifetime
+            + max(freshness.staleWhileRevalidate, freshness.staleIfError)
+        if let namespace, entry.namespace != namespace { return false }
+        if let urlPrefix, !entry.url.hasPrefix(urlPrefix) { return false }
+        if let host {
+            let lower = host.lowercased()
+            let starts = ["http", "https"].contains { scheme in
+                ["/", ":"].contains { entry.urlKey.hasPrefix("\(scheme)://\(lower)\($0)") }
+            }
+            if !starts { return false }
+        }
+        if let storedBefore, !(freshness.storedAt < storedBefore) { return false }
+        if let versionBelow, !(freshness.version < versionBelow) { return false }
+        if let urls, !urls.contains(entry.urlKey) { return false }
+        if let tags, !entry.tags.contains(where: tags.contains) { return false }
+        if let versionOtherThan, freshness.version == versionOtherThan { return false }
+        if let status, entry.status != status { return false }
+        if let expiredAt, !(end <= expiredAt) { return false }
+        if let notExpiredAt, !(end > notExpiredAt) { return false }
+        return true
+    }
+}
+
+/// Several instances coalescing one key's misses into one upstream request (a shared store's
+/// leases). The engine asks before it sends a request upstream for a key it leads locally.
+public protocol SharedFlights: Sendable {
+    /// Tries to lead `key` across instances for at most `seconds`; false when another instance
+    /// leads. Then `wake` is called once, when that leader is done or its lease has lapsed
+    /// (never when this instance leads).
+    func claim(_ key: CacheKey, forSeconds seconds: Double, wake: @escaping @Sendable () -> Void) -> Bool
+    /// This instance's lead on `key` (if it has one) is over: release it and wake the others.
+    func release(_ key: CacheKey)
+}
+
+/// Whether the store can be reached (a shared store can be lost while Larder runs).
+public protocol StorageHealth: Sendable {
+    var storageHealthy: Bool { get }
+}
+
+/// What the metrics read from a store on each scrape (cheap: no scan).
+public struct StoreFigures: Sendable, Equatable {
+    public var entries = 0
+    public var bytes = 0
+    /// The configured limit; nil where the store has none of its own (Redis: maxmemory).
+    public var capacityBytes: Int?
+    public var evictions = 0
+    public var expiredRemovals = 0
+    /// Store operations that failed since start (a shared store out of reach).
+    public var failures = 0
+    public init() {}
+}
+
+/// Everything the service needs of a store: the cache, the admin API, warm jobs, health.
+public protocol OperatedStore: CacheStore, CacheAdministration, WarmJobStore, StorageHealth {
+    var figures: StoreFigures { get }
+    func close()
+}

@@ -85,6 +85,8 @@ public final class FetchEngine: Sendable {
     let logger: Logger
     /// Answers since start, by outcome and error (GET /cache/stats).
     public let traffic: TrafficCounters
+    /// Coalescing across instances (a shared store's leases); nil for one instance.
+    let sharedFlights: (any SharedFlights)?
     /// Each namespace's current version, used by requests that name none.
     public let namespaces: NamespaceVersions
     private let flights = Mutex<[FlightKey: Flight]>([:])
@@ -119,8 +121,9 @@ public final class FetchEngine: Sendable {
     private func newID() -> UInt64 { nextID.add(1, ordering: .relaxed).newValue }
 
     public init(store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
-                limits: Limits = Limits(), logger: Logger) {
+                limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, logger: Logger) {
         self.store = store
+        self.sharedFlights = sharedFlights
         self.upstream = upstream
         self.keys = keys
         self.clock = clock
@@ -236,9 +239,40 @@ public final class FetchEngine: Sendable {
                 return nil
             }
             leading = FlightToken(key: key, id: id)
+            // Across instances: one leads, the others wait for its entry (a shared store).
+            if let shared = sharedFlights, let leading, !claimShared(prepared, outcome: outcome, fallback: entry, flight: leading,
+                                                                      cancellation: cancellation, reply: reply, using: shared) {
+                return nil
+            }
         }
         sendUpstream(prepared, outcome: outcome, fallback: entry, flight: leading, cancellation: cancellation, reply: reply)
         return nil
+    }
+
+    /// Claims the cross-instance lead for `flight`'s key; true when this instance leads (send
+    /// upstream now). Otherwise the flight waits until the leader is done, then answers from the
+    /// stored entry, or tries to lead itself (the leader died, or stored nothing usable).
+    private func claimShared(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken,
+                             cancellation: Cancellation?, reply: @escaping @Sendable (CacheAnswer) -> Void,
+                             using shared: any SharedFlights, attempt: Int = 1) -> Bool {
+        let lease = Double(prepared.request.timeoutMs) / 1000 + 2
+        return shared.claim(prepared.derived.key, forSeconds: lease) { [self] in
+            let options = prepared.request.cache
+            let now = clock.now()
+            if let found = variant(for: prepared), found.freshness.version == options.version, Self.satisfies(found, prepared.request),
+               case .serve(true) = CacheRules.lookup(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
+                                                     version: options.version, entry: found.freshness, now: now,
+                                                     stale: options.staleWindows, directives: prepared.request.directives) {
+                store.recordHit(found.key, at: now)
+                let answer = serve(found, outcome: .hit, options: options, now: now, coalesced: true)
+                return land(flight, with: .stored(found)) { reply(answer) }
+            }
+            if attempt < 3, !claimShared(prepared, outcome: outcome, fallback: fallback, flight: flight, cancellation: cancellation,
+                                         reply: reply, using: shared, attempt: attempt + 1) {
+                return
+            }
+            sendUpstream(prepared, outcome: outcome, fallback: fallback, flight: flight, cancellation: cancellation, reply: reply)
+        }
     }
 
     private func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double,
@@ -575,6 +609,8 @@ public final class FetchEngine: Sendable {
     /// requests that waited on it. Called after the store committed, and the flight is removed
     /// before anyone is answered, so a request sent after an answer never joins a finished flight.
     private func land(_ flight: FlightToken?, with landing: Landing, answerLeader: () -> Void) {
+        // Other instances waiting on this key may read the stored entry now.
+        if let flight { sharedFlights?.release(flight.key.key) }
         let waiters = flight.map { flight in
             flights.withLock { flights -> [Waiter] in
                 guard let current = flights[flight.key], current.id == flight.id else { return [] }

@@ -176,3 +176,19 @@ extension SQLiteCacheStore: CacheAdministration {
         })
     }
 }
+
+extension SQLiteCacheStore: OperatedStore {
+    /// The embedded store is reachable while the process runs (disk-full handling: issue 9).
+    public var storageHealthy: Bool { true }
+
+    public var figures: StoreFigures {
+        let usage = usage()
+        var figures = StoreFigures()
+        figures.entries = usage.entries
+        figures.bytes = usage.bytes
+        figures.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
+        figures.evictions = evictionCount
+        figures.expiredRemovals = expiredRemovalCount
+        return figures
+    }
+}

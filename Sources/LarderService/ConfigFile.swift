@@ -53,7 +53,7 @@ public enum ConfigFile {
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
                                       "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
-                                      "bodyFileThreshold", "adminToken", "tagHeaders", "adminPort", "maxBytes", "maxObjectBytes", "retention",
+                                      "bodyFileThreshold", "adminToken", "tagHeaders", "adminPort", "store", "storePrefix", "storeTimeoutMs", "storeFallback", "maxBytes", "maxObjectBytes", "retention",
                                       "metricsToken", "metricsNamespaces"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
@@ -93,6 +93,16 @@ public enum ConfigFile {
                 configuration.retentionSeconds = seconds
             }
             if let value = root["tagHeaders"] { configuration.tagHeaders = try strings(value, "tagHeaders").map { $0.lowercased() } }
+            if let value = root["store"] { configuration.store = try string(value, "store") }
+            if let value = root["storePrefix"] { configuration.storePrefix = try string(value, "storePrefix") }
+            if let value = root["storeTimeoutMs"] { configuration.storeTimeoutMs = try integer(value, "storeTimeoutMs") }
+            if let value = root["storeFallback"] {
+                switch try string(value, "storeFallback") {
+                case "fail": configuration.storeFallbackPassThrough = false
+                case "pass-through": configuration.storeFallbackPassThrough = true
+                default: throw error("storeFallback", "must be fail or pass-through")
+                }
+            }
             if let value = root["adminPort"] { configuration.adminPort = try integer(value, "adminPort") }
             if let value = root["bodyFileThreshold"] { configuration.bodyFileThresholdBytes = try integer(value, "bodyFileThreshold") }
             if let value = root["upstreams"] {

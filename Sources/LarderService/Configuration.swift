@@ -2,6 +2,7 @@
 // passed down. Every field has a documented default and unit.
 
 public import LarderCore
+import LarderRedis
 
 public struct LarderConfiguration: Sendable {
     /// Address to listen on.
@@ -76,6 +77,14 @@ public struct LarderConfiguration: Sendable {
     public var maxObjectBytes: Int?
     /// Seconds after which an entry not written since is removed.
     public var retentionSeconds: Double = 7 * 86_400
+    /// `sqlite` (the embedded store, the default) or `redis://[user:password@]host:port[/db]`.
+    public var store: String = "sqlite"
+    /// Prefix of every Redis key (several deployments can share one Redis).
+    public var storePrefix: String = "larder:"
+    /// With Redis unreachable at start: start anyway and serve uncached until it returns.
+    public var storeFallbackPassThrough = false
+    /// Milliseconds a Redis operation may take; slower is a miss, not a stall.
+    public var storeTimeoutMs: Int = 250
     /// Response fields whose values tag the stored entry (lower-case); never passed on by /proxy.
     public var tagHeaders: [String] = CacheTags.defaultHeaderNames
     /// When set, /cache routes and /metrics are served on this port only (0: any free port),
@@ -112,6 +121,16 @@ public struct LarderConfiguration: Sendable {
             throw ConfigurationError("max object bytes must be 1 to max bytes")
         }
         guard retentionSeconds.isFinite, retentionSeconds >= 60 else { throw ConfigurationError("retention must be at least 60 seconds") }
+        if store != "sqlite" {
+            guard store.hasPrefix("redis://") || store.hasPrefix("rediss://") else {
+                throw ConfigurationError("store '\(store)' must be sqlite or redis://host:port")
+            }
+            do { _ = try RedisAddress(url: store) } catch { throw ConfigurationError(error.description) }
+        }
+        guard !storePrefix.isEmpty, storePrefix.utf8.count <= 64, !storePrefix.contains("{"), !storePrefix.contains("}") else {
+            throw ConfigurationError("the store prefix must be 1 to 64 characters without braces")
+        }
+        guard (1...60_000).contains(storeTimeoutMs) else { throw ConfigurationError("store timeout must be 1 to 60000 ms") }
         for name in tagHeaders where !HTTPToken.isValidName(name) {
             throw ConfigurationError("tag header '\(name)' is not a valid header name")
         }

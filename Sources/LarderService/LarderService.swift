@@ -8,6 +8,7 @@ import LarderCore
 import LarderCurl
 public import LarderEngine
 import LarderHTTP
+import LarderRedis
 import LarderSQLite
 public import Logging
 #if canImport(Glibc)
@@ -24,7 +25,7 @@ public final class LarderService: @unchecked Sendable {
 
     public let configuration: LarderConfiguration
     private let logger: Logger
-    private var store: SQLiteCacheStore?
+    private var store: (any OperatedStore)?
     private var upstream: CurlUpstream?
     private var warmJobs: WarmJobs?
     private var engine: FetchEngine?
@@ -62,13 +63,29 @@ public final class LarderService: @unchecked Sendable {
     public func start() throws {
         try configuration.validate()
         _ = Self.curlInitialised
-        let secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
         var capacity = StoreCapacity()
         capacity.maxBytes = configuration.maxBytes
         capacity.retention = configuration.retentionSeconds
         capacity.keepStaleFor = configuration.staleOnErrorSeconds
-        let store = try SQLiteCacheStore(path: configuration.databasePath, maxVariants: configuration.maxVariants,
-                                         bodyFileThreshold: configuration.bodyFileThresholdBytes, capacity: capacity, logger: logger)
+        let store = try Self.openStore(configuration, logger: logger)
+        // Instances on one shared store must derive the same keys: they share the secret the
+        // store keeps (unless the operator gives every instance the same --secret-file).
+        let secret: [UInt8]
+        if let redis = store as? RedisCacheStore, configuration.secretPath == nil {
+            do {
+                secret = try redis.sharedSecret()
+            } catch where configuration.storeFallbackPassThrough {
+                // Started without Redis: keys from the local secret until a restart with Redis
+                // there (until then this instance's entries are its own).
+                logger.warning("cannot read the shared key secret from Redis; using \(configuration.resolvedSecretPath) until restarted with Redis reachable")
+                secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
+            } catch {
+                store.close()
+                throw ConfigurationError("cannot read or create the shared key secret in Redis: \(error)")
+            }
+        } else {
+            secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
+        }
         let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
         let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
                                     maxTransfers: configuration.maxUpstreamTransfers,
@@ -81,10 +98,16 @@ public final class LarderService: @unchecked Sendable {
         limits.rangeFetchOver = configuration.rangeFetchOverBytes
         limits.tagHeaders = configuration.tagHeaders
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
+        let redis = store as? RedisCacheStore
         // An acknowledged save that could not be committed leaves memory too.
-        store.onEntryDropped { [weak tier] primaryKey in tier?.forget(primaryKey) }
+        (store as? SQLiteCacheStore)?.onEntryDropped { [weak tier] primaryKey in tier?.forget(primaryKey) }
+        // Another instance removed entries: this memory tier must not keep serving them.
+        redis?.onForget { [weak tier] key in
+            if let key { tier?.forget(key) } else { tier?.forgetAll() }
+        }
         let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
-                                 clock: clock, limits: limits, logger: logger)
+                                 clock: clock, limits: limits, sharedFlights: redis, logger: logger)
+        redis?.onNamespaceVersion { [weak engine] namespace, version in engine?.namespaces.set(namespace, to: version) }
         let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let sealing = SpecSealing(secret: secret)
         let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
@@ -98,7 +121,7 @@ public final class LarderService: @unchecked Sendable {
         let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
         engine.traffic.observe(with: metrics)
         let router = Router(engine: engine, clock: clock, logger: logger, configuration: configuration,
-                            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics,
+                            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store,
                             scrape: { [weak tier] in tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs) } ?? [] })
 
         var serverConfiguration = HTTPServerConfiguration()
@@ -153,13 +176,37 @@ public final class LarderService: @unchecked Sendable {
         self.server = server
         self.proxyServer = proxyServer
         self.adminServer = adminServer
-        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), database \(configuration.databasePath)")
+        let where_ = redis.map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" } ?? "database \(configuration.databasePath)"
+        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), \(where_)")
         if let proxyServer, let root = configuration.proxyRoot {
             logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
         }
         if let adminServer {
             logger.info("admin routes and metrics on \(configuration.host):\(adminServer.port)")
         }
+    }
+
+    /// The configured store: SQLite (the default) or Redis (`--store redis://…`).
+    static func openStore(_ configuration: LarderConfiguration, logger: Logger) throws -> any OperatedStore {
+        guard configuration.store != "sqlite" else {
+            var capacity = StoreCapacity()
+            capacity.maxBytes = configuration.maxBytes
+            capacity.retention = configuration.retentionSeconds
+            capacity.keepStaleFor = configuration.staleOnErrorSeconds
+            return try SQLiteCacheStore(path: configuration.databasePath, maxVariants: configuration.maxVariants,
+                                        bodyFileThreshold: configuration.bodyFileThresholdBytes, capacity: capacity, logger: logger)
+        }
+        var settings = RedisCacheStore.Settings()
+        settings.prefix = configuration.storePrefix
+        settings.timeoutMs = configuration.storeTimeoutMs
+        settings.retention = configuration.retentionSeconds
+        let address = try RedisAddress(url: configuration.store)
+        let store = try RedisCacheStore(address: address, settings: settings, requireConnection: !configuration.storeFallbackPassThrough,
+                                        logger: logger)
+        if !store.storageHealthy {
+            logger.warning("Redis at \(address.display) is unreachable; serving uncached until it returns (--store-fallback pass-through)")
+        }
+        return store
     }
 
     /// Drains (new requests get 503 `shutting_down`), lets in-flight requests finish (up to the

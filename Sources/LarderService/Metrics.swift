@@ -32,7 +32,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let timers = Mutex<[Key: CoreMetrics.Timer]>([:])
     private let gauges = Mutex<[Key: CoreMetrics.Gauge]>([:])
     private let namespaces = Mutex<Set<String>>([])
-    private let reported = Mutex<(evictions: Int, expired: Int)>((0, 0))
+    private let reported = Mutex<(evictions: Int, expired: Int, failures: Int)>((0, 0, 0))
 
     init(namespaceLimit: Int, startedAt: Double) {
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -183,18 +183,20 @@ final class LarderMetrics: TrafficObserver, Sendable {
     // MARK: - Scraping
 
     /// The exposition, after reading what is measured at scrape time.
-    func scrape(store: SQLiteCacheStore, tier: MemoryTier, warmJobs: WarmJobs?) -> [UInt8] {
-        let usage = store.usage()
-        gauge("larder_cache_entries").record(usage.entries)
-        gauge("larder_cache_bytes").record(usage.bytes)
-        gauge("larder_cache_capacity_bytes").record(store.capacity.maxBytes == Int.max ? 0 : store.capacity.maxBytes)
+    func scrape(store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?) -> [UInt8] {
+        let figures = store.figures
+        gauge("larder_cache_entries").record(figures.entries)
+        gauge("larder_cache_bytes").record(figures.bytes)
+        gauge("larder_cache_capacity_bytes").record(figures.capacityBytes ?? 0)
+        gauge("larder_storage_healthy").record(store.storageHealthy ? 1 : 0)
         // Counters kept by the store; Prometheus counters advance by what changed since.
-        let (evicted, expired) = reported.withLock { reported -> (Int, Int) in
-            defer { reported = (store.evictionCount, store.expiredRemovalCount) }
-            return (store.evictionCount - reported.evictions, store.expiredRemovalCount - reported.expired)
+        let (evicted, expired, failed) = reported.withLock { reported -> (Int, Int, Int) in
+            defer { reported = (figures.evictions, figures.expiredRemovals, figures.failures) }
+            return (figures.evictions - reported.evictions, figures.expiredRemovals - reported.expired, figures.failures - reported.failures)
         }
         counter("larder_cache_evictions_total", []).increment(by: max(0, evicted))
         counter("larder_cache_expired_removals_total", []).increment(by: max(0, expired))
+        counter("larder_store_errors_total", []).increment(by: max(0, failed))
         gauge("larder_memory_tier_bytes").record(tier.bytes)
         var states: [String: Int] = ["queued": 0, "running": 0, "done": 0, "cancelled": 0]
         for job in warmJobs?.list() ?? [] { states[job.state.rawValue, default: 0] += 1 }

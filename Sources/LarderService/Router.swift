@@ -24,10 +24,12 @@ struct Router: HTTPRequestHandler {
     let metricsToken: [UInt8]?
     /// With --admin-port: /cache… and /metrics are served only there, nothing else is.
     let adminOnOwnListener: Bool
+    /// The store's reachability, for /healthz.
+    let health: (any StorageHealth)?
 
     init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
          upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil, admin: AdminRoute? = nil,
-         metrics: LarderMetrics? = nil, scrape: (@Sendable () -> [UInt8])? = nil) {
+         metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, scrape: (@Sendable () -> [UInt8])? = nil) {
         self.engine = engine
         self.clock = clock
         self.logger = logger
@@ -43,6 +45,7 @@ struct Router: HTTPRequestHandler {
         self.scrape = scrape
         self.metricsToken = configuration.metricsToken.map { Array($0.utf8) }
         self.adminOnOwnListener = configuration.adminPort != nil
+        self.health = health
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
@@ -97,7 +100,10 @@ struct Router: HTTPRequestHandler {
             guard request.method == "GET" || request.method == "HEAD" else {
                 return finish(request, error: LarderError(.methodNotAllowed, "use GET for /healthz"), allow: "GET, HEAD", receivedAt: receivedAt)
             }
-            return finish(request, response: HTTPServerResponse(status: 200, headers: Self.jsonHeaders, body: Array(#"{"status":"ok"}"#.utf8)),
+            // Degraded storage still answers 200: requests pass through uncached, correctly.
+            let storage = health?.storageHealthy == false ? "degraded" : "ok"
+            return finish(request, response: HTTPServerResponse(status: 200, headers: Self.jsonHeaders,
+                                                                body: Array(#"{"status":"ok","storage":"\#(storage)"}"#.utf8)),
                           outcome: nil, receivedAt: receivedAt)
         default:
             let isAdmin = request.path == AdminRoute.prefix || request.path.hasPrefix(AdminRoute.prefix + "/")

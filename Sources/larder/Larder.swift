@@ -105,6 +105,18 @@ struct Serve: ParsableCommand {
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every /cache route (or LARDER_ADMIN_TOKEN).")
     var adminToken: String?
 
+    @Option(help: "The store: sqlite (embedded, the default) or redis://[user:password@]host:port[/db] shared by many instances (env LARDER_STORE).")
+    var store: String?
+
+    @Option(help: "Prefix of every Redis key (default larder:).")
+    var storePrefix: String?
+
+    @Option(help: "Milliseconds a Redis operation may take; slower is a miss (default 250).")
+    var storeTimeoutMs: Int?
+
+    @Option(help: "With Redis unreachable at start: fail (default) or pass-through (serve uncached until it returns).")
+    var storeFallback: String?
+
     @Option(help: "Serve the /cache admin routes and /metrics on this port only, not on --port (same --host; 0 = any free port).")
     var adminPort: Int?
 
@@ -178,6 +190,14 @@ struct Serve: ParsableCommand {
         if let adminToken { configuration.adminToken = adminToken }
         if let metricsToken { configuration.metricsToken = metricsToken }
         if let adminPort { configuration.adminPort = adminPort }
+        if let raw = environment["LARDER_STORE"], !raw.isEmpty, store == nil { configuration.store = raw }
+        if let store { configuration.store = store }
+        if let storePrefix { configuration.storePrefix = storePrefix }
+        if let storeTimeoutMs { configuration.storeTimeoutMs = storeTimeoutMs }
+        if let storeFallback {
+            guard ["fail", "pass-through"].contains(storeFallback) else { throw ValidationError("--store-fallback must be fail or pass-through") }
+            configuration.storeFallbackPassThrough = storeFallback == "pass-through"
+        }
         if !tagHeaders.isEmpty {
             configuration.tagHeaders = tagHeaders == ["none"] ? [] : tagHeaders.map { $0.lowercased() }
         }

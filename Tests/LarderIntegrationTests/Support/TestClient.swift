@@ -157,6 +157,17 @@ final class TestConnection {
         }
     }
 
+    /// One CRLF-terminated line (without the CRLF): for line protocols (the Redis test helper).
+    func readLine() throws -> String {
+        while true {
+            if let end = buffer.indices.dropLast().first(where: { buffer[$0] == 13 && buffer[$0 + 1] == 10 }) {
+                defer { buffer.removeFirst(end + 2) }
+                return String(decoding: buffer[..<end], as: UTF8.self)
+            }
+            try fill()
+        }
+    }
+
     private func fill() throws {
         var chunk = [UInt8](repeating: 0, count: 65536)
         let received = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }

@@ -1,0 +1,286 @@
+// The admin operations and warm jobs on the shared store. What the SQLite store does with SQL
+// is done here by SCAN (entries) or through the tag and URL index sets, with the filter applied
+// to decoded entries (PurgeFilter.matches). Every removal is published, so each instance's
+// memory tier drops what went.
+
+import Dispatch
+import Foundation
+public import LarderCore
+public import LarderEngine
+
+extension RedisCacheStore {
+    /// One SCAN step over entry hashes: the keys found and the cursor to go on with ("0": done).
+    func scanEntries(from cursor: String, count: Int) throws(RedisError) -> ([CacheKey], String) {
+        let reply = try pool.with { connection throws(RedisError) in
+            try connection.command(["SCAN", cursor, "MATCH", entryPattern, "COUNT", String(count)])
+        }
+        let parts = reply.array
+        guard parts.count == 2, let next = parts[0].string else { throw RedisError("unexpected SCAN reply") }
+        let keys = parts[1].array.compactMap { $0.string }.compactMap { name -> CacheKey? in
+            guard let open = name.firstIndex(of: "{"), let close = name.firstIndex(of: "}"), open < close else { return nil }
+            return CacheKey(hex: String(name[name.index(after: open)..<close]))
+        }
+        return (keys, next)
+    }
+
+    /// Each key's rows with their hit counts and stored sizes (one pipelined round trip).
+    func rows(of keys: [CacheKey]) throws(RedisError) -> [(primaryKey: CacheKey, entries: [(entry: StoredEntry, hits: Int, bytes: Int)])] {
+        guard !keys.isEmpty else { return [] }
+        let replies = try pool.with { connection throws(RedisError) in
+            try connection.pipeline(keys.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } })
+        }
+        return zip(keys, replies).map { key, reply in
+            let fields = reply.array
+            var hits: [String: Int] = [:], sizes: [String: Int] = [:]
+            for index in stride(from: 0, to: fields.count - 1, by: 2) {
+                guard let name = fields[index].string else { continue }
+                if name.hasPrefix("h:") { hits[String(name.dropFirst(2))] = Int(fields[index + 1].string ?? "") ?? 0 }
+                if name.hasPrefix("e:") { sizes[String(name.dropFirst(2))] = fields[index + 1].bytes?.count ?? 0 }
+            }
+            let decoded = entries(fromHash: fields, primaryKey: key)
+            return (key, decoded.map { ($0, hits[$0.key.hex] ?? 0, sizes[$0.key.hex] ?? 0) })
+        }
+    }
+
+    func record(_ entry: StoredEntry, hits: Int, bytes: Int) -> EntryRecord {
+        let freshness = entry.freshness
+        let expiresAt = freshness.storedAt - freshness.initialAge + freshness.freshnessLifetime
+        return EntryRecord(key: entry.primaryKey, rowKey: entry.key, namespace: entry.namespace, method: entry.method.rawValue,
+                           url: entry.url, status: entry.status, bytes: bytes, storedAt: freshness.storedAt, expiresAt: expiresAt,
+                           staleUntil: expiresAt + max(freshness.staleWhileRevalidate, freshness.staleIfError),
+                           version: freshness.version, tags: entry.tags, hits: hits, lastAccessAt: freshness.storedAt,
+                           etag: entry.etag, lastModified: entry.lastModified, varies: entry.varyNames)
+    }
+
+    // MARK: - CacheAdministration
+
+    /// Every stored figure from a full SCAN (an admin call, not a request's); evictions and
+    /// expiry are Redis's own counters (INFO stats), for the whole Redis.
+    public func statistics() -> StoredStatistics {
+        var statistics = StoredStatistics()
+        var namespaces: [String: StoredStatistics.Namespace] = [:]
+        do {
+            var cursor = "0"
+            repeat {
+                let (keys, next) = try scanEntries(from: cursor, count: 1000)
+                cursor = next
+                for (_, rows) in try rows(of: keys) {
+                    for row in rows {
+                        statistics.entries += 1
+                        statistics.bytes += row.bytes
+                        namespaces[row.entry.namespace, default: .init(name: row.entry.namespace, entries: 0, bytes: 0)].entries += 1
+                        namespaces[row.entry.namespace]!.bytes += row.bytes
+                        let storedAt = row.entry.freshness.storedAt
+                        statistics.oldestStoredAt = min(statistics.oldestStoredAt ?? storedAt, storedAt)
+                        statistics.newestStoredAt = max(statistics.newestStoredAt ?? storedAt, storedAt)
+                    }
+                }
+            } while cursor != "0"
+            let info = try pool.with { connection throws(RedisError) in try connection.command(["INFO", "stats"]) }.string ?? ""
+            for line in info.split(whereSeparator: \.isNewline) {
+                let parts = line.split(separator: ":")
+                guard parts.count == 2, let value = Int(parts[1].trimmingCharacters(in: .whitespaces)) else { continue }
+                if parts[0] == "evicted_keys" { statistics.evictions = value }
+                if parts[0] == "expired_keys" { statistics.expiredRemovals = value }
+            }
+        } catch {
+            logger.error("cannot read statistics from Redis", metadata: ["error": "\(error)"])
+        }
+        statistics.namespaces = namespaces.values.sorted { $0.name < $1.name }
+        usageCache.withLock { $0 = (statistics.entries, statistics.bytes) }
+        return statistics
+    }
+
+    public func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void) {
+        DispatchQueue.global(qos: .utility).async { [self] in
+            var result = PurgeResult()
+            do {
+                if let tags = filter.tags {
+                    // Through the tag sets: only the tagged keys are read.
+                    let members = try pool.with { connection throws(RedisError) in
+                        try connection.pipeline(tags.map { ["SMEMBERS", tagKey($0)].map { Array($0.utf8) } })
+                    }
+                    let keys = Array(Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } }))
+                    for start in stride(from: 0, to: keys.count, by: 500) {
+                        try remove(matching: filter, among: Array(keys[start..<min(start + 500, keys.count)]), into: &result)
+                    }
+                } else if let urls = filter.urls {
+                    let members = try pool.with { connection throws(RedisError) in
+                        try connection.pipeline(urls.map { ["SMEMBERS", urlIndexKey($0)].map { Array($0.utf8) } })
+                    }
+                    try remove(matching: filter, among: Array(Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } })),
+                               into: &result)
+                } else {
+                    var cursor = "0"
+                    repeat {
+                        let (keys, next) = try scanEntries(from: cursor, count: 500)
+                        cursor = next
+                        try remove(matching: filter, among: keys, into: &result)
+                    } while cursor != "0"
+                }
+            } catch {
+                logger.error("purge on Redis failed", metadata: ["error": "\(error)"])
+            }
+            publishForget(Array(result.primaryKeys))
+            completion(result)
+        }
+    }
+
+    /// Removes the rows of `keys` the filter matches: a key whose rows all go is deleted whole.
+    private func remove(matching filter: PurgeFilter, among keys: [CacheKey], into result: inout PurgeResult) throws(RedisError) {
+        var commands: [[[UInt8]]] = []
+        for (key, rows) in try rows(of: keys) {
+            let matching = rows.filter { filter.matches($0.entry) }
+            guard !matching.isEmpty else { continue }
+            if matching.count == rows.count {
+                commands.append(["DEL", entryKey(key)].map { Array($0.utf8) })
+            } else {
+                commands.append(["HDEL", entryKey(key)].map { Array($0.utf8) }
+                                + matching.flatMap { [Array("e:\($0.entry.key.hex)".utf8), Array("h:\($0.entry.key.hex)".utf8)] })
+            }
+            result.removed += matching.count
+            result.bytes += matching.reduce(0) { $0 + $1.bytes }
+            result.primaryKeys.insert(key)
+        }
+        guard !commands.isEmpty else { return }
+        _ = try pool.with { connection throws(RedisError) in try connection.pipeline(commands) }
+    }
+
+    public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
+        var result = PurgeResult()
+        do {
+            for removed in try deleteEntries([primaryKey]) {
+                result.removed += removed.rows
+                result.bytes += removed.bytes
+                result.primaryKeys.insert(removed.primaryKey)
+            }
+        } catch {
+            logger.error("remove on Redis failed", metadata: ["error": "\(error)"])
+        }
+        publishForget(Array(result.primaryKeys))
+        completion(result)
+    }
+
+    /// A page by SCAN: the cursor is Redis's. Every entry there for the whole listing is listed
+    /// at least once (SCAN's guarantee; one can appear twice while Redis rehashes); a page holds
+    /// whole keys, so it may pass `limit` by a key's other variants.
+    public func list(_ filter: PurgeFilter, after cursor: String?, limit: Int) -> EntryPage {
+        var page = EntryPage()
+        var filter = filter
+        if filter.isEmpty { filter.all = true }
+        var position = cursor ?? "0"
+        do {
+            repeat {
+                let (keys, next) = try scanEntries(from: position, count: max(10, limit))
+                position = next
+                for (_, rows) in try rows(of: keys) {
+                    for row in rows where filter.matches(row.entry) { page.records.append(record(row.entry, hits: row.hits, bytes: row.bytes)) }
+                }
+            } while position != "0" && page.records.count < limit
+        } catch {
+            logger.error("listing Redis failed", metadata: ["error": "\(error)"])
+            return page
+        }
+        page.nextCursor = position == "0" ? nil : position
+        return page
+    }
+
+    public func records(primaryKey: CacheKey) -> [EntryRecord] {
+        guard let found = try? rows(of: [primaryKey]).first else { return [] }
+        return found.entries.sorted { $0.entry.freshness.storedAt < $1.entry.freshness.storedAt }
+            .map { record($0.entry, hits: $0.hits, bytes: $0.bytes) }
+    }
+
+    public func setNamespaceVersion(_ namespace: String, to version: Int64, completion: @escaping @Sendable (Bool) -> Void) {
+        do {
+            let reply = try pool.with { connection throws(RedisError) in
+                try connection.command(["HSET", namespaceVersionsKey, namespace, String(version)])
+            }
+            if case .error = reply { return completion(false) }
+        } catch {
+            return completion(false)
+        }
+        // Every instance switches at once; the bump itself wrote one field.
+        events.publish(pool, "version", "\(version) \(namespace)")
+        completion(true)
+    }
+
+    // MARK: - WarmJobStore
+
+    var warmJobsKey: String { "\(settings.prefix)warm:jobs" }
+    func warmItemsKey(_ id: String) -> String { "\(settings.prefix)warm:{\(id)}:items" }
+
+    public func createJob(_ record: WarmJobRecord, sealedSpecs: [[UInt8]], completion: @escaping @Sendable (Bool) -> Void) {
+        var commands: [[[UInt8]]] = [["HSET", warmJobsKey, record.id].map { Array($0.utf8) } + [Self.encode(record)]]
+        for start in stride(from: 0, to: sealedSpecs.count, by: 500) {
+            var command = ["HSET", warmItemsKey(record.id)].map { Array($0.utf8) }
+            for index in start..<min(start + 500, sealedSpecs.count) { command += [Array(String(index).utf8), sealedSpecs[index]] }
+            commands.append(command)
+        }
+        completion((try? pool.with { connection throws(RedisError) in try connection.pipeline(commands) }) != nil)
+    }
+
+    public func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
+        _ = try? pool.with { connection throws(RedisError) in
+            try connection.pipeline([["HDEL", warmItemsKey(job.id), String(index)].map { Array($0.utf8) },
+                                     ["HSET", warmJobsKey, job.id].map { Array($0.utf8) } + [Self.encode(job)]])
+        }
+        completion()
+    }
+
+    public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
+        var commands: [[[UInt8]]] = [["HSET", warmJobsKey, record.id].map { Array($0.utf8) } + [Self.encode(record)]]
+        if record.state == .done || record.state == .cancelled { commands.append(["DEL", warmItemsKey(record.id)].map { Array($0.utf8) }) }
+        _ = try? pool.with { connection throws(RedisError) in try connection.pipeline(commands) }
+        completion()
+    }
+
+    public func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] {
+        guard let jobs = try? pool.with({ connection throws(RedisError) in try connection.command(["HGETALL", warmJobsKey]) }).array
+        else { return [] }
+        var result: [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] = []
+        for index in stride(from: 0, to: jobs.count - 1, by: 2) {
+            guard let bytes = jobs[index + 1].bytes, let record = Self.decodeJob(bytes) else { continue }
+            var pending: [(index: Int, sealedSpec: [UInt8])] = []
+            if record.state == .queued || record.state == .running,
+               let items = try? pool.with({ connection throws(RedisError) in try connection.command(["HGETALL", warmItemsKey(record.id)]) }).array {
+                for item in stride(from: 0, to: items.count - 1, by: 2) {
+                    if let position = items[item].string.flatMap(Int.init), let spec = items[item + 1].bytes { pending.append((position, spec)) }
+                }
+            }
+            result.append((record, pending.sorted { $0.index < $1.index }))
+        }
+        return result.sorted { $0.record.createdAt < $1.record.createdAt }
+    }
+
+    static func encode(_ record: WarmJobRecord) -> [UInt8] {
+        var object: [String: Any] = ["id": record.id, "state": record.state.rawValue, "total": record.total, "done": record.done,
+                                     "failed": record.failed, "stored": record.stored, "bytes": record.bytes,
+                                     "bytesExpected": record.bytesExpected, "concurrency": record.concurrency,
+                                     "createdAt": record.createdAt,
+                                     "errors": record.errors.map { ["index": $0.index, "url": $0.url, "code": $0.code] }]
+        if let startedAt = record.startedAt { object["startedAt"] = startedAt }
+        if let finishedAt = record.finishedAt { object["finishedAt"] = finishedAt }
+        return Array((try? JSONSerialization.data(withJSONObject: object)) ?? Data())
+    }
+
+    static func decodeJob(_ bytes: [UInt8]) -> WarmJobRecord? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
+              let id = object["id"] as? String, let state = (object["state"] as? String).flatMap(WarmJobRecord.State.init(rawValue:)),
+              let total = object["total"] as? Int, let concurrency = object["concurrency"] as? Int,
+              let createdAt = (object["createdAt"] as? Double) ?? (object["createdAt"] as? Int).map(Double.init) else { return nil }
+        var record = WarmJobRecord(id: id, state: state, total: total, concurrency: concurrency, createdAt: createdAt)
+        record.done = object["done"] as? Int ?? 0
+        record.failed = object["failed"] as? Int ?? 0
+        record.stored = object["stored"] as? Int ?? 0
+        record.bytes = object["bytes"] as? Int ?? 0
+        record.bytesExpected = object["bytesExpected"] as? Int ?? 0
+        record.startedAt = (object["startedAt"] as? Double) ?? (object["startedAt"] as? Int).map(Double.init)
+        record.finishedAt = (object["finishedAt"] as? Double) ?? (object["finishedAt"] as? Int).map(Double.init)
+        record.errors = (object["errors"] as? [[String: Any]] ?? []).compactMap { item in
+            guard let index = item["index"] as? Int, let url = item["url"] as? String, let code = item["code"] as? String else { return nil }
+            return .init(index: index, url: url, code: code)
+        }
+        return record
+    }
+}

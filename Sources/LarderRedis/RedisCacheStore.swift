@@ -1,0 +1,349 @@
+// The shared store: many Larder instances keep one cache in Redis. The engine does not change:
+// this implements the same ports as the SQLite store, and each instance's memory tier stays in
+// front of it.
+//
+// Layout (P is --store-prefix, default "larder:"; {…} is the Redis Cluster hash tag, so what
+// must move together shares a slot):
+//   P{<primary key>}:e      hash: "e:<row key>" → entry (EntryCodec), "h:<row key>" → hits,
+//                           "~vary" → the Vary names every row shares. One HGETALL is a hit.
+//   P{<primary key>}:lease  the lease of the instance fetching the key (cross-instance coalescing)
+//   Pt:{<tag>}              set of primary keys carrying the tag (purge by tag)
+//   Pu:{<url hash>}         set of primary keys stored for a URL (invalidation, purge by URL)
+//   Pnsv                    hash: namespace → current version
+//   Pwarm:jobs, Pwarm:{<id>}:items   warm jobs
+//   Pevents                 pub/sub: forgets, namespace versions, finished leases
+// Every key expires with its entry's retention (freshness + stale windows + --retention), so
+// Redis's own eviction (maxmemory-policy allkeys-lru) bounds memory.
+
+import CXXHash
+import Dispatch
+import Foundation
+public import LarderCore
+public import LarderEngine
+public import Logging
+import Synchronization
+
+// @unchecked Sendable: a dispatch timer is thread-safe, and `flushTimer` is set once in init;
+// everything else is immutable or behind a Mutex or an atomic.
+public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sendable {
+    public struct Settings: Sendable {
+        public var prefix = "larder:"
+        public var timeoutMs = 250
+        /// Seconds an entry is kept past its freshness and stale windows (--retention).
+        public var retention: Double = 7 * 86_400
+        public init() {}
+    }
+
+    let pool: RedisPool
+    let settings: Settings
+    let logger: Logger
+    /// This instance, in the messages it publishes.
+    let instance = UUID().uuidString
+    private let hitTally = Mutex<[String: (primaryKey: CacheKey, hits: Int64)]>([:])
+    private let flushTimer: DispatchSourceTimer
+    let events: RedisEvents
+    /// Keys this instance leads across instances, and the wakes of instances waiting here.
+    private let leading = Mutex<Set<CacheKey>>([])
+    private let waiting = Mutex<[CacheKey: [@Sendable () -> Void]]>([:])
+    /// Entries and bytes as the last full SCAN found them (see `usage`).
+    let usageCache = Mutex<(entries: Int, bytes: Int)>((0, 0))
+    private let usageRefreshedAt = Atomic<UInt64>(0)
+
+    /// Connects (failing when Redis cannot be reached, unless `requireConnection` is false).
+    public init(address: RedisAddress, settings: Settings = Settings(), requireConnection: Bool = true, logger: Logger) throws {
+        self.pool = RedisPool(address: address, timeoutMs: settings.timeoutMs)
+        self.settings = settings
+        self.logger = logger
+        self.events = RedisEvents(address: address, channel: settings.prefix + "events", logger: logger)
+        if requireConnection {
+            do throws(RedisError) {
+                let pong = try pool.with { connection throws(RedisError) in try connection.command(["PING"]) }
+                if case .error(let message) = pong { throw RedisError(message) }
+            } catch {
+                throw RedisError("cannot use Redis at \(address.display): \(error.description)")
+            }
+        }
+        // Made only now: a dispatch source released before it was resumed traps.
+        flushTimer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
+        flushTimer.schedule(deadline: .now() + 10, repeating: 10)
+        flushTimer.setEventHandler { [weak self] in self?.flushHits() }
+        flushTimer.resume()
+        events.onMessage { [weak self] verb, argument in self?.received(verb, argument) }
+        events.start()
+    }
+
+    public var storageHealthy: Bool { pool.healthy }
+    /// Where the store is (host:port; never the password).
+    public var addressDisplay: String { pool.address.display }
+
+    /// For the metrics: entries and bytes from the last full SCAN (refreshed in the background
+    /// at most once a minute, since a SCAN per scrape would cost too much on a large Redis).
+    public var figures: StoreFigures {
+        let now = DispatchTime.now().uptimeNanoseconds
+        let last = usageRefreshedAt.load(ordering: .relaxed)
+        if last == 0 || now - last > 60_000_000_000,
+           usageRefreshedAt.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
+            DispatchQueue.global(qos: .utility).async { [weak self] in _ = self?.statistics() }
+        }
+        var figures = StoreFigures()
+        let usage = usageCache.withLock { $0 }
+        figures.entries = usage.entries
+        figures.bytes = usage.bytes
+        figures.failures = pool.failureCount
+        return figures
+    }
+
+    public func close() {
+        flushTimer.cancel()
+        flushHits()
+        events.stop()
+        pool.drain()
+    }
+
+    /// The key secret every instance on this store shares: created once (SET NX) by the first
+    /// instance, read by the others. Like the SQLite store's secret file beside the database, it
+    /// lives with the entries it keys.
+    public func sharedSecret() throws(RedisError) -> [UInt8] {
+        var generator = SystemRandomNumberGenerator()
+        let fresh = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let key = Array("\(settings.prefix)secret".utf8)
+        let replies = try pool.with { connection throws(RedisError) in
+            try connection.pipeline([[Array("SET".utf8), key, fresh, Array("NX".utf8)], [Array("GET".utf8), key]])
+        }
+        guard let secret = replies[1].bytes, secret.count >= 32 else { throw RedisError("the shared secret in Redis is missing or too short") }
+        return secret
+    }
+
+    // MARK: - Keys
+
+    func entryKey(_ primaryKey: CacheKey) -> String { "\(settings.prefix){\(primaryKey.hex)}:e" }
+    func leaseKey(_ primaryKey: CacheKey) -> String { "\(settings.prefix){\(primaryKey.hex)}:lease" }
+    func tagKey(_ tag: String) -> String { "\(settings.prefix)t:{\(tag)}" }
+    func urlIndexKey(_ urlKey: String) -> String {
+        let hash = Array(urlKey.utf8).withUnsafeBytes { XXH3_64bits($0.baseAddress, $0.count) }
+        return "\(settings.prefix)u:{\(String(hash, radix: 16))}"
+    }
+    var namespaceVersionsKey: String { "\(settings.prefix)nsv" }
+    var entryPattern: String { "\(settings.prefix){*}:e" }
+
+    /// Milliseconds Redis keeps an entry: its freshness and stale windows, then --retention.
+    func retentionMs(_ entry: StoredEntry) -> Int64 {
+        let freshness = entry.freshness
+        let seconds = max(0, freshness.freshnessLifetime - freshness.initialAge)
+            + max(freshness.staleWhileRevalidate, freshness.staleIfError) + settings.retention
+        return Int64(min(seconds, 10 * 365 * 86_400) * 1000)
+    }
+
+    // MARK: - CacheStore
+
+    public func lookup(_ primaryKey: CacheKey) -> [StoredEntry] {
+        let reply: RedisValue
+        do {
+            reply = try pool.with { connection throws(RedisError) in try connection.command(["HGETALL", entryKey(primaryKey)]) }
+        } catch {
+            logger.debug("Redis lookup failed; answering as a miss", metadata: ["error": "\(error)"])
+            return []
+        }
+        return entries(fromHash: reply.array, primaryKey: primaryKey)
+    }
+
+    /// The entries among a hash's fields; damaged ones are removed and left out.
+    func entries(fromHash fields: [RedisValue], primaryKey: CacheKey) -> [StoredEntry] {
+        var entries: [StoredEntry] = []
+        var index = 0
+        while index + 1 < fields.count {
+            defer { index += 2 }
+            guard let name = fields[index].string, name.hasPrefix("e:"), let value = fields[index + 1].bytes else { continue }
+            guard let entry = EntryCodec.decode(value), entry.primaryKey == primaryKey else {
+                logger.warning("a stored entry in Redis fails its checksum; dropping it", metadata: ["key": "\(primaryKey)"])
+                _ = try? pool.with { connection throws(RedisError) in try connection.command(["HDEL", entryKey(primaryKey), name]) }
+                continue
+            }
+            entries.append(entry)
+        }
+        return entries
+    }
+
+    static let saveScript = """
+        local current = redis.call('HGET', KEYS[1], '~vary')
+        if current ~= ARGV[3] then redis.call('DEL', KEYS[1]) end
+        redis.call('HSET', KEYS[1], '~vary', ARGV[3], 'e:' .. ARGV[1], ARGV[2])
+        redis.call('PEXPIRE', KEYS[1], ARGV[4])
+        return 1
+        """
+
+    /// Writes the entry (and its tag and URL indexes) in one pipelined round trip; a response
+    /// that varies differently from the rows under its key replaces them all (§4.1).
+    public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
+        let ttl = String(retentionMs(entry))
+        var commands: [[[UInt8]]] = [
+            ["EVAL", Self.saveScript, "1", entryKey(entry.primaryKey)].map { Array($0.utf8) }
+                + [Array(entry.key.hex.utf8), EntryCodec.encode(entry), Array(entry.varyNames.joined(separator: ",").utf8), Array(ttl.utf8)],
+        ]
+        for index in entry.tags.map(tagKey) + [urlIndexKey(entry.urlKey)] {
+            commands.append(["SADD", index, entry.primaryKey.hex].map { Array($0.utf8) })
+            commands.append(["PEXPIRE", index, ttl].map { Array($0.utf8) })
+        }
+        do {
+            let replies = try pool.with { connection throws(RedisError) in try connection.pipeline(commands) }
+            if case .error(let message) = replies[0] {
+                logger.warning("Redis refused an entry", metadata: ["error": "\(message)"])
+                return completion(false)
+            }
+            completion(true)
+        } catch {
+            logger.debug("Redis save failed; the response is served unstored", metadata: ["error": "\(error)"])
+            completion(false)
+        }
+    }
+
+    public func recordHit(_ key: CacheKey, at time: Double) {
+        let primary = CacheKey(hex: String(key.hex.prefix { $0 != "." }))
+        hitTally.withLock { tally in
+            tally[key.hex, default: (primary, 0)].hits += 1
+        }
+    }
+
+    static let hitScript = "if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[2]) end return 0"
+
+    /// Hit counts reach Redis every 10 s, one pipelined round trip for all keys.
+    func flushHits() {
+        let tally = hitTally.withLock { tally in defer { tally = [:] }; return tally }
+        guard !tally.isEmpty else { return }
+        let commands = tally.map { rowKey, count in
+            ["EVAL", Self.hitScript, "1", entryKey(count.primaryKey), "h:" + rowKey, String(count.hits)].map { Array($0.utf8) }
+        }
+        _ = try? pool.with { connection throws(RedisError) in try connection.pipeline(commands) }
+    }
+
+    public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        var removed: [CacheKey] = []
+        do {
+            let members = try pool.with { connection throws(RedisError) in
+                try connection.pipeline(urlKeys.map { ["SMEMBERS", urlIndexKey($0)].map { Array($0.utf8) } })
+            }
+            let keys = Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } })
+            removed = try deleteEntries(Array(keys), alsoDelete: urlKeys.map(urlIndexKey)).map(\.primaryKey)
+        } catch {
+            logger.warning("Redis invalidation failed", metadata: ["error": "\(error)"])
+        }
+        publishForget(removed)
+        completion(removed)
+    }
+
+    public func namespaceVersions() -> [String: Int64] {
+        guard let reply = try? pool.with({ connection throws(RedisError) in try connection.command(["HGETALL", namespaceVersionsKey]) })
+        else { return [:] }
+        var versions: [String: Int64] = [:]
+        let fields = reply.array
+        for index in stride(from: 0, to: fields.count - 1, by: 2) {
+            if let name = fields[index].string, let version = fields[index + 1].string.flatMap({ Int64($0) }) { versions[name] = version }
+        }
+        return versions
+    }
+
+    /// Deletes whole entry hashes (every variant) and `alsoDelete`; returns what went, with
+    /// the bytes the entries took.
+    func deleteEntries(_ keys: [CacheKey], alsoDelete extra: [String] = []) throws(RedisError) -> [(primaryKey: CacheKey, bytes: Int, rows: Int)] {
+        guard !keys.isEmpty || !extra.isEmpty else { return [] }
+        var removed: [(primaryKey: CacheKey, bytes: Int, rows: Int)] = []
+        for chunk in stride(from: 0, to: keys.count, by: 500).map({ Array(keys[$0..<min($0 + 500, keys.count)]) }) {
+            let sizes = try pool.with { connection throws(RedisError) in
+                try connection.pipeline(chunk.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } }
+                                        + chunk.map { ["DEL", entryKey($0)].map { Array($0.utf8) } })
+            }
+            for (index, key) in chunk.enumerated() {
+                let fields = sizes[index].array
+                var bytes = 0, rows = 0
+                for field in stride(from: 0, to: fields.count - 1, by: 2) where fields[field].string?.hasPrefix("e:") == true {
+                    bytes += fields[field + 1].bytes?.count ?? 0
+                    rows += 1
+                }
+                if rows > 0 { removed.append((key, bytes, rows)) }
+            }
+        }
+        if !extra.isEmpty {
+            _ = try pool.with { connection throws(RedisError) in try connection.pipeline(extra.map { ["DEL", $0].map { Array($0.utf8) } }) }
+        }
+        return removed
+    }
+
+    // MARK: - Cross-instance messages
+
+    /// Tells every instance to drop these keys from its memory tier (all of it past 1,000).
+    func publishForget(_ keys: [CacheKey]) {
+        guard !keys.isEmpty else { return }
+        if keys.count > 1000 { return events.publish(pool, "forget-all", "") }
+        for key in keys { events.publish(pool, "forget", key.hex) }
+    }
+
+    private let forgetHandler = Mutex<(@Sendable (CacheKey?) -> Void)?>(nil)
+    private let versionHandler = Mutex<(@Sendable (String, Int64) -> Void)?>(nil)
+
+    /// `handler(key)` when another instance removed a key, `handler(nil)` when everything must
+    /// go (a big purge, or messages may have been missed while disconnected).
+    public func onForget(_ handler: @escaping @Sendable (CacheKey?) -> Void) { forgetHandler.withLock { $0 = handler } }
+    /// `handler(namespace, version)` when an instance set a namespace's version.
+    public func onNamespaceVersion(_ handler: @escaping @Sendable (String, Int64) -> Void) { versionHandler.withLock { $0 = handler } }
+
+    private func received(_ verb: String, _ argument: String) {
+        switch verb {
+        case "forget":
+            forgetHandler.withLock { $0 }?(CacheKey(hex: argument))
+        case "forget-all", "resync":
+            forgetHandler.withLock { $0 }?(nil)
+            if verb == "resync", let handler = versionHandler.withLock({ $0 }) {
+                for (namespace, version) in namespaceVersions() { handler(namespace, version) }
+            }
+        case "version":
+            let parts = argument.split(separator: " ", maxSplits: 1)
+            if parts.count == 2, let version = Int64(parts[0]) { versionHandler.withLock { $0 }?(String(parts[1]), version) }
+        case "done":
+            let key = CacheKey(hex: argument)
+            for wake in waiting.withLock({ $0.removeValue(forKey: key) ?? [] }) { DispatchQueue.global().async(execute: wake) }
+        default:
+            break
+        }
+    }
+
+    // MARK: - SharedFlights
+
+    static let releaseScript = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+    public func claim(_ key: CacheKey, forSeconds seconds: Double, wake: @escaping @Sendable () -> Void) -> Bool {
+        // Registered before the attempt, so a "done" that arrives right after it is not missed.
+        waiting.withLock { $0[key, default: []].append(wake) }
+        let milliseconds = String(max(1000, Int(seconds * 1000)))
+        let replies: [RedisValue]
+        do {
+            replies = try pool.with { connection throws(RedisError) in
+                try connection.pipeline([["SET", leaseKey(key), instance, "NX", "PX", milliseconds].map { Array($0.utf8) },
+                                         ["PTTL", leaseKey(key)].map { Array($0.utf8) }])
+            }
+        } catch {
+            // Redis is gone: lead locally (pass-through); nobody else can be told anyway.
+            waiting.withLock { _ = $0.removeValue(forKey: key) }
+            return true
+        }
+        if case .status = replies[0] {
+            waiting.withLock { _ = $0.removeValue(forKey: key) }
+            leading.withLock { _ = $0.insert(key) }
+            return true
+        }
+        // Another instance leads: wake when it says so, or when its lease lapses.
+        let remaining = max(10, Int(replies[1].integer ?? 1000))
+        DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(remaining + 20)) { [weak self] in
+            guard let self else { return }
+            for wake in self.waiting.withLock({ $0.removeValue(forKey: key) ?? [] }) { wake() }
+        }
+        return false
+    }
+
+    public func release(_ key: CacheKey) {
+        guard leading.withLock({ $0.remove(key) }) != nil else { return }
+        _ = try? pool.with { connection throws(RedisError) in
+            try connection.command(["EVAL", Self.releaseScript, "1", leaseKey(key), instance])
+        }
+        events.publish(pool, "done", key.hex)
+    }
+}

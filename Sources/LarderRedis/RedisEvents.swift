@@ -1,0 +1,80 @@
+// Pub/sub between instances: one subscriber connection per instance, on its own thread, and
+// messages published through the pool. A message is "<verb> <argument>". After the subscriber
+// loses Redis and reconnects it delivers "resync": messages may have been missed meanwhile, so
+// the memory tier is dropped whole and the namespace versions are read again.
+
+import Dispatch
+import Foundation
+import Logging
+import Synchronization
+
+final class RedisEvents: Sendable {
+    private let address: RedisAddress
+    private let channel: String
+    private let logger: Logger
+    private let handler = Mutex<(@Sendable (String, String) -> Void)?>(nil)
+    private let stopped = Atomic<Bool>(false)
+    private let current = Mutex<RedisConnection?>(nil)
+    /// Set once the first subscription is confirmed (tests wait for it).
+    private let subscribed = DispatchSemaphore(value: 0)
+
+    init(address: RedisAddress, channel: String, logger: Logger) {
+        self.address = address
+        self.channel = channel
+        self.logger = logger
+    }
+
+    func onMessage(_ handler: @escaping @Sendable (String, String) -> Void) { self.handler.withLock { $0 = handler } }
+
+    func start() {
+        let thread = Thread { [self] in run() }
+        thread.name = "larder-redis-events"
+        thread.start()
+    }
+
+    /// Waits (up to `seconds`) until the subscriber is listening.
+    func waitUntilSubscribed(seconds: Double) -> Bool {
+        guard subscribed.wait(timeout: .now() + seconds) == .success else { return false }
+        subscribed.signal()
+        return true
+    }
+
+    func stop() {
+        stopped.store(true, ordering: .relaxed)
+        current.withLock { $0?.interrupt() }
+    }
+
+    func publish(_ pool: RedisPool, _ verb: String, _ argument: String) {
+        _ = try? pool.with { connection throws(RedisError) in try connection.command(["PUBLISH", channel, "\(verb) \(argument)"]) }
+    }
+
+    private func run() {
+        var connectedBefore = false
+        while !stopped.load(ordering: .relaxed) {
+            do {
+                let connection = try RedisConnection(address, timeoutMs: 1000)
+                connection.setTimeout(milliseconds: 0)
+                current.withLock { $0 = connection }
+                try connection.send(["SUBSCRIBE", channel])
+                if connectedBefore {
+                    logger.info("reconnected to Redis events; dropping the memory tier (messages may have been missed)")
+                    handler.withLock { $0 }?("resync", "")
+                } else {
+                    subscribed.signal()
+                }
+                connectedBefore = true
+                while !stopped.load(ordering: .relaxed) {
+                    let message = try connection.nextMessage().array
+                    guard message.count == 3, message[0].string == "message", let text = message[2].string else { continue }
+                    let parts = text.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
+                    handler.withLock { $0 }?(String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
+                }
+            } catch {
+                current.withLock { $0 = nil }
+                if stopped.load(ordering: .relaxed) { return }
+                if connectedBefore { logger.warning("lost Redis events; reconnecting", metadata: ["error": "\(error)"]) }
+                Thread.sleep(forTimeInterval: 0.2)
+            }
+        }
+    }
+}

@@ -1,0 +1,229 @@
+// Several Larder instances on one Redis (issue 10): hits shared, purges and namespace versions
+// reaching every instance's memory tier, misses coalesced across instances, Redis lost and back.
+// Each test starts its own redis-server on a loopback port.
+
+import Foundation
+import LarderCore
+import LarderService
+import Synchronization
+import XCTest
+
+final class SharedStoreTests: IntegrationTestCase {
+    private var redis: RedisServer!
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        redis = try RedisServer()
+    }
+
+    override func tearDown() {
+        super.tearDown()
+        redis?.stop()
+    }
+
+    private func startShared(_ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+        try startLarder { configuration in
+            configuration.store = self.redis.url
+            configuration.databasePath = self.directory.appendingPathComponent("unused-\(UUID().uuidString).sqlite").path
+            configure(&configuration)
+        }
+    }
+
+    /// Polls `condition` (a cheap request) until it holds or 10 s pass.
+    private func eventually(_ condition: () throws -> Bool) rethrows -> Bool {
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if try condition() { return true }
+            usleep(10_000)
+        }
+        return false
+    }
+
+    func testAHitStoredByOneInstanceIsServedByAnother() throws {
+        let first = try startShared().connection()
+        let second = try startShared().connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path, "cc=max-age%3D600"), "cache": ["tags": ["shared"]]]
+        XCTAssertEqual(try first.fetch(spec).outcome, "miss")
+        let hit = try second.fetch(spec)
+        XCTAssertEqual(hit.outcome, "hit", hit.text)
+        XCTAssertEqual(hit.originCount, 1)
+        XCTAssertEqual(origin.count(path), 1, "one origin request for both instances")
+        // The proxy's entries too.
+        let proxied = try startShared { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }.connection()
+        let again = try startShared { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }.connection()
+        XCTAssertEqual(try proxied.request("GET", "/proxy/origin\(path)/p?cc=max-age%3D600").headers["cache-status"]?.contains("fwd=uri-miss"), true)
+        XCTAssertEqual(try again.request("GET", "/proxy/origin\(path)/p?cc=max-age%3D600").headers["cache-status"]?.contains("hit"), true)
+    }
+
+    func testPurgesAndNamespaceVersionsReachEveryInstancesMemoryTier() throws {
+        let first = try startShared().connection()
+        let second = try startShared().connection()
+        let base = uniquePath()
+        let spec = { (name: String) -> [String: Any] in ["url": self.url("\(base)/\(name)"), "cache": ["ttl": 600, "namespace": "pages"]] }
+        _ = try first.fetch(spec("a"))
+        XCTAssertEqual(try second.fetch(spec("a")).outcome, "hit", "now in the second instance's memory tier too")
+
+        XCTAssertEqual(try first.request("DELETE", "/cache?namespace=pages").json["removed"] as? Int, 1)
+        XCTAssertTrue(try eventually {
+            ((try second.request("GET", "/cache/stats").json["memoryTier"] as? [String: Any])?["bytes"] as? Int) == 0
+        }, "the second instance's memory tier forgot the purged entry")
+        XCTAssertEqual(try second.fetch(spec("a")).outcome, "miss")
+        XCTAssertEqual(try first.fetch(spec("a")).outcome, "hit", "stored again by the second")
+
+        let bumped = try first.request("POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
+                                       body: Array(#"{"bump":true}"#.utf8))
+        XCTAssertEqual(bumped.json["version"] as? Int, 1, bumped.text)
+        XCTAssertTrue(try eventually {
+            let namespaces = try second.request("GET", "/cache/namespaces").json["namespaces"] as? [[String: Any]] ?? []
+            return namespaces.first { $0["name"] as? String == "pages" }?["version"] as? Int == 1
+        }, "the second instance uses the new version")
+        let after = try second.fetch(spec("a"))
+        XCTAssertEqual(after.outcome, "miss")
+        XCTAssertEqual(after.cache["version"] as? Int, 1)
+        XCTAssertEqual(origin.count("\(base)/a"), 3)
+    }
+
+    func testConcurrentColdRequestsOnThreeInstancesMakeOneOriginRequest() throws {
+        let ports = try (0..<3).map { _ in try startShared().port }
+        let path = uniquePath()
+        let body = String(decoding: try JSONSerialization.data(withJSONObject: ["url": url(path, "delay=300&cc=max-age%3D600")]), as: UTF8.self)
+        let outcomes = Mutex<[String: Int]>([:])
+        XCTAssertTrue(concurrently(150) { index in
+            guard let connection = try? TestConnection(port: ports[index % 3]), let response = try? connection.fetchRaw(body) else {
+                return outcomes.withLock { $0["error", default: 0] += 1 }
+            }
+            outcomes.withLock { $0[response.outcome ?? "status \(response.status)", default: 0] += 1 }
+        })
+        let counted = outcomes.withLock { $0 }
+        XCTAssertEqual(origin.count(path), 1, "\(counted)")
+        XCTAssertEqual(counted["miss"], 1, "\(counted)")
+        XCTAssertEqual(counted["hit"], 149, "\(counted)")
+    }
+
+    func testALeaderThatDiesIsReplacedWhenItsLeaseLapses() throws {
+        // A lease taken by an instance that is gone (set by hand): the next cold request waits
+        // for it to lapse, then leads itself.
+        let larder = try startShared()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600]]
+        let first = try client.fetch(spec)
+        let key = try XCTUnwrap(first.cache["key"] as? String)
+        XCTAssertEqual(try client.request("DELETE", "/cache/entries/\(key)").status, 204)
+        try redis.command(["SET", "larder:{\(key)}:lease", "dead-instance", "PX", "700"])
+        let started = Date()
+        let second = try client.fetch(spec)
+        XCTAssertEqual(second.outcome, "miss")
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(started), 0.6, "it waited for the lease")
+        XCTAssertEqual(origin.count(path), 2)
+    }
+
+    func testRedisLostWhileRunningPassesThroughAndCachingResumes() throws {
+        let larder = try startShared()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600]]
+        XCTAssertEqual(try client.request("GET", "/healthz").json["storage"] as? String, "ok")
+        let port = redis.port
+        redis.stop()
+        let passed = try client.fetch(spec)
+        XCTAssertEqual(passed.status, 200, "answered from the origin")
+        XCTAssertEqual(passed.cache["stored"] as? Bool, false)
+        XCTAssertEqual(try client.request("GET", "/healthz").json["storage"] as? String, "degraded")
+        XCTAssertTrue(try client.request("GET", "/metrics").text.contains("larder_store_errors_total"))
+
+        redis = try RedisServer(port: port)
+        XCTAssertTrue(try eventually { try client.fetch(spec).cache["stored"] as? Bool == true }, "stores again once Redis is back")
+        XCTAssertEqual(try client.request("GET", "/healthz").json["storage"] as? String, "ok")
+        XCTAssertEqual(try client.fetch(spec).outcome, "hit")
+    }
+
+    func testRedisDownAtStartFailsUnlessPassThroughIsChosen() throws {
+        let port = redis.port
+        redis.stop()
+        XCTAssertThrowsError(try startLarder { $0.store = "redis://127.0.0.1:\(port)" })
+        let larder = try startLarder { configuration in
+            configuration.store = "redis://127.0.0.1:\(port)"
+            configuration.storeFallbackPassThrough = true
+        }
+        let client = try larder.connection()
+        let response = try client.fetch(["url": url(uniquePath()), "cache": ["ttl": 600]])
+        XCTAssertEqual(response.status, 200)
+        XCTAssertEqual(response.cache["stored"] as? Bool, false)
+        XCTAssertEqual(try client.request("GET", "/healthz").json["storage"] as? String, "degraded")
+    }
+
+    func testADamagedValueIsAMissNeverServed() throws {
+        let client = try startShared().connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600]]
+        let key = try XCTUnwrap(try client.fetch(spec).cache["key"] as? String)
+        // A second instance (empty memory tier) reads what Redis holds.
+        let reader = try startShared().connection()
+        XCTAssertEqual(try reader.fetch(spec).outcome, "hit")
+        try redis.command(["HSET", "larder:{\(key)}:e", "e:\(key)", "LRD1 cut short"])
+        let third = try startShared().connection()
+        let response = try third.fetch(spec)
+        XCTAssertEqual(response.outcome, "miss", "the damaged value was not served")
+        XCTAssertEqual(origin.count(path), 2)
+    }
+
+    func testTheAdminAPIWorksOnTheSharedStore() throws {
+        let first = try startShared().connection()
+        let second = try startShared().connection()
+        let base = uniquePath()
+        _ = try first.fetch(["url": url("\(base)/1"), "cache": ["ttl": 600, "namespace": "alpha", "tags": ["t1"]]])
+        _ = try first.fetch(["url": url("\(base)/2"), "cache": ["ttl": 600, "namespace": "alpha"]])
+        _ = try first.fetch(["url": url("\(base)/3", "h=Surrogate-Key:t2"), "cache": ["ttl": 600, "namespace": "beta"]])
+
+        let stats = try second.request("GET", "/cache/stats")
+        XCTAssertEqual((stats.json["stored"] as? [String: Any])?["entries"] as? Int, 3, stats.text)
+        var listed: [[String: Any]] = []
+        var cursor: String?
+        repeat {
+            let page = try second.request("GET", "/cache/entries?limit=1" + (cursor.map { "&cursor=\($0)" } ?? ""))
+            XCTAssertEqual(page.status, 200, page.text)
+            listed += page.json["entries"] as? [[String: Any]] ?? []
+            cursor = page.json["nextCursor"] as? String
+        } while cursor != nil
+        XCTAssertEqual(Set(listed.compactMap { $0["url"] as? String }).count, 3)
+        XCTAssertEqual((try second.request("GET", "/cache/entries?namespace=alpha").json["entries"] as? [Any])?.count, 2)
+
+        let key = try XCTUnwrap(listed.first { ($0["url"] as? String)?.hasSuffix("/1") == true }?["key"] as? String)
+        let shown = try second.request("GET", "/cache/entries/\(key)?body=true")
+        XCTAssertEqual(((shown.json["variants"] as? [[String: Any]])?.first?["tags"] as? [String]), ["t1"], shown.text)
+        XCTAssertNotNil((shown.json["variants"] as? [[String: Any]])?.first?["response"])
+
+        XCTAssertEqual(try second.request("DELETE", "/cache?tag=t2").json["removed"] as? Int, 1)
+        XCTAssertEqual(try first.fetch(["url": url("\(base)/3", "h=Surrogate-Key:t2"), "cache": ["ttl": 600, "namespace": "beta"]]).outcome,
+                       "miss", "purged on one instance, gone on the other")
+        XCTAssertEqual(try second.request("DELETE", "/cache/entries/\(key)").status, 204)
+        XCTAssertEqual(try second.request("DELETE", "/cache/entries/\(key)").status, 404)
+
+        let written = try second.request("PUT", "/cache/entries", headers: ["Content-Type": "application/json"],
+                                         body: Array(try JSONSerialization.data(withJSONObject: [
+                                             "request": ["url": url("\(base)/seeded"), "cache": ["ttl": 600]],
+                                             "response": ["bodyText": "by hand"]])))
+        XCTAssertEqual(written.status, 201, written.text)
+        let seeded = try first.fetch(["url": url("\(base)/seeded"), "cache": ["ttl": 600]])
+        XCTAssertEqual(seeded.outcome, "hit")
+        XCTAssertEqual(seeded.json["bodyText"] as? String, "by hand")
+
+        XCTAssertGreaterThanOrEqual(try first.request("DELETE", "/cache?all=true").json["removed"] as? Int ?? 0, 2)
+        XCTAssertEqual((try second.request("GET", "/cache/stats").json["stored"] as? [String: Any])?["entries"] as? Int, 0)
+    }
+
+    func testWarmJobsRunOnTheSharedStore() throws {
+        let client = try startShared().connection()
+        let base = uniquePath()
+        let body = try JSONSerialization.data(withJSONObject: ["urls": [url("\(base)/1"), url("\(base)/2")], "cache": ["ttl": 600]])
+        let created = try client.request("POST", "/cache/warm", headers: ["Content-Type": "application/json"], body: Array(body))
+        XCTAssertEqual(created.status, 202, created.text)
+        let id = try XCTUnwrap(created.json["job"] as? String)
+        XCTAssertTrue(try eventually { try client.request("GET", "/cache/warm/\(id)").json["state"] as? String == "done" })
+        let other = try startShared().connection()
+        XCTAssertEqual(try other.fetch(["url": url("\(base)/2"), "cache": ["ttl": 600]]).outcome, "hit")
+        XCTAssertEqual(try other.request("GET", "/cache/warm/\(id)").json["done"] as? Int, 2, "jobs are in the shared store")
+    }
+}
