@@ -80,6 +80,7 @@ let package = Package(
         ),
 
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
+        .testTarget(name: "LarderRedisTests", dependencies: ["LarderRedis", "LarderEngine", "LarderCore"]),
         .testTarget(
             name: "LarderEngineTests",
             dependencies: ["LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")]

@@ -11,12 +11,8 @@ public import LarderEngine
 extension RedisCacheStore {
     /// One SCAN step over entry hashes: the keys found and the cursor to go on with ("0": done).
     func scanEntries(from cursor: String, count: Int) throws(RedisError) -> ([CacheKey], String) {
-        let reply = try pool.with { connection throws(RedisError) in
-            try connection.command(["SCAN", cursor, "MATCH", entryPattern, "COUNT", String(count)])
-        }
-        let parts = reply.array
-        guard parts.count == 2, let next = parts[0].string else { throw RedisError("unexpected SCAN reply") }
-        let keys = parts[1].array.compactMap { $0.string }.compactMap { name -> CacheKey? in
+        let (names, next) = try backend.scan(cursor: cursor, pattern: entryPattern, count: count)
+        let keys = names.compactMap { name -> CacheKey? in
             guard let open = name.firstIndex(of: "{"), let close = name.firstIndex(of: "}"), open < close else { return nil }
             return CacheKey(hex: String(name[name.index(after: open)..<close]))
         }
@@ -26,9 +22,7 @@ extension RedisCacheStore {
     /// Each key's rows with their hit counts and stored sizes (one pipelined round trip).
     func rows(of keys: [CacheKey]) throws(RedisError) -> [(primaryKey: CacheKey, entries: [(entry: StoredEntry, hits: Int, bytes: Int)])] {
         guard !keys.isEmpty else { return [] }
-        let replies = try pool.with { connection throws(RedisError) in
-            try connection.pipeline(keys.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } })
-        }
+        let replies = try backend.run(keys.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } })
         return zip(keys, replies).map { key, reply in
             let fields = reply.array
             var hits: [String: Int] = [:], sizes: [String: Int] = [:]
@@ -76,12 +70,13 @@ extension RedisCacheStore {
                     }
                 }
             } while cursor != "0"
-            let info = try pool.with { connection throws(RedisError) in try connection.command(["INFO", "stats"]) }.string ?? ""
-            for line in info.split(whereSeparator: \.isNewline) {
-                let parts = line.split(separator: ":")
-                guard parts.count == 2, let value = Int(parts[1].trimmingCharacters(in: .whitespaces)) else { continue }
-                if parts[0] == "evicted_keys" { statistics.evictions = value }
-                if parts[0] == "expired_keys" { statistics.expiredRemovals = value }
+            for info in try backend.onEveryNode(["INFO", "stats"]).compactMap(\.string) {
+                for line in info.split(whereSeparator: \.isNewline) {
+                    let parts = line.split(separator: ":")
+                    guard parts.count == 2, let value = Int(parts[1].trimmingCharacters(in: .whitespaces)) else { continue }
+                    if parts[0] == "evicted_keys" { statistics.evictions += value }
+                    if parts[0] == "expired_keys" { statistics.expiredRemovals += value }
+                }
             }
         } catch {
             logger.error("cannot read statistics from Redis", metadata: ["error": "\(error)"])
@@ -97,17 +92,13 @@ extension RedisCacheStore {
             do {
                 if let tags = filter.tags {
                     // Through the tag sets: only the tagged keys are read.
-                    let members = try pool.with { connection throws(RedisError) in
-                        try connection.pipeline(tags.map { ["SMEMBERS", tagKey($0)].map { Array($0.utf8) } })
-                    }
+                    let members = try backend.run(tags.map { ["SMEMBERS", tagKey($0)].map { Array($0.utf8) } })
                     let keys = Array(Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } }))
                     for start in stride(from: 0, to: keys.count, by: 500) {
                         try remove(matching: filter, among: Array(keys[start..<min(start + 500, keys.count)]), into: &result)
                     }
                 } else if let urls = filter.urls {
-                    let members = try pool.with { connection throws(RedisError) in
-                        try connection.pipeline(urls.map { ["SMEMBERS", urlIndexKey($0)].map { Array($0.utf8) } })
-                    }
+                    let members = try backend.run(urls.map { ["SMEMBERS", urlIndexKey($0)].map { Array($0.utf8) } })
                     try remove(matching: filter, among: Array(Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } })),
                                into: &result)
                 } else {
@@ -143,7 +134,7 @@ extension RedisCacheStore {
             result.primaryKeys.insert(key)
         }
         guard !commands.isEmpty else { return }
-        _ = try pool.with { connection throws(RedisError) in try connection.pipeline(commands) }
+        _ = try backend.run(commands)
     }
 
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
@@ -193,15 +184,13 @@ extension RedisCacheStore {
 
     public func setNamespaceVersion(_ namespace: String, to version: Int64, completion: @escaping @Sendable (Bool) -> Void) {
         do {
-            let reply = try pool.with { connection throws(RedisError) in
-                try connection.command(["HSET", namespaceVersionsKey, namespace, String(version)])
-            }
+            let reply = try backend.run(["HSET", namespaceVersionsKey, namespace, String(version)])
             if case .error = reply { return completion(false) }
         } catch {
             return completion(false)
         }
         // Every instance switches at once; the bump itself wrote one field.
-        events.publish(pool, "version", "\(version) \(namespace)")
+        events.publish(backend, "version", "\(version) \(namespace)")
         completion(true)
     }
 
@@ -217,33 +206,31 @@ extension RedisCacheStore {
             for index in start..<min(start + 500, sealedSpecs.count) { command += [Array(String(index).utf8), sealedSpecs[index]] }
             commands.append(command)
         }
-        completion((try? pool.with { connection throws(RedisError) in try connection.pipeline(commands) }) != nil)
+        completion((try? backend.run(commands)) != nil)
     }
 
     public func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
-        _ = try? pool.with { connection throws(RedisError) in
-            try connection.pipeline([["HDEL", warmItemsKey(job.id), String(index)].map { Array($0.utf8) },
+        _ = try? backend.run([["HDEL", warmItemsKey(job.id), String(index)].map { Array($0.utf8) },
                                      ["HSET", warmJobsKey, job.id].map { Array($0.utf8) } + [Self.encode(job)]])
-        }
         completion()
     }
 
     public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
         var commands: [[[UInt8]]] = [["HSET", warmJobsKey, record.id].map { Array($0.utf8) } + [Self.encode(record)]]
         if record.state == .done || record.state == .cancelled { commands.append(["DEL", warmItemsKey(record.id)].map { Array($0.utf8) }) }
-        _ = try? pool.with { connection throws(RedisError) in try connection.pipeline(commands) }
+        _ = try? backend.run(commands)
         completion()
     }
 
     public func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] {
-        guard let jobs = try? pool.with({ connection throws(RedisError) in try connection.command(["HGETALL", warmJobsKey]) }).array
+        guard let jobs = try? backend.run(["HGETALL", warmJobsKey]).array
         else { return [] }
         var result: [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] = []
         for index in stride(from: 0, to: jobs.count - 1, by: 2) {
             guard let bytes = jobs[index + 1].bytes, let record = Self.decodeJob(bytes) else { continue }
             var pending: [(index: Int, sealedSpec: [UInt8])] = []
             if record.state == .queued || record.state == .running,
-               let items = try? pool.with({ connection throws(RedisError) in try connection.command(["HGETALL", warmItemsKey(record.id)]) }).array {
+               let items = try? backend.run(["HGETALL", warmItemsKey(record.id)]).array {
                 for item in stride(from: 0, to: items.count - 1, by: 2) {
                     if let position = items[item].string.flatMap(Int.init), let spec = items[item + 1].bytes { pending.append((position, spec)) }
                 }

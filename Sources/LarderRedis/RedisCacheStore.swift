@@ -34,7 +34,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         public init() {}
     }
 
-    let pool: RedisPool
+    let backend: any RedisBackend
     let settings: Settings
     let logger: Logger
     /// This instance, in the messages it publishes.
@@ -50,17 +50,29 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     private let usageRefreshedAt = Atomic<UInt64>(0)
 
     /// Connects (failing when Redis cannot be reached, unless `requireConnection` is false).
-    public init(address: RedisAddress, settings: Settings = Settings(), requireConnection: Bool = true, logger: Logger) throws {
-        self.pool = RedisPool(address: address, timeoutMs: settings.timeoutMs)
+    public convenience init(address: RedisAddress, settings: Settings = Settings(), requireConnection: Bool = true, logger: Logger) throws {
+        try self.init(backend: RedisPool(address: address, timeoutMs: settings.timeoutMs), settings: settings,
+                      requireConnection: requireConnection, logger: logger)
+    }
+
+    /// On a Redis Cluster (`redis-cluster://host:port,host:port`).
+    public convenience init(clusterURL: String, settings: Settings = Settings(), requireConnection: Bool = true, logger: Logger) throws {
+        let cluster = try RedisCluster(url: clusterURL, timeoutMs: settings.timeoutMs)
+        if requireConnection { try cluster.discover() } else { try? cluster.discover() }
+        try self.init(backend: cluster, settings: settings, requireConnection: requireConnection, logger: logger)
+    }
+
+    public init(backend: any RedisBackend, settings: Settings, requireConnection: Bool, logger: Logger) throws {
+        self.backend = backend
         self.settings = settings
         self.logger = logger
-        self.events = RedisEvents(address: address, channel: settings.prefix + "events", logger: logger)
+        self.events = RedisEvents(addresses: { backend.subscriberAddresses() }, channel: settings.prefix + "events", logger: logger)
         if requireConnection {
             do throws(RedisError) {
-                let pong = try pool.with { connection throws(RedisError) in try connection.command(["PING"]) }
+                let pong = try backend.run(["PING"])
                 if case .error(let message) = pong { throw RedisError(message) }
             } catch {
-                throw RedisError("cannot use Redis at \(address.display): \(error.description)")
+                throw RedisError("cannot use Redis at \(backend.display): \(error.description)")
             }
         }
         // Made only now: a dispatch source released before it was resumed traps.
@@ -72,9 +84,9 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         events.start()
     }
 
-    public var storageHealthy: Bool { pool.healthy }
+    public var storageHealthy: Bool { backend.healthy }
     /// Where the store is (host:port; never the password).
-    public var addressDisplay: String { pool.address.display }
+    public var addressDisplay: String { backend.display }
 
     /// For the metrics: entries and bytes from the last full SCAN (refreshed in the background
     /// at most once a minute, since a SCAN per scrape would cost too much on a large Redis).
@@ -89,7 +101,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let usage = usageCache.withLock { $0 }
         figures.entries = usage.entries
         figures.bytes = usage.bytes
-        figures.failures = pool.failureCount
+        figures.failures = backend.failureCount
         return figures
     }
 
@@ -97,7 +109,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         flushTimer.cancel()
         flushHits()
         events.stop()
-        pool.drain()
+        backend.drain()
     }
 
     /// The key secret every instance on this store shares: created once (SET NX) by the first
@@ -107,9 +119,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         var generator = SystemRandomNumberGenerator()
         let fresh = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
         let key = Array("\(settings.prefix)secret".utf8)
-        let replies = try pool.with { connection throws(RedisError) in
-            try connection.pipeline([[Array("SET".utf8), key, fresh, Array("NX".utf8)], [Array("GET".utf8), key]])
-        }
+        let replies = try backend.run([[Array("SET".utf8), key, fresh, Array("NX".utf8)], [Array("GET".utf8), key]])
         guard let secret = replies[1].bytes, secret.count >= 32 else { throw RedisError("the shared secret in Redis is missing or too short") }
         return secret
     }
@@ -139,7 +149,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     public func lookup(_ primaryKey: CacheKey) -> [StoredEntry] {
         let reply: RedisValue
         do {
-            reply = try pool.with { connection throws(RedisError) in try connection.command(["HGETALL", entryKey(primaryKey)]) }
+            reply = try backend.run(["HGETALL", entryKey(primaryKey)])
         } catch {
             logger.debug("Redis lookup failed; answering as a miss", metadata: ["error": "\(error)"])
             return []
@@ -156,7 +166,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             guard let name = fields[index].string, name.hasPrefix("e:"), let value = fields[index + 1].bytes else { continue }
             guard let entry = EntryCodec.decode(value), entry.primaryKey == primaryKey else {
                 logger.warning("a stored entry in Redis fails its checksum; dropping it", metadata: ["key": "\(primaryKey)"])
-                _ = try? pool.with { connection throws(RedisError) in try connection.command(["HDEL", entryKey(primaryKey), name]) }
+                _ = try? backend.run(["HDEL", entryKey(primaryKey), name])
                 continue
             }
             entries.append(entry)
@@ -185,7 +195,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             commands.append(["PEXPIRE", index, ttl].map { Array($0.utf8) })
         }
         do {
-            let replies = try pool.with { connection throws(RedisError) in try connection.pipeline(commands) }
+            let replies = try backend.run(commands)
             if case .error(let message) = replies[0] {
                 logger.warning("Redis refused an entry", metadata: ["error": "\(message)"])
                 return completion(false)
@@ -213,15 +223,13 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let commands = tally.map { rowKey, count in
             ["EVAL", Self.hitScript, "1", entryKey(count.primaryKey), "h:" + rowKey, String(count.hits)].map { Array($0.utf8) }
         }
-        _ = try? pool.with { connection throws(RedisError) in try connection.pipeline(commands) }
+        _ = try? backend.run(commands)
     }
 
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         var removed: [CacheKey] = []
         do {
-            let members = try pool.with { connection throws(RedisError) in
-                try connection.pipeline(urlKeys.map { ["SMEMBERS", urlIndexKey($0)].map { Array($0.utf8) } })
-            }
+            let members = try backend.run(urlKeys.map { ["SMEMBERS", urlIndexKey($0)].map { Array($0.utf8) } })
             let keys = Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } })
             removed = try deleteEntries(Array(keys), alsoDelete: urlKeys.map(urlIndexKey)).map(\.primaryKey)
         } catch {
@@ -232,7 +240,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     }
 
     public func namespaceVersions() -> [String: Int64] {
-        guard let reply = try? pool.with({ connection throws(RedisError) in try connection.command(["HGETALL", namespaceVersionsKey]) })
+        guard let reply = try? backend.run(["HGETALL", namespaceVersionsKey])
         else { return [:] }
         var versions: [String: Int64] = [:]
         let fields = reply.array
@@ -248,10 +256,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         guard !keys.isEmpty || !extra.isEmpty else { return [] }
         var removed: [(primaryKey: CacheKey, bytes: Int, rows: Int)] = []
         for chunk in stride(from: 0, to: keys.count, by: 500).map({ Array(keys[$0..<min($0 + 500, keys.count)]) }) {
-            let sizes = try pool.with { connection throws(RedisError) in
-                try connection.pipeline(chunk.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } }
+            let sizes = try backend.run(chunk.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } }
                                         + chunk.map { ["DEL", entryKey($0)].map { Array($0.utf8) } })
-            }
             for (index, key) in chunk.enumerated() {
                 let fields = sizes[index].array
                 var bytes = 0, rows = 0
@@ -263,7 +269,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             }
         }
         if !extra.isEmpty {
-            _ = try pool.with { connection throws(RedisError) in try connection.pipeline(extra.map { ["DEL", $0].map { Array($0.utf8) } }) }
+            _ = try backend.run(extra.map { ["DEL", $0].map { Array($0.utf8) } })
         }
         return removed
     }
@@ -273,8 +279,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// Tells every instance to drop these keys from its memory tier (all of it past 1,000).
     func publishForget(_ keys: [CacheKey]) {
         guard !keys.isEmpty else { return }
-        if keys.count > 1000 { return events.publish(pool, "forget-all", "") }
-        for key in keys { events.publish(pool, "forget", key.hex) }
+        if keys.count > 1000 { return events.publish(backend, "forget-all", "") }
+        for key in keys { events.publish(backend, "forget", key.hex) }
     }
 
     private let forgetHandler = Mutex<(@Sendable (CacheKey?) -> Void)?>(nil)
@@ -316,10 +322,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let milliseconds = String(max(1000, Int(seconds * 1000)))
         let replies: [RedisValue]
         do {
-            replies = try pool.with { connection throws(RedisError) in
-                try connection.pipeline([["SET", leaseKey(key), instance, "NX", "PX", milliseconds].map { Array($0.utf8) },
+            replies = try backend.run([["SET", leaseKey(key), instance, "NX", "PX", milliseconds].map { Array($0.utf8) },
                                          ["PTTL", leaseKey(key)].map { Array($0.utf8) }])
-            }
         } catch {
             // Redis is gone: lead locally (pass-through); nobody else can be told anyway.
             waiting.withLock { _ = $0.removeValue(forKey: key) }
@@ -341,9 +345,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     public func release(_ key: CacheKey) {
         guard leading.withLock({ $0.remove(key) }) != nil else { return }
-        _ = try? pool.with { connection throws(RedisError) in
-            try connection.command(["EVAL", Self.releaseScript, "1", leaseKey(key), instance])
-        }
-        events.publish(pool, "done", key.hex)
+        _ = try? backend.run(["EVAL", Self.releaseScript, "1", leaseKey(key), instance])
+        events.publish(backend, "done", key.hex)
     }
 }

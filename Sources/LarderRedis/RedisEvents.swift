@@ -9,7 +9,7 @@ import Logging
 import Synchronization
 
 final class RedisEvents: Sendable {
-    private let address: RedisAddress
+    private let addresses: @Sendable () -> [RedisAddress]
     private let channel: String
     private let logger: Logger
     private let handler = Mutex<(@Sendable (String, String) -> Void)?>(nil)
@@ -18,8 +18,8 @@ final class RedisEvents: Sendable {
     /// Set once the first subscription is confirmed (tests wait for it).
     private let subscribed = DispatchSemaphore(value: 0)
 
-    init(address: RedisAddress, channel: String, logger: Logger) {
-        self.address = address
+    init(addresses: @escaping @Sendable () -> [RedisAddress], channel: String, logger: Logger) {
+        self.addresses = addresses
         self.channel = channel
         self.logger = logger
     }
@@ -44,15 +44,19 @@ final class RedisEvents: Sendable {
         current.withLock { $0?.interrupt() }
     }
 
-    func publish(_ pool: RedisPool, _ verb: String, _ argument: String) {
-        _ = try? pool.with { connection throws(RedisError) in try connection.command(["PUBLISH", channel, "\(verb) \(argument)"]) }
+    func publish(_ backend: any RedisBackend, _ verb: String, _ argument: String) {
+        _ = try? backend.run(["PUBLISH", channel, "\(verb) \(argument)"])
     }
 
     private func run() {
         var connectedBefore = false
+        var attempt = 0
         while !stopped.load(ordering: .relaxed) {
             do {
-                let connection = try RedisConnection(address, timeoutMs: 1000)
+                // Round the candidates (a cluster's nodes; one address otherwise).
+                let candidates = addresses()
+                attempt += 1
+                let connection = try RedisConnection(candidates[attempt % max(1, candidates.count)], timeoutMs: 1000)
                 connection.setTimeout(milliseconds: 0)
                 current.withLock { $0 = connection }
                 try connection.send(["SUBSCRIBE", channel])

@@ -122,10 +122,14 @@ public struct LarderConfiguration: Sendable {
         }
         guard retentionSeconds.isFinite, retentionSeconds >= 60 else { throw ConfigurationError("retention must be at least 60 seconds") }
         if store != "sqlite" {
-            guard store.hasPrefix("redis://") || store.hasPrefix("rediss://") else {
-                throw ConfigurationError("store '\(store)' must be sqlite or redis://host:port")
+            if store.hasPrefix("redis-cluster://") {
+                do { _ = try RedisCluster(url: store, timeoutMs: storeTimeoutMs) } catch { throw ConfigurationError(error.description) }
+            } else {
+                guard store.hasPrefix("redis://") || store.hasPrefix("rediss://") else {
+                    throw ConfigurationError("store '\(store)' must be sqlite, redis://host:port or redis-cluster://host:port,host:port")
+                }
+                do { _ = try RedisAddress(url: store) } catch { throw ConfigurationError(error.description) }
             }
-            do { _ = try RedisAddress(url: store) } catch { throw ConfigurationError(error.description) }
         }
         guard !storePrefix.isEmpty, storePrefix.utf8.count <= 64, !storePrefix.contains("{"), !storePrefix.contains("}") else {
             throw ConfigurationError("the store prefix must be 1 to 64 characters without braces")

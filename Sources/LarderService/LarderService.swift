@@ -200,11 +200,13 @@ public final class LarderService: @unchecked Sendable {
         settings.prefix = configuration.storePrefix
         settings.timeoutMs = configuration.storeTimeoutMs
         settings.retention = configuration.retentionSeconds
-        let address = try RedisAddress(url: configuration.store)
-        let store = try RedisCacheStore(address: address, settings: settings, requireConnection: !configuration.storeFallbackPassThrough,
-                                        logger: logger)
+        let require = !configuration.storeFallbackPassThrough
+        let store = configuration.store.hasPrefix("redis-cluster://")
+            ? try RedisCacheStore(clusterURL: configuration.store, settings: settings, requireConnection: require, logger: logger)
+            : try RedisCacheStore(address: try RedisAddress(url: configuration.store), settings: settings, requireConnection: require,
+                                  logger: logger)
         if !store.storageHealthy {
-            logger.warning("Redis at \(address.display) is unreachable; serving uncached until it returns (--store-fallback pass-through)")
+            logger.warning("Redis at \(store.addressDisplay) is unreachable; serving uncached until it returns (--store-fallback pass-through)")
         }
         return store
     }

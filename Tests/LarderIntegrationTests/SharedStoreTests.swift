@@ -227,3 +227,80 @@ final class SharedStoreTests: IntegrationTestCase {
         XCTAssertEqual(try other.request("GET", "/cache/warm/\(id)").json["done"] as? Int, 2, "jobs are in the shared store")
     }
 }
+
+/// Larder on a real Redis Cluster (3 masters, 3 replicas): entries spread over the masters,
+/// shared between instances, and a master killed mid-test is failed over while Larder answers.
+final class RedisClusterTests: IntegrationTestCase {
+    private var cluster: RedisClusterNodes!
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        cluster = try RedisClusterNodes()
+    }
+
+    override func tearDown() {
+        super.tearDown()
+        cluster?.stop()
+    }
+
+    private func startOnCluster() throws -> RunningLarder {
+        try startLarder { configuration in
+            configuration.store = self.cluster.url
+            configuration.databasePath = self.directory.appendingPathComponent("unused-\(UUID().uuidString).sqlite").path
+        }
+    }
+
+    func testEntriesSpreadOverTheMastersAndAreShared() throws {
+        let first = try startOnCluster().connection()
+        let second = try startOnCluster().connection()
+        let base = uniquePath()
+        for index in 0..<30 {
+            XCTAssertEqual(try first.fetch(["url": url("\(base)/\(index)"), "cache": ["ttl": 600, "tags": ["all"]]]).outcome, "miss")
+        }
+        for index in 0..<30 {
+            XCTAssertEqual(try second.fetch(["url": url("\(base)/\(index)"), "cache": ["ttl": 600]]).outcome, "hit", "index \(index)")
+        }
+        let populated = cluster.masters().filter { (Int((try? $0.bulk(["DBSIZE"]))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0) > 0 }
+        XCTAssertEqual(populated.count, 3, "entries on every master")
+        let stats = try second.request("GET", "/cache/stats")
+        XCTAssertEqual((stats.json["stored"] as? [String: Any])?["entries"] as? Int, 30, stats.text)
+        var listed = 0
+        var cursor: String?
+        repeat {
+            let page = try second.request("GET", "/cache/entries?limit=7" + (cursor.map { "&cursor=\($0)" } ?? ""))
+            listed += (page.json["entries"] as? [Any])?.count ?? 0
+            cursor = page.json["nextCursor"] as? String
+        } while cursor != nil
+        XCTAssertEqual(listed, 30, "the listing visits every master")
+        XCTAssertEqual(try first.request("DELETE", "/cache?tag=all").json["removed"] as? Int, 30)
+        let deadline = Date().addingTimeInterval(10)
+        while ((try second.request("GET", "/cache/stats").json["memoryTier"] as? [String: Any])?["bytes"] as? Int) != 0, Date() < deadline {
+            usleep(10_000)
+        }
+        XCTAssertEqual(try second.fetch(["url": url("\(base)/7"), "cache": ["ttl": 600]]).outcome, "miss", "forgotten by every instance")
+    }
+
+    func testAMasterKilledMidTestIsFailedOverWhileLarderKeepsAnswering() throws {
+        let client = try startOnCluster().connection()
+        let base = uniquePath()
+        for index in 0..<20 { _ = try client.fetch(["url": url("\(base)/\(index)"), "cache": ["ttl": 600]]) }
+        let victim = try XCTUnwrap(cluster.masters().first)
+        victim.stop()
+        // During the failover: every answer is the origin's or a correct stored one.
+        for index in 0..<20 {
+            let response = try client.fetch(["url": url("\(base)/after-\(index)"), "cache": ["ttl": 600]])
+            XCTAssertEqual(response.status, 200)
+            XCTAssertEqual(response.upstreamBody["path"] as? String, "\(base)/after-\(index)")
+        }
+        XCTAssertTrue(cluster.waitUntilHealthy(), "a replica took over")
+        // Caching works again on every slot: a second instance (empty memory tier) hits what
+        // the first stores now.
+        let second = try startOnCluster().connection()
+        XCTAssertTrue((0..<20).allSatisfy { index in
+            (try? client.fetch(["url": url("\(base)/later-\(index)"), "cache": ["ttl": 600]]).cache["stored"] as? Bool) == true
+        })
+        for index in 0..<20 {
+            XCTAssertEqual(try second.fetch(["url": url("\(base)/later-\(index)"), "cache": ["ttl": 600]]).outcome, "hit", "index \(index)")
+        }
+    }
+}

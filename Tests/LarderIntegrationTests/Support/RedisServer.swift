@@ -15,8 +15,9 @@ final class RedisServer {
         ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
-    /// Starts one; `port` reuses a port (to bring a stopped server back at the same address).
-    init(port: Int? = nil) throws {
+    /// Starts one; `port` reuses a port (to bring a stopped server back at the same address);
+    /// `cluster` starts it as a Redis Cluster node (RedisClusterNodes joins them).
+    init(port: Int? = nil, cluster: Bool = false) throws {
         guard let executable = Self.executable else {
             throw XCTSkip("redis-server is not installed (scripts/setup installs it with LARDER_SETUP_TESTS=1)")
         }
@@ -27,6 +28,7 @@ final class RedisServer {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["--port", String(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                              "--dir", directory.path, "--maxmemory-policy", "allkeys-lru"]
+            + (cluster ? ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"] : [])
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
@@ -60,7 +62,9 @@ final class RedisServer {
         return try connection.readLine()
     }
 
-    private static func freePort() -> Int {
+    var isRunning: Bool { process.isRunning }
+
+    static func freePort() -> Int {
         let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(socket) }
         var address = sockaddr_in()
@@ -71,5 +75,73 @@ final class RedisServer {
         _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) } }
         return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// A Redis Cluster of the test's own: 3 masters and 3 replicas on loopback ports, joined with
+/// `redis-cli --cluster create` (from redis-tools, which redis-server brings).
+final class RedisClusterNodes {
+    let nodes: [RedisServer]
+
+    /// Every node as a seed, as a deployment would list them (any one may be down).
+    var url: String { "redis-cluster://" + nodes.map { "127.0.0.1:\($0.port)" }.joined(separator: ",") }
+
+    init() throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/redis-cli") else {
+            throw XCTSkip("redis-cli is not installed (it comes with redis-server)")
+        }
+        // Ports below 55535: the cluster bus listens on port + 10000.
+        var ports: Set<Int> = []
+        while ports.count < 6 { let port = RedisServer.freePort(); if port < 55_535 { ports.insert(port) } }
+        nodes = try ports.sorted().map { try RedisServer(port: $0, cluster: true) }
+        let create = Process()
+        create.executableURL = URL(fileURLWithPath: "/usr/bin/redis-cli")
+        create.arguments = ["--cluster", "create"] + nodes.map { "127.0.0.1:\($0.port)" } + ["--cluster-replicas", "1", "--cluster-yes"]
+        create.standardOutput = FileHandle.nullDevice
+        create.standardError = FileHandle.nullDevice
+        try create.run()
+        create.waitUntilExit()
+        guard create.terminationStatus == 0, waitUntilHealthy() else {
+            stop()
+            throw TestClientError(description: "the Redis Cluster did not form")
+        }
+    }
+
+    /// Waits until every running node reports cluster_state:ok and three running nodes are
+    /// masters (after a master was stopped: until its replica has taken over).
+    @discardableResult
+    func waitUntilHealthy(timeout: Double = 30) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            let healthy = nodes.filter(\.isRunning).allSatisfy { node in
+                (try? node.bulk(["CLUSTER", "INFO"]))?.contains("cluster_state:ok") == true
+            } && masters().count == 3
+            if healthy { return true }
+            usleep(100_000)
+        }
+        return false
+    }
+
+    /// The nodes that are masters now.
+    func masters() -> [RedisServer] {
+        nodes.filter { node in node.isRunning && (try? node.bulk(["ROLE"]))?.contains("master") == true }
+    }
+
+    func stop() { nodes.forEach { $0.stop() } }
+}
+
+extension RedisServer {
+    /// A command's whole reply as text (bulk strings and arrays of them), for inspection.
+    func bulk(_ arguments: [String]) throws -> String {
+        let output = Pipe()
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-cli")
+        process.arguments = ["-p", String(port)] + arguments
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
     }
 }
