@@ -39,7 +39,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     let logger: Logger
     /// This instance, in the messages it publishes.
     let instance = UUID().uuidString
-    private let hitTally = Mutex<[String: (primaryKey: CacheKey, hits: Int64)]>([:])
+    /// Hit counts not yet sent, sharded so that hits on different keys rarely share a lock.
+    private let hitShards = (0..<16).map { _ in HitShard() }
     private let flushTimer: DispatchSourceTimer
     let events: RedisEvents
     /// Keys this instance leads across instances, and the wakes of instances waiting here.
@@ -209,7 +210,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     public func recordHit(_ key: CacheKey, at time: Double) {
         let primary = CacheKey(hex: String(key.hex.prefix { $0 != "." }))
-        hitTally.withLock { tally in
+        hitShards[Int(key.hex.utf8.last ?? 0) & 15].tally.withLock { tally in
             tally[key.hex, default: (primary, 0)].hits += 1
         }
     }
@@ -218,7 +219,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     /// Hit counts reach Redis every 10 s, one pipelined round trip for all keys.
     func flushHits() {
-        let tally = hitTally.withLock { tally in defer { tally = [:] }; return tally }
+        var tally: [String: (primaryKey: CacheKey, hits: Int64)] = [:]
+        for shard in hitShards {
+            tally.merge(shard.tally.withLock { taken in defer { taken = [:] }; return taken }) { ($0.primaryKey, $0.hits + $1.hits) }
+        }
         guard !tally.isEmpty else { return }
         let commands = tally.map { rowKey, count in
             ["EVAL", Self.hitScript, "1", entryKey(count.primaryKey), "h:" + rowKey, String(count.hits)].map { Array($0.utf8) }
@@ -348,4 +352,9 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         _ = try? backend.run(["EVAL", Self.releaseScript, "1", leaseKey(key), instance])
         events.publish(backend, "done", key.hex)
     }
+}
+
+/// Mutex is non-copyable, so each shard lives in a class to sit in an array.
+private final class HitShard: Sendable {
+    let tally = Mutex<[String: (primaryKey: CacheKey, hits: Int64)]>([:])
 }

@@ -105,7 +105,7 @@ struct Serve: ParsableCommand {
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every /cache route (or LARDER_ADMIN_TOKEN).")
     var adminToken: String?
 
-    @Option(help: "The store: sqlite (embedded, the default) or redis://[user:password@]host:port[/db] shared by many instances (env LARDER_STORE).")
+    @Option(help: "The store: sqlite (embedded, the default), redis://[user:password@]host:port[/db] or redis-cluster://host:port,host:port shared by many instances (env LARDER_STORE).")
     var store: String?
 
     @Option(help: "Prefix of every Redis key (default larder:).")
