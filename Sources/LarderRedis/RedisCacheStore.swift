@@ -318,7 +318,16 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     // MARK: - SharedFlights
 
-    static let releaseScript = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+    /// Releases the lease if it is still this instance's, and tells the waiting instances, in
+    /// one round trip.
+    static let releaseScript = """
+        if redis.call('GET', KEYS[1]) == ARGV[1] then
+          redis.call('DEL', KEYS[1])
+          redis.call('PUBLISH', ARGV[2], ARGV[3])
+          return 1
+        end
+        return 0
+        """
 
     public func claim(_ key: CacheKey, forSeconds seconds: Double, wake: @escaping @Sendable () -> Void) -> Bool {
         // Registered before the attempt, so a "done" that arrives right after it is not missed.
@@ -349,8 +358,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     public func release(_ key: CacheKey) {
         guard leading.withLock({ $0.remove(key) }) != nil else { return }
-        _ = try? backend.run(["EVAL", Self.releaseScript, "1", leaseKey(key), instance])
-        events.publish(backend, "done", key.hex)
+        _ = try? backend.run(["EVAL", Self.releaseScript, "1", leaseKey(key), instance, events.channel, "done \(key.hex)"])
     }
 }
 

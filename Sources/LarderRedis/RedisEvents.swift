@@ -10,7 +10,7 @@ import Synchronization
 
 final class RedisEvents: Sendable {
     private let addresses: @Sendable () -> [RedisAddress]
-    private let channel: String
+    let channel: String
     private let logger: Logger
     private let handler = Mutex<(@Sendable (String, String) -> Void)?>(nil)
     private let stopped = Atomic<Bool>(false)

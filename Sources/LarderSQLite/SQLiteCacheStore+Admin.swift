@@ -10,6 +10,7 @@
 import CSQLite
 public import LarderCore
 public import LarderEngine
+import Dispatch
 import Foundation
 
 extension SQLiteCacheStore: CacheAdministration {
@@ -71,6 +72,7 @@ extension SQLiteCacheStore: CacheAdministration {
                             total: PurgeResult, completion: @escaping @Sendable (PurgeResult) -> Void) {
         var total = total
         let removed: Int
+        let started = DispatchTime.now().uptimeNanoseconds
         do {
             let rows = try deleteRows("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.purgeBatch)", bind: bind)
             for row in rows {
@@ -88,7 +90,12 @@ extension SQLiteCacheStore: CacheAdministration {
             return completion(total)
         }
         let next = total
-        writerQueue.async { [self] in purgeBatch(condition: condition, bind: bind, total: next, completion: completion) }
+        // Paced: the next batch waits as long as this one took, so a long purge takes at most
+        // half of the writer's time and of a core, and hits served meanwhile keep their latency.
+        let pause = Int(min(200_000_000, DispatchTime.now().uptimeNanoseconds - started))
+        writerQueue.asyncAfter(deadline: .now() + .nanoseconds(pause)) { [self] in
+            purgeBatch(condition: condition, bind: bind, total: next, completion: completion)
+        }
     }
 
     /// The WHERE clause for a filter, and how to bind its values.

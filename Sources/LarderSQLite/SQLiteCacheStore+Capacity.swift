@@ -45,21 +45,30 @@ extension SQLiteCacheStore {
     /// Entries removed by the retention sweep since the store opened.
     public var expiredRemovalCount: Int { expiredRemovals.load(ordering: .relaxed) }
 
-    /// On the writer queue, after a commit: starts evicting when over capacity.
+    /// On the writer queue, after a commit: over capacity, evicts at once down to it (in the
+    /// writer's turn, so the next commit cannot add to an overfull store), then goes on to the
+    /// low-water mark in background batches that let saves interleave.
     func enforceCapacity() {
         guard capacity.maxBytes < Int.max, !trimming, usedBytes() > capacity.maxBytes else { return }
+        while !closed.load(ordering: .relaxed), usedBytes() > capacity.maxBytes, evictOnce() > 0 {}
         trimming = true
         evictBatch()
     }
 
     private func evictBatch() {
-        let target = Int(Double(capacity.maxBytes) * capacity.lowWater)
-        let used = usedBytes()
-        guard !closed.load(ordering: .relaxed), used > target else {
+        guard !closed.load(ordering: .relaxed), evictOnce() > 0 else {
             trimming = false
             return vacuumStep()
         }
-        // The least recently used rows, as many as free what is over the low-water mark.
+        writerQueue.async { [self] in evictBatch() }
+    }
+
+    /// Evicts up to `evictionBatch` least recently used rows, as many as free what is over the
+    /// low-water mark; returns how many went (0 when under it).
+    private func evictOnce() -> Int {
+        let target = Int(Double(capacity.maxBytes) * capacity.lowWater)
+        let used = usedBytes()
+        guard used > target else { return 0 }
         var rowids: [Int64] = []
         do {
             let candidates = try writer.prepare(
@@ -74,11 +83,7 @@ extension SQLiteCacheStore {
         }
         let removed = rowids.isEmpty ? 0 : deleteBatch(rowids.map(String.init).joined(separator: ","))
         evictions.add(removed, ordering: .relaxed)
-        guard removed > 0 else {
-            trimming = false
-            return
-        }
-        writerQueue.async { [self] in evictBatch() }
+        return removed
     }
 
     func startSweeping() {

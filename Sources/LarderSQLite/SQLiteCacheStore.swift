@@ -491,8 +491,15 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// On the writer queue: one group commit of what is queued (at most `groupCommitLimit`
     /// entries), then again while more is queued. One failing entry is rolled back alone.
     private func commitPending() {
+        // Bytes per transaction are bounded too, by a twentieth of the capacity: eviction runs
+        // after each commit, so what one commit adds is what the store can overshoot by.
+        let byteLimit = max(1 << 20, min(Self.pendingByteLimit, capacity.maxBytes / 20))
         let (batch, more) = pending.withLock { pending -> ([PendingWrite], Bool) in
-            let count = min(pending.queue.count, Self.groupCommitLimit)
+            var count = 0, bytes = 0
+            while count < min(pending.queue.count, Self.groupCommitLimit), count == 0 || bytes + pending.queue[count].size <= byteLimit {
+                bytes += pending.queue[count].size
+                count += 1
+            }
             let batch = Array(pending.queue.prefix(count))
             pending.queue.removeFirst(count)
             if pending.queue.isEmpty { pending.flushScheduled = false }
