@@ -136,24 +136,20 @@ extension SQLiteCacheStore: CacheAdministration {
             clauses.append("version < ?\(index)")
             numbers.append((index, Double(below)))
         }
-        if let urls = filter.urls {
-            var placeholders: [String] = []
-            for url in urls {
+        /// `(?n,?m,…)`, one parameter per value.
+        func list(_ values: [String]) -> String {
+            "(" + values.map { value in
                 let index = parameter()
-                placeholders.append("?\(index)")
-                strings.append((index, url))
-            }
-            clauses.append("url_key IN (" + placeholders.joined(separator: ",") + ")")
+                strings.append((index, value))
+                return "?\(index)"
+            }.joined(separator: ",") + ")"
+        }
+        if let urls = filter.urls {
+            clauses.append("url_key IN " + list(urls))
         }
         if let tags = filter.tags {
-            var placeholders: [String] = []
-            for tag in tags {
-                let index = parameter()
-                placeholders.append("?\(index)")
-                strings.append((index, tag))
-            }
             // Through the tag index: only the tagged rows are read.
-            clauses.append("key IN (SELECT key FROM entry_tags WHERE tag IN (" + placeholders.joined(separator: ",") + "))")
+            clauses.append("key IN (SELECT key FROM entry_tags WHERE tag IN \(list(tags)))")
         }
         if let version = filter.versionOtherThan {
             let index = parameter()

@@ -19,17 +19,9 @@ extension AdminRoute {
         var filter = PurgeFilter()
         var limit = 100
         var cursor: String?
-        var seen: Set<String> = []
-        for (name, value) in Self.query(of: request.rawTarget) {
-            guard Self.listNames.contains(name) else {
-                throw .invalid(name, "is not a listing filter (\(Self.listNames.sorted().joined(separator: ", ")))")
-            }
-            guard seen.insert(name).inserted else { throw .invalid(name, "is given twice") }
+        try Self.readQuery(Self.query(of: request.rawTarget), allowed: Self.listNames, kind: "listing filter") { name, value throws(LarderError) in
+            if Self.applyShared(name, value, to: &filter) { return }
             switch name {
-            case "namespace": filter.namespace = value
-            case "urlPrefix": filter.urlPrefix = value
-            case "host": filter.host = value.lowercased()
-            case "tag": filter.tags = [value]
             case "status":
                 guard let status = Int(value), (100...599).contains(status) else { throw .invalid(name, "must be an HTTP status, 100 to 599") }
                 filter.status = status

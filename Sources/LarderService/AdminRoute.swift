@@ -199,20 +199,35 @@ struct AdminRoute: Sendable {
 
     static let filterNames: Set<String> = ["namespace", "urlPrefix", "host", "tag", "olderThan", "versionBelow", "expired", "all"]
 
-    static func filter(query: [(String, String)], now: Double) throws(LarderError) -> PurgeFilter {
-        var filter = PurgeFilter()
+    /// Reads a query's parameters, each one of `allowed` and at most once, through `read`.
+    static func readQuery(_ query: [(String, String)], allowed: Set<String>, kind: String,
+                          _ read: (String, String) throws(LarderError) -> Void) throws(LarderError) {
         var seen: Set<String> = []
         for (name, value) in query {
-            guard filterNames.contains(name) else {
-                throw .invalid(name, "is not a purge filter (namespace, urlPrefix, host, tag, olderThan, versionBelow, expired, all)")
-            }
+            guard allowed.contains(name) else { throw .invalid(name, "is not a \(kind) (\(allowed.sorted().joined(separator: ", ")))") }
             guard seen.insert(name).inserted else { throw .invalid(name, "is given twice") }
+            try read(name, value)
+        }
+    }
+
+    /// The filters purges and listings share; false when `name` is not one of them.
+    static func applyShared(_ name: String, _ value: String, to filter: inout PurgeFilter) -> Bool {
+        switch name {
+        case "namespace": filter.namespace = value
+        case "urlPrefix": filter.urlPrefix = value
+        case "host": filter.host = value.lowercased()
+        case "tag": filter.tags = [value]
+        default: return false
+        }
+        return true
+    }
+
+    static func filter(query: [(String, String)], now: Double) throws(LarderError) -> PurgeFilter {
+        var filter = PurgeFilter()
+        try readQuery(query, allowed: filterNames, kind: "purge filter") { name, value throws(LarderError) in
             guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
+            if applyShared(name, value, to: &filter) { return }
             switch name {
-            case "namespace": filter.namespace = value
-            case "urlPrefix": filter.urlPrefix = value
-            case "host": filter.host = value.lowercased()
-            case "tag": filter.tags = [value]
             case "olderThan":
                 guard let seconds = Double(value), seconds.isFinite, seconds >= 0 else { throw .invalid(name, "must be a number of seconds, 0 or more") }
                 filter.storedBefore = now - seconds
@@ -227,7 +242,7 @@ struct AdminRoute: Sendable {
                 filter.all = true
             }
         }
-        if filter.all, seen.count > 1 { throw .invalid("all", "clears everything and takes no other filter") }
+        if filter.all, query.count > 1 { throw .invalid("all", "clears everything and takes no other filter") }
         guard !filter.isEmpty else {
             throw .invalid("query", "name at least one filter (namespace, urlPrefix, host, tag, olderThan, versionBelow, expired), or all=true")
         }
