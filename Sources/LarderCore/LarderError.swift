@@ -21,6 +21,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case referenceUnresolved = "reference_unresolved"
         case storageFailed = "storage_failed"
         case unauthorized = "unauthorized"
+        case loopDetected = "loop_detected"
     }
 
     public let code: Code
@@ -38,6 +39,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         switch code {
         case .invalidRequest: 400
         case .unauthorized: 401
+        case .loopDetected: 508
         case .upstreamForbidden: 403
         case .notFound, .unknownUpstream: 404
         case .methodNotAllowed: 405

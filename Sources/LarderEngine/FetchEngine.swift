@@ -71,6 +71,10 @@ public final class FetchEngine: Sendable {
         public var staleOnError: Double = 0
         /// After a range of a representation at most this large, it is fetched whole (0: never).
         public var rangeFetchOver: Int = 0
+        /// Query parameters whose values are kept out of stored URLs (`--redact-query`).
+        public var redaction = QueryRedaction()
+        /// This instance's CDN-Loop token (RFC 8586), added to every upstream request; nil: none.
+        public var loopToken: String?
         /// Response fields whose values tag a stored entry (lower-case; CacheTags).
         public var tagHeaders: [String] = CacheTags.defaultHeaderNames
         public init() {}
@@ -87,6 +91,8 @@ public final class FetchEngine: Sendable {
     public let traffic: TrafficCounters
     /// Coalescing across instances (a shared store's leases); nil for one instance.
     let sharedFlights: (any SharedFlights)?
+    /// Query parameters whose values stored URLs leave out (`--redact-query`).
+    public var redaction: QueryRedaction { limits.redaction }
     /// Each namespace's current version, used by requests that name none.
     public let namespaces: NamespaceVersions
     private let flights = Mutex<[FlightKey: Flight]>([:])
@@ -304,6 +310,9 @@ public final class FetchEngine: Sendable {
             condition = fallback
         }
         let validating = condition
+        // RFC 8586: say this instance handled the request, so that it can tell when the request
+        // comes back to it (a named upstream pointing at Larder, directly or through other caches).
+        if let token = limits.loopToken { headers.append(HeaderField("CDN-Loop", token)) }
         var upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: headers,
                                               body: request.body, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: limits.maxUpstreamBodyBytes)
@@ -495,7 +504,7 @@ public final class FetchEngine: Sendable {
             // A failed validation is a failed request, and nothing of it is stored. What the
             // unsafe method changed at the origin still invalidates (RFC 9111 §4.4).
             let error = CacheAnswer.failed(LarderError(.validationFailed, failure))
-            let stale = Self.invalidatedURLs(request: request, response: response)
+            let stale = invalidatedURLs(request: request, response: response)
             guard !stale.isEmpty else { return land(flight, with: .notShareable) { reply(error) } }
             return store.invalidate(urlKeys: stale) { [self] _ in land(flight, with: .notShareable) { reply(error) } }
         }
@@ -508,7 +517,7 @@ public final class FetchEngine: Sendable {
                                         body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
                                         etag: response.headers.values("etag").first,
                                         lastModified: response.headers.values("last-modified").first)
-            let stale = Self.invalidatedURLs(request: request, response: response)
+            let stale = invalidatedURLs(request: request, response: response)
             guard !stale.isEmpty else {
                 return land(flight, with: .notShareable) { reply(.served(served)) }
             }
@@ -570,7 +579,8 @@ public final class FetchEngine: Sendable {
         var entry = StoredEntry(
             key: rowKey, primaryKey: derived.key, varyNames: varyNames, variantFingerprint: fingerprint,
             namespace: request.cache.namespace, method: request.method,
-            url: request.url.absoluteString, urlKey: request.url.keyString(), status: response.status,
+            url: limits.redaction.apply(request.url.absoluteString), urlKey: limits.redaction.apply(request.url.keyString()),
+            status: response.status,
             headersJSON: ResponseHeaders.renderJSON(CacheRules.storableHeaders(response.headers, withholding: stored.withheldFields),
                                                     dropCookies: true),
             body: response.body, bodyKind: kind, freshness: stored.entry(storedAt: time, version: request.cache.version),
@@ -584,7 +594,8 @@ public final class FetchEngine: Sendable {
     /// RFC 9111 §4.4: a non-error response to an unsafe method invalidates the stored
     /// responses for the target URI, and for Location and Content-Location when they are on
     /// the same origin (another origin's entries are not this request's to invalidate).
-    static func invalidatedURLs(request: FetchRequest, response: UpstreamResponse) -> [String] {
+    /// (As stored: with the redacted query values.)
+    func invalidatedURLs(request: FetchRequest, response: UpstreamResponse) -> [String] {
         guard !request.method.isSafe, (200...399).contains(response.status) else { return [] }
         var urls = [request.url.keyString()]
         for name in ["location", "content-location"] {
@@ -593,7 +604,7 @@ public final class FetchEngine: Sendable {
                 urls.append(target.keyString())
             }
         }
-        return urls
+        return urls.map(limits.redaction.apply)
     }
 
     // MARK: - Coalescing

@@ -84,6 +84,7 @@ public struct RangeFetcher: Sendable {
         var headers = request.headers.filter { !$0.name.caseInsensitiveEquals("range") && !$0.name.caseInsensitiveEquals("if-range") }
         if let range { headers.append(HeaderField("Range", range)) }
         if let ifRange { headers.append(HeaderField("If-Range", ifRange)) }
+        if let token = engine.limits.loopToken { headers.append(HeaderField("CDN-Loop", token)) }
         var upstreamRequest = UpstreamRequest(method: .get, url: request.url, headers: headers, body: nil, timeoutMs: request.timeoutMs,
                                               maxBodyBytes: engine.limits.maxUpstreamBodyBytes)
         upstreamRequest.followRedirects = false

@@ -80,7 +80,7 @@ struct AdminRoute: Sendable {
         case "/cache/purge":
             guard method == "POST" else { return fail(LarderError(.methodNotAllowed, "use POST for /cache/purge"), "POST") }
             if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
-            return purge(try Self.purgeBody(request.body), responder: responder, finish: finish)
+            return purge(try Self.purgeBody(request.body, redaction: engine.redaction), responder: responder, finish: finish)
         case "/cache/entries", "/cache/entries/":
             switch method {
             case "GET", "HEAD": return finish(try listEntries(request))
@@ -251,7 +251,7 @@ struct AdminRoute: Sendable {
 
     /// `{"urls": ["https://…", …], "tags": ["…", …]}`: each URL's stored responses, in every
     /// namespace, and every entry carrying one of the tags (1 to 1,000 of each; either or both).
-    static func purgeBody(_ body: [UInt8]) throws(LarderError) -> [PurgeFilter] {
+    static func purgeBody(_ body: [UInt8], redaction: QueryRedaction) throws(LarderError) -> [PurgeFilter] {
         let fields = try JSONFields(try JSONFields.parseBody(body), path: "")
         try fields.rejectUnknown(["urls", "tags"])
         var filters: [PurgeFilter] = []
@@ -260,7 +260,8 @@ struct AdminRoute: Sendable {
             var filter = PurgeFilter()
             filter.urls = try items.enumerated().map { index, item throws(LarderError) in
                 guard case .string(let text) = item else { throw .invalid("urls[\(index)]", "must be a string") }
-                return try UpstreamURL(parsing: text, field: "urls[\(index)]").keyString()
+                // As stored: with secret query values redacted.
+                return redaction.apply(try UpstreamURL(parsing: text, field: "urls[\(index)]").keyString())
             }
             filters.append(filter)
         }

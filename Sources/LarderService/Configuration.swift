@@ -77,6 +77,8 @@ public struct LarderConfiguration: Sendable {
     public var maxObjectBytes: Int?
     /// Seconds after which an entry not written since is removed.
     public var retentionSeconds: Double = 7 * 86_400
+    /// Query parameters whose values are kept out of stored URLs, the admin listing and logs.
+    public var redactQuery: [String] = QueryRedaction.defaultNames
     /// `sqlite` (the embedded store, the default) or `redis://[user:password@]host:port[/db]`.
     public var store: String = "sqlite"
     /// Prefix of every Redis key (several deployments can share one Redis).

@@ -97,6 +97,9 @@ public final class LarderService: @unchecked Sendable {
         limits.staleOnError = configuration.staleOnErrorSeconds
         limits.rangeFetchOver = configuration.rangeFetchOverBytes
         limits.tagHeaders = configuration.tagHeaders
+        limits.redaction = QueryRedaction(names: configuration.redactQuery)
+        let loop = LoopDetection(token: LoopDetection.randomToken())
+        limits.loopToken = loop.token
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)
         let redis = store as? RedisCacheStore
         // An acknowledged save that could not be committed leaves memory too.
@@ -121,7 +124,7 @@ public final class LarderService: @unchecked Sendable {
         let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
         engine.traffic.observe(with: metrics)
         let router = Router(engine: engine, clock: clock, logger: logger, configuration: configuration,
-                            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store,
+                            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store, loop: loop,
                             scrape: { [weak tier] in tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs) } ?? [] })
 
         var serverConfiguration = HTTPServerConfiguration()

@@ -26,10 +26,13 @@ struct Router: HTTPRequestHandler {
     let adminOnOwnListener: Bool
     /// The store's reachability, for /healthz.
     let health: (any StorageHealth)?
+    /// This instance's CDN-Loop token: a request carrying it is one of its own, come back.
+    let loop: LoopDetection?
 
     init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
          upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil, admin: AdminRoute? = nil,
-         metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, scrape: (@Sendable () -> [UInt8])? = nil) {
+         metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, loop: LoopDetection? = nil,
+         scrape: (@Sendable () -> [UInt8])? = nil) {
         self.engine = engine
         self.clock = clock
         self.logger = logger
@@ -46,6 +49,7 @@ struct Router: HTTPRequestHandler {
         self.metricsToken = configuration.metricsToken.map { Array($0.utf8) }
         self.adminOnOwnListener = configuration.adminPort != nil
         self.health = health
+        self.loop = loop
     }
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
@@ -65,6 +69,8 @@ struct Router: HTTPRequestHandler {
             // With --admin-port, each listener serves only its own routes (/healthz on both).
             return finish(request, error: LarderError(.notFound, "no route for \(request.path) on this port"), receivedAt: receivedAt)
         }
+        if request.path == "/fetch" || request.path == "/batch" || request.path == "/chain",
+           let refusal = loopRefusal(request, receivedAt: receivedAt) { return refusal }
         switch request.path {
         case "/fetch":
             guard request.method == "POST" else {
@@ -133,9 +139,18 @@ struct Router: HTTPRequestHandler {
     /// Forwards to upstream `name` through the cache (see ProxyRoute).
     func proxy(_ request: HTTPServerRequest, upstream name: String, target: String, responder: HTTPResponder,
                receivedAt: Double) -> HTTPServerResponse? {
-        proxyRoute.handle(request, upstream: name, target: target, responder: responder) { response, outcome, errorCode in
+        if let refusal = loopRefusal(request, receivedAt: receivedAt) { return refusal }
+        return proxyRoute.handle(request, upstream: name, target: target, responder: responder) { response, outcome, errorCode in
             finish(request, response: response, outcome: outcome, errorCode: errorCode, receivedAt: receivedAt, route: "proxy")
         }
+    }
+
+    /// 508 `loop_detected` when the request carries this instance's CDN-Loop token: answered at
+    /// once, where waiting on it would wait on itself (coalesced with its own flight).
+    private func loopRefusal(_ request: HTTPServerRequest, receivedAt: Double) -> HTTPServerResponse? {
+        guard let loop, loop.isLoop(request.headers) else { return nil }
+        return finish(request, error: LarderError(.loopDetected, "this request was sent by this Larder instance and came back to it (CDN-Loop)"),
+                      receivedAt: receivedAt)
     }
 
     private func fetch(_ request: HTTPServerRequest, responder: HTTPResponder, receivedAt: Double) -> HTTPServerResponse? {

@@ -105,6 +105,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every /cache route (or LARDER_ADMIN_TOKEN).")
     var adminToken: String?
 
+    @Option(name: .customLong("redact-query"), help: "Query parameter whose value is kept out of stored URLs, the admin listing and logs (repeatable; default api_key, access_token, token, sig, signature, key; 'none' for none).")
+    var redactQuery: [String] = []
+
     @Option(help: "The store: sqlite (embedded, the default), redis://[user:password@]host:port[/db] or redis-cluster://host:port,host:port shared by many instances (env LARDER_STORE).")
     var store: String?
 
@@ -190,6 +193,7 @@ struct Serve: ParsableCommand {
         if let adminToken { configuration.adminToken = adminToken }
         if let metricsToken { configuration.metricsToken = metricsToken }
         if let adminPort { configuration.adminPort = adminPort }
+        if !redactQuery.isEmpty { configuration.redactQuery = redactQuery == ["none"] ? [] : redactQuery }
         if let raw = environment["LARDER_STORE"], !raw.isEmpty, store == nil { configuration.store = raw }
         if let store { configuration.store = store }
         if let storePrefix { configuration.storePrefix = storePrefix }

@@ -193,3 +193,15 @@ final class ResponseValidationTests: XCTestCase {
         }
     }
 }
+
+final class QueryRedactionTests: XCTestCase {
+    func testNamedQueryValuesAreRedactedAndNothingElse() {
+        let redaction = QueryRedaction()
+        XCTAssertEqual(redaction.apply("https://a.test/p?api_key=s3cret&q=1"), "https://a.test/p?api_key=REDACTED&q=1")
+        XCTAssertEqual(redaction.apply("https://a.test/p?q=1&Token=x&sig=y#frag"), "https://a.test/p?q=1&Token=REDACTED&sig=REDACTED#frag")
+        XCTAssertEqual(redaction.apply("https://a.test/p?api%5Fkey=s"), "https://a.test/p?api%5Fkey=REDACTED", "names are percent-decoded")
+        XCTAssertEqual(redaction.apply("https://a.test/p?keys=1&monkey=2"), "https://a.test/p?keys=1&monkey=2")
+        XCTAssertEqual(redaction.apply("https://a.test/key?x=1"), "https://a.test/key?x=1")
+        XCTAssertEqual(QueryRedaction(names: []).apply("https://a.test/p?token=t"), "https://a.test/p?token=t")
+    }
+}

@@ -257,3 +257,34 @@ final class AdminEntriesTests: IntegrationTestCase {
         XCTAssertEqual(try admin.fetch(["url": url(uniquePath())]).status, 404)
     }
 }
+
+/// `--redact-query`: secret query values stay out of the database and the admin listing, yet
+/// still tell entries apart.
+final class QueryRedactionIntegrationTests: IntegrationTestCase {
+    func testSecretQueryValuesNeverReachTheDatabase() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let secret = "s3cret-\(UUID().uuidString)"
+        // (size=: the origin answers without echoing the request, whose query holds the secret.)
+        let spec: [String: Any] = ["url": url(path, "api_key=\(secret)&size=10"), "cache": ["ttl": 600]]
+        XCTAssertEqual(try client.fetch(spec).outcome, "miss")
+        XCTAssertEqual(try client.fetch(spec).outcome, "hit")
+        XCTAssertEqual(try client.fetch(["url": url(path, "api_key=other&size=10"), "cache": ["ttl": 600]]).outcome, "miss",
+                       "the value still counts in the key")
+        let listed = try client.request("GET", "/cache/entries").json["entries"] as? [[String: Any]] ?? []
+        XCTAssertTrue(listed.allSatisfy { ($0["url"] as? String)?.contains("api_key=REDACTED") == true }, "\(listed)")
+        // An unsafe request to the URL still invalidates it (RFC 9111 §4.4), and a purge by URL finds it.
+        _ = try client.fetch(["url": url(path, "api_key=\(secret)&size=10"), "method": "POST"])
+        XCTAssertEqual(try client.fetch(spec).outcome, "miss", "invalidated")
+        let purge = try client.request("POST", "/cache/purge", headers: ["Content-Type": "application/json"],
+                                       body: Array(try JSONSerialization.data(withJSONObject: ["urls": [url(path, "api_key=\(secret)&size=10")]])))
+        XCTAssertGreaterThanOrEqual(purge.json["removed"] as? Int ?? 0, 1, purge.text)
+        _ = try client.fetch(spec)
+        stopLarder(larder)
+        for suffix in ["", "-wal"] {
+            let data = FileManager.default.contents(atPath: databasePath + suffix) ?? Data()
+            XCTAssertNil(data.range(of: Data(secret.utf8)), "the secret is not in \(databasePath + suffix)")
+        }
+    }
+}

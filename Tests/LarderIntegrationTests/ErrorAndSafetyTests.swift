@@ -176,3 +176,33 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
         return port
     }
 }
+
+/// RFC 8586 CDN-Loop: a request that comes back to the instance that sent it is refused at once.
+final class LoopDetectionTests: IntegrationTestCase {
+    func testAnUpstreamPointingBackAtLarderIsRefusedAtOnce() throws {
+        let port = RedisServer.freePort()
+        let larder = try startLarder { configuration in
+            configuration.port = port
+            configuration.upstreams = [NamedUpstream(name: "self", baseURL: "http://127.0.0.1:\(port)/proxy/self"),
+                                       NamedUpstream(name: "origin", baseURL: self.origin.base)]
+        }
+        let client = try larder.connection()
+        let started = Date()
+        let proxied = try client.request("GET", "/proxy/self/x")
+        XCTAssertEqual(proxied.status, 508, proxied.text)
+        XCTAssertEqual(proxied.errorCode, "loop_detected")
+        let fetched = try client.fetch(["url": "http://127.0.0.1:\(port)/proxy/self/y"])
+        XCTAssertEqual(fetched.json["status"] as? Int, 508, fetched.text)
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5, "answered at once, not after the upstream timeout")
+
+        // The token is this instance's: another cache's entry in CDN-Loop is no loop, and what
+        // reaches the origin carries Larder's own token (the test origin keeps a field's last line).
+        let passed = try client.request("GET", "/proxy/origin\(uniquePath())", headers: ["CDN-Loop": "larder-someoneelse, other-cdn; v=1"])
+        XCTAssertEqual(passed.status, 200)
+        let sent = (passed.json["headers"] as? [String: String])?["cdn-loop"] ?? ""
+        XCTAssertTrue(sent.hasPrefix("larder-") && sent != "larder-someoneelse", sent)
+        let direct = try client.request("POST", "/fetch", headers: ["CDN-Loop": "other-cdn, \(sent); v=2"],
+                                        body: Array(try JSONSerialization.data(withJSONObject: ["url": url(uniquePath())])))
+        XCTAssertEqual(direct.status, 508, "its own token, among others, with a parameter")
+    }
+}
