@@ -53,6 +53,11 @@ public struct LarderConfiguration: Sendable {
     public var maxChainSteps: Int = 50
     /// Seconds a new connection may stay silent before its first header section is complete.
     public var headerTimeoutSeconds: Int = 10
+    /// Seconds a client connection may stay idle (no bytes received while Larder waits for
+    /// them) before it is closed: slow or stalled clients do not hold a connection.
+    public var clientTimeoutSeconds: Int = 30
+    /// Connections open at once; more are closed as soon as they are accepted.
+    public var maxConnections: Int = 10_000
     /// Connections open at once from one client address (0 = no limit).
     public var connectionsPerAddress: Int = 1024
     /// Variants kept per cache key for responses with Vary; the oldest are replaced.
@@ -157,6 +162,8 @@ public struct LarderConfiguration: Sendable {
         guard rangeFetchOverBytes >= 0 else { throw ConfigurationError("range-fetch-over must be 0 or more bytes") }
         guard (1...10_000).contains(maxBatch) else { throw ConfigurationError("max batch must be 1 to 10000") }
         guard (1...1_000).contains(maxChainSteps) else { throw ConfigurationError("max chain steps must be 1 to 1000") }
+        guard (1...86_400).contains(clientTimeoutSeconds) else { throw ConfigurationError("client timeout must be 1 to 86400 seconds") }
+        guard (16...1_000_000).contains(maxConnections) else { throw ConfigurationError("max connections must be 16 to 1000000") }
         guard connectionsPerAddress >= 0 else { throw ConfigurationError("connections per address must be 0 or more") }
         var seen: Set<String> = []
         for upstream in upstreams {

@@ -137,6 +137,8 @@ public final class LarderService: @unchecked Sendable {
             body: LarderError(.shuttingDown, "Larder is shutting down; retry on another instance").jsonBody)
         serverConfiguration.headerTimeoutSeconds = configuration.headerTimeoutSeconds
         serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
+        serverConfiguration.connectionTimeoutSeconds = configuration.clientTimeoutSeconds
+        serverConfiguration.connectionLimit = configuration.maxConnections
         serverConfiguration.rejectResponse = { status, reason in
             let error = status == 501 ? LarderError(.notImplemented, reason) : LarderError.invalid("headers", reason)
             return HTTPServerResponse(status: status, headers: [("Content-Type", "application/json")], body: error.jsonBody)

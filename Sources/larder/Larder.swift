@@ -69,6 +69,12 @@ struct Serve: ParsableCommand {
     @Option(help: "Seconds a new connection may stay silent before its first request's headers are complete (default 10).")
     var headerTimeout: Int?
 
+    @Option(help: "Seconds a client connection may stay idle before it is closed (default 30).")
+    var clientTimeout: Int?
+
+    @Option(help: "Connections open at once; more are closed as soon as they are accepted (default 10000).")
+    var maxConnections: Int?
+
     @Option(help: "Connections open at once from one client address; 0 = no limit (default 1024).")
     var connectionsPerAddress: Int?
 
@@ -188,6 +194,8 @@ struct Serve: ParsableCommand {
         if let maxBatch { configuration.maxBatch = maxBatch }
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
+        if let clientTimeout { configuration.clientTimeoutSeconds = clientTimeout }
+        if let maxConnections { configuration.maxConnections = maxConnections }
         if let maxVariants { configuration.maxVariants = maxVariants }
         if let bodyFileThreshold { configuration.bodyFileThresholdBytes = bodyFileThreshold }
         if let adminToken { configuration.adminToken = adminToken }

@@ -206,3 +206,39 @@ final class LoopDetectionTests: IntegrationTestCase {
         XCTAssertEqual(direct.status, 508, "its own token, among others, with a parameter")
     }
 }
+
+/// Slow and stalled clients, and the connection limit.
+final class ClientLimitTests: IntegrationTestCase {
+    func testAClientThatStallsMidBodyIsCutAfterTheClientTimeout() throws {
+        let larder = try startLarder { $0.clientTimeoutSeconds = 1 }
+        let stalled = try TestConnection(port: larder.port, timeoutSeconds: 10)
+        try stalled.sendAll(Array("POST /fetch HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"url\"".utf8))
+        let started = Date()
+        // Meanwhile others are served.
+        XCTAssertEqual(try larder.connection().fetch(["url": url(uniquePath())]).status, 200)
+        XCTAssertTrue(stalled.awaitClose(), "the stalled connection was closed")
+        XCTAssertLessThan(Date().timeIntervalSince(started), 5, "after about the client timeout, not the receive timeout")
+    }
+
+    func testConnectionsBeyondTheLimitWaitUntilOneCloses() throws {
+        let larder = try startLarder { $0.maxConnections = 16 }
+        var held = try (0..<16).map { _ in try TestConnection(port: larder.port, timeoutSeconds: 5) }
+        // Each of them works (and stays open: keep-alive).
+        for connection in held { XCTAssertEqual(try connection.request("GET", "/healthz").status, 200) }
+        // The 17th is not served while all 16 are open (it waits in the listen backlog)...
+        let beyond = try TestConnection(port: larder.port, timeoutSeconds: 1)
+        XCTAssertThrowsError(try beyond.request("GET", "/healthz"), "not served while the limit is reached")
+        beyond.closeSocket()
+        // ...and once one closes, new connections are served again.
+        held.removeLast().closeSocket()
+        let deadline = Date().addingTimeInterval(10)
+        var served = false
+        while !served, Date() < deadline {
+            let attempt = try TestConnection(port: larder.port, timeoutSeconds: 1)
+            served = (try? attempt.request("GET", "/healthz").status) == 200
+            attempt.closeSocket()
+        }
+        XCTAssertTrue(served, "a freed slot is used again")
+        XCTAssertEqual(try held[0].request("GET", "/healthz").status, 200)
+    }
+}
