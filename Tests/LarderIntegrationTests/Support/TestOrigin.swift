@@ -16,6 +16,7 @@
 //   loop=1             Location header pointing back at this very request
 //   binary=1           a small binary body
 //   jsonsize=N         a JSON array of about N bytes (application/json)
+//   fill=N             N bytes of text made from the path (TestOrigin.fill), so any body can be recomputed
 // The default body is JSON: {"path": …, "n": <how many requests this path has seen>,
 // "method": …, "query": …, "body": <request body as text>, "headers": {…}}.
 
@@ -117,6 +118,9 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         if let size = query.first(where: { $0.0 == "size" }).flatMap({ Int($0.1) }) {
             body = [UInt8](repeating: UInt8(ascii: "a"), count: size)
             responseHeaders.append(("Content-Type", "text/plain"))
+        } else if let size = query.first(where: { $0.0 == "fill" }).flatMap({ Int($0.1) }) {
+            body = TestOrigin.fill(path: path, size: size)
+            responseHeaders.append(("Content-Type", "text/plain"))
         } else if let size = query.first(where: { $0.0 == "jsonsize" }).flatMap({ Int($0.1) }) {
             body = Array("[".utf8) + Array(repeating: Array("123,".utf8), count: max(0, size / 4)).flatMap { $0 } + Array("0]".utf8)
             responseHeaders.append(("Content-Type", "application/json"))
@@ -197,5 +201,15 @@ final class Condition: @unchecked Sendable {
             if !condition.wait(until: deadline) { return predicate() }
         }
         return true
+    }
+}
+
+extension TestOrigin {
+    /// `size` bytes: "<path>|<offset>\n" lines, over and over, cut at `size`.
+    static func fill(path: String, size: Int) -> [UInt8] {
+        var body: [UInt8] = []
+        body.reserveCapacity(size)
+        while body.count < size { body.append(contentsOf: "\(path)|\(body.count)\n".utf8) }
+        return Array(body.prefix(size))
     }
 }
