@@ -8,6 +8,8 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     public let message: String
     public let context: String
     public var description: String { "SQLite error \(code) (\(context)): \(message)" }
+    /// The file is not a database, or is damaged (SQLITE_NOTADB, SQLITE_CORRUPT).
+    public var isDamagedFile: Bool { code == 26 || code == 11 }
 }
 
 /// A connection is used by one thread at a time (opened with SQLITE_OPEN_NOMUTEX); the owner

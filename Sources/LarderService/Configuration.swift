@@ -82,6 +82,9 @@ public struct LarderConfiguration: Sendable {
     public var maxObjectBytes: Int?
     /// Seconds after which an entry not written since is removed.
     public var retentionSeconds: Double = 7 * 86_400
+    /// A database file that is damaged or not SQLite: stop with an error (false), or move it
+    /// aside and start empty (`--on-corrupt rename`).
+    public var renameCorruptDatabase = false
     /// Query parameters whose values are kept out of stored URLs, the admin listing and logs.
     public var redactQuery: [String] = QueryRedaction.defaultNames
     /// `sqlite` (the embedded store, the default) or `redis://[user:password@]host:port[/db]`.

@@ -69,6 +69,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Seconds a new connection may stay silent before its first request's headers are complete (default 10).")
     var headerTimeout: Int?
 
+    @Option(help: "A damaged database file (or one that is not SQLite): fail (default) or rename (move it aside and start empty).")
+    var onCorrupt: String?
+
     @Option(help: "Seconds a client connection may stay idle before it is closed (default 30).")
     var clientTimeout: Int?
 
@@ -195,6 +198,10 @@ struct Serve: ParsableCommand {
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
         if let clientTimeout { configuration.clientTimeoutSeconds = clientTimeout }
+        if let onCorrupt {
+            guard ["fail", "rename"].contains(onCorrupt) else { throw ValidationError("--on-corrupt must be fail or rename") }
+            configuration.renameCorruptDatabase = onCorrupt == "rename"
+        }
         if let maxConnections { configuration.maxConnections = maxConnections }
         if let maxVariants { configuration.maxVariants = maxVariants }
         if let bodyFileThreshold { configuration.bodyFileThresholdBytes = bodyFileThreshold }

@@ -104,3 +104,40 @@ final class CrashSafetyTests: IntegrationTestCase {
         XCTAssertGreaterThan(found, 0)
     }
 }
+
+/// A database file that is damaged, cut short, not SQLite, or from a newer Larder.
+final class DamagedDatabaseTests: IntegrationTestCase {
+    private func startFails(_ extra: [String] = []) throws -> String {
+        let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath] + extra)
+        XCTAssertTrue(waitForExit(process))
+        XCTAssertNotEqual(process.terminationStatus, 0)
+        XCTAssertEqual(process.terminationReason, .exit, "an exit, not a crash")
+        return String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    }
+
+    func testADamagedFileStopsStartUpClearlyOrIsMovedAsideOnRequest() throws {
+        for content in [Array(repeating: UInt8(0x5A), count: 8192), Array("SQLite format 3\0".utf8)] {
+            try Data(content).write(to: URL(fileURLWithPath: databasePath))
+            let message = try startFails()
+            XCTAssertTrue(message.contains(databasePath) && message.contains("--on-corrupt rename"), message)
+        }
+        let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--on-corrupt", "rename"])
+        defer { process.terminate(); _ = waitForExit(process) }
+        let connection = try TestConnection(port: try waitForPort(errors))
+        XCTAssertEqual(try connection.fetch(["url": url(uniquePath()), "cache": ["ttl": 60]]).outcome, "miss", "started empty")
+        let aside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix("larder.sqlite.corrupt-") }
+        XCTAssertEqual(aside.count, 1, "the damaged file was kept aside")
+    }
+
+    func testADatabaseFromANewerLarderIsNeverTouched() throws {
+        let create = Process()
+        create.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        create.arguments = ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA user_version=999'); c.execute('CREATE TABLE t(a)'); c.commit()",
+                            databasePath]
+        try create.run()
+        create.waitUntilExit()
+        let message = try startFails(["--on-corrupt", "rename"])
+        XCTAssertTrue(message.contains("newer"), message)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: databasePath), "not renamed: it is not damaged")
+    }
+}
