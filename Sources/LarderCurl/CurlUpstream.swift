@@ -63,10 +63,17 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         var stopping = false
     }
 
+    /// `HOST:PORT:ADDRESS[,ADDRESS…]` entries that replace DNS for those names (CURLOPT_RESOLVE),
+    /// as curl's `--resolve`: the access policy still checks every address connected to.
+    private let resolveList: UnsafeMutablePointer<curl_slist>?
+
     public init(policy: UpstreamAccessPolicy, clock: Clock, userAgent: String, logger: Logger,
-                maxTransfers: Int = 256, maxInflightBodyBytes: Int = 256 << 20) {
+                maxTransfers: Int = 256, maxInflightBodyBytes: Int = 256 << 20, resolve: [String] = []) {
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed") }
         self.multi = multi
+        var list: UnsafeMutablePointer<curl_slist>?
+        for entry in resolve { list = curl_slist_append(list, entry) }
+        self.resolveList = list
         self.maxTransfers = max(1, maxTransfers)
         self.budget = BodyBudget(limit: max(1, maxInflightBodyBytes))
         self.policy = policy
@@ -77,6 +84,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     }
 
     deinit {
+        curl_slist_free_all(resolveList)
         curl_multi_cleanup(multi)
     }
 
@@ -236,7 +244,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         nextSequence += 1
         let transfer = Transfer(handle: handle, exchange: exchange, policy: policy, budget: budget, sequence: nextSequence)
         budget.oldest = transfers.isEmpty ? nextSequence : min(budget.oldest, nextSequence)
-        transfer.configure(userAgent: userAgent, timeoutMs: remainingMs)
+        transfer.configure(userAgent: userAgent, timeoutMs: remainingMs, resolve: resolveList)
         transfers[handle] = transfer
         curl_multi_add_handle(multi, handle)
     }
@@ -453,7 +461,7 @@ private final class Transfer {
         errorBuffer.deallocate()
     }
 
-    func configure(userAgent: String, timeoutMs: Int) {
+    func configure(userAgent: String, timeoutMs: Int, resolve: UnsafeMutablePointer<curl_slist>?) {
         let context = Unmanaged.passRetained(self)
         unmanaged = context
         let opaque = context.toOpaque()
@@ -465,6 +473,7 @@ private final class Transfer {
         larder_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1)
         // Never through a proxy from the environment: the address checks apply to the origin.
         larder_curl_setopt_string(handle, CURLOPT_PROXY, "")
+        if let resolve { larder_curl_setopt_pointer(handle, CURLOPT_RESOLVE, UnsafeMutableRawPointer(resolve)) }
         larder_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, timeoutMs)
         larder_curl_setopt_offset(handle, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(request.maxBodyBytes))
         larder_curl_setopt_pointer(handle, CURLOPT_ERRORBUFFER, errorBuffer)

@@ -53,7 +53,7 @@ public enum ConfigFile {
                                       "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
                                       "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
-                                      "bodyFileThreshold", "adminToken", "tagHeaders", "adminPort", "store", "storePrefix", "storeTimeoutMs", "storeFallback", "redactQuery", "clientTimeout", "maxConnections", "onCorrupt", "maxBytes", "maxObjectBytes", "retention",
+                                      "bodyFileThreshold", "adminToken", "tagHeaders", "adminPort", "store", "storePrefix", "storeTimeoutMs", "storeFallback", "redactQuery", "clientTimeout", "maxConnections", "onCorrupt", "resolve", "maxBytes", "maxObjectBytes", "retention",
                                       "metricsToken", "metricsNamespaces"]
             try rejectUnknown(root, known: known, at: "")
             if let value = root["host"] { configuration.host = try string(value, "host") }
@@ -93,6 +93,7 @@ public enum ConfigFile {
                 configuration.retentionSeconds = seconds
             }
             if let value = root["tagHeaders"] { configuration.tagHeaders = try strings(value, "tagHeaders").map { $0.lowercased() } }
+            if let value = root["resolve"] { configuration.resolve = try strings(value, "resolve") }
             if let value = root["onCorrupt"] {
                 switch try string(value, "onCorrupt") {
                 case "fail": configuration.renameCorruptDatabase = false

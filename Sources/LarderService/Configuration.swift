@@ -82,6 +82,9 @@ public struct LarderConfiguration: Sendable {
     public var maxObjectBytes: Int?
     /// Seconds after which an entry not written since is removed.
     public var retentionSeconds: Double = 7 * 86_400
+    /// `HOST:PORT:ADDRESS[,ADDRESS…]`: those names resolve to those addresses instead of through
+    /// DNS (curl's --resolve); the upstream access policy still checks every address.
+    public var resolve: [String] = []
     /// A database file that is damaged or not SQLite: stop with an error (false), or move it
     /// aside and start empty (`--on-corrupt rename`).
     public var renameCorruptDatabase = false
@@ -165,6 +168,12 @@ public struct LarderConfiguration: Sendable {
         guard rangeFetchOverBytes >= 0 else { throw ConfigurationError("range-fetch-over must be 0 or more bytes") }
         guard (1...10_000).contains(maxBatch) else { throw ConfigurationError("max batch must be 1 to 10000") }
         guard (1...1_000).contains(maxChainSteps) else { throw ConfigurationError("max chain steps must be 1 to 1000") }
+        for entry in resolve {
+            let parts = entry.split(separator: ":", maxSplits: 2)
+            guard parts.count == 3, !parts[0].isEmpty, Int(parts[1]).map({ (1...65535).contains($0) }) == true, !parts[2].isEmpty else {
+                throw ConfigurationError("resolve entry '\(entry)' must be HOST:PORT:ADDRESS[,ADDRESS…]")
+            }
+        }
         guard (1...86_400).contains(clientTimeoutSeconds) else { throw ConfigurationError("client timeout must be 1 to 86400 seconds") }
         guard (16...1_000_000).contains(maxConnections) else { throw ConfigurationError("max connections must be 16 to 1000000") }
         guard connectionsPerAddress >= 0 else { throw ConfigurationError("connections per address must be 0 or more") }

@@ -89,7 +89,7 @@ public final class LarderService: @unchecked Sendable {
         let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
         let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
                                     maxTransfers: configuration.maxUpstreamTransfers,
-                                    maxInflightBodyBytes: configuration.maxInflightBodyBytes)
+                                    maxInflightBodyBytes: configuration.maxInflightBodyBytes, resolve: configuration.resolve)
         upstream.start()
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes

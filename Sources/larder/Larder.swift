@@ -69,6 +69,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Seconds a new connection may stay silent before its first request's headers are complete (default 10).")
     var headerTimeout: Int?
 
+    @Option(name: .customLong("resolve"), help: "HOST:PORT:ADDRESS[,ADDRESS…]: resolve that name to those addresses instead of through DNS, as curl's --resolve (repeatable); the access rules still check each address.")
+    var resolve: [String] = []
+
     @Option(help: "A damaged database file (or one that is not SQLite): fail (default) or rename (move it aside and start empty).")
     var onCorrupt: String?
 
@@ -198,6 +201,7 @@ struct Serve: ParsableCommand {
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
         if let clientTimeout { configuration.clientTimeoutSeconds = clientTimeout }
+        if !resolve.isEmpty { configuration.resolve = resolve }
         if let onCorrupt {
             guard ["fail", "rename"].contains(onCorrupt) else { throw ValidationError("--on-corrupt must be fail or rename") }
             configuration.renameCorruptDatabase = onCorrupt == "rename"

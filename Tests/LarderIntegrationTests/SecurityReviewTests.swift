@@ -335,3 +335,44 @@ final class SecurityReviewTests: IntegrationTestCase {
         XCTAssertEqual(response.errorCode, "upstream_error", "not upstream_timeout: it did not wait")
     }
 }
+
+/// SSRF through DNS (issue 9): names that resolve to forbidden addresses, given by the test
+/// through `--resolve` (libcurl's resolve override: no DNS traffic leaves the machine). The
+/// address is checked when it is connected to, so neither a name, nor a redirect to one, nor an
+/// answer that changes between a check and the connect reaches a forbidden address.
+final class DNSSSRFTests: IntegrationTestCase {
+    private var originPort: Int { Int(origin.base.split(separator: ":").last!)! }
+
+    func testNamesResolvingToForbiddenAddressesAreNeverConnected() throws {
+        let client = try startLarder { configuration in
+            configuration.resolve = ["metadata.test:80:169.254.169.254", "internal.test:\(self.originPort):127.0.0.1"]
+        }.connection()
+        let metadata = try client.fetch(["url": "http://metadata.test/latest/meta-data/"])
+        XCTAssertEqual(metadata.status, 403, metadata.text)
+        XCTAssertEqual(metadata.errorCode, "upstream_forbidden")
+
+        // A redirect from an allowed origin to such a name is refused too.
+        let redirected = try client.fetch(["url": url(uniquePath(), "status=302&location=http://metadata.test/latest")])
+        XCTAssertEqual(redirected.errorCode, "upstream_forbidden", redirected.text)
+
+        // Without --deny-private a name for loopback is fine: the override works, and what
+        // refuses below is the policy.
+        let path = uniquePath()
+        XCTAssertEqual(try client.fetch(["url": "http://internal.test:\(originPort)\(path)"]).status, 200)
+        XCTAssertEqual(origin.count(path), 1)
+    }
+
+    func testWithDenyPrivateANameForLoopbackNeverReachesIt() throws {
+        let client = try startLarder { configuration in
+            configuration.denyPrivate = true
+            // The first answer is refused, the second too: neither is connected to.
+            configuration.resolve = ["internal.test:\(self.originPort):127.0.0.1", "rebind.test:\(self.originPort):10.255.255.1,127.0.0.1"]
+        }.connection()
+        let path = uniquePath()
+        for host in ["internal.test", "rebind.test"] {
+            let response = try client.fetch(["url": "http://\(host):\(originPort)\(path)"])
+            XCTAssertEqual(response.errorCode, "upstream_forbidden", "\(host): \(response.text)")
+        }
+        XCTAssertEqual(origin.count(path), 0, "the origin on loopback never saw the request")
+    }
+}
