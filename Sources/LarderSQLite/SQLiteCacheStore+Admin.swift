@@ -181,8 +181,8 @@ extension SQLiteCacheStore: CacheAdministration {
 }
 
 extension SQLiteCacheStore: OperatedStore {
-    /// The embedded store is reachable while the process runs (disk-full handling: issue 9).
-    public var storageHealthy: Bool { true }
+    /// False while writes fail (a full disk): requests are then answered uncached.
+    public var storageHealthy: Bool { writesSucceed }
 
     public var figures: StoreFigures {
         let usage = usage()
@@ -192,6 +192,7 @@ extension SQLiteCacheStore: OperatedStore {
         figures.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
         figures.evictions = evictionCount
         figures.expiredRemovals = expiredRemovalCount
+        figures.failures = writeFailures.load(ordering: .relaxed)
         return figures
     }
 }

@@ -63,6 +63,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let releaseSavepoint: SQLiteStatement
     private let rollbackSavepoint: SQLiteStatement
     private let commits = Atomic<Int>(0)
+    /// Writes that failed (a full disk, a read-only file), since start.
+    let writeFailures = Atomic<Int>(0)
+    /// When the current run of failed writes began (uptime ns); 0 while writes succeed.
+    private let failingSince = Atomic<UInt64>(0)
+    /// While failing: when a save was last let through to find out whether writes work again.
+    private let lastProbe = Atomic<UInt64>(0)
+    private let lastFailureLog = Atomic<UInt64>(0)
+    private let failuresSinceLog = Atomic<Int>(0)
     private let files: BodyFiles
     /// Bodies at least this large are kept in files (whole responses only; parts stay inline).
     public let bodyFileThreshold: Int
@@ -437,6 +445,15 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// the commit instead when too much is uncommitted); the writer commits it soon after.
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
         guard !closed.load(ordering: .relaxed) else { return completion(false) }
+        // While writes fail (the disk is full), responses pass through unstored; one save every
+        // 2 s goes ahead to find out whether space came back.
+        if failingSince.load(ordering: .relaxed) != 0 {
+            let now = DispatchTime.now().uptimeNanoseconds
+            let last = lastProbe.load(ordering: .relaxed)
+            guard now - last > 2_000_000_000, lastProbe.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else {
+                return completion(false)
+            }
+        }
         let size = entry.approximateBytes
         let (schedule, waits) = pending.withLock { pending -> (Bool, Bool) in
             let waits = pending.bytes + size > Self.pendingByteLimit
@@ -518,7 +535,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                     try step(releaseSavepoint)
                     written[index] = true
                 } catch {
-                    logger.error("store failed", metadata: ["key": "\(write.entry.key)", "error": "\(error)"])
+                    noteWriteFailure(error)
                     try step(rollbackSavepoint)
                     try step(releaseSavepoint)
                     for name in writtenFiles[filesBefore...] { files.remove(name) }
@@ -527,9 +544,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             }
             try step(commit)
             commits.add(1, ordering: .relaxed)
+            if written.contains(true) { noteWriteSuccess() }
         } catch {
             try? writer.execute("ROLLBACK")
-            logger.error("group commit failed", metadata: ["entries": "\(batch.count)", "error": "\(error)"])
+            noteWriteFailure(error)
             written = written.map { _ in false }
             for name in writtenFiles { files.remove(name) }
         }
@@ -758,6 +776,30 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         } catch {
             logger.error("cannot delete a damaged entry", metadata: ["key": "\(key)", "error": "\(error)"])
         }
+    }
+
+    /// Whether writes succeed (false while the disk is full, say).
+    public var writesSucceed: Bool { failingSince.load(ordering: .relaxed) == 0 }
+
+    /// Counts a failed write and logs it — once a minute at most, with how many failed since,
+    /// so a full disk is one clear line per minute rather than one per request.
+    func noteWriteFailure(_ error: any Error) {
+        writeFailures.add(1, ordering: .relaxed)
+        failuresSinceLog.add(1, ordering: .relaxed)
+        let now = DispatchTime.now().uptimeNanoseconds
+        _ = failingSince.compareExchange(expected: 0, desired: now, ordering: .relaxed)
+        let last = lastFailureLog.load(ordering: .relaxed)
+        guard last == 0 || now - last > 60_000_000_000,
+              lastFailureLog.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return }
+        let count = failuresSinceLog.exchange(0, ordering: .relaxed)
+        logger.error("cannot store responses: \(error) (\(count) failed writes since the last report); answering uncached until writes succeed again",
+                     metadata: ["database": "\(path)"])
+    }
+
+    /// A commit went through: storing works (again).
+    func noteWriteSuccess() {
+        guard failingSince.exchange(0, ordering: .relaxed) != 0 else { return }
+        logger.notice("storing responses again", metadata: ["database": "\(path)"])
     }
 
     /// On the writer queue: every hit count so far into the database.

@@ -141,3 +141,73 @@ final class DamagedDatabaseTests: IntegrationTestCase {
         XCTAssertTrue(FileManager.default.fileExists(atPath: databasePath), "not renamed: it is not damaged")
     }
 }
+
+/// The database on a small file system that fills up (a tmpfs the test mounts; root only).
+final class DiskFullTests: IntegrationTestCase {
+    private var mountPoint: URL?
+
+    override func tearDown() {
+        super.tearDown()  // stops Larder first
+        if let mountPoint { _ = Self.run("/bin/umount", [mountPoint.path]) }
+    }
+
+    @discardableResult
+    private static func run(_ tool: String, _ arguments: [String]) -> Int32 {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return -1 }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    func testAFullDiskIsAnsweredUncachedReportedOnceAndRecovered() throws {
+        let point = directory.appendingPathComponent("small")
+        try FileManager.default.createDirectory(at: point, withIntermediateDirectories: true)
+        guard getuid() == 0, Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", point.path]) == 0 else {
+            throw XCTSkip("mounting a small tmpfs needs root")
+        }
+        mountPoint = point
+        let lines = LogLines()
+        let larder = try startLarder(logLines: lines) { $0.databasePath = point.appendingPathComponent("larder.sqlite").path }
+        let client = try larder.connection()
+        let base = uniquePath()
+        let early = ["url": url("\(base)/early", "size=1000"), "cache": ["ttl": 600]] as [String: Any]
+        XCTAssertEqual(try client.fetch(early).outcome, "miss")
+        // 200 KB bodies (files beside the database) until the 3 MB file system is full.
+        var unstored = 0
+        for index in 0..<60 {
+            let response = try client.fetch(["url": url("\(base)/\(index)", "size=200000"), "cache": ["ttl": 600]])
+            XCTAssertEqual(response.status, 200, "answered whatever the disk")
+            if response.cache["stored"] as? Bool == false { unstored += 1 }
+        }
+        XCTAssertGreaterThan(unstored, 0, "past the full disk, responses pass through unstored")
+        XCTAssertEqual(try client.request("GET", "/healthz").json["storage"] as? String, "degraded")
+        XCTAssertEqual(try client.fetch(early).outcome, "hit", "what is stored is still served")
+        let reports = lines.all.filter { $0.contains("cannot store responses") }
+        XCTAssertEqual(reports.count, 1, "one report per minute, not one per request: \(reports)")
+        XCTAssertTrue(try client.request("GET", "/metrics").text.contains("larder_store_errors_total"))
+
+        // Space comes back: storing resumes by itself.
+        XCTAssertEqual(try client.request("DELETE", "/cache?all=true").status, 200)
+        let deadline = Date().addingTimeInterval(15)
+        var stored = false
+        var attempt = 0
+        while !stored, Date() < deadline {
+            attempt += 1
+            stored = try client.fetch(["url": url("\(base)/again-\(attempt)", "size=1000"), "cache": ["ttl": 600]]).cache["stored"] as? Bool == true
+            if !stored { usleep(100_000) }
+        }
+        XCTAssertTrue(stored, "stores again once space is freed")
+        XCTAssertTrue(try {
+            let end = Date().addingTimeInterval(5)
+            while Date() < end {
+                if try client.request("GET", "/healthz").json["storage"] as? String == "ok" { return true }
+                usleep(20_000)
+            }
+            return false
+        }(), "healthy again")
+    }
+}
