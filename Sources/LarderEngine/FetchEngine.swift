@@ -245,6 +245,14 @@ public final class FetchEngine: Sendable {
                 return nil
             }
             leading = FlightToken(key: key, id: id)
+            // A flight for this key may have landed between the lookup above and taking the
+            // lead (its entry is stored before its flight ends): answer from that entry.
+            if let landed = freshlyStored(prepared), let leading {
+                store.recordHit(landed.key, at: now)
+                let answer = serve(landed, outcome: .hit, options: options, now: now, coalesced: true)
+                land(leading, with: .stored(landed)) { reply(answer) }
+                return nil
+            }
             // Across instances: one leads, the others wait for its entry (a shared store).
             if let shared = sharedFlights, let leading, !claimShared(prepared, outcome: outcome, fallback: entry, flight: leading,
                                                                       cancellation: cancellation, reply: reply, using: shared) {
@@ -265,10 +273,7 @@ public final class FetchEngine: Sendable {
         return shared.claim(prepared.derived.key, forSeconds: lease) { [self] in
             let options = prepared.request.cache
             let now = clock.now()
-            if let found = variant(for: prepared), found.freshness.version == options.version, Self.satisfies(found, prepared.request),
-               case .serve(true) = CacheRules.lookup(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
-                                                     version: options.version, entry: found.freshness, now: now,
-                                                     stale: options.staleWindows, directives: prepared.request.directives) {
+            if let found = freshlyStored(prepared) {
                 store.recordHit(found.key, at: now)
                 let answer = serve(found, outcome: .hit, options: options, now: now, coalesced: true)
                 return land(flight, with: .stored(found)) { reply(answer) }
@@ -279,6 +284,18 @@ public final class FetchEngine: Sendable {
             }
             sendUpstream(prepared, outcome: outcome, fallback: fallback, flight: flight, cancellation: cancellation, reply: reply)
         }
+    }
+
+    /// The stored entry that answers `prepared` as a fresh hit right now, if one does (another
+    /// flight, here or on another instance, just stored it).
+    private func freshlyStored(_ prepared: PreparedFetch) -> StoredEntry? {
+        let options = prepared.request.cache
+        guard let found = variant(for: prepared), found.freshness.version == options.version, Self.satisfies(found, prepared.request),
+              case .serve(true) = CacheRules.lookup(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
+                                                    version: options.version, entry: found.freshness, now: clock.now(),
+                                                    stale: options.staleWindows, directives: prepared.request.directives)
+        else { return nil }
+        return found
     }
 
     private func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double,
