@@ -17,8 +17,9 @@ public struct LoopDetection: Sendable {
 
     /// Whether any CDN-Loop field among `headers` names this instance: members are separated
     /// by commas, each a cdn-id optionally followed by `;` parameters.
-    public func isLoop<Fields: Sequence>(_ headers: Fields) -> Bool where Fields.Element == (name: String, value: String) {
-        for field in headers where field.name.caseInsensitiveEquals("cdn-loop") {
+    public func isLoop(_ headers: [(name: String, value: String)]) -> Bool {
+        // Checked on every request: the length first (O(1) for native strings), the name only then.
+        for field in headers where field.name.utf8.count == 8 && field.name.caseInsensitiveEquals("cdn-loop") {
             for member in field.value.split(separator: ",") {
                 let id = member.split(separator: ";", maxSplits: 1).first.map { $0.trimmingSpaces } ?? ""
                 if id == token { return true }

@@ -45,6 +45,12 @@ final class LarderMetrics: TrafficObserver, Sendable {
         self.factory = factory
         self.namespaceLimit = namespaceLimit
         self.startedAt = startedAt
+        routeMetrics = Dictionary(uniqueKeysWithValues: Self.routes.map { route in
+            (route, RouteMetrics(duration: CoreMetrics.Timer(label: "larder_request_duration_seconds", dimensions: [("route", route)],
+                                                             factory: factory),
+                                 ok: CoreMetrics.Counter(label: "larder_requests_total", dimensions: [("route", route), ("status", "200")],
+                                                         factory: factory)))
+        })
     }
 
     /// The metric kept under `key` in `table`, made by `make` the first time.
@@ -81,11 +87,13 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     // MARK: - Recording (the hot path: one lock, integer or short-string keys, no allocation)
 
-    /// A route's metrics: its duration histogram, and its request counter per status.
+    /// A route's metrics: its duration histogram, and its request counter per status (200 kept
+    /// apart, made with the route: the hit path takes no lock to find it).
     private final class RouteMetrics: Sendable {
         let duration: CoreMetrics.Timer
+        let ok: CoreMetrics.Counter
         let byStatus = Mutex<[Int: CoreMetrics.Counter]>([:])
-        init(duration: CoreMetrics.Timer) { self.duration = duration }
+        init(duration: CoreMetrics.Timer, ok: CoreMetrics.Counter) { self.duration = duration; self.ok = ok }
     }
 
     /// A namespace's lookup counters, one per outcome (and coalesced), made together.
@@ -96,17 +104,12 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     static let routes = ["fetch", "batch", "chain", "proxy", "admin", "warm", "metrics", "healthz", "other"]
     private static let outcomeLabels = CacheOutcome.allCases.map(\.rawValue) + ["coalesced"]
-    private let routeMetrics = Mutex<[String: RouteMetrics]>([:])
+    /// Every route's metrics, made at start (the routes are a fixed list): read without a lock.
+    private let routeMetrics: [String: RouteMetrics]
     private let lookups = Mutex<[String: LookupCounters]>([:])
 
     private func metrics(forRoute route: String) -> RouteMetrics {
-        routeMetrics.withLock { all in
-            if let existing = all[route] { return existing }
-            let made = RouteMetrics(duration: CoreMetrics.Timer(label: "larder_request_duration_seconds", dimensions: [("route", route)],
-                                                                factory: factory))
-            all[route] = made
-            return made
-        }
+        routeMetrics[route] ?? routeMetrics["other"]!
     }
 
     private func lookupCounters(for namespace: String) -> LookupCounters {
@@ -143,7 +146,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     func requestFinished(route: String, status: Int, seconds: Double) {
         let metrics = metrics(forRoute: route)
-        let requests = metrics.byStatus.withLock { byStatus in
+        let requests = status == 200 ? metrics.ok : metrics.byStatus.withLock { byStatus in
             if let existing = byStatus[status] { return existing }
             let made = self.counter("larder_requests_total", [("route", route), ("status", String(status))])
             byStatus[status] = made
