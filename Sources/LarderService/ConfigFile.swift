@@ -94,13 +94,7 @@ public enum ConfigFile {
             }
             if let value = root["tagHeaders"] { configuration.tagHeaders = try strings(value, "tagHeaders").map { $0.lowercased() } }
             if let value = root["resolve"] { configuration.resolve = try strings(value, "resolve") }
-            if let value = root["onCorrupt"] {
-                switch try string(value, "onCorrupt") {
-                case "fail": configuration.renameCorruptDatabase = false
-                case "rename": configuration.renameCorruptDatabase = true
-                default: throw error("onCorrupt", "must be fail or rename")
-                }
-            }
+            if let value = root["onCorrupt"] { configuration.renameCorruptDatabase = try either(value, "onCorrupt", "fail", or: "rename") }
             if let value = root["clientTimeout"] { configuration.clientTimeoutSeconds = try integer(value, "clientTimeout") }
             if let value = root["maxConnections"] { configuration.maxConnections = try integer(value, "maxConnections") }
             if let value = root["redactQuery"] { configuration.redactQuery = try strings(value, "redactQuery") }
@@ -108,11 +102,7 @@ public enum ConfigFile {
             if let value = root["storePrefix"] { configuration.storePrefix = try string(value, "storePrefix") }
             if let value = root["storeTimeoutMs"] { configuration.storeTimeoutMs = try integer(value, "storeTimeoutMs") }
             if let value = root["storeFallback"] {
-                switch try string(value, "storeFallback") {
-                case "fail": configuration.storeFallbackPassThrough = false
-                case "pass-through": configuration.storeFallbackPassThrough = true
-                default: throw error("storeFallback", "must be fail or pass-through")
-                }
+                configuration.storeFallbackPassThrough = try either(value, "storeFallback", "fail", or: "pass-through")
             }
             if let value = root["adminPort"] { configuration.adminPort = try integer(value, "adminPort") }
             if let value = root["bodyFileThreshold"] { configuration.bodyFileThresholdBytes = try integer(value, "bodyFileThreshold") }
@@ -180,6 +170,13 @@ public enum ConfigFile {
         private func string(_ value: Any, _ key: String) throws(ConfigurationError) -> String {
             guard let text = value as? String else { throw error(key, "must be a string") }
             return text
+        }
+
+        /// One of two words: false for the first, true for the second.
+        private func either(_ value: Any, _ key: String, _ first: String, or second: String) throws(ConfigurationError) -> Bool {
+            let word = try string(value, key)
+            guard word == first || word == second else { throw error(key, "must be \(first) or \(second)") }
+            return word == second
         }
 
         private func integer(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
