@@ -15,8 +15,6 @@ final class RedisEvents: Sendable {
     private let handler = Mutex<(@Sendable (String, String) -> Void)?>(nil)
     private let stopped = Atomic<Bool>(false)
     private let current = Mutex<RedisConnection?>(nil)
-    /// Set once the first subscription is confirmed (tests wait for it).
-    private let subscribed = DispatchSemaphore(value: 0)
 
     init(addresses: @escaping @Sendable () -> [RedisAddress], channel: String, logger: Logger) {
         self.addresses = addresses
@@ -30,13 +28,6 @@ final class RedisEvents: Sendable {
         let thread = Thread { [self] in run() }
         thread.name = "larder-redis-events"
         thread.start()
-    }
-
-    /// Waits (up to `seconds`) until the subscriber is listening.
-    func waitUntilSubscribed(seconds: Double) -> Bool {
-        guard subscribed.wait(timeout: .now() + seconds) == .success else { return false }
-        subscribed.signal()
-        return true
     }
 
     func stop() {
@@ -56,15 +47,14 @@ final class RedisEvents: Sendable {
                 // Round the candidates (a cluster's nodes; one address otherwise).
                 let candidates = addresses()
                 attempt += 1
-                let connection = try RedisConnection(candidates[attempt % max(1, candidates.count)], timeoutMs: 1000)
+                guard !candidates.isEmpty else { throw RedisError("no Redis address to subscribe at") }
+                let connection = try RedisConnection(candidates[attempt % candidates.count], timeoutMs: 1000)
                 connection.setTimeout(milliseconds: 0)
                 current.withLock { $0 = connection }
                 try connection.send(["SUBSCRIBE", channel])
                 if connectedBefore {
                     logger.info("reconnected to Redis events; dropping the memory tier (messages may have been missed)")
                     handler.withLock { $0 }?("resync", "")
-                } else {
-                    subscribed.signal()
                 }
                 connectedBefore = true
                 while !stopped.load(ordering: .relaxed) {
