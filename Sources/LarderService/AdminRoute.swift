@@ -70,7 +70,8 @@ struct AdminRoute: Sendable {
             guard method == "GET" || method == "HEAD" else { return fail(LarderError(.methodNotAllowed, "use GET for /cache/stats"), "GET, HEAD") }
             var namespace: String?
             for (name, value) in Self.query(of: request.rawTarget) {
-                guard name == "namespace", !value.isEmpty else { throw .invalid(name, "is not an option here (namespace)") }
+                guard name == "namespace" else { throw .invalid(name, "is not an option here (namespace)") }
+                guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
                 namespace = value
             }
             return finish(Self.json(200, statistics(namespace: namespace)))
