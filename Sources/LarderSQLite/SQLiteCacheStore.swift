@@ -642,6 +642,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
         }
         readers.withLock { $0.removeAll() }
+        // Nothing of this store touches the file after close: the start-up sweep of orphan
+        // body files (its own connection) is let finish.
+        orphanSweep.wait()
     }
 
     // MARK: - Writer-queue work
@@ -753,6 +756,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private func sweepOrphanFiles(olderThan time: Double) {
         let candidates = files.names(modifiedBefore: time)
         guard !candidates.isEmpty, let connection = try? SQLiteConnection(path: path),
+              (try? connection.execute("PRAGMA busy_timeout = 5000")) != nil,
               let named = try? connection.prepare("SELECT 1 FROM entries WHERE body_file = ?1 LIMIT 1") else { return }
         var removed = 0
         for name in candidates {

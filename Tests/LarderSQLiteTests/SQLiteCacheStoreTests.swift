@@ -285,6 +285,9 @@ final class SQLiteCacheStoreTests: XCTestCase {
         let old = Date(timeIntervalSinceNow: -60)
         try FileManager.default.setAttributes([.modificationDate: old], ofItemAtPath: orphan)
         let editor = try SQLiteConnection(path: path)
+        // The closed store's background start-up work (the orphan sweep) may still hold the
+        // file for a moment: wait for it as any second writer would.
+        try editor.execute("PRAGMA busy_timeout = 5000")
         try editor.execute("PRAGMA recursive_triggers = ON")
         try editor.execute("DELETE FROM entries WHERE key = 'deleted'")
         XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM dead_files"), 1)
