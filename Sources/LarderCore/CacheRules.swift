@@ -59,6 +59,11 @@ public struct EntryFreshness: Sendable, Equatable {
         self.initialAge = initialAge
     }
 
+    /// When the stored response stops being fresh (its own lifetime, less the age it arrived with).
+    public var expiresAt: Double { storedAt - initialAge + freshnessLifetime }
+    /// When its longest stale window (stale-while-revalidate, stale-if-error) ends.
+    public var staleUntil: Double { expiresAt + max(staleWhileRevalidate, staleIfError) }
+
     /// Seconds since the entry was stored (never negative).
     public func residentTime(now: Double) -> Double { max(0, now - storedAt) }
 

@@ -30,9 +30,13 @@ public struct PurgeFilter: Sendable, Equatable {
 
     public init() {}
 
-    public var isEmpty: Bool {
+    /// No condition and not `all`: selects nothing.
+    public var isEmpty: Bool { hasNoConditions && !all }
+
+    /// No condition set (`all` aside).
+    var hasNoConditions: Bool {
         namespace == nil && urlPrefix == nil && host == nil && storedBefore == nil && versionBelow == nil && expiredAt == nil
-            && urls == nil && tags == nil && versionOtherThan == nil && status == nil && notExpiredAt == nil && !all
+            && urls == nil && tags == nil && versionOtherThan == nil && status == nil && notExpiredAt == nil
     }
 }
 
@@ -211,12 +215,9 @@ extension PurgeFilter {
     /// Whether `entry` is one this filter selects: the same rules the SQLite store applies in
     /// SQL, for stores that filter in memory (Redis).
     public func matches(_ entry: StoredEntry) -> Bool {
-        if all, namespace == nil, urlPrefix == nil, host == nil, storedBefore == nil, versionBelow == nil, expiredAt == nil,
-           urls == nil, tags == nil, versionOtherThan == nil, status == nil, notExpiredAt == nil { return true }
-        if isEmpty { return false }
+        if hasNoConditions { return all }
         let freshness = entry.freshness
-        let end = freshness.storedAt - freshness.initialAge + freshness.freshnessLifetime
-            + max(freshness.staleWhileRevalidate, freshness.staleIfError)
+        let end = freshness.staleUntil
         if let namespace, entry.namespace != namespace { return false }
         if let urlPrefix, !entry.url.hasPrefix(urlPrefix) { return false }
         if let host {

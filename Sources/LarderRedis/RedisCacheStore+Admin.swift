@@ -25,12 +25,7 @@ extension RedisCacheStore {
         let replies = try backend.run(keys.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } })
         return zip(keys, replies).map { key, reply in
             let fields = reply.array
-            var hits: [String: Int] = [:], sizes: [String: Int] = [:]
-            for index in stride(from: 0, to: fields.count - 1, by: 2) {
-                guard let name = fields[index].string else { continue }
-                if name.hasPrefix("h:") { hits[String(name.dropFirst(2))] = Int(fields[index + 1].string ?? "") ?? 0 }
-                if name.hasPrefix("e:") { sizes[String(name.dropFirst(2))] = fields[index + 1].bytes?.count ?? 0 }
-            }
+            let (hits, sizes) = Self.fields(of: fields)
             let decoded = entries(fromHash: fields, primaryKey: key)
             return (key, decoded.map { ($0, hits[$0.key.hex] ?? 0, sizes[$0.key.hex] ?? 0) })
         }
@@ -38,10 +33,9 @@ extension RedisCacheStore {
 
     func record(_ entry: StoredEntry, hits: Int, bytes: Int) -> EntryRecord {
         let freshness = entry.freshness
-        let expiresAt = freshness.storedAt - freshness.initialAge + freshness.freshnessLifetime
         return EntryRecord(key: entry.primaryKey, rowKey: entry.key, namespace: entry.namespace, method: entry.method.rawValue,
-                           url: entry.url, status: entry.status, bytes: bytes, storedAt: freshness.storedAt, expiresAt: expiresAt,
-                           staleUntil: expiresAt + max(freshness.staleWhileRevalidate, freshness.staleIfError),
+                           url: entry.url, status: entry.status, bytes: bytes, storedAt: freshness.storedAt, expiresAt: freshness.expiresAt,
+                           staleUntil: freshness.staleUntil,
                            version: freshness.version, tags: entry.tags, hits: hits, lastAccessAt: freshness.storedAt,
                            etag: entry.etag, lastModified: entry.lastModified, varies: entry.varyNames)
     }
@@ -92,15 +86,12 @@ extension RedisCacheStore {
             do {
                 if let tags = filter.tags {
                     // Through the tag sets: only the tagged keys are read.
-                    let members = try backend.run(tags.map { ["SMEMBERS", tagKey($0)].map { Array($0.utf8) } })
-                    let keys = Array(Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } }))
+                    let keys = try members(of: tags.map(tagKey))
                     for start in stride(from: 0, to: keys.count, by: 500) {
                         try remove(matching: filter, among: Array(keys[start..<min(start + 500, keys.count)]), into: &result)
                     }
                 } else if let urls = filter.urls {
-                    let members = try backend.run(urls.map { ["SMEMBERS", urlIndexKey($0)].map { Array($0.utf8) } })
-                    try remove(matching: filter, among: Array(Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } })),
-                               into: &result)
+                    try remove(matching: filter, among: try members(of: urls.map(urlIndexKey)), into: &result)
                 } else {
                     var cursor = "0"
                     repeat {

@@ -140,8 +140,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// Milliseconds Redis keeps an entry: its freshness and stale windows, then --retention.
     func retentionMs(_ entry: StoredEntry) -> Int64 {
         let freshness = entry.freshness
-        let seconds = max(0, freshness.freshnessLifetime - freshness.initialAge)
-            + max(freshness.staleWhileRevalidate, freshness.staleIfError) + settings.retention
+        let seconds = max(0, freshness.staleUntil - freshness.storedAt) + settings.retention
         return Int64(min(seconds, 10 * 365 * 86_400) * 1000)
     }
 
@@ -209,9 +208,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     }
 
     public func recordHit(_ key: CacheKey, at time: Double) {
-        let primary = CacheKey(hex: String(key.hex.prefix { $0 != "." }))
         hitShards[Int(key.hex.utf8.last ?? 0) & 15].tally.withLock { tally in
-            tally[key.hex, default: (primary, 0)].hits += 1
+            if tally[key.hex] != nil { return tally[key.hex]!.hits += 1 }
+            // A variant's row key is its primary key, a dot and its fingerprint.
+            tally[key.hex] = (CacheKey(hex: String(key.hex.prefix { $0 != "." })), 1)
         }
     }
 
@@ -233,9 +233,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         var removed: [CacheKey] = []
         do {
-            let members = try backend.run(urlKeys.map { ["SMEMBERS", urlIndexKey($0)].map { Array($0.utf8) } })
-            let keys = Set(members.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } })
-            removed = try deleteEntries(Array(keys), alsoDelete: urlKeys.map(urlIndexKey)).map(\.primaryKey)
+            removed = try deleteEntries(try members(of: urlKeys.map(urlIndexKey)), alsoDelete: urlKeys.map(urlIndexKey)).map(\.primaryKey)
         } catch {
             logger.warning("Redis invalidation failed", metadata: ["error": "\(error)"])
         }
@@ -254,6 +252,23 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         return versions
     }
 
+    /// The primary keys the index sets hold (tags, URLs), each once.
+    func members(of indexKeys: [String]) throws(RedisError) -> [CacheKey] {
+        let replies = try backend.run(indexKeys.map { ["SMEMBERS", $0].map { Array($0.utf8) } })
+        return Array(Set(replies.flatMap { $0.array.compactMap { $0.string.map(CacheKey.init(hex:)) } }))
+    }
+
+    /// An entry hash's hit counts and stored sizes, by row key.
+    static func fields(of hash: [RedisValue]) -> (hits: [String: Int], sizes: [String: Int]) {
+        var hits: [String: Int] = [:], sizes: [String: Int] = [:]
+        for index in stride(from: 0, to: hash.count - 1, by: 2) {
+            guard let name = hash[index].string else { continue }
+            if name.hasPrefix("h:") { hits[String(name.dropFirst(2))] = Int(hash[index + 1].string ?? "") ?? 0 }
+            if name.hasPrefix("e:") { sizes[String(name.dropFirst(2))] = hash[index + 1].bytes?.count ?? 0 }
+        }
+        return (hits, sizes)
+    }
+
     /// Deletes whole entry hashes (every variant) and `alsoDelete`; returns what went, with
     /// the bytes the entries took.
     func deleteEntries(_ keys: [CacheKey], alsoDelete extra: [String] = []) throws(RedisError) -> [(primaryKey: CacheKey, bytes: Int, rows: Int)] {
@@ -263,13 +278,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             let sizes = try backend.run(chunk.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } }
                                         + chunk.map { ["DEL", entryKey($0)].map { Array($0.utf8) } })
             for (index, key) in chunk.enumerated() {
-                let fields = sizes[index].array
-                var bytes = 0, rows = 0
-                for field in stride(from: 0, to: fields.count - 1, by: 2) where fields[field].string?.hasPrefix("e:") == true {
-                    bytes += fields[field + 1].bytes?.count ?? 0
-                    rows += 1
-                }
-                if rows > 0 { removed.append((key, bytes, rows)) }
+                let rows = Self.fields(of: sizes[index].array).sizes
+                if !rows.isEmpty { removed.append((key, rows.values.reduce(0, +), rows.count)) }
             }
         }
         if !extra.isEmpty {

@@ -16,6 +16,10 @@ import Foundation
 extension SQLiteCacheStore: CacheAdministration {
     static let purgeBatch = 1000
 
+    /// When a row's freshness ends, and its longest stale window (EntryFreshness.expiresAt, .staleUntil).
+    static let expiresAtSQL = "(stored_at - initial_age + freshness)"
+    static let staleUntilSQL = "(stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error))"
+
     /// Bytes of an entry as counted by the admin API: body (inline or in its file) and metadata.
     static let entryBytesSQL = "(length(body) + body_size * (body_file IS NOT NULL) + length(headers) + length(url) + 256)"
 
@@ -163,12 +167,12 @@ extension SQLiteCacheStore: CacheAdministration {
         }
         if let now = filter.notExpiredAt {
             let index = parameter()
-            clauses.append("stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) > ?\(index)")
+            clauses.append("\(staleUntilSQL) > ?\(index)")
             numbers.append((index, now))
         }
         if let now = filter.expiredAt {
             let index = parameter()
-            clauses.append("stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) <= ?\(index)")
+            clauses.append("\(staleUntilSQL) <= ?\(index)")
             numbers.append((index, now))
         }
         let condition = clauses.isEmpty ? (filter.all ? "1" : "0") : clauses.joined(separator: " AND ")

@@ -136,7 +136,7 @@ extension SQLiteCacheStore {
         let condition = """
             stored_at < \(writtenBefore)
             OR (namespace LIKE 'proxy:%' AND etag IS NULL AND last_modified IS NULL
-                AND stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) + \(capacity.keepStaleFor) <= \(now))
+                AND \(Self.staleUntilSQL) + \(capacity.keepStaleFor) <= \(now))
             """
         let removed = deleteBatch("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.evictionBatch)")
         expiredRemovals.add(removed, ordering: .relaxed)

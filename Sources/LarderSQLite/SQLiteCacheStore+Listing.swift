@@ -9,7 +9,7 @@ import Foundation
 extension SQLiteCacheStore {
     static let recordColumns = """
         primary_key, key, namespace, method, url, status, \(entryBytesSQL), stored_at,
-        stored_at - initial_age + freshness, max(stale_while_revalidate, stale_if_error), version, tags, hits, last_access,
+        \(expiresAtSQL), \(staleUntilSQL), version, tags, hits, last_access,
         etag, last_modified, vary
         """
 
@@ -47,13 +47,12 @@ extension SQLiteCacheStore {
                 try bind(statement)
                 var records: [EntryRecord] = []
                 while try statement.step() {
-                    let expiresAt = statement.double(8)
                     let vary = statement.string(16) ?? ""
                     records.append(EntryRecord(
                         key: CacheKey(hex: statement.string(0) ?? ""), rowKey: CacheKey(hex: statement.string(1) ?? ""),
                         namespace: statement.string(2) ?? "", method: statement.string(3) ?? "", url: statement.string(4) ?? "",
                         status: Int(statement.int64(5)), bytes: Int(statement.int64(6)), storedAt: statement.double(7),
-                        expiresAt: expiresAt, staleUntil: expiresAt + statement.double(9), version: statement.int64(10),
+                        expiresAt: statement.double(8), staleUntil: statement.double(9), version: statement.int64(10),
                         tags: Self.tags(fromJSON: statement.string(11)), hits: Int(statement.int64(12)),
                         lastAccessAt: statement.double(13), etag: statement.string(14), lastModified: statement.string(15),
                         varies: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init)))

@@ -707,14 +707,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     /// Tags as the row keeps them: a JSON array of strings.
     static func tagsJSON(_ tags: [String]) -> String {
-        guard !tags.isEmpty else { return "[]" }
-        var out: [UInt8] = [UInt8(ascii: "[")]
-        for (index, tag) in tags.enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            JSONWriter.appendString(tag, to: &out)
-        }
-        out.append(UInt8(ascii: "]"))
-        return String(decoding: out, as: UTF8.self)
+        tags.isEmpty ? "[]" : String(decoding: JSONValue.array(tags.map(JSONValue.string)).canonicalBytes, as: UTF8.self)
     }
 
     static func tags(fromJSON text: String?) -> [String] {

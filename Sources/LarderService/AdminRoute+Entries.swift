@@ -143,11 +143,10 @@ extension AdminRoute {
         let now = clock.now()
         engine.write(UpstreamResponse(status: response.status, headers: response.headers, body: response.body,
                                       requestTime: now, responseTime: now),
-                     for: engine.prepare(fetch)) { [tier] result in
+                     for: engine.prepare(fetch)) { result in
+            // (The engine's store is the memory tier: it keeps the new response, not the old.)
             switch result {
             case .success(let key):
-                // A copy the memory tier may hold under this key is the old response.
-                tier.forget(key)
                 var out: [UInt8] = Array(#"{"key":"#.utf8)
                 JSONWriter.appendString(key.hex, to: &out)
                 out.append(UInt8(ascii: "}"))

@@ -26,7 +26,10 @@ struct ServerOptions: ParsableArguments {
     @Flag(help: "Print the server's JSON instead of a table.")
     var json = false
 
-    var base: String {
+    var base: String { Self.base(server) }
+
+    /// `--server`, else LARDER_SERVER, else the default, without a trailing slash.
+    static func base(_ server: String?) -> String {
         let chosen = server ?? ProcessInfo.processInfo.environment["LARDER_SERVER"] ?? "http://127.0.0.1:8080"
         return chosen.hasSuffix("/") ? String(chosen.dropLast()) : chosen
     }
@@ -381,9 +384,8 @@ struct Healthcheck: ParsableCommand {
     @Option(help: "The Larder to check (env LARDER_SERVER; default http://127.0.0.1:8080).") var server: String?
 
     func run() throws {
-        let base = server ?? ProcessInfo.processInfo.environment["LARDER_SERVER"] ?? "http://127.0.0.1:8080"
         do {
-            let response = try BlockingHTTPClient.send("GET", (base.hasSuffix("/") ? String(base.dropLast()) : base) + "/healthz", timeoutSeconds: 5)
+            let response = try BlockingHTTPClient.send("GET", ServerOptions.base(server) + "/healthz", timeoutSeconds: 5)
             guard response.status == 200 else { throw ExitCode(1) }
         } catch let error as BlockingHTTPError {
             FileHandle.standardError.write(Data("larder: \(error.description)\n".utf8))

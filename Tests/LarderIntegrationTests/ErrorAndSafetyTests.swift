@@ -180,7 +180,7 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
 /// RFC 8586 CDN-Loop: a request that comes back to the instance that sent it is refused at once.
 final class LoopDetectionTests: IntegrationTestCase {
     func testAnUpstreamPointingBackAtLarderIsRefusedAtOnce() throws {
-        let port = RedisServer.freePort()
+        let port = Self.freeLoopbackPort()
         let larder = try startLarder { configuration in
             configuration.port = port
             configuration.upstreams = [NamedUpstream(name: "self", baseURL: "http://127.0.0.1:\(port)/proxy/self"),

@@ -87,6 +87,20 @@ class IntegrationTestCase: XCTestCase {
         running.removeAll { $0 === larder }
     }
 
+    /// A loopback port free right now (bound to port 0, then released).
+    static func freeLoopbackPort() -> Int {
+        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
     /// A path no other test uses.
     func uniquePath(_ name: String = #function) -> String {
         let cleaned = name.filter { $0.isLetter || $0.isNumber }

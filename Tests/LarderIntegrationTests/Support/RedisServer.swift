@@ -21,7 +21,7 @@ final class RedisServer {
         guard let executable = Self.executable else {
             throw XCTSkip("redis-server is not installed (scripts/setup installs it with LARDER_SETUP_TESTS=1)")
         }
-        self.port = port ?? Self.freePort()
+        self.port = port ?? IntegrationTestCase.freeLoopbackPort()
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-redis-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         process = Process()
@@ -64,18 +64,6 @@ final class RedisServer {
 
     var isRunning: Bool { process.isRunning }
 
-    static func freePort() -> Int {
-        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) } }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
 }
 
 /// A Redis Cluster of the test's own: 3 masters and 3 replicas on loopback ports, joined with
@@ -92,7 +80,7 @@ final class RedisClusterNodes {
         }
         // Ports below 55535: the cluster bus listens on port + 10000.
         var ports: Set<Int> = []
-        while ports.count < 6 { let port = RedisServer.freePort(); if port < 55_535 { ports.insert(port) } }
+        while ports.count < 6 { let port = IntegrationTestCase.freeLoopbackPort(); if port < 55_535 { ports.insert(port) } }
         nodes = try ports.sorted().map { try RedisServer(port: $0, cluster: true) }
         let create = Process()
         create.executableURL = URL(fileURLWithPath: "/usr/bin/redis-cli")
