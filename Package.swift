@@ -78,8 +78,12 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Fuzz targets for the parsers of untrusted input: linked into libFuzzer by scripts/fuzz,
+        // replayed over their corpora by LarderFuzzTests.
+        .target(name: "LarderFuzzing", dependencies: ["LarderCore", "LarderService"], swiftSettings: strict),
 
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
+        .testTarget(name: "LarderFuzzTests", dependencies: ["LarderFuzzing"]),
         .testTarget(name: "LarderRedisTests", dependencies: ["LarderRedis", "LarderEngine", "LarderCore"]),
         .testTarget(
             name: "LarderEngineTests",

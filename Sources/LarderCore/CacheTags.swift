@@ -9,6 +9,9 @@ public enum CacheTags {
 
     /// A tag is 1–256 visible ASCII bytes without a comma (the headers separate tags by
     /// spaces and commas, so a tag with either could never be named by one).
+    /// What `isValid` requires, for error messages.
+    public static let rule = "a tag is 1 to \(maxBytes) visible ASCII characters, without spaces or commas"
+
     public static func isValid(_ tag: String) -> Bool {
         !tag.isEmpty && tag.utf8.count <= maxBytes && tag.utf8.allSatisfy { (0x21...0x7E).contains($0) && $0 != UInt8(ascii: ",") }
     }
@@ -18,7 +21,7 @@ public enum CacheTags {
         var result = existing
         for (index, tag) in tags.enumerated() {
             guard isValid(tag) else {
-                throw .invalid("\(field)[\(index)]", "a tag is 1 to \(maxBytes) visible ASCII characters, without spaces or commas")
+                throw .invalid("\(field)[\(index)]", rule)
             }
             if !result.contains(tag) { result.append(tag) }
         }

@@ -223,7 +223,7 @@ public struct ChainPlan: Sendable {
             ids.append(id)
             guard let request = step.value("request") else { throw .invalid(step.path("request"), "is required") }
             try Self.checkShape(request, path: step.path("request"))
-            let when = try step.value("when").map { value throws(LarderError) in try Self.condition(value, path: step.path("when")) }
+            let when = try step.typed("when").map { value throws(LarderError) in try Self.condition(value, path: step.path("when")) }
             let dependsOn = try step.strings("dependsOn") ?? []
             parsed.append((id, request, when, dependsOn, try step.bool("continueOnError") ?? false, path))
         }
@@ -283,7 +283,7 @@ public struct ChainPlan: Sendable {
             }
             return combinator == "all" ? .all(conditions) : .any(conditions)
         }
-        if let inner = fields.value("not") {
+        if let inner = try fields.typed("not") {
             try fields.rejectUnknown(["not"])
             return .not(try condition(inner, path: fields.path("not")))
         }

@@ -20,6 +20,10 @@ public struct CacheOptions: Sendable, Equatable {
     /// Seconds. When set, an entry is fresh while its age is below it, whatever the headers say.
     public var ttl: Double?
     public var version: Int64 = 0
+    /// Versions are integers a JSON number holds exactly everywhere (±(2^53 − 1)), so a
+    /// JavaScript caller reads back the version it wrote.
+    public static let versions: ClosedRange<Int64> = -9_007_199_254_740_991...9_007_199_254_740_991
+    public static let versionRule = "must be an integer from -9007199254740991 to 9007199254740991"
     /// Whether the caller (or its named upstream) chose `version`; when not, the engine uses
     /// the namespace's current version (POST /cache/namespaces/{ns}/version).
     public var versionExplicit = false
@@ -219,7 +223,7 @@ private struct SpecReader {
         var request = FetchRequest(method: method, url: upstreamURL, headers: fields, body: requestBody,
                                    timeoutMs: timeout, cache: options)
         request.originBoundHeaders = originBound
-        if let validate = spec.value("validate") {
+        if let validate = try spec.typed("validate") {
             request.validation = try ResponseValidation.parse(validate, path: spec.path("validate"))
         }
         return request
@@ -251,11 +255,12 @@ private struct CacheReader {
         }
         if let ttl = try fields.number("ttl") {
             guard ttl.isFinite, ttl >= 0, ttl <= 3_153_600_000 else {
-                throw .invalid(name("ttl"), "must be a number of seconds, 0 or more")
+                throw .invalid(name("ttl"), "must be a number of seconds, 0 to 3153600000 (100 years)")
             }
             options.ttl = ttl
         }
         if let version = try fields.integer("version") {
+            guard CacheOptions.versions.contains(version) else { throw .invalid(fields.path("version"), CacheOptions.versionRule) }
             options.version = version
             options.versionExplicit = true
         }

@@ -48,26 +48,35 @@ public struct JSONFields: Sendable {
 
     public func has(_ name: String) -> Bool { members[name] != nil }
 
-    /// The member, absent when missing (JSON null counts as absent).
+    /// The member, for members that may hold any JSON value (`body`, `sensitive`, a chain's
+    /// `input`): absent when missing, and JSON null counts as absent.
     public func value(_ name: String) -> JSONValue? {
         guard let value = members[name], value != .null else { return nil }
         return value
     }
 
+    /// The member, for members of one type: absent when missing; null is refused like any
+    /// other wrong type (the spec does not allow it, and a caller who sends it meant something).
+    public func typed(_ name: String) throws(LarderError) -> JSONValue? {
+        guard let value = members[name] else { return nil }
+        guard value != .null else { throw .invalid(path(name), "must not be null; leave it out instead") }
+        return value
+    }
+
     public func string(_ name: String) throws(LarderError) -> String? {
-        guard let value = value(name) else { return nil }
+        guard let value = try typed(name) else { return nil }
         guard case .string(let text) = value else { throw .invalid(path(name), "expected a string") }
         return text
     }
 
     public func bool(_ name: String) throws(LarderError) -> Bool? {
-        guard let value = value(name) else { return nil }
+        guard let value = try typed(name) else { return nil }
         guard case .bool(let flag) = value else { throw .invalid(path(name), "expected a boolean") }
         return flag
     }
 
     public func number(_ name: String) throws(LarderError) -> Double? {
-        guard let value = value(name) else { return nil }
+        guard let value = try typed(name) else { return nil }
         switch value {
         case .int(let number): return Double(number)
         case .double(let number): return number
@@ -76,26 +85,27 @@ public struct JSONFields: Sendable {
     }
 
     public func integer(_ name: String) throws(LarderError) -> Int64? {
-        guard let value = value(name) else { return nil }
+        guard let value = try typed(name) else { return nil }
         return try Self.integer(value, path: path(name))
     }
 
     public static func integer(_ value: JSONValue, path: String) throws(LarderError) -> Int64 {
         switch value {
         case .int(let number): return number
-        case .double(let number) where number.rounded() == number && abs(number) < 9.0e15: return Int64(number)
+        // An integral double within ±(2^53 − 1), where every integer is exact (1e3, 5.0).
+        case .double(let number) where number.rounded() == number && abs(number) <= 9_007_199_254_740_991: return Int64(number)
         default: throw .invalid(path, "expected an integer")
         }
     }
 
     public func object(_ name: String) throws(LarderError) -> JSONFields? {
-        guard let value = value(name) else { return nil }
+        guard let value = try typed(name) else { return nil }
         guard case .object = value else { throw .invalid(path(name), "expected an object") }
         return try JSONFields(value, path: path(name))
     }
 
     public func array(_ name: String) throws(LarderError) -> [JSONValue]? {
-        guard let value = value(name) else { return nil }
+        guard let value = try typed(name) else { return nil }
         guard case .array(let elements) = value else { throw .invalid(path(name), "expected an array") }
         return elements
     }
@@ -112,7 +122,7 @@ public struct JSONFields: Sendable {
 
     /// An object whose members are all strings, in member-name order.
     public func stringMap(_ name: String) throws(LarderError) -> [(key: String, value: String)]? {
-        guard let value = value(name) else { return nil }
+        guard let value = try typed(name) else { return nil }
         guard case .object(let members) = value else { throw .invalid(path(name), "expected an object of strings") }
         var result: [(key: String, value: String)] = []
         for (key, member) in members.sorted(by: { $0.key < $1.key }) {

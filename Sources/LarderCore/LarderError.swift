@@ -22,6 +22,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case storageFailed = "storage_failed"
         case unauthorized = "unauthorized"
         case loopDetected = "loop_detected"
+        case versionExhausted = "version_exhausted"
     }
 
     public let code: Code
@@ -40,6 +41,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .invalidRequest: 400
         case .unauthorized: 401
         case .loopDetected: 508
+        case .versionExhausted: 409
         case .upstreamForbidden: 403
         case .notFound, .unknownUpstream: 404
         case .methodNotAllowed: 405

@@ -118,7 +118,7 @@ public struct ResponseValidation: Sendable, Equatable {
                 try statusRange(item, path: "\(fields.path("status"))[\(index)]")
             }
         }
-        if let template = fields.value("json") {
+        if let template = try fields.typed("json") {
             validation.json = try parseTemplate(template, path: fields.path("json"))
         }
         return validation
@@ -132,9 +132,9 @@ public struct ResponseValidation: Sendable, Equatable {
         }
         if case .array(let bounds) = value {
             guard bounds.count == 2 else { throw .invalid(path, "a range is [low, high]") }
-            let low = try status(bounds[0], path + "[0]"), high = try status(bounds[1], path + "[1]")
-            guard low <= high else { throw .invalid(path, "the range's low end is above its high end") }
-            return low...high
+            // Either order: [299, 200] is the same range as [200, 299].
+            let first = try status(bounds[0], path + "[0]"), second = try status(bounds[1], path + "[1]")
+            return min(first, second)...max(first, second)
         }
         let single = try status(value, path)
         return single...single

@@ -31,7 +31,7 @@ public struct WarmJobRequest: Sendable {
             guard !fields.has("cache") else { throw .invalid("cache", "goes with urls; each request has its own") }
             specs = requests
         case (nil, let urls?):
-            let cache = fields.value("cache")
+            let cache = try fields.typed("cache")
             if let cache, case .object = cache {} else if cache != nil { throw .invalid("cache", "expected an object") }
             specs = urls.map { url in
                 var members: [String: JSONValue] = ["url": .string(url)]

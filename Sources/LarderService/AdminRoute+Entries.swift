@@ -20,7 +20,7 @@ extension AdminRoute {
         var limit = 100
         var cursor: String?
         try Self.readQuery(Self.query(of: request.rawTarget), allowed: Self.listNames, kind: "listing filter") { name, value throws(LarderError) in
-            if Self.applyShared(name, value, to: &filter) { return }
+            if try Self.applyShared(name, value, to: &filter) { return }
             switch name {
             case "status":
                 guard let status = Int(value), (100...599).contains(status) else { throw .invalid(name, "must be an HTTP status, 100 to 599") }
@@ -131,7 +131,7 @@ extension AdminRoute {
         let fields = try JSONFields(try JSONFields.parseBody(request.body), path: "")
         try fields.rejectUnknown(["request", "response", "cache"])
         guard case .object(var spec)? = fields.value("request") else { throw .invalid("request", "is required: a /fetch spec") }
-        if let cache = fields.value("cache") {
+        if let cache = try fields.typed("cache") {
             guard spec["cache"] == nil else { throw .invalid("cache", "give the cache options here or in request.cache, not both") }
             spec["cache"] = cache
         }
@@ -222,9 +222,12 @@ extension AdminRoute {
         let version: Int64
         switch (try fields.integer("version"), try fields.bool("bump")) {
         case (let explicit?, nil):
+            guard CacheOptions.versions.contains(explicit) else { throw .invalid("version", CacheOptions.versionRule) }
             version = explicit
         case (nil, true?):
-            guard previous < Int64.max else { throw .invalid("bump", "the version cannot go higher") }
+            guard previous < CacheOptions.versions.upperBound else {
+                throw LarderError(.versionExhausted, "namespace '\(namespace)' is at the highest version; set a lower one explicitly", field: "bump")
+            }
             version = previous + 1
         default:
             throw .invalid("body", #"give {"version": N} or {"bump": true}"#)

@@ -207,17 +207,20 @@ struct AdminRoute: Sendable {
         for (name, value) in query {
             guard allowed.contains(name) else { throw .invalid(name, "is not a \(kind) (\(allowed.sorted().joined(separator: ", ")))") }
             guard seen.insert(name).inserted else { throw .invalid(name, "is given twice") }
+            guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
             try read(name, value)
         }
     }
 
     /// The filters purges and listings share; false when `name` is not one of them.
-    static func applyShared(_ name: String, _ value: String, to filter: inout PurgeFilter) -> Bool {
+    static func applyShared(_ name: String, _ value: String, to filter: inout PurgeFilter) throws(LarderError) -> Bool {
         switch name {
         case "namespace": filter.namespace = value
         case "urlPrefix": filter.urlPrefix = value
         case "host": filter.host = value.lowercased()
-        case "tag": filter.tags = [value]
+        case "tag":
+            guard CacheTags.isValid(value) else { throw .invalid(name, CacheTags.rule) }
+            filter.tags = [value]
         default: return false
         }
         return true
@@ -226,14 +229,13 @@ struct AdminRoute: Sendable {
     static func filter(query: [(String, String)], now: Double) throws(LarderError) -> PurgeFilter {
         var filter = PurgeFilter()
         try readQuery(query, allowed: filterNames, kind: "purge filter") { name, value throws(LarderError) in
-            guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
-            if applyShared(name, value, to: &filter) { return }
+            if try applyShared(name, value, to: &filter) { return }
             switch name {
             case "olderThan":
                 guard let seconds = Double(value), seconds.isFinite, seconds >= 0 else { throw .invalid(name, "must be a number of seconds, 0 or more") }
                 filter.storedBefore = now - seconds
             case "versionBelow":
-                guard let version = Int64(value) else { throw .invalid(name, "must be an integer") }
+                guard let version = Int64(value), CacheOptions.versions.contains(version) else { throw .invalid(name, CacheOptions.versionRule) }
                 filter.versionBelow = version
             case "expired":
                 guard value == "true" else { throw .invalid(name, "must be true when given") }
@@ -268,6 +270,9 @@ struct AdminRoute: Sendable {
         }
         if let tags = try fields.strings("tags") {
             guard (1...1000).contains(tags.count) else { throw .invalid("tags", "must list 1 to 1000 tags") }
+            for (index, tag) in tags.enumerated() where !CacheTags.isValid(tag) {
+                throw .invalid("tags[\(index)]", CacheTags.rule)
+            }
             var filter = PurgeFilter()
             filter.tags = tags
             filters.append(filter)

@@ -30,15 +30,46 @@ public enum ConfigFile {
             throw ConfigurationError("\(path): cannot read the file")
         }
         guard let text = String(data: data, encoding: .utf8) else { throw ConfigurationError("\(path): not UTF-8 text") }
-        let document: Any?
+        try apply(text: text, source: path, to: &configuration)
+    }
+
+    /// Applies the settings in `text` (YAML or JSON); `source` names it in errors.
+    public static func apply(text: String, source: String, to configuration: inout LarderConfiguration) throws(ConfigurationError) {
+        let node: Node?
         do {
-            document = try Yams.load(yaml: text)
+            node = try Yams.compose(yaml: text)
         } catch {
-            throw ConfigurationError("\(path): not valid YAML or JSON: \(error)")
+            throw ConfigurationError("\(source): not valid YAML or JSON: \(error)")
         }
-        let reader = Reader(file: path)
+        // Yams turns a document into plain values only when every mapping key is a scalar (a
+        // mapping or list as a key stops the process), so the shape is checked first.
+        if let node, let problem = unsupportedShape(node, depth: 0) { throw ConfigurationError("\(source): \(problem)") }
+        let document = node?.any
+        let reader = Reader(file: source)
         guard let root = document as? [String: Any] else { throw reader.error("(top level)", "must be a mapping of settings") }
         try reader.apply(root, to: &configuration)
+    }
+
+    /// Why `node` cannot be settings: a key that is not a plain scalar, or nesting deeper than
+    /// any setting goes.
+    private static func unsupportedShape(_ node: Node, depth: Int) -> String? {
+        guard depth < 32 else { return "nested more than 32 levels deep" }
+        switch node {
+        case .scalar: return nil
+        case .mapping(let mapping):
+            for (key, value) in mapping {
+                guard case .scalar = key else { return "a key must be a plain name, not a list or mapping" }
+                if let problem = unsupportedShape(value, depth: depth + 1) { return problem }
+            }
+            return nil
+        case .sequence(let sequence):
+            for element in sequence {
+                if let problem = unsupportedShape(element, depth: depth + 1) { return problem }
+            }
+            return nil
+        @unknown default:
+            return "an unsupported YAML node"
+        }
     }
 
     private struct Reader {

@@ -56,6 +56,24 @@ final class FetchRequestParsingTests: XCTestCase {
         XCTAssertEqual(field(#"{"url":"http://a.test/","headers":{"Connection":"close"}}"#), "headers.Connection")
         XCTAssertEqual(field(#"{"url":"http://a.test/","headers":{"Proxy-Foo":"1"}}"#), "headers.Proxy-Foo")
         XCTAssertEqual(field(#"{"url":"http://a.test/","method":"HEAD","body":1}"#), "body")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","cache":{"version":9007199254740992}}"#), "cache.version")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","cache":{"ttl":4e16}}"#), "cache.ttl")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","validate":{"status":[[300,600]]}}"#), "validate.status[0][1]")
+    }
+
+    /// A member of one type given as null is refused (the spec does not allow it); members that
+    /// take any JSON value (`body`, `sensitive`) read null as absent.
+    func testNullIsRefusedForTypedMembersAndAbsentForAnyValueMembers() throws {
+        XCTAssertEqual(field(#"{"url":"http://a.test/","timeoutMs":null}"#), "timeoutMs")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","cache":{"tags":null}}"#), "cache.tags")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","validate":null}"#), "validate")
+        XCTAssertEqual(field(#"{"url":"http://a.test/","validate":{"json":null}}"#), "validate.json")
+        let request = try parse(#"{"url":"http://a.test/","body":null,"cache":{"sensitive":null}}"#)
+        XCTAssertNil(request.body)
+        XCTAssertNil(request.cache.sensitive)
+        // The largest version every JSON reader holds exactly, written as an integer or a double.
+        XCTAssertEqual(try parse(#"{"url":"http://a.test/","cache":{"version":9007199254740991}}"#).cache.version, 9_007_199_254_740_991)
+        XCTAssertEqual(try parse(#"{"url":"http://a.test/","cache":{"version":9007199254740990.0}}"#).cache.version, 9_007_199_254_740_990)
     }
 }
 

@@ -185,8 +185,16 @@ final class ResponseValidationTests: XCTestCase {
         XCTAssertNotNil(rule.failure(status: 200, body: Array("not json".utf8)))
     }
 
+    func testAStatusRangeMayBeGivenHighEndFirst() throws {
+        let rule = try validation(#"{"status":[[300,200]]}"#)
+        XCTAssertNil(rule.failure(status: 250, body: []))
+        XCTAssertNil(rule.failure(status: 300, body: []))
+        XCTAssertNotNil(rule.failure(status: 301, body: []))
+        XCTAssertNotNil(rule.failure(status: 199, body: []))
+    }
+
     func testInvalidTemplatesNameTheField() {
-        for (json, field) in [(#"{"status":[99]}"#, "validate.status[0]"), (#"{"status":[[300,200]]}"#, "validate.status[0]"),
+        for (json, field) in [(#"{"status":[99]}"#, "validate.status[0]"), (#"{"status":[[300,600]]}"#, "validate.status[0][1]"),
                               (#"{"json":{"a":"float"}}"#, "validate.json.a"), (#"{"json":{"a":["x","y"]}}"#, "validate.json.a"),
                               (#"{"jsn":{}}"#, "validate.jsn"), (#"{"status":[]}"#, "validate.status")] {
             XCTAssertThrowsError(try validation(json), json) { XCTAssertEqual(($0 as? LarderError)?.field, field, json) }

@@ -236,11 +236,27 @@ final class AdminEntriesTests: IntegrationTestCase {
         let later = try restarted.fetch(spec("b", "pages"))
         XCTAssertEqual(later.cache["version"] as? Int, 7)
         XCTAssertEqual(later.outcome, "miss")
-        for body in [#"{}"#, #"{"bump":true,"version":2}"#, #"{"version":"x"}"#] {
+        for body in [#"{}"#, #"{"bump":true,"version":2}"#, #"{"version":"x"}"#, #"{"version":9007199254740992}"#, #"{"bump":null}"#] {
             let refused = try restarted.request("POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
                                                 body: Array(body.utf8))
             XCTAssertEqual(refused.status, 400, body)
         }
+        // At the highest version, a bump conflicts with the namespace's state.
+        XCTAssertEqual(try restarted.request("POST", "/cache/namespaces/top/version", headers: ["Content-Type": "application/json"],
+                                             body: Array(#"{"version":9007199254740991}"#.utf8)).status, 200)
+        let exhausted = try restarted.request("POST", "/cache/namespaces/top/version", headers: ["Content-Type": "application/json"],
+                                              body: Array(#"{"bump":true}"#.utf8))
+        XCTAssertEqual(exhausted.status, 409, exhausted.text)
+        XCTAssertEqual((exhausted.json["error"] as? [String: Any])?["code"] as? String, "version_exhausted")
+        // Filters are checked the same way for listing and purging: no empty values, tags as tags.
+        for target in ["/cache/entries?urlPrefix=", "/cache/entries?tag=a%20b", "/cache?tag=", "/cache?tag=a,b"] {
+            let method = target.hasPrefix("/cache/entries") ? "GET" : "DELETE"
+            XCTAssertEqual(try restarted.request(method, target).status, 400, target)
+        }
+        let badTag = try restarted.request("POST", "/cache/purge", headers: ["Content-Type": "application/json"],
+                                           body: Array(#"{"tags":["ok","not ok"]}"#.utf8))
+        XCTAssertEqual(badTag.status, 400)
+        XCTAssertEqual((badTag.json["error"] as? [String: Any])?["field"] as? String, "tags[1]")
     }
 
     func testTheAdminPortServesOnlyTheAdminRoutesAndMetrics() throws {

@@ -142,6 +142,43 @@ final class DamagedDatabaseTests: IntegrationTestCase {
     }
 }
 
+/// A database directory Larder cannot write: start-up stops with the reason, never a crash.
+final class ReadOnlyDirectoryTests: IntegrationTestCase {
+    private var mountPoint: URL?
+
+    override func tearDown() {
+        super.tearDown()
+        if let mountPoint {
+            _ = DiskFullTests.run("/bin/umount", [mountPoint.path])
+        }
+        try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.appendingPathComponent("readonly").path)
+    }
+
+    func testAReadOnlyDatabaseDirectoryStopsStartUpWithTheReason() throws {
+        let point = directory.appendingPathComponent("readonly")
+        try FileManager.default.createDirectory(at: point, withIntermediateDirectories: true)
+        if getuid() == 0 {
+            // Permissions do not stop root; a read-only file system does.
+            guard DiskFullTests.run("/bin/mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", point.path]) == 0 else {
+                throw XCTSkip("mounting a read-only tmpfs failed")
+            }
+            mountPoint = point
+        } else {
+            try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: point.path)
+        }
+        for database in [point.appendingPathComponent("larder.sqlite"), point.appendingPathComponent("inner/larder.sqlite")] {
+            let (process, errors) = try launch(["serve", "--port", "0", "--db", database.path])
+            XCTAssertTrue(waitForExit(process))
+            XCTAssertEqual(process.terminationReason, .exit, "an exit, not a crash")
+            XCTAssertNotEqual(process.terminationStatus, 0)
+            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            let named = database.deletingLastPathComponent().path
+            XCTAssertTrue(message.contains(named) && (message.contains("not writable") || message.contains("cannot create")), message)
+            XCTAssertTrue(message.contains("Read-only file system") || message.contains("Permission denied"), message)
+        }
+    }
+}
+
 /// The database on a small file system that fills up (a tmpfs the test mounts; root only).
 final class DiskFullTests: IntegrationTestCase {
     private var mountPoint: URL?
@@ -152,7 +189,7 @@ final class DiskFullTests: IntegrationTestCase {
     }
 
     @discardableResult
-    private static func run(_ tool: String, _ arguments: [String]) -> Int32 {
+    static func run(_ tool: String, _ arguments: [String]) -> Int32 {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: tool)
         process.arguments = arguments

@@ -1,0 +1,215 @@
+// Fuzz targets for every parser of untrusted input (issue 9). Each takes the fuzzer's bytes,
+// feeds them to one parser and checks what must hold whatever the input: no crash, no hang,
+// results within their bounds, and normal forms that are stable when parsed again. A broken
+// property stops the process (`require`), which libFuzzer reports as a crash with its input.
+//
+// `scripts/fuzz` links these into a libFuzzer binary; `LarderFuzzTests` replays the committed
+// seed corpora and every past crash (Tests/Fuzz/) through the same functions in `swift test`.
+//
+// Inputs that carry header fields are text, one `name: value` line per field.
+
+import Foundation
+import LarderCore
+import LarderService
+
+public enum FuzzTargets {
+    public static let all: [String: @Sendable ([UInt8]) -> Void] = [
+        "cache-control": cacheControl,
+        "http-date": httpDate,
+        "vary": vary,
+        "range": range,
+        "age": age,
+        "json": json,
+        "fetch-request": fetchRequest,
+        "url": url,
+        "config": config,
+        "batch-request": batchRequest,
+        "chain-request": chainRequest,
+        "chain-reference": chainReference,
+        "warm-request": warmRequest,
+        "request-framing": requestFraming,
+        "query-redaction": queryRedaction,
+    ]
+
+    public static var names: [String] { all.keys.sorted() }
+
+    /// A property every input must keep; its failure is a finding.
+    static func require(_ condition: Bool, _ message: @autoclosure () -> String) {
+        if !condition { fatalError("fuzz property broken: \(message())") }
+    }
+
+    static func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
+
+    static func fields(_ bytes: [UInt8]) -> [HeaderField] {
+        text(bytes).split(whereSeparator: \.isNewline).map { line in
+            guard let colon = line.firstIndex(of: ":") else { return HeaderField(String(line), "") }
+            return HeaderField(String(line[..<colon]), String(line[line.index(after: colon)...]).trimmingSpaces)
+        }
+    }
+
+    static let upstreams: [String: NamedUpstream] = [
+        "api": NamedUpstream(name: "api", baseURL: "http://127.0.0.1:9/v1/", headers: [HeaderField("x-key", "k")]),
+    ]
+
+    // MARK: header fields
+
+    /// Cache-Control (RFC 9111 §5.2) and CDN-Cache-Control (RFC 9213, a Structured Field), and
+    /// the freshness decided from them: never negative, never NaN.
+    static func cacheControl(_ bytes: [UInt8]) {
+        let headers = fields(bytes)
+        let directives = CacheControl(headers.values("cache-control"))
+        for name in ["max-age", "s-maxage", "stale-while-revalidate", "stale-if-error", "max-stale", "min-fresh"] {
+            _ = directives.seconds(name)
+        }
+        _ = CacheControl(structuredField: text(bytes))
+        let effective = CacheRules.effectiveCacheControl(headers)
+        for status in [200, 404, 500] {
+            let lifetime = CacheRules.freshnessLifetime(status: status, cacheControl: effective, headers: headers,
+                                                        receivedAt: 1_700_000_000)
+            require(lifetime.seconds >= 0 && !lifetime.seconds.isNaN, "freshness lifetime \(lifetime.seconds)")
+        }
+        _ = CacheRules.storableHeaders(headers)
+    }
+
+    /// HTTP dates (RFC 9110 §5.6.7): a parsed date formats as IMF-fixdate and parses back to
+    /// the same second.
+    static func httpDate(_ bytes: [UInt8]) {
+        guard let seconds = HTTPDate.parse(text(bytes)) else { return }
+        require(seconds.isFinite, "date \(seconds)")
+        guard (0...253_402_300_799).contains(seconds) else { return }  // 1970 to 9999: four-digit years
+        let formatted = HTTPDate.format(seconds)
+        require(HTTPDate.parse(formatted) == seconds.rounded(.down), "\(formatted) does not parse back to \(seconds)")
+    }
+
+    /// Vary (RFC 9111 §4.1): the nominated names are lower-case, sorted and unique; the
+    /// selecting values are the same for the same request.
+    static func vary(_ bytes: [UInt8]) {
+        let headers = fields(bytes)
+        guard let names = Vary.names(in: headers) else { return }
+        require(names == Array(Set(names)).sorted(), "names not sorted and unique: \(names)")
+        require(names.allSatisfy { $0 == $0.lowercasedASCII && !$0.isEmpty && $0 != "*" }, "names not normal: \(names)")
+        require(Vary.selectingValues(names, of: headers) == Vary.selectingValues(names, of: headers), "selecting values unstable")
+    }
+
+    /// Range and If-Range (RFC 9110 §14): the first two bytes are the body's length, the rest
+    /// the fields; a partial answer always lies inside the body.
+    static func range(_ bytes: [UInt8]) {
+        guard bytes.count >= 2 else { return }
+        let length = Int(bytes[0]) << 8 | Int(bytes[1])
+        let headers = fields(Array(bytes.dropFirst(2)))
+        let answer = ByteRange.answer(range: headers.combined("range"), ifRange: headers.combined("if-range"), length: length,
+                                      etag: headers.combined("etag"), lastModified: headers.combined("last-modified"))
+        if case .partial(let bounds) = answer {
+            require(bounds.lowerBound >= 0 && bounds.upperBound < length, "range \(bounds) outside \(length) bytes")
+        }
+        if let contentRange = headers.combined("content-range"), let part = StoredPart(contentRange: contentRange, bodyCount: length),
+           let requested = StoredPart.requested(headers.combined("range"), total: part.total) {
+            require(requested.lowerBound >= 0 && requested.upperBound < part.total, "requested \(requested) outside \(part.total)")
+        }
+    }
+
+    /// Age (RFC 9111 §5.1) with Date: the initial age is never negative.
+    static func age(_ bytes: [UInt8]) {
+        let age = CacheRules.initialAge(headers: fields(bytes), requestTime: 1_700_000_000, responseTime: 1_700_000_001)
+        require(age >= 0 && !age.isNaN, "initial age \(age)")
+    }
+
+    /// The request framing checks (smuggling: Content-Length with Transfer-Encoding, duplicate
+    /// lengths, obs-fold, bare CR/LF).
+    static func requestFraming(_ bytes: [UInt8]) {
+        let lines = text(bytes).split(separator: "\n", omittingEmptySubsequences: false)
+        let pairs = lines.map { line -> (name: String, value: String) in
+            guard let colon = line.firstIndex(of: ":") else { return (String(line), "") }
+            return (String(line[..<colon]), String(line[line.index(after: colon)...]))
+        }
+        _ = RequestFraming.check(pairs)
+        _ = RequestFraming.printable(text(bytes))
+    }
+
+    // MARK: JSON bodies
+
+    /// The JSON parser: what `parse` builds, `isValid` (the scan for upstream bodies) accepts —
+    /// the scan alone lets duplicate names pass — and what parses renders (canonically) to
+    /// JSON that parses and renders to the same bytes.
+    static func json(_ bytes: [UInt8]) {
+        let parsed = try? JSONParser.parse(bytes, maxDepth: 512)
+        require(parsed == nil || JSONParser.isValid(bytes, maxDepth: 512), "parse accepts what isValid refuses")
+        if let parsed {
+            let rendered = parsed.canonicalBytes
+            require((try? JSONParser.parse(rendered, maxDepth: 512))?.canonicalBytes == rendered, "rendered JSON does not parse back")
+        }
+    }
+
+    static func fetchRequest(_ bytes: [UInt8]) {
+        guard let request = try? FetchRequest.parse(json: bytes, upstreams: upstreams) else { return }
+        require((try? UpstreamURL(parsing: request.url.absoluteString)) != nil, "accepted URL does not parse again")
+    }
+
+    static func batchRequest(_ bytes: [UInt8]) {
+        guard let batch = try? BatchRequest.parse(json: bytes, upstreams: upstreams, maxRequests: 100) else { return }
+        require(batch.items.count <= 100, "batch of \(batch.items.count) accepted")
+    }
+
+    static func chainRequest(_ bytes: [UInt8]) {
+        _ = try? ChainPlan.parse(json: bytes, maxSteps: 50)
+    }
+
+    /// A chain's reference (`{{step.body.items[0].id}}`) and templates rendered against a
+    /// fixed result document.
+    static func chainReference(_ bytes: [UInt8]) {
+        let raw = text(bytes)
+        let documents: [String: JSONValue] = [
+            "input": .object(["id": .int(7), "list": .array([.string("a"), .string("b")])]),
+            "user": .object(["status": .int(200), "body": .object(["items": .array([.object(["id": .string("x/y")])])])]),
+        ]
+        if let reference = ChainReference(parsing: raw) {
+            _ = reference.resolve(in: documents)
+        }
+        let template = JSONValue.object(["url": .string(raw), "query": .object(["q": .string(raw)]), "body": .string(raw)])
+        _ = try? Template.render(template, documents: documents, encodeIn: ["url"], textIn: ["query"])
+        _ = try? Template.render(template, documents: documents, lenient: true)
+    }
+
+    static func warmRequest(_ bytes: [UInt8]) {
+        _ = try? WarmJobRequest.parse(json: bytes, upstreams: upstreams)
+    }
+
+    // MARK: URLs
+
+    /// URL normalisation (RFC 3986 §6.2.2): the key of a URL's normal form is its own key; a
+    /// reference resolved against it (a redirect's Location) is an http(s) URL again. The
+    /// input is the URL, then optionally a newline and a reference.
+    static func url(_ bytes: [UInt8]) {
+        let parts = text(bytes).split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false)
+        guard let url = try? UpstreamURL(parsing: String(parts[0])) else { return }
+        let key = url.keyString()
+        guard let again = try? UpstreamURL(parsing: url.absoluteString) else {
+            return require(false, "\(url.absoluteString) (from \(parts[0])) does not parse again")
+        }
+        require(again.keyString() == key, "key not stable: \(key) vs \(again.keyString())")
+        _ = QueryRedaction().apply(url.absoluteString)
+        if parts.count == 2, let resolved = url.resolving(String(parts[1])) {
+            require(resolved.scheme == "http" || resolved.scheme == "https", "resolved to \(resolved.scheme)")
+        }
+    }
+
+    /// `--redact-query`: redacting twice changes nothing more.
+    static func queryRedaction(_ bytes: [UInt8]) {
+        let redaction = QueryRedaction()
+        let once = redaction.apply(text(bytes))
+        require(redaction.apply(once) == once, "redaction not idempotent: \(once)")
+    }
+
+    // MARK: configuration
+
+    /// The config file (YAML or JSON): any text either applies or is refused with a message.
+    static func config(_ bytes: [UInt8]) {
+        var configuration = LarderConfiguration()
+        do {
+            try ConfigFile.apply(text: text(bytes), source: "fuzz.yaml", to: &configuration)
+            try configuration.validate()
+        } catch {
+            require(!error.description.isEmpty, "an error without a message")
+        }
+    }
+}

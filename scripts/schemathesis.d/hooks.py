@@ -1,0 +1,53 @@
+"""schemathesis hooks for scripts/schemathesis.
+
+- The spec's examples name `api.example.test`; requests are pointed at the loopback origin
+  the script started instead, so examples reach a real upstream (LARDER_ORIGIN).
+- `larder_never_fails_internally` replaces schemathesis's `not_a_server_error`: Larder answers
+  5xx by design when an upstream fails (502 upstream_unreachable for a generated host that does
+  not exist, 504 upstream_timeout), so the property checked is that every 5xx is one of the
+  documented, named upstream or service errors (a JSON body with its code), and never a 500."""
+import os
+
+import schemathesis
+
+ORIGIN = os.environ["LARDER_ORIGIN"]
+EXAMPLE_HOST = "http://api.example.test"
+NAMED_5XX = {
+    "upstream_unreachable", "upstream_timeout", "upstream_too_large", "too_many_redirects", "upstream_error",
+    "validation_failed", "not_cached", "not_implemented", "storage_failed", "shutting_down", "loop_detected"
+}
+
+
+def _to_origin(value):
+    if isinstance(value, str):
+        return value.replace(EXAMPLE_HOST, ORIGIN)
+    if isinstance(value, list):
+        return [_to_origin(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _to_origin(item) for key, item in value.items()}
+    return value
+
+
+@schemathesis.hook
+def before_call(ctx, case, kwargs):
+    # Every phase, the spec's own examples included.
+    case.body = _to_origin(case.body)
+    if case.query:
+        case.query = _to_origin(case.query)
+
+
+@schemathesis.check
+def larder_never_fails_internally(ctx, response, case):
+    status = response.status_code
+    if status < 500:
+        return None
+    if status == 500:
+        raise AssertionError("500 Internal Server Error")
+    try:
+        code = response.json()["error"]["code"]
+    except Exception:
+        raise AssertionError(f"{status} without a JSON error body: {response.text[:200]!r}")
+    if code not in NAMED_5XX:
+        raise AssertionError(f"{status} with an undocumented error code {code!r}")
+    return None
+
