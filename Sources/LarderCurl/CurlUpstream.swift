@@ -66,9 +66,13 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     /// `HOST:PORT:ADDRESS[,ADDRESS…]` entries that replace DNS for those names (CURLOPT_RESOLVE),
     /// as curl's `--resolve`: the access policy still checks every address connected to.
     private let resolveList: UnsafeMutablePointer<curl_slist>?
+    /// `--redact-query`: secret query values stay out of the log lines written here.
+    private let redaction: QueryRedaction
 
     public init(policy: UpstreamAccessPolicy, clock: Clock, userAgent: String, logger: Logger,
-                maxTransfers: Int = 256, maxInflightBodyBytes: Int = 256 << 20, resolve: [String] = []) {
+                maxTransfers: Int = 256, maxInflightBodyBytes: Int = 256 << 20, resolve: [String] = [],
+                redaction: QueryRedaction = QueryRedaction()) {
+        self.redaction = redaction
         guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed") }
         self.multi = multi
         var list: UnsafeMutablePointer<curl_slist>?
@@ -314,7 +318,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         exchange.headers.removeAll { $0.name.caseInsensitiveEquals("range") || $0.name.caseInsensitiveEquals("if-range") }
         exchange.headers.append(HeaderField("Range", "bytes=\(exchange.partial!.body.count)-"))
         exchange.headers.append(HeaderField("If-Range", validator))
-        logger.debug("resuming a cut download", metadata: ["url": "\(exchange.url.absoluteString)", "from": "\(exchange.partial!.body.count)"])
+        logger.debug("resuming a cut download", metadata: ["url": "\(redaction.apply(exchange.url.absoluteString))", "from": "\(exchange.partial!.body.count)"])
         begin(exchange)
     }
 
@@ -386,12 +390,14 @@ private final class Exchange: @unchecked Sendable {
     func fail(_ error: LarderError) {
         guard !done else { return }
         done = true
+        request.cancellation?.release()
         completion(.failure(error))
     }
 
     func succeed(_ response: UpstreamResponse) {
         guard !done else { return }
         done = true
+        request.cancellation?.release()
         completion(.success(response))
     }
 }

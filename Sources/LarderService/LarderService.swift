@@ -89,7 +89,8 @@ public final class LarderService: @unchecked Sendable {
         let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
         let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
                                     maxTransfers: configuration.maxUpstreamTransfers,
-                                    maxInflightBodyBytes: configuration.maxInflightBodyBytes, resolve: configuration.resolve)
+                                    maxInflightBodyBytes: configuration.maxInflightBodyBytes, resolve: configuration.resolve,
+                                    redaction: QueryRedaction(names: configuration.redactQuery))
         upstream.start()
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes

@@ -138,3 +138,25 @@ final class FetchEngineTests: XCTestCase {
         XCTAssertEqual(upstream.requests.withLock { $0.count }, 1)
     }
 }
+
+final class CancellationTests: XCTestCase {
+    private final class Work: Sendable {}
+
+    /// A finished exchange releases its cancellation's handlers, and with them the work they
+    /// hold (found by scripts/soak: every /batch miss kept its exchange and body alive).
+    func testReleaseDropsTheHandlersUnrunAndWhatTheyHold() {
+        let cancellation = Cancellation()
+        let ran = Atomic<Int>(0)
+        weak var held: Work?
+        do {
+            let work = Work()
+            held = work
+            cancellation.onCancel { _ = work; ran.add(1, ordering: .relaxed) }
+        }
+        XCTAssertNotNil(held, "the handler holds the work")
+        cancellation.release()
+        XCTAssertNil(held, "released with the handler")
+        cancellation.cancel()
+        XCTAssertEqual(ran.load(ordering: .relaxed), 0, "a released handler never runs")
+    }
+}

@@ -5,7 +5,7 @@ The origin (in this process, raw sockets, keep-alive) serves:
                       answer can be checked without knowing what was asked; cacheable for 5 s
   /slow/ID?size=N     the same, sent in pieces with pauses (completes within the timeout)
   /fault/reset/ID     the connection closed without an answer       -> upstream_unreachable
-  /fault/hang/ID      no answer for longer than the request timeout  -> upstream_timeout
+  /fault/hang/ID      no answer for 45 s, past every upstream timeout -> upstream_timeout
   /fault/500/ID       500 Internal Server Error                       -> the origin's 500, passed on
   /fault/truncated/ID Content-Length larger than the body, then close -> upstream_error
 Clients (threads, one keep-alive connection each) send /fetch (GET, and POST with ttl),
@@ -27,7 +27,9 @@ import threading
 import time
 from urllib.parse import urlsplit, parse_qs
 
-REQUEST_TIMEOUT_MS = 1500
+REQUEST_TIMEOUT_MS = 5000  # /fetch and /batch items
+HANG_SECONDS = 45           # past that and past /proxy's default upstream timeout (30 s)
+CLIENT_TIMEOUT_SECONDS = 60
 
 
 def payload_for(ident, size):
@@ -88,7 +90,7 @@ class OriginHandler(socketserver.BaseRequestHandler):
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
                 return False
             if fault == "hang":
-                time.sleep(REQUEST_TIMEOUT_MS / 1000 * 3)
+                time.sleep(HANG_SECONDS)
                 return False
             if fault == "500":
                 body = b"origin failure"
@@ -117,13 +119,13 @@ class Tally:
     def __init__(self):
         self.lock = threading.Lock()
         self.counts = {}
-        self.problems = []
+        self.problems = {}
 
     def add(self, key, problem=None):
         with self.lock:
             self.counts[key] = self.counts.get(key, 0) + 1
-            if problem and len(self.problems) < 50:
-                self.problems.append(problem)
+            if problem and len(self.problems.setdefault(key, [])) < 3:
+                self.problems[key].append(problem)
 
 
 EXPECTED_CODE = {"reset": {"upstream_unreachable", "upstream_error"}, "hang": {"upstream_timeout"},
@@ -166,7 +168,7 @@ def check_fetch_result(result, path, tally, route):
 
 def client(port, origin, deadline, seed, distinct, tally):
     rng = random.Random(seed)
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT_SECONDS)
 
     def call(method, target, body=None):
         nonlocal conn
@@ -176,7 +178,7 @@ def client(port, origin, deadline, seed, distinct, tally):
             return response.status, response.read()
         except (OSError, http.client.HTTPException) as error:
             conn.close()
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT_SECONDS)
             tally.add("unanswered", f"{method} {target}: no answer ({error!r})")
             return None, None
 
@@ -214,7 +216,7 @@ def client(port, origin, deadline, seed, distinct, tally):
                           None if good else f"proxy {path}: {status} {body[:120]!r}")
         elif roll < 0.97:
             paths = [pick_path(rng, distinct) for _ in range(rng.randrange(2, 6))]
-            batch = {"requests": [{"id": str(i), "url": origin + p, "timeoutMs": REQUEST_TIMEOUT_MS} for i, p in enumerate(paths)]}
+            batch = {"mode": "settle", "requests": [{"id": str(i), "url": origin + p, "timeoutMs": REQUEST_TIMEOUT_MS} for i, p in enumerate(paths)]}
             status, body = call("POST", "/batch", json.dumps(batch))
             if status is None:
                 continue
@@ -248,7 +250,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--binary", required=True)
     parser.add_argument("--minutes", type=float, default=10)
-    parser.add_argument("--clients", type=int, default=48)
+    parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
 
@@ -309,8 +311,9 @@ def main():
            or "refused" in k or "as success" in k}
     if bad:
         failures.append(f"bad answers: {bad}")
-        for problem in tally.problems[:20]:
-            print("  problem:", problem)
+        for key in sorted(tally.problems):
+            for problem in tally.problems[key]:
+                print(f"  {key}: {problem}")
     # Growth: after a warm-up (the first third), the last third's peak may not exceed the
     # middle third's peak by more than 20 % (RSS) or 16 (fds, threads); the WAL stays bounded.
     if len(samples) >= 6:
