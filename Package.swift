@@ -32,10 +32,15 @@ let package = Package(
         .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
         .systemLibrary(name: "CMalloc"),  // glibc's <malloc.h>, for the executable's memory discipline
 
+        // The lock shared state lives behind: Synchronization.Mutex, or a pthread mutex that
+        // ThreadSanitizer can see when built with -DLARDER_TSAN (scripts/sanitize thread).
+        .target(name: "LarderSync", swiftSettings: strict),
+
         // Pure decisions: keys, freshness, policies, access rules. No I/O, no C.
         .target(
             name: "LarderCore",
             dependencies: [
+                "LarderSync",
                 .product(name: "Crypto", package: "swift-crypto"),
                 // RFC 9651 parsing for CDN-Cache-Control (RFC 9213), a Structured Field.
                 .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
@@ -45,22 +50,22 @@ let package = Package(
         // Orchestration: lookup → decide → fetch → store, behind storage/upstream protocols.
         .target(
             name: "LarderEngine",
-            dependencies: ["LarderCore", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         // Adapters: each is the only importer of its C module.
-        .target(name: "LarderSQLite", dependencies: ["CSQLite", "CXXHash", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log"),
+        .target(name: "LarderSQLite", dependencies: ["CSQLite", "CXXHash", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log"),
                                                      .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
-        .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
-        .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", "LarderCore"], swiftSettings: strict),
+        .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", "LarderCore", "LarderSync"], swiftSettings: strict),
         // The shared store (many instances on one Redis); XXH3 for its entries' checksums too.
-        .target(name: "LarderRedis", dependencies: ["CHiredis", "CXXHash", "LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")],
+        .target(name: "LarderRedis", dependencies: ["CHiredis", "CXXHash", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")],
                 swiftSettings: strict),
         // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
         .target(
             name: "LarderService",
             dependencies: [
-                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP", "LarderRedis",
+                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP", "LarderRedis", "LarderSync",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
@@ -87,13 +92,13 @@ let package = Package(
         .testTarget(name: "LarderRedisTests", dependencies: ["LarderRedis", "LarderEngine", "LarderCore"]),
         .testTarget(
             name: "LarderEngineTests",
-            dependencies: ["LarderEngine", "LarderCore", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")]
         ),
-        .testTarget(name: "LarderSQLiteTests", dependencies: ["LarderSQLite", "LarderEngine", "LarderCore",
+        .testTarget(name: "LarderSQLiteTests", dependencies: ["LarderSQLite", "LarderEngine", "LarderCore", "LarderSync",
                                                              .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(
             name: "LarderIntegrationTests",
-            dependencies: ["LarderService", "LarderHTTP", "LarderCore"]
+            dependencies: ["LarderService", "LarderHTTP", "LarderCore", "LarderSync"]
         ),
     ]
 )

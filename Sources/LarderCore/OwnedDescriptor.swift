@@ -6,15 +6,15 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Synchronization
+import LarderSync
 
 public final class OwnedDescriptor: Sendable {
-    private let descriptor: Mutex<Int32?>
+    private let descriptor: Locked<Int32?>
     /// The file's size when it was opened.
     public let size: Int
 
     public init(_ descriptor: Int32, size: Int) {
-        self.descriptor = Mutex(descriptor)
+        self.descriptor = Locked(descriptor)
         self.size = size
     }
 

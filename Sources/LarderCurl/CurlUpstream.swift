@@ -22,14 +22,14 @@ import Foundation
 public import LarderCore
 public import LarderEngine
 public import Logging
-import Synchronization
+import LarderSync
 #if canImport(Glibc)
 import Glibc
 #endif
 
 public final class CurlUpstream: Upstream, @unchecked Sendable {
     // @unchecked Sendable: `multi` and `transfers` are used only on the loop thread; `inbox`
-    // is Mutex-protected; `curl_multi_wakeup` is documented as callable from any thread.
+    // is lock-protected; `curl_multi_wakeup` is documented as callable from any thread.
 
     /// Call once, before any thread starts (libcurl's global init is not thread-safe).
     public static func globalInit() {
@@ -43,7 +43,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     private let clock: Clock
     private let logger: Logger
     private let userAgent: String
-    private let inbox = Mutex<Inbox>(Inbox())
+    private let inbox = Locked<Inbox>(Inbox())
     private var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
     /// Exchanges waiting for a transfer slot, in arrival order (loop thread only).
     private var waiting: [Exchange] = []

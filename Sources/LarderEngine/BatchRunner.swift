@@ -9,7 +9,7 @@
 // `onFinish`) are called outside it, `onFinish` exactly once, after every `onItem`.
 
 public import LarderCore
-import Synchronization
+import LarderSync
 
 public enum ItemState: String, Sendable {
     case done, failed, cancelled, skipped
@@ -63,9 +63,9 @@ public final class BatchRun: Sendable {
     private let clock: Clock
     private let onItem: @Sendable (ItemOutcome) -> Void
     private let onFinish: @Sendable ([ItemOutcome]) -> Void
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private let timeoutMs: Int?
-    private let deadline = Mutex<Deadline?>(nil)
+    private let deadline = Locked<Deadline?>(nil)
 
     /// `timeoutMs`: past it, the run stops as if cancelled.
     public init(engine: FetchEngine, items: [PreparedFetch], mode: BatchMode, concurrency: Int, clock: Clock, timeoutMs: Int? = nil,
@@ -78,7 +78,7 @@ public final class BatchRun: Sendable {
         self.clock = clock
         self.onItem = onItem
         self.onFinish = onFinish
-        self.state = Mutex(State(outcomes: Array(repeating: nil, count: items.count)))
+        self.state = Locked(State(outcomes: Array(repeating: nil, count: items.count)))
     }
 
     public func start() {

@@ -2,7 +2,7 @@
 // The SQLite store implements it; the memory tier is told what was removed by the route.
 
 public import LarderCore
-import Synchronization
+import LarderSync
 
 /// Which entries a purge removes. Conditions combine with AND; `all` stands alone.
 public struct PurgeFilter: Sendable, Equatable {
@@ -145,7 +145,7 @@ public final class TrafficCounters: Sendable {
     private let bypassed = Atomic<Int>(0)
     private let revalidated = Atomic<Int>(0)
     private let coalesced = Atomic<Int>(0)
-    private let errors = Mutex<[String: Int]>([:])
+    private let errors = Locked<[String: Int]>([:])
     public let startedAt: Double
     /// Read without a lock on every answer: set once, before traffic.
     nonisolated(unsafe) private var observer: (any TrafficObserver)?

@@ -10,7 +10,7 @@
 import Dispatch
 import Foundation
 public import LarderCore
-import Synchronization
+import LarderSync
 
 public struct ChainResult: Sendable {
     public let outcomes: [ItemOutcome?]
@@ -41,9 +41,9 @@ public final class ChainRun: Sendable {
     private let prepare: @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch
     private let onStep: @Sendable (ItemOutcome) -> Void
     private let onFinish: @Sendable (ChainResult) -> Void
-    private let state: Mutex<State>
+    private let state: Locked<State>
     private let indexByID: [String: Int]
-    private let deadline = Mutex<Deadline?>(nil)
+    private let deadline = Locked<Deadline?>(nil)
 
     /// Largest rendered step request: what a reference expansion may grow a request to.
     public static let maxRenderedRequestBytes = 1 << 20
@@ -60,7 +60,7 @@ public final class ChainRun: Sendable {
         self.onStep = onStep
         self.onFinish = onFinish
         self.indexByID = Dictionary(uniqueKeysWithValues: plan.steps.enumerated().map { ($1.id, $0) })
-        self.state = Mutex(State(states: Array(repeating: .pending, count: plan.steps.count),
+        self.state = Locked(State(states: Array(repeating: .pending, count: plan.steps.count),
                                  outcomes: Array(repeating: nil, count: plan.steps.count),
                                  documents: ["input": plan.input]))
     }

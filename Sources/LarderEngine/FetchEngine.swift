@@ -10,7 +10,7 @@
 import Dispatch
 public import LarderCore
 public import Logging
-import Synchronization
+import LarderSync
 
 /// What the engine answers with: a response (from the cache or the upstream) and how it was
 /// obtained, or a failure. The routes render it: /fetch as the JSON envelope, /proxy as is.
@@ -95,7 +95,7 @@ public final class FetchEngine: Sendable {
     public var redaction: QueryRedaction { limits.redaction }
     /// Each namespace's current version, used by requests that name none.
     public let namespaces: NamespaceVersions
-    private let flights = Mutex<[FlightKey: Flight]>([:])
+    private let flights = Locked<[FlightKey: Flight]>([:])
     private let nextID = Atomic<UInt64>(0)
     private let coalesced = Atomic<Int>(0)
 

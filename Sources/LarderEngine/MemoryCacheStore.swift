@@ -1,11 +1,11 @@
 // An in-memory CacheStore for engine tests and experiments.
 
 public import LarderCore
-import Synchronization
+import LarderSync
 
 public final class MemoryCacheStore: CacheStore {
-    private let entries = Mutex<[CacheKey: [StoredEntry]]>([:])
-    private let hits = Mutex<[CacheKey: Int]>([:])
+    private let entries = Locked<[CacheKey: [StoredEntry]]>([:])
+    private let hits = Locked<[CacheKey: Int]>([:])
     private let maxVariants: Int
 
     public init(maxVariants: Int = 16) {

@@ -12,7 +12,7 @@
 // bounded by bytes; the shards keep lock contention negligible with a few server threads.
 
 public import LarderCore
-import Synchronization
+import LarderSync
 
 public final class MemoryTier: CacheStore {
     private let backing: any CacheStore
@@ -20,7 +20,7 @@ public final class MemoryTier: CacheStore {
     private let shardBudget: Int
 
     private final class Shard: Sendable {
-        let state = Mutex(State())
+        let state = Locked(State())
     }
 
     private struct State {

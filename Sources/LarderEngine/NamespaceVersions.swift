@@ -4,15 +4,15 @@
 // (the store collects them afterwards, in the background).
 
 public import LarderCore
-import Synchronization
+import LarderSync
 
 public final class NamespaceVersions: Sendable {
-    private let versions: Mutex<[String: Int64]>
+    private let versions: Locked<[String: Int64]>
     /// False until some namespace has a version: until then a request costs one relaxed load.
     private let anySet: Atomic<Bool>
 
     public init(_ initial: [String: Int64] = [:]) {
-        versions = Mutex(initial)
+        versions = Locked(initial)
         anySet = Atomic(!initial.isEmpty)
     }
 

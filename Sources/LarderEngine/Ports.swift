@@ -4,7 +4,7 @@
 public import LarderCore
 import Dispatch
 import Foundation
-import Synchronization
+import LarderSync
 
 /// One cached response as stored.
 public struct StoredEntry: Sendable, Equatable {
@@ -197,7 +197,7 @@ public struct Clock: Sendable {
 /// Lets a caller abandon work it started. Handlers run once: on `cancel`, or at once when
 /// registered after it.
 public final class Cancellation: Sendable {
-    private let state = Mutex<(cancelled: Bool, handlers: [@Sendable () -> Void])>((false, []))
+    private let state = Locked<(cancelled: Bool, handlers: [@Sendable () -> Void])>((false, []))
 
     public init() {}
 

@@ -11,25 +11,25 @@
 
 import Foundation
 public import LarderCore
-import Synchronization
+import LarderSync
 
 public final class WarmJobs: Sendable {
     private final class Job: Sendable {
         /// The job as counted. Changed only inside `persist`, which queues the store's write
         /// under this lock, so the writes land in the order of the changes.
-        let record: Mutex<WarmJobRecord>
+        let record: Locked<WarmJobRecord>
         /// The job as last written to the store: what callers see, so that a count they read
         /// has survived any crash after it.
-        let visible: Mutex<WarmJobRecord>
+        let visible: Locked<WarmJobRecord>
         let progress = TransferProgress()
         /// Bytes counted before this process took the job up (persisted).
         let bytesBefore: Int
         let expectedBefore: Int
-        let run = Mutex<BatchRun?>(nil)
+        let run = Locked<BatchRun?>(nil)
 
         init(_ record: WarmJobRecord) {
-            self.record = Mutex(record)
-            self.visible = Mutex(record)
+            self.record = Locked(record)
+            self.visible = Locked(record)
             self.bytesBefore = record.bytes
             self.expectedBefore = record.bytesExpected
         }
@@ -52,8 +52,8 @@ public final class WarmJobs: Sendable {
     private let makeRequest: @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest
     private let seal: @Sendable ([UInt8]) -> [UInt8]
     private let open: @Sendable ([UInt8]) -> [UInt8]?
-    private let jobs = Mutex<[String: Job]>([:])
-    private let order = Mutex<[String]>([])
+    private let jobs = Locked<[String: Job]>([:])
+    private let order = Locked<[String]>([])
     private let stopping = Atomic<Bool>(false)
 
     public static let maxRecordedErrors = 100

@@ -23,7 +23,7 @@ import CMicroHTTPD
 import Dispatch
 import Foundation
 public import LarderCore
-import Synchronization
+import LarderSync
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -83,7 +83,7 @@ public final class HTTPResponseStream: Sendable {
         var suspended = false
         var connection: RequestContext.ConnectionHandle?
     }
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     public init() {}
 
@@ -363,7 +363,7 @@ final class RequestContext: @unchecked Sendable {
     var tooLarge = false
     /// Dispatched to the handler and not yet completed (counted in `HTTPServer.inFlight`).
     var inFlight = false
-    let state = Mutex(HandOver())
+    let state = Locked(HandOver())
 
     init(rawTarget: String) { self.rawTarget = rawTarget }
 

@@ -21,10 +21,10 @@ import Foundation
 public import LarderCore
 public import LarderEngine
 public import Logging
-import Synchronization
+import LarderSync
 
 // @unchecked Sendable: a dispatch timer is thread-safe, and `flushTimer` is set once in init;
-// everything else is immutable or behind a Mutex or an atomic.
+// everything else is immutable or behind a lock or an atomic.
 public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sendable {
     public struct Settings: Sendable {
         public var prefix = "larder:"
@@ -44,10 +44,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     private let flushTimer: DispatchSourceTimer
     let events: RedisEvents
     /// Keys this instance leads across instances, and the wakes of instances waiting here.
-    private let leading = Mutex<Set<CacheKey>>([])
-    private let waiting = Mutex<[CacheKey: [@Sendable () -> Void]]>([:])
+    private let leading = Locked<Set<CacheKey>>([])
+    private let waiting = Locked<[CacheKey: [@Sendable () -> Void]]>([:])
     /// Entries and bytes as the last full SCAN found them (see `usage`).
-    let usageCache = Mutex<(entries: Int, bytes: Int)>((0, 0))
+    let usageCache = Locked<(entries: Int, bytes: Int)>((0, 0))
     private let usageRefreshedAt = Atomic<UInt64>(0)
 
     /// Connects (failing when Redis cannot be reached, unless `requireConnection` is false).
@@ -297,8 +297,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         for key in keys { events.publish(backend, "forget", key.hex) }
     }
 
-    private let forgetHandler = Mutex<(@Sendable (CacheKey?) -> Void)?>(nil)
-    private let versionHandler = Mutex<(@Sendable (String, Int64) -> Void)?>(nil)
+    private let forgetHandler = Locked<(@Sendable (CacheKey?) -> Void)?>(nil)
+    private let versionHandler = Locked<(@Sendable (String, Int64) -> Void)?>(nil)
 
     /// `handler(key)` when another instance removed a key, `handler(nil)` when everything must
     /// go (a big purge, or messages may have been missed while disconnected).
@@ -372,7 +372,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     }
 }
 
-/// Mutex is non-copyable, so each shard lives in a class to sit in an array.
+/// Locked (Mutex) is non-copyable, so each shard lives in a class to sit in an array.
 private final class HitShard: Sendable {
-    let tally = Mutex<[String: (primaryKey: CacheKey, hits: Int64)]>([:])
+    let tally = Locked<[String: (primaryKey: CacheKey, hits: Int64)]>([:])
 }

@@ -6,7 +6,7 @@
 // passes through uncached.
 
 import Foundation
-import Synchronization
+import LarderSync
 
 public final class RedisCluster: RedisBackend {
     private let seeds: [RedisAddress]
@@ -16,7 +16,7 @@ public final class RedisCluster: RedisBackend {
         var slots: [Int?] = Array(repeating: nil, count: 16384)
         var nodes: [RedisPool] = []
     }
-    private let topology = Mutex(Topology())
+    private let topology = Locked(Topology())
     private let failures = Atomic<Int>(0)
     private let failing = Atomic<Bool>(false)
     private let credentials: (user: String?, password: String?)

@@ -4,7 +4,7 @@
 
 import CHiredis
 import Foundation
-import Synchronization
+import LarderSync
 
 /// A reply, copied out of hiredis's reply objects.
 public enum RedisValue: Sendable, Equatable {
@@ -196,7 +196,7 @@ public final class RedisConnection: @unchecked Sendable {
 public final class RedisPool: Sendable {
     public let address: RedisAddress
     private let timeoutMs: Int
-    private let idle = Mutex<[RedisConnection]>([])
+    private let idle = Locked<[RedisConnection]>([])
     private let maxIdle: Int
     private let blockedUntil = Atomic<UInt64>(0)
     private let retryAfterNanoseconds: UInt64

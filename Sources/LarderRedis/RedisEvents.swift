@@ -6,15 +6,15 @@
 import Dispatch
 import Foundation
 import Logging
-import Synchronization
+import LarderSync
 
 final class RedisEvents: Sendable {
     private let addresses: @Sendable () -> [RedisAddress]
     let channel: String
     private let logger: Logger
-    private let handler = Mutex<(@Sendable (String, String) -> Void)?>(nil)
+    private let handler = Locked<(@Sendable (String, String) -> Void)?>(nil)
     private let stopped = Atomic<Bool>(false)
-    private let current = Mutex<RedisConnection?>(nil)
+    private let current = Locked<RedisConnection?>(nil)
 
     init(addresses: @escaping @Sendable () -> [RedisAddress], channel: String, logger: Logger) {
         self.addresses = addresses

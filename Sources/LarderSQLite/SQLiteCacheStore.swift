@@ -29,12 +29,12 @@ public import LarderEngine
 public import Logging
 import Dispatch
 import Foundation
-import Synchronization
+import LarderSync
 
 public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     // @unchecked Sendable: `writer` and its statements are touched only on `writerQueue`;
     // readers are handed out under `readers`'s lock and used by one thread at a time; the hit
-    // shards are Mutex-protected. Nothing else is mutable.
+    // shards are lock-protected. Nothing else is mutable.
 
     public static var schemaVersion: Int64 { Int64(migrations.count) }
 
@@ -51,12 +51,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let trimVariants: SQLiteStatement
     /// Variants kept per primary key (Vary); the oldest are replaced.
     public let maxVariants: Int
-    private let readers = Mutex<[Reader]>([])
+    private let readers = Locked<[Reader]>([])
     let closed = Atomic<Bool>(false)
     private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
     private let flushTimer: DispatchSourceTimer
-    let pending = Mutex(PendingWrites())
-    let droppedHandler = Mutex<(@Sendable (CacheKey) -> Void)?>(nil)
+    let pending = Locked(PendingWrites())
+    let droppedHandler = Locked<(@Sendable (CacheKey) -> Void)?>(nil)
     private let beginImmediate: SQLiteStatement
     private let commit: SQLiteStatement
     private let savepoint: SQLiteStatement
@@ -117,9 +117,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         var since: Double = 0
     }
 
-    /// Mutex is non-copyable, so each shard lives in a class to sit in an array.
+    /// Locked (Mutex) is non-copyable, so each shard lives in a class to sit in an array.
     private final class HitShard: Sendable {
-        let tally = Mutex(HitTally())
+        let tally = Locked(HitTally())
     }
 
     /// A reader connection with its prepared lookup. @unchecked Sendable: it moves between

@@ -15,7 +15,7 @@ import LarderEngine
 import LarderSQLite
 import Metrics
 import Prometheus
-import Synchronization
+import LarderSync
 
 final class LarderMetrics: TrafficObserver, Sendable {
     let registry = PrometheusCollectorRegistry()
@@ -28,11 +28,11 @@ final class LarderMetrics: TrafficObserver, Sendable {
         let labels: [String]
     }
 
-    private let counters = Mutex<[Key: CoreMetrics.Counter]>([:])
-    private let timers = Mutex<[Key: CoreMetrics.Timer]>([:])
-    private let gauges = Mutex<[Key: CoreMetrics.Gauge]>([:])
-    private let namespaces = Mutex<Set<String>>([])
-    private let reported = Mutex<(evictions: Int, expired: Int, failures: Int)>((0, 0, 0))
+    private let counters = Locked<[Key: CoreMetrics.Counter]>([:])
+    private let timers = Locked<[Key: CoreMetrics.Timer]>([:])
+    private let gauges = Locked<[Key: CoreMetrics.Gauge]>([:])
+    private let namespaces = Locked<Set<String>>([])
+    private let reported = Locked<(evictions: Int, expired: Int, failures: Int)>((0, 0, 0))
 
     init(namespaceLimit: Int, startedAt: Double) {
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -54,7 +54,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     }
 
     /// The metric kept under `key` in `table`, made by `make` the first time.
-    private func kept<Metric>(_ table: borrowing Mutex<[Key: Metric]>, _ key: Key, _ make: () -> Metric) -> Metric {
+    private func kept<Metric>(_ table: borrowing Locked<[Key: Metric]>, _ key: Key, _ make: () -> Metric) -> Metric {
         table.withLock { metrics in
             if let metric = metrics[key] { return metric }
             let metric = make()
@@ -92,7 +92,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private final class RouteMetrics: Sendable {
         let duration: CoreMetrics.Timer
         let ok: CoreMetrics.Counter
-        let byStatus = Mutex<[Int: CoreMetrics.Counter]>([:])
+        let byStatus = Locked<[Int: CoreMetrics.Counter]>([:])
         init(duration: CoreMetrics.Timer, ok: CoreMetrics.Counter) { self.duration = duration; self.ok = ok }
     }
 
@@ -106,7 +106,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private static let outcomeLabels = CacheOutcome.allCases.map(\.rawValue) + ["coalesced"]
     /// Every route's metrics, made at start (the routes are a fixed list): read without a lock.
     private let routeMetrics: [String: RouteMetrics]
-    private let lookups = Mutex<[String: LookupCounters]>([:])
+    private let lookups = Locked<[String: LookupCounters]>([:])
 
     private func metrics(forRoute route: String) -> RouteMetrics {
         routeMetrics[route] ?? routeMetrics["other"]!

@@ -8,7 +8,7 @@
 
 import LarderCore
 import LarderEngine
-import Synchronization
+import LarderSync
 
 /// What the memo keeps: a prepared /fetch, or a prepared batch. (An enum rather than a generic
 /// class: the /fetch hit path must not go through unspecialised generic code.)
@@ -34,7 +34,7 @@ final class RequestMemo: Sendable {
     }
 
     private final class Shard: Sendable {
-        let entries = Mutex<[BodyKey: Value]>([:])
+        let entries = Locked<[BodyKey: Value]>([:])
     }
 
     private let shards: [Shard] = (0..<8).map { _ in Shard() }

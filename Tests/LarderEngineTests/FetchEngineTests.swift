@@ -4,12 +4,12 @@ import Foundation
 import LarderCore
 import LarderEngine
 import Logging
-import Synchronization
+import LarderSync
 import XCTest
 
 /// An upstream whose answers the test scripts, recording what it was asked.
 final class ScriptedUpstream: Upstream {
-    let requests = Mutex<[UpstreamRequest]>([])
+    let requests = Locked<[UpstreamRequest]>([])
     private let script: @Sendable (UpstreamRequest, Int) -> Result<UpstreamResponse, LarderError>
 
     init(_ script: @escaping @Sendable (UpstreamRequest, Int) -> Result<UpstreamResponse, LarderError>) {
@@ -32,7 +32,7 @@ final class ScriptedUpstream: Upstream {
 
 /// A clock the test moves by hand.
 final class TestTime: Sendable {
-    private let seconds = Mutex<Double>(1_000)
+    private let seconds = Locked<Double>(1_000)
     func withLock<T>(_ body: (inout Double) -> T) -> T { seconds.withLock { body(&$0) } }
 }
 
@@ -46,7 +46,7 @@ final class FetchEngineTests: XCTestCase {
 
     /// Runs a fetch to completion (the scripted upstream answers synchronously).
     private func fetch(_ engine: FetchEngine, _ request: FetchRequest) -> [String: Any] {
-        let delivered = Mutex<CacheAnswer?>(nil)
+        let delivered = Locked<CacheAnswer?>(nil)
         let immediate = engine.fetch(request) { answer in delivered.withLock { $0 = answer } }
         guard case .served(let served)? = immediate ?? delivered.withLock({ $0 }) else {
             XCTFail("no response")
@@ -114,7 +114,7 @@ final class FetchEngineTests: XCTestCase {
         }
         let engine = engine(store: store, upstream: upstream)
         let url = try UpstreamURL(parsing: "http://origin.test/item")
-        let followUp = Mutex<CacheAnswer?>(nil)
+        let followUp = Locked<CacheAnswer?>(nil)
         let strict = FetchRequest(url: url, headers: [HeaderField("Cache-Control", "no-cache")])
         _ = engine.fetch(FetchRequest(url: url)) { _ in
             // Sent the moment the first answer arrives; no-cache: it must reach the upstream.

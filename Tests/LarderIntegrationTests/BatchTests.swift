@@ -3,7 +3,7 @@
 // batch before anything runs, cancellation by a departing client, and coalescing across batches.
 
 import Foundation
-import Synchronization
+import LarderSync
 import XCTest
 
 final class BatchTests: IntegrationTestCase {
@@ -157,7 +157,7 @@ final class BatchTests: IntegrationTestCase {
         try leaver.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
         XCTAssertTrue(origin.waitForCount(path, atLeast: 1), "the batch's fetch leads the flight")
         let port = larder.port
-        let waiter = Mutex<TestResponse?>(nil)
+        let waiter = Locked<TestResponse?>(nil)
         let finished = DispatchSemaphore(value: 0)
         let fetchBody = Array(try JSONSerialization.data(withJSONObject: spec))
         Thread.detachNewThread {

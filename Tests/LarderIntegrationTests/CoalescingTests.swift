@@ -1,7 +1,7 @@
 // Request coalescing: concurrent misses on one key share one upstream request.
 
 import Foundation
-import Synchronization
+import LarderSync
 import XCTest
 
 final class CoalescingTests: IntegrationTestCase {
@@ -9,7 +9,7 @@ final class CoalescingTests: IntegrationTestCase {
     /// once; returns the responses (nil for a transport failure).
     private func concurrently(_ count: Int, port: Int, _ request: [String: Any]) -> [TestResponse?] {
         let body = Array(try! JSONSerialization.data(withJSONObject: request))
-        let responses = Mutex<[TestResponse?]>([])
+        let responses = Locked<[TestResponse?]>([])
         XCTAssertTrue(concurrently(count) { _ in
             let response = try? TestConnection(port: port).request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
             responses.withLock { $0.append(response) }

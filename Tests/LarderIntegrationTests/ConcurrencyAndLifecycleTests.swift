@@ -3,7 +3,7 @@
 // and secrets never reach the database files in clear.
 
 import Foundation
-import Synchronization
+import LarderSync
 import XCTest
 #if canImport(Glibc)
 import Glibc
@@ -17,7 +17,7 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
 
         let slowPath = uniquePath("slow")
         let slowDone = Atomic<Bool>(false)
-        let slowResult = Mutex<TestResponse?>(nil)
+        let slowResult = Locked<TestResponse?>(nil)
         let finished = Condition()
         let port = larder.port, slowURL = url(slowPath, "delay=2000")
         Thread {
@@ -42,7 +42,7 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let larder = try startLarder()
         let base = uniquePath()
         let count = 64
-        let statuses = Mutex<[Int]>([])
+        let statuses = Locked<[Int]>([])
         let port = larder.port
         let target = url(base, "delay=200")
         XCTAssertTrue(concurrently(count, timeout: 30) { index in
@@ -101,7 +101,7 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let body = Array(try JSONSerialization.data(withJSONObject: request))
 
         let connections = 256, requestsEach = 40
-        let failures = Mutex<[String]>([])
+        let failures = Locked<[String]>([])
         let hits = Atomic<Int>(0)
         let port = larder.port
         XCTAssertTrue(concurrently(connections, timeout: 120) { _ in
@@ -213,7 +213,7 @@ final class ExecutableTests: IntegrationTestCase {
         let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--shutdown-grace", "\(grace)"])
         let port = try waitForPort(errors)
         let path = uniquePath()
-        let result = Mutex<TestResponse?>(nil)
+        let result = Locked<TestResponse?>(nil)
         let answered = Atomic<Bool>(false)
         let done = Condition()
         let target = url(path, "delay=\(originDelayMs)")

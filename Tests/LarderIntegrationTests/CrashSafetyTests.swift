@@ -6,7 +6,7 @@
 
 import Foundation
 import LarderCore
-import Synchronization
+import LarderSync
 import XCTest
 
 final class CrashSafetyTests: IntegrationTestCase {
@@ -49,7 +49,7 @@ final class CrashSafetyTests: IntegrationTestCase {
             XCTAssertTrue(waitForExit(process))
         }
 
-        let written = Mutex<[(path: String, size: Int)]>([])
+        let written = Locked<[(path: String, size: Int)]>([])
         let partial = Atomic<Int>(0)
         var generator = SystemRandomNumberGenerator()
         for round in 0..<20 {

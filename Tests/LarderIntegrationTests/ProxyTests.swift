@@ -3,7 +3,7 @@
 import Foundation
 import LarderCore
 import LarderService
-import Synchronization
+import LarderSync
 import XCTest
 
 final class ProxyTests: IntegrationTestCase {
@@ -180,7 +180,7 @@ final class ProxyTests: IntegrationTestCase {
         let larder = try startProxy()
         let path = uniquePath()
         let port = larder.port
-        let statuses = Mutex<[String]>([])
+        let statuses = Locked<[String]>([])
         XCTAssertTrue(concurrently(50) { _ in
             let response = try? TestConnection(port: port).request("GET", "/proxy/origin\(path)?cc=max-age%3D60&delay=1000")
             statuses.withLock { $0.append(response?.headers["cache-status"] ?? "error") }

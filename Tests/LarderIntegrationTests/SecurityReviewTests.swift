@@ -4,7 +4,7 @@
 import Foundation
 import LarderCore
 import LarderService
-import Synchronization
+import LarderSync
 import XCTest
 
 final class SecurityReviewTests: IntegrationTestCase {
@@ -186,7 +186,7 @@ final class SecurityReviewTests: IntegrationTestCase {
 
     func testConcurrentUpstreamTransfersAreBounded() throws {
         let larder = try startLarder { $0.maxUpstreamTransfers = 2 }
-        let statuses = Mutex<[Int]>([])
+        let statuses = Locked<[Int]>([])
         let port = larder.port
         let base = url(uniquePath())
         XCTAssertTrue(concurrently(6) { index in
@@ -199,7 +199,7 @@ final class SecurityReviewTests: IntegrationTestCase {
 
     func testBodiesOverTheInFlightBudgetWaitAndArriveWhole() throws {
         let larder = try startProxy { $0.maxInflightBodyBytes = 1 << 20 }
-        let sizes = Mutex<[Int]>([])
+        let sizes = Locked<[Int]>([])
         let path = uniquePath()
         let port = larder.port
         XCTAssertTrue(concurrently(4) { index in

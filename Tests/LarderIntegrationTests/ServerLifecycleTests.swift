@@ -4,14 +4,14 @@
 
 import Foundation
 import LarderHTTP
-import Synchronization
+import LarderSync
 import XCTest
 
 final class ServerLifecycleTests: XCTestCase {
     private final class Token: Sendable {}
 
     private final class Handler: HTTPRequestHandler, Sendable {
-        let tokens = Mutex<[WeakToken]>([])
+        let tokens = Locked<[WeakToken]>([])
 
         struct WeakToken: @unchecked Sendable {
             // @unchecked: read under the handler's lock only.

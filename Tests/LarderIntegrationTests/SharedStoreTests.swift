@@ -5,7 +5,7 @@
 import Foundation
 import LarderCore
 import LarderService
-import Synchronization
+import LarderSync
 import XCTest
 
 final class SharedStoreTests: IntegrationTestCase {
@@ -88,7 +88,7 @@ final class SharedStoreTests: IntegrationTestCase {
         let ports = try (0..<3).map { _ in try startShared().port }
         let path = uniquePath()
         let body = String(decoding: try JSONSerialization.data(withJSONObject: ["url": url(path, "delay=300&cc=max-age%3D600")]), as: UTF8.self)
-        let outcomes = Mutex<[String: Int]>([:])
+        let outcomes = Locked<[String: Int]>([:])
         XCTAssertTrue(concurrently(150) { index in
             guard let connection = try? TestConnection(port: ports[index % 3]), let response = try? connection.fetchRaw(body) else {
                 return outcomes.withLock { $0["error", default: 0] += 1 }

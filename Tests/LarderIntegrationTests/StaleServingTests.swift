@@ -2,7 +2,7 @@
 
 import Foundation
 import LarderCore
-import Synchronization
+import LarderSync
 import XCTest
 
 final class StaleServingTests: IntegrationTestCase {
@@ -19,7 +19,7 @@ final class StaleServingTests: IntegrationTestCase {
         // 20 requests inside the window: all answered with the stale entry, one refresh.
         let port = larder.port
         let body = Array(try JSONSerialization.data(withJSONObject: request))
-        let outcomes = Mutex<[String]>([])
+        let outcomes = Locked<[String]>([])
         XCTAssertTrue(concurrently(20) { _ in
             let response = try? TestConnection(port: port).request("POST", "/fetch", headers: [:], body: body)
             outcomes.withLock { $0.append(response?.outcome ?? "error") }

@@ -6,7 +6,7 @@ import LarderCore
 import LarderEngine
 import Logging
 @testable import LarderSQLite
-import Synchronization
+import LarderSync
 import XCTest
 
 final class SQLiteCacheStoreTests: XCTestCase {
@@ -140,7 +140,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
     func testAnEntryThatCannotBeCommittedIsReportedLostAndTheRestOfItsGroupCommits() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
-        let lost = Mutex<[CacheKey]>([])
+        let lost = Locked<[CacheKey]>([])
         store.onEntryDropped { key in lost.withLock { $0.append(key) } }
         // A trigger refuses one row, as a full disk or an I/O error would.
         let editor = try SQLiteConnection(path: path)
@@ -169,7 +169,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         store.save(entry("a", body: String(repeating: "a", count: half))) { _ in firstAcknowledged.store(true, ordering: .relaxed) }
         XCTAssertTrue(firstAcknowledged.load(ordering: .relaxed))
         let second = expectation(description: "second acknowledged")
-        let rowsWhenAcknowledged = Mutex<Int64>(-1)
+        let rowsWhenAcknowledged = Locked<Int64>(-1)
         store.save(entry("b", body: String(repeating: "b", count: half))) { saved in
             XCTAssertTrue(saved)
             let rows = (try? SQLiteConnection(path: databasePath).scalarInt("SELECT count(*) FROM entries")) ?? -1
@@ -331,7 +331,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         capacity.maxBytes = 200_000
         let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
         defer { store.close() }
-        let dropped = Mutex<Set<CacheKey>>([])
+        let dropped = Locked<Set<CacheKey>>([])
         store.onEntryDropped { key in dropped.withLock { _ = $0.insert(key) } }
         save(store, sized("hot", bytes: 10_000, storedAt: 1))
         for index in 0..<60 {
@@ -491,7 +491,7 @@ final class MemoryTierTests: XCTestCase {
         entry.urlKey = "http://a.test/x"
         tier.save(entry) { _ in }
         XCTAssertNotNil(tier.lookup(CacheKey(hex: "a")).first)
-        let removed = Mutex<[CacheKey]>([])
+        let removed = Locked<[CacheKey]>([])
         tier.invalidate(urlKeys: ["http://a.test/x"]) { keys in removed.withLock { $0 = keys } }
         XCTAssertEqual(removed.withLock { $0 }, [CacheKey(hex: "a")])
         XCTAssertNil(tier.lookup(CacheKey(hex: "a")).first)

@@ -2,7 +2,7 @@
 // clients closed: proof that an aborted upstream transfer really closed its connection.
 
 import Foundation
-import Synchronization
+import LarderSync
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -12,7 +12,7 @@ final class HangingOrigin: @unchecked Sendable {
     let port: Int
     private let listener: Int32
     private final class Shared: Sendable {
-        let counts = Mutex<(accepted: Int, closed: Int)>((0, 0))
+        let counts = Locked<(accepted: Int, closed: Int)>((0, 0))
         let changed = Condition()
     }
     private let shared = Shared()

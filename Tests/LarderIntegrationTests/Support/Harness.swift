@@ -6,15 +6,15 @@ import LarderCore
 import LarderEngine
 import LarderService
 import Logging
-import Synchronization
+import LarderSync
 import XCTest
 
 /// A clock the test moves by hand, so ages and expiry need no sleeping. It starts at the real
 /// time, so the origin's Date headers (real time) give apparent ages below one second.
 final class ManualClock: Sendable {
-    private let seconds: Mutex<Double>
+    private let seconds: Locked<Double>
 
-    init(start: Double = Date().timeIntervalSince1970) { seconds = Mutex(start) }
+    init(start: Double = Date().timeIntervalSince1970) { seconds = Locked(start) }
 
     var now: Double { seconds.withLock { $0 } }
     func advance(by delta: Double) { seconds.withLock { $0 += delta } }
@@ -199,7 +199,7 @@ class IntegrationTestCase: XCTestCase {
 
 /// Log messages captured from a Larder under test, one entry per message.
 final class LogLines: Sendable {
-    private let lines = Mutex<[String]>([])
+    private let lines = Locked<[String]>([])
     func append(_ line: String) { lines.withLock { $0.append(line) } }
     var all: [String] { lines.withLock { $0 } }
 }

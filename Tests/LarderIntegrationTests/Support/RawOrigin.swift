@@ -3,19 +3,19 @@
 // bytes each connection sent, so tests can check exactly what went upstream.
 
 import Foundation
-import Synchronization
+import LarderSync
 #if canImport(Glibc)
 import Glibc
 #endif
 
 final class RawOrigin: @unchecked Sendable {
     // @unchecked: `listener` is set in init and only read afterwards; the thread owns the rest,
-    // and what it shares is Mutex-protected.
+    // and what it shares is lock-protected.
     let port: Int
     private let listener: Int32
     private final class Shared: Sendable {
-        let received = Mutex<[[UInt8]]>([])
-        let open = Mutex<[Int32]>([])
+        let received = Locked<[[UInt8]]>([])
+        let open = Locked<[Int32]>([])
     }
     private let shared = Shared()
 

@@ -25,7 +25,7 @@ import Foundation
 import LarderCore
 import LarderHTTP
 import Logging
-import Synchronization
+import LarderSync
 
 struct RecordedRequest: Sendable {
     let method: String
@@ -35,10 +35,10 @@ struct RecordedRequest: Sendable {
 }
 
 final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
-    // @unchecked Sendable: `server` is set once in `start`; the rest is Mutex-protected.
-    private let log = Mutex<[String: [RecordedRequest]]>([:])
+    // @unchecked Sendable: `server` is set once in `start`; the rest is lock-protected.
+    private let log = Locked<[String: [RecordedRequest]]>([:])
     /// Delayed responses not yet sent, and the most there ever were at once.
-    private let concurrency = Mutex<(current: Int, peak: Int)>((0, 0))
+    private let concurrency = Locked<(current: Int, peak: Int)>((0, 0))
     private let changed = Condition()
     private var server: HTTPServer!
 
