@@ -55,7 +55,12 @@ public enum ConfigFile {
     private static func unsupportedShape(_ node: Node, depth: Int) -> String? {
         guard depth < 32 else { return "nested more than 32 levels deep" }
         switch node {
-        case .scalar: return nil
+        case .scalar(let scalar):
+            // YAML 1.1 base-60 integers (1:30) overflow Yams's conversion, which stops the process.
+            if node.tag.description == Tag.Name.int.rawValue, scalar.string.contains(":") {
+                return "'\(scalar.string)': base-60 numbers are not supported (quote the value if it is text)"
+            }
+            return nil
         case .mapping(let mapping):
             for (key, value) in mapping {
                 guard case .scalar = key else { return "a key must be a plain name, not a list or mapping" }
