@@ -117,20 +117,23 @@ public final class WarmJobs: Sendable {
         return ids.compactMap { known[$0]?.snapshot }
     }
 
-    /// Cancels a job: nothing more starts, transfers in flight are aborted. Nil when unknown.
-    public func cancel(_ id: String) -> WarmJobRecord? {
-        guard let job = jobs.withLock({ $0[id] }) else { return nil }
+    /// Cancels a job: nothing more starts, transfers in flight are aborted. `completion` gets
+    /// the job once the cancellation is durable (so a status read after it says `cancelled`),
+    /// or nil when the job is unknown.
+    public func cancel(_ id: String, completion: @escaping @Sendable (WarmJobRecord?) -> Void) {
+        guard let job = jobs.withLock({ $0[id] }) else { return completion(nil) }
         let now = clock.now()
-        let changed = persist(job) { record in
+        let changed = persist(job, then: { completion(job.snapshot) }) { record in
             guard record.state == .queued || record.state == .running else { return false }
             record.state = .cancelled
             record.finishedAt = now
             return true
         }
-        if changed { job.run.withLock { $0 }?.cancel() }
-        var answer = job.snapshot
-        if changed { answer.state = .cancelled } // written, perhaps not yet acknowledged
-        return answer
+        if changed {
+            job.run.withLock { $0 }?.cancel()
+        } else {
+            completion(job.snapshot)
+        }
     }
 
     /// Larder is stopping: what is aborted now stays pending for the next start.
@@ -191,12 +194,16 @@ public final class WarmJobs: Sendable {
 
     /// Changes the job with `change` (false: nothing to do) and writes it, with the item's new
     /// state when given, in one transaction; callers see the change once it is written.
-    private func persist(_ job: Job, item: (index: Int, state: String)? = nil,
+    /// `then` runs once the change is durable and visible (not when nothing changed).
+    private func persist(_ job: Job, item: (index: Int, state: String)? = nil, then: (@Sendable () -> Void)? = nil,
                          _ change: (inout WarmJobRecord) -> Bool) -> Bool {
         job.record.withLock { record -> Bool in
             guard change(&record) else { return false }
             let written = job.withLiveBytes(record)
-            let publish: @Sendable () -> Void = { job.visible.withLock { $0 = written } }
+            let publish: @Sendable () -> Void = {
+                job.visible.withLock { $0 = written }
+                then?()
+            }
             if let item {
                 store.finishItem(item.index, state: item.state, job: written, completion: publish)
             } else {

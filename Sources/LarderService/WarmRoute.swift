@@ -61,8 +61,13 @@ struct WarmRoute: Sendable {
             guard let record = jobs.status(id) else { return fail(LarderError(.notFound, "no warm job '\(id)'"), nil) }
             return finish(Self.json(200, Self.render(record)))
         case "DELETE":
-            guard let record = jobs.cancel(id) else { return fail(LarderError(.notFound, "no warm job '\(id)'"), nil) }
-            return finish(Self.json(200, Self.render(record)))
+            jobs.cancel(id) { record in
+                guard let record else {
+                    return responder.respond(finish(Self.json(404, LarderError(.notFound, "no warm job '\(id)'").jsonBody)))
+                }
+                responder.respond(finish(Self.json(200, Self.render(record))))
+            }
+            return nil
         default:
             return fail(LarderError(.methodNotAllowed, "use GET or DELETE for a warm job"), "GET, HEAD, DELETE")
         }

@@ -1,11 +1,11 @@
-// Why ThreadSanitizer is not clean here: Swift's Synchronization.Mutex on Linux (a futex, in
-// the uninstrumented standard library) is invisible to TSan, which then reports every access
-// guarded by one as a race. This program is correct — four threads and the main thread touch a
-// dictionary only inside Mutex.withLock — and TSan still reports a "Swift access race":
+// Why Larder's locks are LarderSync.Locked rather than Synchronization.Mutex directly: Swift's
+// Mutex on Linux (a futex, in the uninstrumented standard library) is invisible to
+// ThreadSanitizer, which then reports every access guarded by one as a race. This program is
+// correct — four threads and the main thread touch a dictionary only inside Mutex.withLock —
+// and TSan still reports a "Swift access race":
 //   swiftc -sanitize=thread -Onone scripts/sanitize.d/mutex-under-tsan.swift -o /tmp/m && /tmp/m
-// (seen with Swift 6.3.1 on Debian 12). Larder guards its shared state with Mutex, so its TSan
-// run stops at the first such report; the reports cannot be suppressed by frame, since the
-// closures passed to withLock appear without a Mutex frame above them.
+// (seen with Swift 6.3.1 on Debian 12). Built with -DLARDER_TSAN (scripts/sanitize thread),
+// Locked is a pthread mutex, which TSan intercepts; the same program with it reports nothing.
 import Synchronization
 import Foundation
 final class Box: Sendable { let state = Mutex<[Int: [Int]]>([:]) }
