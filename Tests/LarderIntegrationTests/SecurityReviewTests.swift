@@ -375,4 +375,15 @@ final class DNSSSRFTests: IntegrationTestCase {
         }
         XCTAssertEqual(origin.count(path), 0, "the origin on loopback never saw the request")
     }
+    /// Rebinding between a check and the connect: the first answer is allowed (and refuses the
+    /// connection), the second is the metadata address. libcurl falls back to the second; the
+    /// policy is applied to every address as it is connected, so it is refused, not reached.
+    func testTheAddressActuallyConnectedIsTheOneChecked() throws {
+        let closed = Self.freeLoopbackPort()
+        let client = try startLarder { configuration in
+            configuration.resolve = ["flip.test:\(closed):127.0.0.2,169.254.169.254"]
+        }.connection()
+        let response = try client.fetch(["url": "http://flip.test:\(closed)/latest/meta-data/"])
+        XCTAssertEqual(response.errorCode, "upstream_forbidden", response.text)
+    }
 }
