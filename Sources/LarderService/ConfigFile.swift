@@ -35,6 +35,11 @@ public enum ConfigFile {
 
     /// Applies the settings in `text` (YAML or JSON); `source` names it in errors.
     public static func apply(text: String, source: String, to configuration: inout LarderConfiguration) throws(ConfigurationError) {
+        // Yams builds the document recursively: nesting a few thousand levels deep overflows the
+        // stack, so depth is bounded before it parses anything.
+        if nestingEstimate(text) > maxNesting {
+            throw ConfigurationError("\(source): nested more than \(maxNesting) levels deep")
+        }
         let node: Node?
         do {
             node = try Yams.compose(yaml: text)
@@ -48,6 +53,49 @@ public enum ConfigFile {
         let reader = Reader(file: source)
         guard let root = document as? [String: Any] else { throw reader.error("(top level)", "must be a mapping of settings") }
         try reader.apply(root, to: &configuration)
+    }
+
+    static let maxNesting = 256
+
+    /// An upper bound of how deep `text` nests, without parsing it: per line, its indentation
+    /// (a block level needs at least one more column), its leading `- ` and `? ` indicators
+    /// (`- - - x` nests on one line), and the open flow brackets outside quotes and comments.
+    static func nestingEstimate(_ text: String) -> Int {
+        var deepest = 0, flow = 0
+        var quote: UInt8?
+        for line in Array(text.utf8).split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            var index = line.startIndex, block = 0
+            while index < line.endIndex, line[index] == UInt8(ascii: " ") || line[index] == UInt8(ascii: "\t") {
+                block += 1
+                index += 1
+            }
+            while index + 1 < line.endIndex, line[index] == UInt8(ascii: "-") || line[index] == UInt8(ascii: "?"),
+                  line[index + 1] == UInt8(ascii: " ") {
+                block += 2
+                index += 2
+            }
+            var previous = UInt8(ascii: " ")
+            while index < line.endIndex {
+                let byte = line[index]
+                if let open = quote {
+                    if byte == open { quote = nil }
+                } else {
+                    switch byte {
+                    case UInt8(ascii: "\""), UInt8(ascii: "'"): quote = byte
+                    case UInt8(ascii: "#") where previous == UInt8(ascii: " ") || previous == UInt8(ascii: "\t"):
+                        index = line.endIndex - 1
+                    case UInt8(ascii: "["), UInt8(ascii: "{"): flow += 1
+                    case UInt8(ascii: "]"), UInt8(ascii: "}"): flow = max(0, flow - 1)
+                    default: break
+                    }
+                }
+                previous = byte
+                index += 1
+                deepest = max(deepest, block + flow)
+            }
+            deepest = max(deepest, block + flow)
+        }
+        return deepest
     }
 
     /// Why `node` cannot be settings: a key that is not a plain scalar, or nesting deeper than
