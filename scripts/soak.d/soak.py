@@ -251,6 +251,8 @@ def main():
     parser.add_argument("--binary", required=True)
     parser.add_argument("--minutes", type=float, default=10)
     parser.add_argument("--clients", type=int, default=32)
+    # Ids per path kind; with 5 sizes and 3 ways in (/fetch, POST, /proxy), keys = 15 × this.
+    parser.add_argument("--distinct", type=int, default=2000)
     parser.add_argument("--work", required=True)
     args = parser.parse_args()
 
@@ -275,12 +277,12 @@ def main():
     tally = Tally()
     start = time.time()
     deadline = start + args.minutes * 60
-    threads = [threading.Thread(target=client, args=(port, origin_url, deadline, seed, 2000, tally), daemon=True)
+    threads = [threading.Thread(target=client, args=(port, origin_url, deadline, seed, args.distinct, tally), daemon=True)
                for seed in range(args.clients)]
     for thread in threads:
         thread.start()
     samples = []
-    print(f"soak: {args.minutes:g} min, {args.clients} clients, Larder pid {larder.pid} on port {port}, origin {origin_url}")
+    print(f"soak: {args.minutes:g} min, {args.clients} clients, {args.distinct} ids, Larder pid {larder.pid} on port {port}, origin {origin_url}")
     print(f"{'t (s)':>6} {'requests':>9} {'RSS MiB':>8} {'fds':>5} {'threads':>7} {'WAL MiB':>8}")
     while time.time() < deadline:
         time.sleep(min(10, max(0, deadline - time.time())))
