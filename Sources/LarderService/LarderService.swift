@@ -87,10 +87,11 @@ public final class LarderService: @unchecked Sendable {
             secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
         }
         let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
+        let redaction = QueryRedaction(names: configuration.redactQuery)
         let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
                                     maxTransfers: configuration.maxUpstreamTransfers,
                                     maxInflightBodyBytes: configuration.maxInflightBodyBytes, resolve: configuration.resolve,
-                                    redaction: QueryRedaction(names: configuration.redactQuery))
+                                    redaction: redaction)
         upstream.start()
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
@@ -98,7 +99,7 @@ public final class LarderService: @unchecked Sendable {
         limits.staleOnError = configuration.staleOnErrorSeconds
         limits.rangeFetchOver = configuration.rangeFetchOverBytes
         limits.tagHeaders = configuration.tagHeaders
-        limits.redaction = QueryRedaction(names: configuration.redactQuery)
+        limits.redaction = redaction
         let loop = LoopDetection(token: LoopDetection.randomToken())
         limits.loopToken = loop.token
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryCapacityBytes)

@@ -78,7 +78,7 @@ struct Serve: ParsableCommand {
     @Option(help: "Seconds a client connection may stay idle before it is closed (default 30).")
     var clientTimeout: Int?
 
-    @Option(help: "Connections open at once; more are closed as soon as they are accepted (default 10000).")
+    @Option(help: "Connections open at once; more wait in the listen backlog until one closes (default 10000).")
     var maxConnections: Int?
 
     @Option(help: "Connections open at once from one client address; 0 = no limit (default 1024).")
