@@ -5,8 +5,15 @@
 - `larder_never_fails_internally` replaces schemathesis's `not_a_server_error`: Larder answers
   5xx by design when an upstream fails (502 upstream_unreachable for a generated host that does
   not exist, 504 upstream_timeout), so the property checked is that every 5xx is one of the
-  documented, named upstream or service errors (a JSON body with its code), and never a 500."""
+  documented, named upstream or service errors (a JSON body with its code), and never a 500.
+- `ast.parse` is serialised: with `--workers 2` two threads of Hypothesis describe filter
+  lambdas at once, and CPython 3.11 keeps the AST constructor's recursion depth in state the
+  threads share, so one of them may stop with "SystemError: AST constructor recursion depth
+  mismatch" (CPython gh-106905) and end the run with a runtime error that says nothing about
+  Larder (seen in CI)."""
+import ast
 import os
+import threading
 
 import schemathesis
 
@@ -16,6 +23,17 @@ NAMED_5XX = {
     "upstream_unreachable", "upstream_timeout", "upstream_too_large", "too_many_redirects", "upstream_error",
     "validation_failed", "not_cached", "not_implemented", "storage_failed", "shutting_down", "loop_detected"
 }
+
+_ast_parse = ast.parse
+_ast_lock = threading.Lock()
+
+
+def _serialised_ast_parse(*args, **kwargs):
+    with _ast_lock:
+        return _ast_parse(*args, **kwargs)
+
+
+ast.parse = _serialised_ast_parse
 
 
 def _to_origin(value):
