@@ -98,7 +98,7 @@ let package = Package(
                                                              .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(
             name: "LarderIntegrationTests",
-            dependencies: ["LarderService", "LarderHTTP", "LarderCore", "LarderSync"]
+            dependencies: ["LarderService", "LarderHTTP", "LarderCore", "LarderSync", "CMalloc"]
         ),
     ]
 )

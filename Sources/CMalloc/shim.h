@@ -1,5 +1,6 @@
 #ifndef LARDER_CMALLOC_SHIM_H
 #define LARDER_CMALLOC_SHIM_H
-// glibc's malloc tuning (mallopt, malloc_trim), which the Glibc module does not export.
+// glibc's malloc tuning and statistics (mallopt, malloc_trim, mallinfo2), which the Glibc
+// module does not export.
 #include <malloc.h>
 #endif

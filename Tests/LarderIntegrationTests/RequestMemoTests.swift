@@ -1,0 +1,86 @@
+// The request memos are bounded in bytes however many distinct requests arrive, and their
+// estimate of what an entry costs is not below what the heap really gives it.
+
+import CMalloc
+import LarderCore
+import LarderEngine
+@testable import LarderService
+import XCTest
+
+final class RequestMemoTests: XCTestCase {
+    private let keys = CacheKeyBuilder(secret: Array(repeating: 7, count: 32))
+
+    /// A /fetch body like the ones callers send, distinct per `index`.
+    private func body(_ index: Int) -> [UInt8] {
+        Array(#"{"url":"https://api.example.test/v1/items/\#(index)?fields=name,price&lang=en","headers":{"accept":"application/json","x-request-source":"checkout"},"cache":{"ttl":300,"sensitive":"user-\#(index % 97)"}}"#.utf8)
+    }
+
+    /// The smallest body, and one near the size limit (a long query), distinct per `index`.
+    private func shortBody(_ index: Int) -> [UInt8] { Array(#"{"url":"http://a.test/\#(index)"}"#.utf8) }
+    private func longBody(_ index: Int) -> [UInt8] {
+        Array(#"{"url":"https://api.example.test/search?id=\#(index)&q=\#(String(repeating: "term+", count: 700))"}"#.utf8)
+    }
+
+    private func prepared(_ body: [UInt8]) throws -> Memoized {
+        let request = try FetchRequest.parse(json: body)
+        return .fetch(PreparedFetch(request: request, derived: keys.derive(for: request)))
+    }
+
+    /// Bytes glibc has handed out, from its heaps (every arena) and as separate mappings.
+    private func heapInUse() -> Int {
+        let info = mallinfo2()
+        return Int(info.uordblks) + Int(info.hblkhd)
+    }
+
+    func testHoldsNoMoreThanItsBudgetAndKeepsTheLatest() throws {
+        let budget = 256 << 10
+        let memo = RequestMemo(budgetBytes: budget)
+        var costs = 0
+        for index in 0..<20_000 {
+            let bytes = body(index)
+            let value = try prepared(bytes)
+            costs += RequestMemo.cost(keyBytes: bytes.count, value)
+            memo.insert(bytes, value)
+            XCTAssertLessThanOrEqual(memo.usage.bytes, budget)
+        }
+        XCTAssertGreaterThan(costs, 10 * budget, "the test must offer far more than the budget")
+        XCTAssertNotNil(memo.lookup(body(19_999)), "the latest entry is kept")
+        XCTAssertNil(memo.lookup(body(0)), "the first entries made room long ago")
+        XCTAssertGreaterThan(memo.usage.entries, 0)
+    }
+
+    func testEstimateCoversWhatTheHeapHolds() throws {
+        try checkEstimate(body, count: 20_000)
+        try checkEstimate(shortBody, count: 20_000)
+        try checkEstimate(longBody, count: 4_000)
+    }
+
+    private func checkEstimate(_ body: (Int) -> [UInt8], count: Int) throws {
+        let bodies = (0..<count).map(body)
+        let values = try bodies.map(prepared)
+        let estimated = zip(bodies, values).reduce(0) { $0 + RequestMemo.cost(keyBytes: $1.0.count, $1.1) }
+        // Measure what the memo holds on the heap: the values are built before and kept alive
+        // after, so what is allocated here is the table and the key bytes (copies, as a route
+        // keeps the request's own bytes); the values are measured apart, built again.
+        let memo = RequestMemo(budgetBytes: Int.max / 2)
+        var copies: [[UInt8]] = []
+        copies.reserveCapacity(count)
+        let before = heapInUse()
+        for (bytes, value) in zip(bodies, values) {
+            let copy = bytes.withUnsafeBufferPointer { Array($0) }
+            copies.append(copy)
+            memo.insert(copy, value)
+        }
+        let memoHeap = heapInUse() - before
+        // The values themselves (parsed request, derived key) as a memo keeps them alive.
+        let valuesBefore = heapInUse()
+        let fresh = try bodies.map(prepared)
+        let valueHeap = heapInUse() - valuesBefore
+        let real = memoHeap + valueHeap
+        print("memo: \(count) entries of \(bodies[0].count) B, estimated \(estimated / count) B each, heap \(real / count) B each "
+              + "(table and keys \(memoHeap / count), parsed and keyed request \(valueHeap / count))")
+        XCTAssertEqual(memo.usage.entries, count)
+        XCTAssertGreaterThanOrEqual(estimated, real, "the estimate must not be below what the heap holds")
+        withExtendedLifetime((values, fresh, copies)) {}
+    }
+}
