@@ -5,8 +5,12 @@
 // JSON, normalising the URL and computing the HMAC key cost more than the SQLite lookup. The
 // result is a pure function of the body bytes and the instance secret, so reusing it for
 // identical bytes is exact. Each memo has a budget in bytes, split over its shards; a shard
-// that would go over its share is emptied (cheap, and the hot requests come straight back), so
-// what the memos hold is bounded however many distinct requests arrive (README "Memory").
+// that would go over its share makes room by dropping entries chosen at random, so what the
+// memos hold is bounded however many distinct requests arrive (README "Memory"). Random
+// replacement rather than LRU or emptying the shard: callers often cycle through a working set
+// somewhat larger than the memo (a list of URLs polled in turn), where LRU and emptying keep
+// nothing that comes back, and random replacement still keeps a share of it; it also needs no
+// bookkeeping on a hit.
 
 import LarderCore
 import LarderEngine
@@ -42,7 +46,7 @@ final class RequestMemo: Sendable {
     /// per request, a fixed share for its objects and derived keys. RequestMemoTests measures
     /// the heap against this estimate for small, typical and long bodies.
     static func cost(keyBytes: Int, _ value: Value) -> Int {
-        4 * keyBytes + 1024 * value.requestCount
+        4 * keyBytes + 1280 * value.requestCount
     }
 
     init(maxBodyBytes: Int = 4096, budgetBytes: Int) {
@@ -58,8 +62,22 @@ final class RequestMemo: Sendable {
     }
 
     private struct Contents {
-        var entries: [BodyKey: Value] = [:]
+        /// The value and where its key is in `slots`.
+        var entries: [BodyKey: (value: Value, slot: Int)] = [:]
+        /// Every key with its cost, in no order: a random victim is one index away.
+        var slots: [(key: BodyKey, cost: Int)] = []
         var bytes = 0
+
+        mutating func evict(at index: Int) {
+            let victim = slots[index]
+            entries[victim.key] = nil
+            bytes -= victim.cost
+            let last = slots.removeLast()
+            if index < slots.count {
+                slots[index] = last
+                entries[last.key]?.slot = index
+            }
+        }
     }
 
     private final class Shard: Sendable {
@@ -80,7 +98,7 @@ final class RequestMemo: Sendable {
     func lookup(_ body: [UInt8]) -> Value? {
         guard body.count <= maxBodyBytes else { return nil }
         let key = BodyKey(bytes: body, hash: Self.hash(body))
-        return shards[key.hash & (Self.shardCount - 1)].contents.withLock { $0.entries[key] }
+        return shards[key.hash & (Self.shardCount - 1)].contents.withLock { $0.entries[key]?.value }
     }
 
     func insert(_ body: [UInt8], _ prepared: Value) {
@@ -91,12 +109,15 @@ final class RequestMemo: Sendable {
         let key = BodyKey(bytes: body, hash: Self.hash(body))
         shards[key.hash & (Self.shardCount - 1)].contents.withLock { contents in
             if contents.entries[key] != nil { return }
-            if contents.bytes + cost > share {
-                // Not keepingCapacity: the table's storage is given back with its entries.
-                contents.entries.removeAll()
-                contents.bytes = 0
+            // The victims are picked from the new key's hash (random per process; its low bits
+            // chose the shard, so the high bits are used): no generator state, no system call.
+            var pick = UInt64(truncatingIfNeeded: key.hash)
+            while contents.bytes + cost > share, !contents.slots.isEmpty {
+                contents.evict(at: Int((pick >> 33) % UInt64(contents.slots.count)))
+                pick = pick &* 6364136223846793005 &+ 1442695040888963407  // Knuth's MMIX LCG
             }
-            contents.entries[key] = prepared
+            contents.slots.append((key, cost))
+            contents.entries[key] = (prepared, contents.slots.count - 1)
             contents.bytes += cost
         }
     }

@@ -26,6 +26,29 @@ final class RequestMemoTests: XCTestCase {
         return .fetch(PreparedFetch(request: request, derived: keys.derive(for: request)))
     }
 
+    func testKeepsAShareOfAWorkingSetLargerThanItself() throws {
+        // About 700 entries' worth of budget, 1,000 requests polled in turn: emptying a full shard
+        // or dropping the least recently used would keep none of them for their next turn.
+        let bodies = (0..<1_000).map(body)
+        let values = try bodies.map(prepared)
+        let each = RequestMemo.cost(keyBytes: bodies[0].count, values[0])
+        let memo = RequestMemo(budgetBytes: 700 * each)
+        var hits = 0
+        for round in 0..<6 {
+            for (bytes, value) in zip(bodies, values) {
+                if memo.lookup(bytes) != nil {
+                    if round >= 3 { hits += 1 }
+                } else {
+                    memo.insert(bytes, value)
+                }
+            }
+        }
+        let ratio = Double(hits) / 3_000
+        print("memo: \(memo.usage.entries) entries held, hit ratio \(ratio) over a set of 1,000 polled in turn")
+        XCTAssertGreaterThan(ratio, 0.3)
+        XCTAssertLessThanOrEqual(memo.usage.bytes, 700 * each)
+    }
+
     /// Bytes glibc has handed out, from its heaps (every arena) and as separate mappings.
     private func heapInUse() -> Int {
         let info = mallinfo2()
