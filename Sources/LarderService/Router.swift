@@ -38,7 +38,7 @@ struct Router: HTTPRequestHandler {
         self.logger = logger
         self.accessLog = configuration.accessLog
         self.upstreams = upstreams
-        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: 8 << 20),
+        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: 16 << 20),
                                      stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch)
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps)
