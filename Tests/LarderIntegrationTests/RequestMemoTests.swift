@@ -82,12 +82,24 @@ final class RequestMemoTests: XCTestCase {
         let bodies = (0..<count).map(body)
         let values = try bodies.map(prepared)
         let estimated = zip(bodies, values).reduce(0) { $0 + RequestMemo.cost(keyBytes: $1.0.count, $1.1) }
-        // Measure what the memo holds on the heap: the values are built before and kept alive
-        // after, so what is allocated here is the table and the key bytes (copies, as a route
-        // keeps the request's own bytes); the values are measured apart, built again.
+        // The heap is the process's: a thread left over from another test may allocate while this
+        // one measures, which only adds. So measure up to three times and keep the least.
+        var least = Int.max
+        for _ in 0..<3 where least > estimated {
+            least = min(least, try heapHeld(bodies: bodies, values: values))
+        }
+        print("memo: \(count) entries of \(bodies[0].count) B, estimated \(estimated / count) B each, heap \(least / count) B each")
+        XCTAssertGreaterThanOrEqual(estimated, least, "the estimate must not be below what the heap holds")
+    }
+
+    /// What a memo holding `values` under copies of `bodies` takes on the heap, with the values.
+    private func heapHeld(bodies: [[UInt8]], values: [Memoized]) throws -> Int {
+        // The values are built before and kept alive after, so what is allocated here is the
+        // table and the key bytes (copies, as a route keeps the request's own bytes); the values
+        // are measured apart, built again.
         let memo = RequestMemo(budgetBytes: Int.max / 2)
         var copies: [[UInt8]] = []
-        copies.reserveCapacity(count)
+        copies.reserveCapacity(bodies.count)
         let before = heapInUse()
         for (bytes, value) in zip(bodies, values) {
             let copy = bytes.withUnsafeBufferPointer { Array($0) }
@@ -95,15 +107,12 @@ final class RequestMemoTests: XCTestCase {
             memo.insert(copy, value)
         }
         let memoHeap = heapInUse() - before
+        XCTAssertEqual(memo.usage.entries, bodies.count)
         // The values themselves (parsed request, derived key) as a memo keeps them alive.
         let valuesBefore = heapInUse()
         let fresh = try bodies.map(prepared)
         let valueHeap = heapInUse() - valuesBefore
-        let real = memoHeap + valueHeap
-        print("memo: \(count) entries of \(bodies[0].count) B, estimated \(estimated / count) B each, heap \(real / count) B each "
-              + "(table and keys \(memoHeap / count), parsed and keyed request \(valueHeap / count))")
-        XCTAssertEqual(memo.usage.entries, count)
-        XCTAssertGreaterThanOrEqual(estimated, real, "the estimate must not be below what the heap holds")
-        withExtendedLifetime((values, fresh, copies)) {}
+        withExtendedLifetime((memo, fresh, copies)) {}
+        return memoHeap + valueHeap
     }
 }
