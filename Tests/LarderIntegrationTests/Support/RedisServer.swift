@@ -78,10 +78,7 @@ final class RedisClusterNodes {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/redis-cli") else {
             throw XCTSkip("redis-cli is not installed (it comes with redis-server)")
         }
-        // Ports below 55535: the cluster bus listens on port + 10000.
-        var ports: Set<Int> = []
-        while ports.count < 6 { let port = IntegrationTestCase.freeLoopbackPort(); if port < 55_535 { ports.insert(port) } }
-        nodes = try ports.sorted().map { try RedisServer(port: $0, cluster: true) }
+        nodes = try Self.startNodes()
         let create = Process()
         create.executableURL = URL(fileURLWithPath: "/usr/bin/redis-cli")
         create.arguments = ["--cluster", "create"] + nodes.map { "127.0.0.1:\($0.port)" } + ["--cluster-replicas", "1", "--cluster-yes"]
@@ -93,6 +90,41 @@ final class RedisClusterNodes {
             stop()
             throw TestClientError(description: "the Redis Cluster did not form")
         }
+    }
+
+    /// Six nodes on free ports whose cluster bus ports (port + 10000) are free too. Ports are
+    /// picked, then bound by redis-server: another process may take one in between, so a set
+    /// that does not start is stopped and picked again (twice at most).
+    private static func startNodes() throws -> [RedisServer] {
+        var attempt = 0
+        while true {
+            attempt += 1
+            var ports: Set<Int> = []
+            while ports.count < 6 {
+                let port = IntegrationTestCase.freeLoopbackPort()
+                if port < 55_535, isFree(port + 10_000) { ports.insert(port) }
+            }
+            var started: [RedisServer] = []
+            do {
+                for port in ports.sorted() { started.append(try RedisServer(port: port, cluster: true)) }
+                return started
+            } catch {
+                started.forEach { $0.stop() }
+                if attempt == 3 { throw error }
+            }
+        }
+    }
+
+    /// Whether a loopback port can be bound now.
+    private static func isFree(_ port: Int) -> Bool {
+        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } } == 0
     }
 
     /// Waits until every running node reports cluster_state:ok and three running nodes are
