@@ -88,15 +88,22 @@ class IntegrationTestCase: XCTestCase {
     }
 
     /// A loopback port free right now (bound to port 0, then released).
-    static func freeLoopbackPort() -> Int {
+    static func freeLoopbackPort() -> Int { bindLoopback(port: 0) ?? 0 }
+
+    /// Whether a loopback port can be bound right now.
+    static func isFreeLoopbackPort(_ port: Int) -> Bool { bindLoopback(port: port) != nil }
+
+    /// Binds a TCP socket to 127.0.0.1:`port` (0: any) and releases it; the port bound, or nil.
+    private static func bindLoopback(port: Int) -> Int? {
         let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(socket) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
+        let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
+        guard bound == 0 else { return nil }
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) } }
         return Int(UInt16(bigEndian: address.sin_port))
     }

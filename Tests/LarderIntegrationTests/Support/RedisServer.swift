@@ -102,7 +102,7 @@ final class RedisClusterNodes {
             var ports: Set<Int> = []
             while ports.count < 6 {
                 let port = IntegrationTestCase.freeLoopbackPort()
-                if port < 55_535, isFree(port + 10_000) { ports.insert(port) }
+                if port < 55_535, IntegrationTestCase.isFreeLoopbackPort(port + 10_000) { ports.insert(port) }
             }
             var started: [RedisServer] = []
             do {
@@ -113,18 +113,6 @@ final class RedisClusterNodes {
                 if attempt == 3 { throw error }
             }
         }
-    }
-
-    /// Whether a loopback port can be bound now.
-    private static func isFree(_ port: Int) -> Bool {
-        let socket = Foundation.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(socket) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } } == 0
     }
 
     /// Waits until every running node reports cluster_state:ok and three running nodes are
