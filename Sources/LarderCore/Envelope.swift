@@ -75,10 +75,18 @@ public struct CacheReport: Sendable, Equatable {
 }
 
 public enum ResponseHeaders {
-    /// Parses headers rendered by `renderJSON` back into fields (for updating them).
+    /// Parses headers rendered by `renderJSON` back into fields, sorted by name; none unless
+    /// the bytes are a JSON object of strings. (Every entry read from a store goes through
+    /// here, so it uses the byte-level parser rather than Foundation's.)
     public static func parseJSON(_ bytes: [UInt8]) -> [HeaderField] {
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: String] else { return [] }
-        return object.sorted { $0.key < $1.key }.map { HeaderField($0.key, $0.value) }
+        guard case .object(let object)? = try? JSONParser.parse(bytes, maxDepth: 1) else { return [] }
+        var fields: [HeaderField] = []
+        fields.reserveCapacity(object.count)
+        for (name, value) in object {
+            guard case .string(let text) = value else { return [] }
+            fields.append(HeaderField(name, text))
+        }
+        return fields.sorted { $0.name < $1.name }
     }
 
     /// RFC 9111 §3.2: a 304 (or a HEAD) updates the stored header fields: each field it carries
@@ -98,6 +106,18 @@ public enum ResponseHeaders {
     /// with ", " (RFC 9110 §5.3), hop-by-hop fields left out. `dropCookies` leaves Set-Cookie
     /// out, as for stored entries: cookies are secrets and never land in the database.
     public static func renderJSON(_ headers: [HeaderField], dropCookies: Bool) -> [UInt8] {
+        render(combined(headers, dropCookies: dropCookies))
+    }
+
+    /// `renderJSON` and, in the same pass, the fields `parseJSON` would read back from it (an
+    /// entry keeps both: the JSON for the store, the fields for the proxy).
+    public static func rendered(_ headers: [HeaderField], dropCookies: Bool) -> (json: [UInt8], fields: [HeaderField]) {
+        let fields = combined(headers, dropCookies: dropCookies)
+        return (render(fields), fields.sorted { $0.name < $1.name })
+    }
+
+    /// The fields as renderJSON keeps them, in order of first appearance.
+    private static func combined(_ headers: [HeaderField], dropCookies: Bool) -> [HeaderField] {
         let nominated = HopByHop.nominated(in: headers)
         var order: [String] = []
         var values: [String: [String]] = [:]
@@ -108,12 +128,16 @@ public enum ResponseHeaders {
             if values[name] == nil { order.append(name) }
             values[name, default: []].append(field.value)
         }
+        return order.map { HeaderField($0, values[$0]!.joined(separator: ", ")) }
+    }
+
+    private static func render(_ fields: [HeaderField]) -> [UInt8] {
         var out: [UInt8] = [UInt8(ascii: "{")]
-        for (index, name) in order.enumerated() {
+        for (index, field) in fields.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
-            JSONWriter.appendString(name, to: &out)
+            JSONWriter.appendString(field.name, to: &out)
             out.append(UInt8(ascii: ":"))
-            JSONWriter.appendString(values[name]!.joined(separator: ", "), to: &out)
+            JSONWriter.appendString(field.value, to: &out)
         }
         out.append(UInt8(ascii: "}"))
         return out

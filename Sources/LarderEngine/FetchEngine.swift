@@ -27,6 +27,7 @@ public enum CacheAnswer: Sendable {
 public struct ServedResponse: Sendable {
     public var status: Int
     /// Headers as a JSON object (names lower-cased, repeated fields joined, no hop-by-hop).
+    /// Left empty for the proxy's fresh upstream responses (shared requests), which send `headers`.
     public var headersJSON: [UInt8]
     /// The header fields: the upstream's own when the response came from it just now (Set-Cookie
     /// included), the stored ones otherwise.
@@ -516,7 +517,8 @@ public final class FetchEngine: Sendable {
                                         maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: arrivedAt,
                                         directives: request.directives,
                                         sharedWithCredentials: request.shared && request.hasCredentials, shared: request.shared)
-        let liveHeaders = ResponseHeaders.renderJSON(response.headers, dropCookies: false)
+        // The /fetch envelope shows the headers as JSON; the proxy sends the fields as they are.
+        let liveHeaders = request.shared ? [] : ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         if let validation = request.validation, let failure = validation.failure(status: response.status, body: response.body) {
             // A failed validation is a failed request, and nothing of it is stored. What the
             // unsafe method changed at the origin still invalidates (RFC 9111 §4.4).
@@ -593,17 +595,18 @@ public final class FetchEngine: Sendable {
         let varyNames = Vary.names(in: response.headers) ?? []
         let fingerprint = varyNames.isEmpty ? nil : keys.variantFingerprint(names: varyNames, request: request.headers)
         let rowKey = fingerprint.map { CacheKey(hex: derived.key.hex + "." + $0.prefix(32)) } ?? derived.key
+        let headers = ResponseHeaders.rendered(CacheRules.storableHeaders(response.headers, withholding: stored.withheldFields),
+                                               dropCookies: true)
         var entry = StoredEntry(
             key: rowKey, primaryKey: derived.key, varyNames: varyNames, variantFingerprint: fingerprint,
             namespace: request.cache.namespace, method: request.method,
             url: limits.redaction.apply(request.url.absoluteString), urlKey: limits.redaction.apply(request.url.keyString()),
             status: response.status,
-            headersJSON: ResponseHeaders.renderJSON(CacheRules.storableHeaders(response.headers, withholding: stored.withheldFields),
-                                                    dropCookies: true),
+            headersJSON: headers.json,
             body: response.body, bodyKind: kind, freshness: stored.entry(storedAt: time, version: request.cache.version),
             sensitiveFingerprint: derived.sensitiveFingerprint,
             etag: response.headers.values("etag").first,
-            lastModified: response.headers.values("last-modified").first)
+            lastModified: response.headers.values("last-modified").first, headerFields: headers.fields)
         entry.tags = CacheTags.merged(request.cache.tags, from: response.headers, headerNames: limits.tagHeaders)
         return entry
     }

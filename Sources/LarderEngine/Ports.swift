@@ -54,7 +54,7 @@ public struct StoredEntry: Sendable, Equatable {
     public init(key: CacheKey, primaryKey: CacheKey? = nil, varyNames: [String] = [], variantFingerprint: String? = nil,
                 namespace: String, method: HTTPMethod, url: String, urlKey: String? = nil, status: Int,
                 headersJSON: [UInt8], body: [UInt8], bodyKind: BodyKind, freshness: EntryFreshness, sensitiveFingerprint: String?,
-                etag: String?, lastModified: String?) {
+                etag: String?, lastModified: String?, headerFields: [HeaderField]? = nil) {
         self.key = key
         self.primaryKey = primaryKey ?? key
         self.varyNames = varyNames
@@ -65,7 +65,8 @@ public struct StoredEntry: Sendable, Equatable {
         self.urlKey = urlKey ?? url
         self.status = status
         self.headersJSON = headersJSON
-        self.headerFields = ResponseHeaders.parseJSON(headersJSON)
+        // Given when the caller has them (a new entry: ResponseHeaders.rendered), else parsed.
+        self.headerFields = headerFields ?? ResponseHeaders.parseJSON(headersJSON)
         self.body = body
         self.bodyKind = bodyKind
         self.freshness = freshness

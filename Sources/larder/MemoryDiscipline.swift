@@ -17,7 +17,8 @@ final class MemoryDiscipline {
     private let timer: DispatchSourceTimer
 
     init() {
-        mallopt(M_ARENA_MAX, 2)
+        // An operator's MALLOC_ARENA_MAX (glibc's own variable) wins.
+        if getenv("MALLOC_ARENA_MAX") == nil { mallopt(M_ARENA_MAX, 2) }
         let timer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
         timer.schedule(deadline: .now() + 10, repeating: 10)
         timer.setEventHandler { malloc_trim(0) }

@@ -104,6 +104,29 @@ final class EnvelopeTests: XCTestCase {
         XCTAssertTrue((document["timing"] as? [String: Any])?["upstreamMs"] is NSNull)
     }
 
+    func testStoredHeadersRenderedAndParsedInOnePassMatchTheRoundTrip() {
+        // An entry keeps its headers as JSON (for the store) and as fields (for the proxy);
+        // a new entry gets both from one pass, an entry read back parses the JSON.
+        let headers = [HeaderField("Content-Type", "application/json"), HeaderField("X-Multi", "a"), HeaderField("x-multi", "b"),
+                       HeaderField("Connection", "close, X-Hop"), HeaderField("X-Hop", "1"), HeaderField("Set-Cookie", "s=1"),
+                       HeaderField("ETag", "\"q\\\"uoted\""), HeaderField("X-Text", "é, ☃, tab\there"), HeaderField("Age", "3")]
+        for dropCookies in [true, false] {
+            let json = ResponseHeaders.renderJSON(headers, dropCookies: dropCookies)
+            let rendered = ResponseHeaders.rendered(headers, dropCookies: dropCookies)
+            XCTAssertEqual(rendered.json, json)
+            XCTAssertEqual(rendered.fields.map(\.name), rendered.fields.map(\.name).sorted())
+            XCTAssertEqual(rendered.fields, ResponseHeaders.parseJSON(json))
+            XCTAssertEqual(rendered.fields.first { $0.name == "x-multi" }?.value, "a, b")
+            XCTAssertEqual(rendered.fields.contains { $0.name == "set-cookie" }, !dropCookies)
+            XCTAssertFalse(rendered.fields.contains { $0.name == "x-hop" || $0.name == "connection" })
+        }
+        // Anything but an object of strings reads as no fields.
+        for bad in ["", "[]", "{\"a\":1}", "{\"a\":{\"b\":\"c\"}}", "{\"a\":\"b\"", "null"] {
+            XCTAssertEqual(ResponseHeaders.parseJSON(Array(bad.utf8)), [], bad)
+        }
+        XCTAssertEqual(ResponseHeaders.parseJSON(Array(#"{"b":"2","a":"1\u00e9"}"#.utf8)), [HeaderField("a", "1é"), HeaderField("b", "2")])
+    }
+
     func testTextAndBinaryBodiesAreEscaped() throws {
         let text = try decode(Envelope.render(status: 200, headersJSON: Array("{}".utf8), body: Array("a\"b\\c\n\u{1}".utf8), kind: .text,
                                               cache: report(ttl: nil), totalMs: 1, upstreamMs: 2))
