@@ -65,7 +65,7 @@ let package = Package(
         .target(
             name: "LarderService",
             dependencies: [
-                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP", "LarderRedis", "LarderSync",
+                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP", "LarderRedis", "LarderSync", "CMalloc",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),

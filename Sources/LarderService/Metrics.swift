@@ -8,6 +8,7 @@
 // What the database holds (entries, bytes, evictions), the memory tier, warm jobs and the
 // process figures are read when scraped.
 
+import CMalloc
 import CoreMetrics
 import Foundation
 import LarderCore
@@ -185,6 +186,11 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     // MARK: - Scraping
 
+    /// The request memos' estimated bytes, recorded by the router before a scrape.
+    func recordRequestMemos(bytes: Int) {
+        gauge("larder_request_memo_bytes").record(bytes)
+    }
+
     /// The exposition, after reading what is measured at scrape time.
     func scrape(store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?) -> [UInt8] {
         let figures = store.figures
@@ -207,6 +213,11 @@ final class LarderMetrics: TrafficObserver, Sendable {
         gauge("process_start_time_seconds").record(startedAt)
         if let resident = Self.residentBytes() { gauge("process_resident_memory_bytes").record(resident) }
         gauge("process_open_fds").record((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0)
+        // glibc's heap: what is allocated (arenas and mmapped blocks) and what is free inside
+        // the arenas, so resident memory can be told apart from memory in use (fragmentation).
+        let heap = mallinfo2()
+        gauge("larder_heap_bytes", [("state", "in_use")]).record(Int(heap.uordblks + heap.hblkhd))
+        gauge("larder_heap_bytes", [("state", "free")]).record(Int(heap.fordblks))
         return registry.emitToBuffer()
     }
 

@@ -54,6 +54,11 @@ struct Router: HTTPRequestHandler {
 
     private static let jsonHeaders: [(name: String, value: String)] = [("Content-Type", "application/json")]
 
+    /// What the request memos hold, in their estimated bytes (each is bounded by its budget).
+    var memoBytes: Int {
+        [memo, proxyRoute.memo, batchRoute.memo, chainRoute.memo, chainRoute.steps].reduce(0) { $0 + $1.usage.bytes }
+    }
+
     func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
         handle(request, responder: responder, onAdminListener: false)
     }
@@ -99,6 +104,7 @@ struct Router: HTTPRequestHandler {
             if let metricsToken, let refusal = AdminRoute.refusal(request, token: metricsToken) {
                 return finish(request, response: refusal, outcome: nil, errorCode: LarderError.Code.unauthorized.rawValue, receivedAt: receivedAt)
             }
+            metrics?.recordRequestMemos(bytes: memoBytes)
             return finish(request, response: HTTPServerResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
                                                                 body: scrape()),
                           outcome: nil, receivedAt: receivedAt)

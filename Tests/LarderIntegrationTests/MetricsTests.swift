@@ -83,6 +83,11 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertGreaterThan(samples[#"larder_memory_tier_bytes{}"#] ?? 0, 0)
         XCTAssertEqual(samples[#"larder_warm_jobs{state="running"}"#], 0)
         XCTAssertGreaterThan(samples[#"process_resident_memory_bytes{}"#] ?? 0, 1_048_576)
+        // The heap holds at least the memory tier's entries.
+        XCTAssertGreaterThan(samples[#"larder_heap_bytes{state="in_use"}"#] ?? 0,
+                             max(1_048_576, samples[#"larder_memory_tier_bytes{}"#] ?? .infinity))
+        XCTAssertNotNil(samples[#"larder_heap_bytes{state="free"}"#])
+        XCTAssertGreaterThan(samples[#"larder_request_memo_bytes{}"#] ?? 0, 0, "the /fetch requests above are remembered")
         XCTAssertGreaterThan(samples[#"process_open_fds{}"#] ?? 0, 3)
         XCTAssertGreaterThan(samples[#"process_start_time_seconds{}"#] ?? 0, 1_700_000_000)
     }

@@ -10,9 +10,10 @@ The origin (in this process, raw sockets, keep-alive) serves:
   /fault/truncated/ID Content-Length larger than the body, then close -> upstream_error
 Clients (threads, one keep-alive connection each) send /fetch (GET, and POST with ttl),
 /proxy, /batch and purges. Every answer is checked against what its path asks for. Larder's
-RSS, open fds, threads and WAL size are sampled every 10 s and printed as a table; the run
-fails on a crash, an unanswered request, a wrong body, an error code that does not match the
-injected fault, or growth after warm-up."""
+RSS, open fds, threads and WAL size, with glibc's heap (in use, free), the memory tier and the
+request memos from /metrics, are sampled every 10 s and printed as a table; the run fails on a
+crash, an unanswered request, a wrong body, an error code that does not match the injected
+fault, or growth after warm-up."""
 import argparse
 import hashlib
 import http.client
@@ -236,14 +237,28 @@ def client(port, origin, deadline, seed, distinct, tally):
             tally.add("purge ok" if status == 200 else "purge failed", None if status == 200 else f"purge: {status} {body!r}")
 
 
-def sample(pid, db):
+def sample(pid, db, port):
     with open(f"/proc/{pid}/status") as status:
         fields = dict(line.split(":", 1) for line in status if ":" in line)
     rss = int(fields["VmRSS"].split()[0]) / 1024
     threads = int(fields["Threads"])
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     wal = os.path.getsize(db + "-wal") / 2**20 if os.path.exists(db + "-wal") else 0.0
-    return rss, fds, threads, wal
+    # What glibc's heap holds (in use, and free inside its arenas) and the memory tier, from
+    # /metrics: RSS that grows while these stay level is fragmentation, not something kept.
+    heap = {}
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/metrics")
+        for line in connection.getresponse().read().decode().splitlines():
+            for name, label in (("in_use", 'larder_heap_bytes{state="in_use"}'), ("free", 'larder_heap_bytes{state="free"}'),
+                                ("tier", "larder_memory_tier_bytes"), ("memos", "larder_request_memo_bytes")):
+                if line.startswith(label + " "):
+                    heap[name] = float(line.split()[-1]) / 2**20
+        connection.close()
+    except (OSError, http.client.HTTPException, ValueError):
+        pass
+    return (rss, fds, threads, wal) + tuple(heap.get(name, float("nan")) for name in ("in_use", "free", "tier", "memos"))
 
 
 def main():
@@ -283,15 +298,16 @@ def main():
         thread.start()
     samples = []
     print(f"soak: {args.minutes:g} min, {args.clients} clients, {args.distinct} ids, Larder pid {larder.pid} on port {port}, origin {origin_url}")
-    print(f"{'t (s)':>6} {'requests':>9} {'RSS MiB':>8} {'fds':>5} {'threads':>7} {'WAL MiB':>8}")
+    print(f"{'t (s)':>6} {'requests':>9} {'RSS MiB':>8} {'fds':>5} {'threads':>7} {'WAL MiB':>8} {'heap used':>9} {'heap free':>9} {'tier MiB':>8} {'memos MiB':>9}")
     while time.time() < deadline:
         time.sleep(min(10, max(0, deadline - time.time())))
         if larder.poll() is not None:
             break
-        row = sample(larder.pid, db)
+        row = sample(larder.pid, db, port)
         samples.append(row)
         done = sum(tally.counts.values())
-        print(f"{time.time() - start:6.0f} {done:9d} {row[0]:8.1f} {row[1]:5d} {row[2]:7d} {row[3]:8.1f}", flush=True)
+        print(f"{time.time() - start:6.0f} {done:9d} {row[0]:8.1f} {row[1]:5d} {row[2]:7d} {row[3]:8.1f} {row[4]:9.1f} {row[5]:9.1f} {row[6]:8.1f} {row[7]:9.1f}",
+              flush=True)
     for thread in threads:
         thread.join(timeout=60)
     crashed = larder.poll() is not None
