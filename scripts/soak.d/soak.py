@@ -244,8 +244,9 @@ def sample(pid, db, port):
     threads = int(fields["Threads"])
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     wal = os.path.getsize(db + "-wal") / 2**20 if os.path.exists(db + "-wal") else 0.0
-    # What glibc's heap holds (in use, and free inside its arenas) and the memory tier, from
-    # /metrics: RSS that grows while these stay level is fragmentation, not something kept.
+    # What glibc's heap holds (in use, and free inside its arenas), the memory tier and the
+    # request memos, from /metrics: RSS that grows while these stay level is fragmentation, not
+    # something kept.
     heap = {}
     try:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
