@@ -127,7 +127,9 @@ public final class LarderService: @unchecked Sendable {
         engine.traffic.observe(with: metrics)
         let router = Router(engine: engine, clock: clock, logger: logger, configuration: configuration,
                             upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store, loop: loop,
-                            scrape: { [weak tier] in tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs) } ?? [] })
+                            scrape: { [weak tier] memoBytes in
+                                tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes) } ?? []
+                            })
 
         var serverConfiguration = HTTPServerConfiguration()
         serverConfiguration.host = configuration.host

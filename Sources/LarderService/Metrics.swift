@@ -186,13 +186,9 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     // MARK: - Scraping
 
-    /// The request memos' estimated bytes, recorded by the router before a scrape.
-    func recordRequestMemos(bytes: Int) {
-        gauge("larder_request_memo_bytes").record(bytes)
-    }
-
-    /// The exposition, after reading what is measured at scrape time.
-    func scrape(store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?) -> [UInt8] {
+    /// The exposition, after reading what is measured at scrape time (`memoBytes`: what the
+    /// router's request memos hold).
+    func scrape(store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int) -> [UInt8] {
         let figures = store.figures
         gauge("larder_cache_entries").record(figures.entries)
         gauge("larder_cache_bytes").record(figures.bytes)
@@ -207,6 +203,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         counter("larder_cache_expired_removals_total", []).increment(by: max(0, expired))
         counter("larder_store_errors_total", []).increment(by: max(0, failed))
         gauge("larder_memory_tier_bytes").record(tier.bytes)
+        gauge("larder_request_memo_bytes").record(memoBytes)
         var states: [String: Int] = ["queued": 0, "running": 0, "done": 0, "cancelled": 0]
         for job in warmJobs?.list() ?? [] { states[job.state.rawValue, default: 0] += 1 }
         for (state, count) in states { gauge("larder_warm_jobs", [("state", state)]).record(count) }

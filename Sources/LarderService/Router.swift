@@ -19,8 +19,8 @@ struct Router: HTTPRequestHandler {
     let warmRoute: WarmRoute?
     let adminRoute: AdminRoute?
     let metrics: LarderMetrics?
-    /// The exposition for GET /metrics.
-    let scrape: (@Sendable () -> [UInt8])?
+    /// The exposition for GET /metrics, given what the request memos hold.
+    let scrape: (@Sendable (_ memoBytes: Int) -> [UInt8])?
     let metricsToken: [UInt8]?
     /// With --admin-port: /cache… and /metrics are served only there, nothing else is.
     let adminOnOwnListener: Bool
@@ -32,7 +32,7 @@ struct Router: HTTPRequestHandler {
     init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
          upstreams: [String: NamedUpstream], warmJobs: WarmJobs? = nil, admin: AdminRoute? = nil,
          metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, loop: LoopDetection? = nil,
-         scrape: (@Sendable () -> [UInt8])? = nil) {
+         scrape: (@Sendable (_ memoBytes: Int) -> [UInt8])? = nil) {
         self.engine = engine
         self.clock = clock
         self.logger = logger
@@ -104,9 +104,8 @@ struct Router: HTTPRequestHandler {
             if let metricsToken, let refusal = AdminRoute.refusal(request, token: metricsToken) {
                 return finish(request, response: refusal, outcome: nil, errorCode: LarderError.Code.unauthorized.rawValue, receivedAt: receivedAt)
             }
-            metrics?.recordRequestMemos(bytes: memoBytes)
             return finish(request, response: HTTPServerResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
-                                                                body: scrape()),
+                                                                body: scrape(memoBytes)),
                           outcome: nil, receivedAt: receivedAt)
         case "/healthz":
             guard request.method == "GET" || request.method == "HEAD" else {

@@ -247,19 +247,20 @@ def sample(pid, db, port):
     # What glibc's heap holds (in use, and free inside its arenas), the memory tier and the
     # request memos, from /metrics: RSS that grows while these stay level is fragmentation, not
     # something kept.
-    heap = {}
+    wanted = ('larder_heap_bytes{state="in_use"}', 'larder_heap_bytes{state="free"}', "larder_memory_tier_bytes",
+              "larder_request_memo_bytes")
+    scraped = {}
     try:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         connection.request("GET", "/metrics")
         for line in connection.getresponse().read().decode().splitlines():
-            for name, label in (("in_use", 'larder_heap_bytes{state="in_use"}'), ("free", 'larder_heap_bytes{state="free"}'),
-                                ("tier", "larder_memory_tier_bytes"), ("memos", "larder_request_memo_bytes")):
-                if line.startswith(label + " "):
-                    heap[name] = float(line.split()[-1]) / 2**20
+            name, _, value = line.rpartition(" ")
+            if name in wanted:
+                scraped[name] = float(value) / 2**20
         connection.close()
     except (OSError, http.client.HTTPException, ValueError):
         pass
-    return (rss, fds, threads, wal) + tuple(heap.get(name, float("nan")) for name in ("in_use", "free", "tier", "memos"))
+    return (rss, fds, threads, wal) + tuple(scraped.get(name, float("nan")) for name in wanted)
 
 
 def main():
