@@ -14,7 +14,7 @@ struct BatchRoute: Sendable {
     let maxRequests: Int
     /// Parsed batches by body bytes: a repeated batch (a dashboard's 20 tiles) skips parsing
     /// and key derivation, as /fetch does.
-    let memo = RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: 2 << 20)
+    let memo: RequestMemo
 
     struct PreparedBatch: Sendable {
         let ids: [String]

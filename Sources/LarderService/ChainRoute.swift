@@ -13,8 +13,8 @@ struct ChainRoute: Sendable {
     let maxSteps: Int
     /// Parsed chains by body bytes, and prepared step requests by their rendered bytes: a
     /// repeated chain over fresh entries skips parsing and key derivation, as /fetch does.
-    let memo = RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: 2 << 20)
-    let steps = RequestMemo(budgetBytes: 2 << 20)
+    let memo: RequestMemo
+    let steps: RequestMemo
 
     func handle(_ request: HTTPServerRequest, responder: HTTPResponder, receivedAt: Double,
                 fail: (LarderError) -> HTTPServerResponse,

@@ -134,7 +134,7 @@ public enum ConfigFile {
 
         func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
-                                      "memoryMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
+                                      "memoryMb", "requestMemoMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
                                       "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
                                       "bodyFileThreshold", "adminToken", "tagHeaders", "adminPort", "store", "storePrefix", "storeTimeoutMs", "storeFallback", "redactQuery", "clientTimeout", "maxConnections", "onCorrupt", "resolve", "maxBytes", "maxObjectBytes", "retention",
@@ -149,6 +149,7 @@ public enum ConfigFile {
             if let value = root["threads"] { configuration.serverThreads = try integer(value, "threads") }
             if let value = root["maxBodyBytes"] { configuration.maxUpstreamBodyBytes = try integer(value, "maxBodyBytes") }
             if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try megabytes(value, "memoryMb") }
+            if let value = root["requestMemoMb"] { configuration.requestMemoBytes = try megabytes(value, "requestMemoMb") }
             if let value = root["maxUpstreamTransfers"] { configuration.maxUpstreamTransfers = try integer(value, "maxUpstreamTransfers") }
             if let value = root["maxInflightMb"] { configuration.maxInflightBodyBytes = try megabytes(value, "maxInflightMb") }
             if let value = root["rangeFetchOver"] { configuration.rangeFetchOverBytes = try integer(value, "rangeFetchOver") }

@@ -64,6 +64,9 @@ public struct LarderConfiguration: Sendable {
     public var maxVariants: Int = 16
     /// Bytes of hot entries kept in memory in front of SQLite; 0 disables the memory tier.
     public var memoryCapacityBytes: Int = 64 << 20
+    /// Estimated bytes of parsed requests remembered by their bytes (the request memos), over
+    /// all of them; 0 turns them off. See `RequestMemoBudgets`.
+    public var requestMemoBytes: Int = 30 << 20
     /// Bodies at least this large are kept as files beside the database and sent with sendfile.
     public var bodyFileThresholdBytes: Int = 32 << 10
     /// On SIGTERM, seconds to let in-flight requests finish before they are cancelled.
@@ -123,6 +126,7 @@ public struct LarderConfiguration: Sendable {
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
         guard (1...1024).contains(maxVariants) else { throw ConfigurationError("max variants must be 1 to 1024") }
         guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
+        guard requestMemoBytes >= 0 else { throw ConfigurationError("request memo budget must be 0 or more") }
         for (name, token) in [("admin", adminToken), ("metrics", metricsToken)] {
             if let token, token.isEmpty || !token.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
                 throw ConfigurationError("the \(name) token must be 1 or more printable ASCII characters, no spaces")

@@ -33,6 +33,22 @@ enum Memoized: Sendable {
     }
 }
 
+/// How `--request-memo-mb` is shared among the memos, in thirtieths (the default 30 MiB gives
+/// 8 MiB to /fetch bodies, 16 MiB to proxy requests — a 10,000-URL set polled in turn ran 1.17×
+/// faster with 16 than with 8 — and 2 MiB each to /batch bodies, /chain bodies and chain steps).
+struct RequestMemoBudgets: Sendable {
+    let fetch: Int, proxy: Int, batch: Int, chain: Int, chainSteps: Int
+
+    init(totalBytes: Int) {
+        let thirtieth = totalBytes / 30
+        fetch = 8 * thirtieth
+        proxy = 16 * thirtieth
+        batch = 2 * thirtieth
+        chain = 2 * thirtieth
+        chainSteps = 2 * thirtieth
+    }
+}
+
 final class RequestMemo: Sendable {
     typealias Value = Memoized
     /// Bodies larger than this are not remembered.

@@ -12,7 +12,7 @@ struct Router: HTTPRequestHandler {
     let logger: Logger
     let accessLog: Bool
     let upstreams: [String: NamedUpstream]
-    let memo = RequestMemo(budgetBytes: 8 << 20)
+    let memo: RequestMemo
     let proxyRoute: ProxyRoute
     let batchRoute: BatchRoute
     let chainRoute: ChainRoute
@@ -38,10 +38,15 @@ struct Router: HTTPRequestHandler {
         self.logger = logger
         self.accessLog = configuration.accessLog
         self.upstreams = upstreams
-        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: 16 << 20),
+        let budgets = RequestMemoBudgets(totalBytes: configuration.requestMemoBytes)
+        self.memo = RequestMemo(budgetBytes: budgets.fetch)
+        self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: budgets.proxy),
                                      stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)
-        self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch)
-        self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps)
+        self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch,
+                                     memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.batch))
+        self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps,
+                                     memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.chain),
+                                     steps: RequestMemo(budgetBytes: budgets.chainSteps))
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }
         self.adminRoute = admin
         self.metrics = metrics

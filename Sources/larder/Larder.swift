@@ -105,6 +105,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Megabytes of hot entries kept in memory in front of SQLite; 0 disables (default 64).")
     var memoryMb: Int?
 
+    @Option(help: "Megabytes of parsed requests remembered by their bytes, so repeated requests skip parsing and keying; 0 disables (default 30).")
+    var requestMemoMb: Int?
+
     @Option(help: "Bytes the cache may hold, e.g. 1GiB or 100MB; least recently used entries are evicted past it (default 1GiB).")
     var maxBytes: String?
 
@@ -191,6 +194,7 @@ struct Serve: ParsableCommand {
         if let threads { configuration.serverThreads = threads }
         if let maxBodyBytes { configuration.maxUpstreamBodyBytes = maxBodyBytes }
         if let memoryMb { configuration.memoryCapacityBytes = try megabytes(memoryMb, "--memory-mb") }
+        if let requestMemoMb { configuration.requestMemoBytes = try megabytes(requestMemoMb, "--request-memo-mb") }
         if let maxUpstreamTransfers { configuration.maxUpstreamTransfers = maxUpstreamTransfers }
         if let maxInflightMb { configuration.maxInflightBodyBytes = try megabytes(maxInflightMb, "--max-inflight-mb") }
         if let headerTimeout { configuration.headerTimeoutSeconds = headerTimeout }

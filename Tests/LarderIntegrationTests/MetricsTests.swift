@@ -92,6 +92,28 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertGreaterThan(samples[#"process_start_time_seconds{}"#] ?? 0, 1_700_000_000)
     }
 
+    /// `--request-memo-mb` bounds what the memos hold (estimated bytes), and 0 turns them off
+    /// without changing any answer.
+    func testTheRequestMemoBudgetBoundsWhatIsRemembered() throws {
+        let base = uniquePath()
+        for budget in [0, 1 << 20] {
+            let client = try startLarder { $0.requestMemoBytes = budget }.connection()
+            // ~1.6 KB each in the estimate: 800 of them are more than the whole budget.
+            for index in 0..<800 {
+                let spec: [String: Any] = ["url": url("\(base)/memo/\(budget)/\(index)"), "cache": ["ttl": 600]]
+                XCTAssertEqual(try client.fetch(spec).json["status"] as? Int, 200)
+            }
+            XCTAssertEqual(try client.fetch(["url": url("\(base)/memo/\(budget)/0"), "cache": ["ttl": 600]]).outcome, "hit")
+            let held = try parse(try client.request("GET", "/metrics").body)[#"larder_request_memo_bytes{}"#] ?? -1
+            if budget == 0 {
+                XCTAssertEqual(held, 0, "memos off")
+            } else {
+                XCTAssertGreaterThan(held, 0)
+                XCTAssertLessThanOrEqual(held, Double(budget), "within --request-memo-mb")
+            }
+        }
+    }
+
     func testAMetricsTokenGuardsMetricsOnly() throws {
         let client = try startLarder { $0.metricsToken = "scrape-me" }.connection()
         let refused = try client.request("GET", "/metrics")

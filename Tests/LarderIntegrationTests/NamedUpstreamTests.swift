@@ -95,6 +95,7 @@ final class ConfigFileTests: XCTestCase {
             allowHosts: [api.example.test]
             denyPrivate: true
             memoryMb: 8
+            requestMemoMb: 3
             shutdownGrace: 2.5
             accessLog: false
             upstreams:
@@ -113,6 +114,7 @@ final class ConfigFileTests: XCTestCase {
         XCTAssertEqual(configuration.allowHosts, ["api.example.test"])
         XCTAssertTrue(configuration.denyPrivate)
         XCTAssertEqual(configuration.memoryCapacityBytes, 8 << 20)
+        XCTAssertEqual(configuration.requestMemoBytes, 3 << 20)
         XCTAssertEqual(configuration.shutdownGraceSeconds, 2.5)
         XCTAssertFalse(configuration.accessLog)
         XCTAssertEqual(configuration.upstreams, [

@@ -271,6 +271,9 @@ def main():
     # Ids per path kind; with 5 sizes and 3 ways in (/fetch, POST, /proxy), keys = 15 × this.
     parser.add_argument("--distinct", type=int, default=2000)
     parser.add_argument("--work", required=True)
+    # Small request memos (Larder's default is 30 MiB): they fill to their budget within the
+    # warm-up, so what comes after shows whether anything else grows.
+    parser.add_argument("--memo-mb", type=int, default=4)
     args = parser.parse_args()
 
     origin = Origin(("127.0.0.1", 0), OriginHandler)
@@ -284,7 +287,8 @@ def main():
     log = open(os.path.join(args.work, "larder.log"), "w")
     # A small memory tier (8 MiB) against a working set of ~100 MB: the tier churns all the time.
     larder = subprocess.Popen([args.binary, "serve", "--host", "127.0.0.1", "--port", str(port), "--db", db,
-                               "--memory-mb", "8", "--upstream", f"origin={origin_url}/"], stdout=log, stderr=log)
+                               "--memory-mb", "8", "--request-memo-mb", str(args.memo_mb),
+                               "--upstream", f"origin={origin_url}/"], stdout=log, stderr=log)
     for _ in range(400):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
