@@ -297,27 +297,27 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         for key in keys { events.publish(backend, "forget", key.hex) }
     }
 
-    private let forgetHandler = Locked<(@Sendable (CacheKey?) -> Void)?>(nil)
-    private let versionHandler = Locked<(@Sendable (String, Int64) -> Void)?>(nil)
+    private let forgetHandler = CallbackSlot<CacheKey?>()
+    private let versionHandler = CallbackSlot<(namespace: String, version: Int64)>()
 
     /// `handler(key)` when another instance removed a key, `handler(nil)` when everything must
     /// go (a big purge, or messages may have been missed while disconnected).
-    public func onForget(_ handler: @escaping @Sendable (CacheKey?) -> Void) { forgetHandler.withLock { $0 = handler } }
+    public func onForget(_ handler: @escaping @Sendable (CacheKey?) -> Void) { forgetHandler.set(handler) }
     /// `handler(namespace, version)` when an instance set a namespace's version.
-    public func onNamespaceVersion(_ handler: @escaping @Sendable (String, Int64) -> Void) { versionHandler.withLock { $0 = handler } }
+    public func onNamespaceVersion(_ handler: @escaping @Sendable (String, Int64) -> Void) { versionHandler.set { handler($0.namespace, $0.version) } }
 
     private func received(_ verb: String, _ argument: String) {
         switch verb {
         case "forget":
-            forgetHandler.withLock { $0 }?(CacheKey(hex: argument))
+            forgetHandler(CacheKey(hex: argument))
         case "forget-all", "resync":
-            forgetHandler.withLock { $0 }?(nil)
-            if verb == "resync", let handler = versionHandler.withLock({ $0 }) {
-                for (namespace, version) in namespaceVersions() { handler(namespace, version) }
+            forgetHandler(nil)
+            if verb == "resync", let handler = versionHandler.current {
+                for (namespace, version) in namespaceVersions() { handler((namespace, version)) }
             }
         case "version":
             let parts = argument.split(separator: " ", maxSplits: 1)
-            if parts.count == 2, let version = Int64(parts[0]) { versionHandler.withLock { $0 }?(String(parts[1]), version) }
+            if parts.count == 2, let version = Int64(parts[0]) { versionHandler((namespace: String(parts[1]), version: version)) }
         case "done":
             let key = CacheKey(hex: argument)
             for wake in waiting.withLock({ $0.removeValue(forKey: key) ?? [] }) { DispatchQueue.global().async(execute: wake) }

@@ -12,7 +12,7 @@ final class RedisEvents: Sendable {
     private let addresses: @Sendable () -> [RedisAddress]
     let channel: String
     private let logger: Logger
-    private let handler = Locked<(@Sendable (String, String) -> Void)?>(nil)
+    private let handler = CallbackSlot<(verb: String, argument: String)>()
     private let stopped = Atomic<Bool>(false)
     private let current = Locked<RedisConnection?>(nil)
 
@@ -22,7 +22,7 @@ final class RedisEvents: Sendable {
         self.logger = logger
     }
 
-    func onMessage(_ handler: @escaping @Sendable (String, String) -> Void) { self.handler.withLock { $0 = handler } }
+    func onMessage(_ handler: @escaping @Sendable (String, String) -> Void) { self.handler.set { handler($0.verb, $0.argument) } }
 
     func start() {
         let thread = Thread { [self] in run() }
@@ -54,14 +54,14 @@ final class RedisEvents: Sendable {
                 try connection.send(["SUBSCRIBE", channel])
                 if connectedBefore {
                     logger.info("reconnected to Redis events; dropping the memory tier (messages may have been missed)")
-                    handler.withLock { $0 }?("resync", "")
+                    handler((verb: "resync", argument: ""))
                 }
                 connectedBefore = true
                 while !stopped.load(ordering: .relaxed) {
                     let message = try connection.nextMessage().array
                     guard message.count == 3, message[0].string == "message", let text = message[2].string else { continue }
                     let parts = text.split(separator: " ", maxSplits: 1, omittingEmptySubsequences: false)
-                    handler.withLock { $0 }?(String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
+                    handler((verb: String(parts[0]), argument: parts.count > 1 ? String(parts[1]) : ""))
                 }
             } catch {
                 current.withLock { $0 = nil }

@@ -180,7 +180,7 @@ extension SQLiteCacheStore {
             logger.error("cannot remove entries", metadata: ["error": "\(error)"])
             return 0
         }
-        let dropped = droppedHandler.withLock { $0 }
+        let dropped = droppedHandler.current
         for key in Set(removed.map(\.primaryKey)) { dropped?(key) }
         return removed.count
     }

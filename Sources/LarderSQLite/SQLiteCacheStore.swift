@@ -56,7 +56,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let hitShards: [HitShard] = (0..<8).map { _ in HitShard() }
     private let flushTimer: DispatchSourceTimer
     let pending = Locked(PendingWrites())
-    let droppedHandler = Locked<(@Sendable (CacheKey) -> Void)?>(nil)
+    let droppedHandler = CallbackSlot<CacheKey>()
     private let beginImmediate: SQLiteStatement
     private let commit: SQLiteStatement
     private let savepoint: SQLiteStatement
@@ -497,7 +497,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// can drop it too: acknowledged but not committed (disk full, I/O error), evicted for
     /// capacity, or removed by the retention sweep.
     public func onEntryDropped(_ handler: @escaping @Sendable (CacheKey) -> Void) {
-        droppedHandler.withLock { $0 = handler }
+        droppedHandler.set(handler)
     }
 
     /// Group commits so far; for tests.
@@ -563,7 +563,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                 pending.bytes -= write.size
             }
         }
-        let dropped = droppedHandler.withLock { $0 }
+        let dropped = droppedHandler.current
         for (write, saved) in zip(batch, written) {
             if !saved { dropped?(write.entry.primaryKey) }
             write.completion?(saved)
