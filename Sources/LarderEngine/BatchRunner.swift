@@ -105,7 +105,7 @@ public final class BatchRun: Sendable {
     private func pump() {
         while true {
             let picked = state.withLock { state -> (Int, Cancellation)? in
-                guard !state.stopped, state.running.count < concurrency else { return nil }
+                guard !state.stopped, !state.finished, state.running.count < concurrency else { return nil }
                 while state.next < items.count, state.outcomes[state.next] != nil { state.next += 1 }
                 guard state.next < items.count else { return nil }
                 let index = state.next
@@ -128,7 +128,7 @@ public final class BatchRun: Sendable {
         let outcome = ItemOutcome(index: index, answer: answer, finishedAt: clock.now())
         let recorded = state.withLock { state -> Bool in
             state.running.removeValue(forKey: index)
-            guard state.outcomes[index] == nil else { return false }
+            guard !state.finished, state.outcomes[index] == nil else { return false }
             state.outcomes[index] = outcome
             return true
         }
@@ -140,7 +140,7 @@ public final class BatchRun: Sendable {
     /// No new starts; requests not started are cancelled, running ones aborted.
     private func stop() {
         let (notStarted, running) = state.withLock { state -> ([ItemOutcome], [Cancellation]) in
-            guard !state.stopped else { return ([], []) }
+            guard !state.stopped, !state.finished else { return ([], []) }
             state.stopped = true
             let now = clock.now()
             var cancelled: [ItemOutcome] = []
@@ -160,6 +160,8 @@ public final class BatchRun: Sendable {
         let outcomes = state.withLock { state -> [ItemOutcome]? in
             guard !state.finished, state.outcomes.allSatisfy({ $0 != nil }) else { return nil }
             state.finished = true
+            // Handed to `onFinish`; the run keeps no answers (and no bodies) once finished.
+            defer { state.outcomes = [] }
             return state.outcomes.map { $0! }
         }
         if let outcomes {

@@ -341,6 +341,7 @@ final class RequestContext: @unchecked Sendable {
 
     struct HandOver {
         var response: HTTPServerResponse?
+        var responded = false
         var suspended = false
         var connection: ConnectionHandle?
         var goneHandlers: [@Sendable () -> Void] = []
@@ -396,19 +397,24 @@ final class RequestContext: @unchecked Sendable {
 
     /// The request is over: stop watching its socket (libmicrohttpd may reuse the descriptor),
     /// and drop the handlers — they usually hold the work that holds this request's responder,
-    /// a cycle that would otherwise keep both alive.
+    /// a cycle that would otherwise keep both alive — and the response (libmicrohttpd copied
+    /// it), so a responder still held somewhere keeps a few bytes, not a whole answer.
     func ended(server: HTTPServer) -> (fd: Int32, id: UInt64)? {
         state.withLock { handOver in
             handOver.ended = true
             handOver.goneHandlers.removeAll()
+            handOver.response = nil
             return handOver.watched
         }
     }
 
-    /// Stores the response and resumes the connection when it was suspended.
+    /// Stores the response and resumes the connection when it was suspended. A response to a
+    /// request that is already over (its client went away) is dropped.
     func complete(_ response: HTTPServerResponse, server: HTTPServer) {
         state.withLock { handOver in
-            precondition(handOver.response == nil, "respond called twice")
+            precondition(!handOver.responded, "respond called twice")
+            handOver.responded = true
+            guard !handOver.ended else { return }
             handOver.response = response
             if handOver.suspended, let connection = handOver.connection {
                 handOver.suspended = false

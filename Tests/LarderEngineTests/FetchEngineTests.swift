@@ -160,3 +160,43 @@ final class CancellationTests: XCTestCase {
         XCTAssertEqual(ran.load(ordering: .relaxed), 0, "a released handler never runs")
     }
 }
+
+/// An upstream that answers at once and keeps every completion it was given, as a transfer
+/// object outliving its answer would.
+final class RetainingUpstream: Upstream {
+    let kept = Locked<[@Sendable (Result<UpstreamResponse, LarderError>) -> Void]>([])
+
+    func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+        kept.withLock { $0.append(completion) }
+        completion(.success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "answer")))
+    }
+}
+
+final class FinishedWorkTests: XCTestCase {
+    private final class Marker: Sendable {}
+
+    /// A finished batch is not kept alive by whatever still holds its fetches' replies: the
+    /// reply lets go of the run once called, so the answer it finished with (here a marker,
+    /// in the server the rendered response) is freed.
+    func testAFinishedBatchIsNotKeptByHeldReplies() throws {
+        let upstream = RetainingUpstream()
+        let engine = FetchEngine(store: MemoryCacheStore(), upstream: upstream, keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)),
+                                 clock: Clock { 1_000 }, logger: Logger(label: "engine-test"))
+        weak var released: Marker?
+        let finished = Locked<Int>(0)
+        do {
+            let marker = Marker()
+            released = marker
+            let items = try ["a", "b"].map { engine.prepare(FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/\($0)"))) }
+            let run = BatchRun(engine: engine, items: items, mode: .settle, concurrency: 4, clock: Clock { 1_000 },
+                               onItem: { _ in }, onFinish: { outcomes in
+                                   _ = marker
+                                   finished.withLock { $0 = outcomes.filter { $0.state == .done }.count }
+                               })
+            run.start()
+        }
+        XCTAssertEqual(finished.withLock { $0 }, 2, "both items were fetched and the batch finished")
+        XCTAssertEqual(upstream.kept.withLock { $0.count }, 2, "the upstream still holds both completions")
+        XCTAssertNil(released, "nothing keeps the finished batch's work alive")
+    }
+}
