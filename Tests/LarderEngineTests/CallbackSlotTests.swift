@@ -26,7 +26,13 @@ final class CallbackSlotTests: XCTestCase {
         slot((key: "a", count: 1))
         slot.current?((key: "b", count: 2))
         XCTAssertEqual(received.withLock { $0 }, ["a=1", "b=2"])
-        XCTAssertLessThan(grown, 16 << 20, "reads do not allocate what they keep")
+        // Under AddressSanitizer freed memory is quarantined, so RSS grows with what reads
+        // allocate and free; there the call above (a stack overflow if the chain formed) is the
+        // check.
+        let sanitized = dlsym(nil, "__asan_init") != nil || dlsym(nil, "__tsan_init") != nil
+        if !sanitized {
+            XCTAssertLessThan(grown, 16 << 20, "reads do not allocate what they keep")
+        }
         slot.set { value in received.withLock { $0.append("replaced \(value.key)") } }
         slot((key: "c", count: 3))
         XCTAssertEqual(received.withLock { $0 }.last, "replaced c")
