@@ -777,19 +777,13 @@ public final class FetchEngine: Sendable {
 /// Passes on the first answer only: a cancelled request is answered at once, and whatever its
 /// work produces later is dropped.
 final class ReplyOnce: Sendable {
-    /// In a struct, not as the lock's value: see CallbackSlot for why a bare function must not be.
-    private struct Pending { var reply: (@Sendable (CacheAnswer) -> Void)? }
-    private let pending: Locked<Pending>
+    private let reply = CallbackSlot<CacheAnswer>()
 
-    init(_ reply: @escaping @Sendable (CacheAnswer) -> Void) { pending = Locked(Pending(reply: reply)) }
+    init(_ reply: @escaping @Sendable (CacheAnswer) -> Void) { self.reply.set(reply) }
 
     /// Calls the reply the first time, and lets go of it: whatever still holds this (a
     /// cancellation handler, a finished transfer) must not keep the caller's work alive.
     @Sendable func callAsFunction(_ answer: CacheAnswer) {
-        let reply = pending.withLock { pending -> (@Sendable (CacheAnswer) -> Void)? in
-            defer { pending.reply = nil }
-            return pending.reply
-        }
-        reply?(answer)
+        reply.take()?(answer)
     }
 }

@@ -28,6 +28,14 @@ public final class CallbackSlot<Input>: Sendable {
         box.withLock { $0 }?.call
     }
 
+    /// The callback, now unset: a caller done with it lets go of what it holds.
+    public func take() -> (@Sendable (Input) -> Void)? {
+        box.withLock { box in
+            defer { box = nil }
+            return box
+        }?.call
+    }
+
     /// Calls the callback, if one is set, outside the lock.
     public func callAsFunction(_ input: Input) {
         box.withLock { $0 }?.call(input)
