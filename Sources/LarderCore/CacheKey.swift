@@ -27,6 +27,18 @@ public struct CacheKey: Sendable, Hashable, CustomStringConvertible {
     public let hex: String
     public init(hex: String) { self.hex = hex }
     public var description: String { hex }
+
+    /// 0–15, spread evenly, for sharding tables by key: the value of the last hex digit (keys
+    /// are HMACs). Taking the digit's byte modulo 16 would leave six of sixteen shards unused.
+    public var shardIndex: Int {
+        let last = hex.utf8.last ?? 0
+        switch last {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return Int(last - UInt8(ascii: "0"))
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return Int(last - UInt8(ascii: "a")) + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return Int(last - UInt8(ascii: "A")) + 10
+        default: return Int(last & 15)
+        }
+    }
 }
 
 public struct CacheKeyBuilder: Sendable {

@@ -47,11 +47,11 @@ public final class MemoryTier: CacheStore {
     }
 
     private func shard(for key: CacheKey) -> Shard {
-        shards[Int(key.hex.utf8.last ?? 0) % shards.count]
+        shards[key.shardIndex % shards.count]
     }
 
     private static func size(of entries: [StoredEntry]) -> Int {
-        entries.reduce(0) { $0 + $1.approximateBytes }
+        entries.reduce(0) { $0 + $1.residentBytes }
     }
 
     public func lookup(_ primaryKey: CacheKey) -> [StoredEntry] {

@@ -93,6 +93,37 @@ extension StoredEntry {
     /// (the store's byte counts use the same rule, in SQL, for what it keeps).
     public var approximateBytes: Int { body.count + headersJSON.count + url.utf8.count + 256 }
 
+    /// What the entry holds on the heap, estimated from above, for the bounds in memory (the
+    /// memory tier, writes waiting for their commit): its buffers at their capacity, every string
+    /// too long to be kept inline, the header fields, and a fixed part for the struct and the
+    /// tier's slot. MemoryTierFootprintTests checks it against what the heap really holds.
+    public var residentBytes: Int {
+        // A native string or array buffer: a 32-byte header, the bytes, malloc's rounding.
+        func string(_ value: String) -> Int {
+            let count = value.utf8.count
+            return count > 15 ? count + 48 : 0
+        }
+        func strings(_ values: [String]) -> Int {
+            values.reduce(buffer(values.capacity * 16)) { $0 + string($1) }
+        }
+        func buffer(_ capacity: Int) -> Int { capacity > 0 ? capacity + 48 : 0 }
+        var total = Self.fixedResidentBytes + buffer(body.capacity) + buffer(headersJSON.capacity)
+        total += string(key.hex) + string(url) + string(urlKey) + string(namespace)
+        if primaryKey.hex.utf8.count > 15, primaryKey != key { total += string(primaryKey.hex) }
+        total += strings(varyNames) + strings(tags)
+        total += variantFingerprint.map(string) ?? 0
+        total += sensitiveFingerprint.map(string) ?? 0
+        total += (etag.map(string) ?? 0) + (lastModified.map(string) ?? 0)
+        if let bodyFile { total += string(bodyFile.path) + buffer(bodyFile.checksum.capacity) }
+        total += buffer(headerFields.capacity * 32)
+        for field in headerFields { total += string(field.name) + string(field.value) }
+        return total
+    }
+
+    /// The struct in its one-element array, and a memory-tier slot (dictionary room, the CLOCK
+    /// ring); set so the estimate is a few per cent above the heap's figure (the test's shapes).
+    static let fixedResidentBytes = MemoryLayout<StoredEntry>.stride + 192
+
     /// Whether this entry may answer a request with these fields (RFC 9111 §4.1).
     public func matches(_ request: [HeaderField], keys: CacheKeyBuilder) -> Bool {
         guard !varyNames.isEmpty else { return true }

@@ -208,7 +208,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     }
 
     public func recordHit(_ key: CacheKey, at time: Double) {
-        hitShards[Int(key.hex.utf8.last ?? 0) & 15].tally.withLock { tally in
+        hitShards[key.shardIndex].tally.withLock { tally in
             if tally[key.hex] != nil { return tally[key.hex]!.hits += 1 }
             // A variant's row key is its primary key, a dot and its fingerprint.
             tally[key.hex] = (CacheKey(hex: String(key.hex.prefix { $0 != "." })), 1)

@@ -609,7 +609,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     }
 
     public func recordHit(_ key: CacheKey, at time: Double) {
-        let shard = hitShards[Int(key.hex.utf8.first ?? 0) & 7]
+        let shard = hitShards[key.shardIndex & 7]
         shard.tally.withLock { tally in
             if tally.counts.isEmpty { tally.since = time }
             let previous = tally.counts[key.hex] ?? (0, 0)

@@ -62,11 +62,18 @@ public struct LarderConfiguration: Sendable {
     public var connectionsPerAddress: Int = 1024
     /// Variants kept per cache key for responses with Vary; the oldest are replaced.
     public var maxVariants: Int = 16
-    /// Bytes of hot entries kept in memory in front of SQLite; 0 disables the memory tier.
+    /// Bytes of memory for caching, all told: hot entries kept in front of the store (the
+    /// memory tier) and parsed requests remembered by their bytes (the request memos). 0 turns
+    /// both off.
     public var memoryCapacityBytes: Int = 64 << 20
-    /// Estimated bytes of parsed requests remembered by their bytes (the request memos), over
-    /// all of them; 0 turns them off. See `RequestMemoBudgets`.
-    public var requestMemoBytes: Int = 30 << 20
+    /// The request memos' share of `memoryCapacityBytes` (estimated bytes, over all of them; see
+    /// `RequestMemoBudgets`); nil: half of it, at most 30 MiB. 0 turns them off.
+    public var requestMemoBytes: Int?
+
+    /// What the request memos get: the setting, or half the memory, at most 30 MiB.
+    public var effectiveRequestMemoBytes: Int { requestMemoBytes ?? min(30 << 20, memoryCapacityBytes / 2) }
+    /// What the memory tier gets: the rest.
+    public var memoryTierBytes: Int { max(0, memoryCapacityBytes - effectiveRequestMemoBytes) }
     /// Bodies at least this large are kept as files beside the database and sent with sendfile.
     public var bodyFileThresholdBytes: Int = 32 << 10
     /// On SIGTERM, seconds to let in-flight requests finish before they are cancelled.
@@ -126,7 +133,12 @@ public struct LarderConfiguration: Sendable {
         guard serverThreads >= 2 else { throw ConfigurationError("at least 2 server threads are needed") }
         guard (1...1024).contains(maxVariants) else { throw ConfigurationError("max variants must be 1 to 1024") }
         guard memoryCapacityBytes >= 0 else { throw ConfigurationError("memory capacity must be 0 or more") }
-        guard requestMemoBytes >= 0 else { throw ConfigurationError("request memo budget must be 0 or more") }
+        if let requestMemoBytes {
+            guard requestMemoBytes >= 0 else { throw ConfigurationError("request memo budget must be 0 or more") }
+            guard requestMemoBytes <= memoryCapacityBytes else {
+                throw ConfigurationError("the request memos' budget (--request-memo-mb) is part of --memory-mb and cannot exceed it")
+            }
+        }
         for (name, token) in [("admin", adminToken), ("metrics", metricsToken)] {
             if let token, token.isEmpty || !token.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
                 throw ConfigurationError("the \(name) token must be 1 or more printable ASCII characters, no spaces")

@@ -38,7 +38,7 @@ struct Router: HTTPRequestHandler {
         self.logger = logger
         self.accessLog = configuration.accessLog
         self.upstreams = upstreams
-        let budgets = RequestMemoBudgets(totalBytes: configuration.requestMemoBytes)
+        let budgets = RequestMemoBudgets(totalBytes: configuration.effectiveRequestMemoBytes)
         self.memo = RequestMemo(budgetBytes: budgets.fetch)
         self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: budgets.proxy),
                                      stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)

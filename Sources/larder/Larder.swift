@@ -102,10 +102,10 @@ struct Serve: ParsableCommand {
     @Option(help: "Variants kept per cache key for responses with Vary (default 16).")
     var maxVariants: Int?
 
-    @Option(help: "Megabytes of hot entries kept in memory in front of SQLite; 0 disables (default 64).")
+    @Option(help: "Megabytes of memory for caching: hot entries kept in front of the store, and the request memos; 0 disables both (default 64).")
     var memoryMb: Int?
 
-    @Option(help: "Megabytes of parsed requests remembered by their bytes, so repeated requests skip parsing and keying; 0 disables (default 30).")
+    @Option(help: "Of --memory-mb, megabytes of parsed requests remembered by their bytes, so repeated requests skip parsing and keying; 0 disables (default: half of --memory-mb, at most 30).")
     var requestMemoMb: Int?
 
     @Option(help: "Bytes the cache may hold, e.g. 1GiB or 100MB; least recently used entries are evicted past it (default 1GiB).")

@@ -87,6 +87,22 @@ final class ConfigFileTests: XCTestCase {
         return path
     }
 
+    func testMemoryIsOneBudgetSharedByTheTierAndTheRequestMemos() throws {
+        var configuration = LarderConfiguration()
+        // By default the memos take half, at most 30 MiB; the tier the rest.
+        for (memory, memos) in [(64, 30), (16, 8), (256, 30), (0, 0)] {
+            configuration.memoryCapacityBytes = memory << 20
+            XCTAssertEqual(configuration.effectiveRequestMemoBytes, memos << 20)
+            XCTAssertEqual(configuration.memoryTierBytes, (memory - memos) << 20)
+            XCTAssertNoThrow(try configuration.validate())
+        }
+        configuration.memoryCapacityBytes = 8 << 20
+        configuration.requestMemoBytes = 3 << 20
+        XCTAssertEqual(configuration.memoryTierBytes, 5 << 20)
+        configuration.requestMemoBytes = 9 << 20
+        XCTAssertThrowsError(try configuration.validate(), "the memos are part of --memory-mb")
+    }
+
     func testYAMLFileSetsEverything() throws {
         let path = try write("""
             host: 0.0.0.0

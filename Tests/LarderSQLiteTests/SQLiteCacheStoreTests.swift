@@ -509,9 +509,10 @@ final class MemoryTierTests: XCTestCase {
 
     func testCapacityIsBoundedAndEvictedEntriesComeFromTheStore() {
         let backing = CountingStore()
-        let tier = MemoryTier(backing: backing, capacityBytes: 4096, shardCount: 1)
+        let slot = entry("k0", size: 600).residentBytes
+        let tier = MemoryTier(backing: backing, capacityBytes: 4 * slot + slot / 2, shardCount: 1)
         for index in 0..<20 { tier.save(entry("k\(index)", size: 600)) { _ in } }
-        // At most four 856-byte slots fit in 4096 bytes; the rest were evicted from memory.
+        // At most four slots fit in four and a half; the rest were evicted from memory.
         // Newest first: a lookup that goes to the store brings its entry back into memory
         // and evicts another, so the survivors must be read before that happens.
         var fromMemory = 0
