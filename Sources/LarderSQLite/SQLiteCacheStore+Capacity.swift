@@ -33,6 +33,8 @@ public struct StoreCapacity: Sendable, Equatable {
 
 extension SQLiteCacheStore {
     static let evictionBatch = 256
+    /// Rows the retention sweep looks at per writer turn.
+    static let sweepWindow: Int64 = 2_048
     static let vacuumStep = 4096
 
     /// Bytes held, from the usage table.
@@ -123,28 +125,44 @@ extension SQLiteCacheStore {
         }
     }
 
-    /// On the writer queue: removes expired entries in batches.
+    /// On the writer queue: removes expired entries in batches, each its own short writer turn
+    /// (group commits go between them).
     private func sweep(now: Double) {
         guard !trimming, !closed.load(ordering: .relaxed) else { return }
         commitAllPending()
         trimming = true
-        sweepBatch(now: now)
+        sweepUnusable(now: now)
     }
 
-    private func sweepBatch(now: Double) {
-        let writtenBefore = capacity.retention.isFinite ? now - capacity.retention : -Double.infinity
-        let condition = """
-            stored_at < \(writtenBefore)
-            OR (namespace LIKE 'proxy:%' AND etag IS NULL AND last_modified IS NULL
-                AND \(Self.staleUntilSQL) + \(capacity.keepStaleFor) <= \(now))
-            """
-        let removed = deleteBatch("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.evictionBatch)")
+    /// Proxy entries nothing can serve any more, through their index.
+    private func sweepUnusable(now: Double) {
+        let removed = deleteBatch(
+            "SELECT rowid FROM entries WHERE unusable_at <= \(now - capacity.keepStaleFor) LIMIT \(Self.evictionBatch)")
         expiredRemovals.add(removed, ordering: .relaxed)
-        guard removed == Self.evictionBatch, !closed.load(ordering: .relaxed) else {
+        guard !closed.load(ordering: .relaxed) else { trimming = false; return }
+        if removed == Self.evictionBatch {
+            writerQueue.async { [self] in sweepUnusable(now: now) }
+        } else if capacity.retention.isFinite {
+            writerQueue.async { [self] in sweepOld(writtenBefore: now - capacity.retention, after: 0) }
+        } else {
+            trimming = false
+            vacuumStep()
+        }
+    }
+
+    /// Entries not written for `retention` seconds, `sweepWindow` rowids per turn (no index on
+    /// stored_at: one more B-tree on every write, for a sweep that is off by default).
+    private func sweepOld(writtenBefore: Double, after rowid: Int64) {
+        let end = rowid + Self.sweepWindow
+        let removed = deleteBatch(
+            "SELECT rowid FROM entries WHERE rowid > \(rowid) AND rowid <= \(end) AND stored_at < \(writtenBefore)")
+        expiredRemovals.add(removed, ordering: .relaxed)
+        let last = (try? writer.scalarInt("SELECT coalesce(max(rowid), 0) FROM entries")) ?? 0
+        guard end < last, !closed.load(ordering: .relaxed) else {
             trimming = false
             return vacuumStep()
         }
-        writerQueue.async { [self] in sweepBatch(now: now) }
+        writerQueue.async { [self] in sweepOld(writtenBefore: writtenBefore, after: end) }
     }
 
     /// Deletes the rows whose rowids `selection` (SQL) picks, in one transaction, then reaps

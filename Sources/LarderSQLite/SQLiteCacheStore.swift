@@ -338,6 +338,16 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         END;
         CREATE TABLE namespace_versions (namespace TEXT PRIMARY KEY, version INTEGER NOT NULL) WITHOUT ROWID;
         """,
+        // 11: when a proxy entry with no validator can no longer answer anything (past its
+        // freshness and every stale window), indexed for the retention sweep, which otherwise
+        // scanned the whole table in one writer turn (seconds on a large cache, stalling writes).
+        // A virtual column: computed from the row, nothing to keep in step on insert.
+        """
+        ALTER TABLE entries ADD COLUMN unusable_at REAL GENERATED ALWAYS AS (
+          CASE WHEN substr(namespace, 1, 6) = 'proxy:' AND etag IS NULL AND last_modified IS NULL
+               THEN stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) END) VIRTUAL;
+        CREATE INDEX entries_unusable_at ON entries(unusable_at) WHERE unusable_at IS NOT NULL;
+        """,
     ]
 
     private static func migrate(_ connection: SQLiteConnection) throws {

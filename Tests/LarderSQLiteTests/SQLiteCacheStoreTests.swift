@@ -373,6 +373,37 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(store.expiredRemovalCount, 2)
     }
 
+    /// Every row is looked at, across many windows, and proxy entries nothing can serve are found
+    /// through their index (the sweep used to scan the whole table in one writer turn).
+    func testTheRetentionSweepCoversEveryRowAndFindsUnusableEntriesByIndex() throws {
+        var capacity = StoreCapacity()
+        capacity.retention = 1000
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
+        defer { store.close() }
+        let count = 3 * Int(SQLiteCacheStore.sweepWindow) + 17
+        let all = expectation(description: "saved")
+        all.expectedFulfillmentCount = count
+        for index in 0..<count {
+            // Every third one old; the others recent proxy entries, every ninth past all its windows.
+            var item = sized("k\(index)", bytes: 10, storedAt: index % 3 == 0 ? 100 : 1990, namespace: "proxy:api")
+            item.etag = nil
+            if index % 9 == 1 { item.freshness = EntryFreshness(storedAt: 1800, freshnessLifetime: 60, version: 1) }
+            store.save(item) { _ in all.fulfill() }
+        }
+        wait(for: [all], timeout: 30)
+        store.commitAndWait()
+        store.sweepAndWait(now: 2000)
+        let expectedRemoved = (0..<count).filter { $0 % 3 == 0 || $0 % 9 == 1 }.count
+        XCTAssertEqual(store.expiredRemovalCount, expectedRemoved)
+        XCTAssertNil(store.lookup(CacheKey(hex: "k\(count - 1 - (count - 1) % 3)")).first, "the last window is swept too")
+        XCTAssertNil(store.lookup(CacheKey(hex: "k10")).first)
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "k2")).first)
+        let plan = try SQLiteConnection(path: path).prepare(
+            "EXPLAIN QUERY PLAN SELECT rowid FROM entries WHERE unusable_at <= 2000 LIMIT 256")
+        XCTAssertTrue(try plan.step())
+        XCTAssertTrue(plan.string(3)?.contains("entries_unusable_at") == true, plan.string(3) ?? "no plan")
+    }
+
     func testHitsAreCountedInBatches() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
