@@ -33,8 +33,9 @@ public struct StoreCapacity: Sendable, Equatable {
 
 extension SQLiteCacheStore {
     static let evictionBatch = 256
-    /// Rows the retention sweep looks at per writer turn.
+    /// Rows the retention sweep looks at per writer turn, and turns per tick (a minute).
     static let sweepWindow: Int64 = 2_048
+    static let sweepWindowsPerTick = 32
     static let vacuumStep = 4096
 
     /// Bytes held, from the usage table.
@@ -143,26 +144,32 @@ extension SQLiteCacheStore {
         if removed == Self.evictionBatch {
             writerQueue.async { [self] in sweepUnusable(now: now) }
         } else if capacity.retention.isFinite {
-            writerQueue.async { [self] in sweepOld(writtenBefore: now - capacity.retention, after: 0) }
+            writerQueue.async { [self] in sweepOld(writtenBefore: now - capacity.retention, windowsLeft: Self.sweepWindowsPerTick) }
         } else {
             trimming = false
             vacuumStep()
         }
     }
 
-    /// Entries not written for `retention` seconds, `sweepWindow` rowids per turn (no index on
-    /// stored_at: one more B-tree on every write, for a sweep that is off by default).
-    private func sweepOld(writtenBefore: Double, after rowid: Int64) {
-        let end = rowid + Self.sweepWindow
+    /// Entries not written for `retention` seconds: `sweepWindow` rowids per writer turn, at most
+    /// `sweepWindowsPerTick` turns per tick, going on from where the last tick stopped. So a
+    /// tick costs the same on any size of cache, and a pass over all rows takes a few minutes
+    /// per million (retention is counted in days). No index on stored_at: that would be one more
+    /// B-tree on every write.
+    private func sweepOld(writtenBefore: Double, windowsLeft: Int) {
+        let start = sweepCursor
+        let end = start + Self.sweepWindow
         let removed = deleteBatch(
-            "SELECT rowid FROM entries WHERE rowid > \(rowid) AND rowid <= \(end) AND stored_at < \(writtenBefore)")
+            "SELECT rowid FROM entries WHERE rowid > \(start) AND rowid <= \(end) AND stored_at < \(writtenBefore)")
         expiredRemovals.add(removed, ordering: .relaxed)
         let last = (try? writer.scalarInt("SELECT coalesce(max(rowid), 0) FROM entries")) ?? 0
-        guard end < last, !closed.load(ordering: .relaxed) else {
+        // Past the last row, the next pass starts again from the first.
+        sweepCursor = end < last ? end : 0
+        guard end < last, windowsLeft > 1, !closed.load(ordering: .relaxed) else {
             trimming = false
             return vacuumStep()
         }
-        writerQueue.async { [self] in sweepOld(writtenBefore: writtenBefore, after: end) }
+        writerQueue.async { [self] in sweepOld(writtenBefore: writtenBefore, windowsLeft: windowsLeft - 1) }
     }
 
     /// Deletes the rows whose rowids `selection` (SQL) picks, in one transaction, then reaps

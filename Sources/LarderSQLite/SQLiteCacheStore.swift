@@ -82,6 +82,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     let expiredRemovals = Atomic<Int>(0)
     /// An eviction or a sweep is under way (writer queue only).
     var trimming = false
+    /// Where the age sweep goes on from at its next tick: the last rowid it looked at (writer queue only).
+    var sweepCursor: Int64 = 0
     var sweepTimer: DispatchSourceTimer?
     /// Files written by the group commit under way (writer queue only), removed if it fails.
     private var writtenFiles: [String] = []
