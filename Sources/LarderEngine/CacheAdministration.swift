@@ -265,6 +265,8 @@ public struct StoreFigures: Sendable, Equatable {
     public var expiredRemovals = 0
     /// Store operations that failed since start (a shared store out of reach).
     public var failures = 0
+    /// Responses answered but not stored because the store was too far behind.
+    public var shedWrites = 0
     public init() {}
 }
 

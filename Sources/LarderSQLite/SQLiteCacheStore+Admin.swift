@@ -197,6 +197,7 @@ extension SQLiteCacheStore: OperatedStore {
         figures.evictions = evictionCount
         figures.expiredRemovals = expiredRemovalCount
         figures.failures = writeFailures.load(ordering: .relaxed)
+        figures.shedWrites = shedWrites.load(ordering: .relaxed)
         return figures
     }
 }

@@ -12,8 +12,9 @@
 //   everything queued each time it is free, and a group's first save waits at most
 //   `groupCommitDelayMs` for company. Acknowledged entries not yet committed (the last few
 //   milliseconds) are lost in a crash, as the last commits are with synchronous=NORMAL;
-//   none is ever half there. Past `pendingByteLimit` of uncommitted bytes, saves wait for
-//   their commit, so a slow disk pushes back instead of growing memory.
+//   none is ever half there. Past `pendingByteLimit` of uncommitted bytes, saves are not
+//   stored (counted), so a stalled disk costs hit ratio for a moment instead of memory or
+//   every caller's time.
 // - A pool of reader connections used from the server's worker threads; a hit takes one,
 //   runs a prepared point lookup, and gives it back.
 // - Each body carries a checksum (BodyChecksum) checked on read: a mismatch (disk damage, a
@@ -65,6 +66,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let commits = Atomic<Int>(0)
     /// Writes that failed (a full disk, a read-only file), since start.
     let writeFailures = Atomic<Int>(0)
+    /// Saves not stored because too much was waiting for its commit.
+    let shedWrites = Atomic<Int>(0)
     /// When the current run of failed writes began (uptime ns); 0 while writes succeed.
     private let failingSince = Atomic<UInt64>(0)
     /// While failing: when a save was last let through to find out whether writes work again.
@@ -102,7 +105,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     struct PendingWrite {
         let entry: StoredEntry
         let size: Int
-        /// Set only when the save waits for its commit (over `pendingByteLimit`).
+        /// Set only when the save waits for its commit (alone over `pendingByteLimit`).
         let completion: (@Sendable (Bool) -> Void)?
     }
 
@@ -468,13 +471,22 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             }
         }
         let size = entry.approximateBytes
-        let (schedule, waits) = pending.withLock { pending -> (Bool, Bool) in
-            let waits = pending.bytes + size > Self.pendingByteLimit
+        let admitted = pending.withLock { pending -> (schedule: Bool, waits: Bool)? in
+            // Behind by more than the limit (the disk stalled: a checkpoint's fsync under
+            // writeback took seconds), the entry is not stored and the caller is answered at
+            // once: waiting for the commit stalled every request with it. One entry alone over
+            // the limit is stored, and answered after its commit.
+            if pending.bytes > 0, pending.bytes + size > Self.pendingByteLimit { return nil }
+            let waits = size > Self.pendingByteLimit
             pending.queue.append(PendingWrite(entry: entry, size: size, completion: waits ? completion : nil))
             pending.visible[entry.primaryKey, default: []].append(entry)
             pending.bytes += size
             defer { pending.flushScheduled = true }
             return (!pending.flushScheduled, waits)
+        }
+        guard let (schedule, waits) = admitted else {
+            shedWrites.add(1, ordering: .relaxed)
+            return completion(false)
         }
         if schedule {
             writerQueue.asyncAfter(deadline: .now() + .milliseconds(Self.groupCommitDelayMs)) { [self] in commitPending() }
