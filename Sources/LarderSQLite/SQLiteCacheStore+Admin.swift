@@ -64,7 +64,7 @@ extension SQLiteCacheStore: CacheAdministration {
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
         writerQueue.async { [self] in
             commitAllPending()
-            purgeBatch(condition: "primary_key = ?1", bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
+            purgeBatch(condition: Self.rowsOfPrimaryKey("?1"), bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
                        total: PurgeResult(),
                        completion: completion)
         }

@@ -144,7 +144,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                        stored_at, freshness, version, sensitive_fp, etag, last_modified,
                        stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
                        key, vary, variant_fp, body_file, body_size, tags
-                FROM entries WHERE primary_key = ?1
+                FROM entries WHERE \(SQLiteCacheStore.rowsOfPrimaryKey("?1"))
                 """)
         }
     }
@@ -185,10 +185,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_checksum = ?2")
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
         selectByURL = try writer.prepare("SELECT DISTINCT primary_key FROM entries WHERE url_key = ?1")
-        dropOtherVariants = try writer.prepare("DELETE FROM entries WHERE primary_key = ?1 AND vary <> ?2")
+        dropOtherVariants = try writer.prepare("DELETE FROM entries WHERE \(Self.rowsOfPrimaryKey("?1")) AND vary <> ?2")
         trimVariants = try writer.prepare("""
-            DELETE FROM entries WHERE primary_key = ?1 AND key NOT IN
-              (SELECT key FROM entries WHERE primary_key = ?1 ORDER BY stored_at DESC LIMIT CAST(?2 AS INTEGER))
+            DELETE FROM entries WHERE \(Self.rowsOfPrimaryKey("?1")) AND key NOT IN
+              (SELECT key FROM entries WHERE \(Self.rowsOfPrimaryKey("?1")) ORDER BY stored_at DESC LIMIT CAST(?2 AS INTEGER))
             """)
         deleteByURL = try writer.prepare("DELETE FROM entries WHERE url_key = ?1")
         beginImmediate = try writer.prepare("BEGIN IMMEDIATE")
@@ -353,7 +353,21 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
                THEN stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error) END) VIRTUAL;
         CREATE INDEX entries_unusable_at ON entries(unusable_at) WHERE unusable_at IS NOT NULL;
         """,
+        // 12: a primary key's rows are found through the unique index on `key` (see
+        // rowsOfPrimaryKey); the index on primary_key repeated it, one more B-tree with random
+        // keys on every write.
+        """
+        DROP INDEX entries_primary_key;
+        """,
     ]
+
+    /// The rows of a primary key, as an SQL condition on the parameter `parameter`: a row's key is
+    /// its primary key, or the primary key and "." and a suffix (a variant, a part; FetchEngine),
+    /// so they are the keys from P up to P + "/" ("." sorts just before "/", and every other key
+    /// differs from P within its 64 hex digits): a range on the unique index on `key`.
+    static func rowsOfPrimaryKey(_ parameter: String) -> String {
+        "key >= \(parameter) AND key < \(parameter) || '/' AND primary_key = \(parameter)"
+    }
 
     private static func migrate(_ connection: SQLiteConnection) throws {
         let current = try connection.scalarInt("PRAGMA user_version")
@@ -461,6 +475,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// the commit instead when too much is uncommitted); the writer commits it soon after.
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
         guard !closed.load(ordering: .relaxed) else { return completion(false) }
+        // Rows are found by a range of keys (rowsOfPrimaryKey): one outside it would be lost.
+        guard entry.key == entry.primaryKey || entry.key.hex.hasPrefix(entry.primaryKey.hex + ".") else {
+            logger.error("not storing a row whose key is not its primary key or under it", metadata: ["key": "\(entry.key)"])
+            return completion(false)
+        }
         // While writes fail (the disk is full), responses pass through unstored; one save every
         // 2 s goes ahead to find out whether space came back.
         if failingSince.load(ordering: .relaxed) != 0 {

@@ -422,6 +422,40 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertTrue(plan.string(3)?.contains("entries_unusable_at") == true, plan.string(3) ?? "no plan")
     }
 
+    /// A primary key's rows (the response and its variants) are found through the unique index
+    /// on `key`, the only index with random keys besides url_key on every write.
+    func testAPrimaryKeysRowsAreFoundByARangeOfKeys() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        let primary = String(repeating: "ab", count: 32)
+        for (suffix, language) in [("", nil), (".0f3a", "en"), (".9c1d", "de")] as [(String, String?)] {
+            var row = entry(primary + suffix)
+            row.primaryKey = CacheKey(hex: primary)
+            if let language {
+                row.varyNames = ["accept-language"]
+                row.variantFingerprint = language
+            }
+            save(store, row)
+        }
+        // Neighbours in key order that belong to other primary keys.
+        save(store, entry(String(repeating: "ab", count: 31) + "ac"))
+        save(store, entry(String(repeating: "ab", count: 31) + "aa"))
+        XCTAssertEqual(Set(store.records(primaryKey: CacheKey(hex: primary)).map(\.rowKey.hex)),
+                       [primary + ".0f3a", primary + ".9c1d"], "the variants (the plain row was replaced by them)")
+        let plan = try SQLiteConnection(path: path).prepare(
+            "EXPLAIN QUERY PLAN SELECT key FROM entries WHERE \(SQLiteCacheStore.rowsOfPrimaryKey("?1"))")
+        XCTAssertTrue(try plan.step())
+        XCTAssertTrue(plan.string(3)?.contains("sqlite_autoindex_entries_1") == true, plan.string(3) ?? "no plan")
+        // A row whose key is not under its primary key is refused, not stored where no lookup finds it.
+        var stray = entry("ffff")
+        stray.primaryKey = CacheKey(hex: "eeee")
+        let refused = expectation(description: "answered")
+        store.save(stray) { saved in XCTAssertFalse(saved); refused.fulfill() }
+        wait(for: [refused], timeout: 10)
+        store.commitAndWait()
+        XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("SELECT count(*) FROM entries WHERE key = 'ffff'"), 0)
+    }
+
     func testHitsAreCountedInBatches() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
