@@ -93,8 +93,8 @@ extension StoredEntry {
     /// (the store's byte counts use the same rule, in SQL, for what it keeps).
     public var approximateBytes: Int { body.count + headersJSON.count + url.utf8.count + 256 }
 
-    /// What the entry holds on the heap, estimated from above, for the bounds in memory (the
-    /// memory tier, writes waiting for their commit): its buffers at their capacity, every string
+    /// What the entry holds on the heap, estimated from above, for the memory tier's bound
+    /// (`--memory-mb`): its buffers at their capacity, every string
     /// too long to be kept inline, the header fields, and a fixed part for the struct and the
     /// tier's slot. MemoryTierFootprintTests checks it against what the heap really holds.
     public var residentBytes: Int {

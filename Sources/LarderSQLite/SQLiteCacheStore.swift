@@ -471,8 +471,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         }
     }
 
-    /// Makes `entry` visible to lookups and calls back at once, on the caller's thread (after
-    /// the commit instead when too much is uncommitted); the writer commits it soon after.
+    /// Makes `entry` visible to lookups and calls back at once, on the caller's thread; the
+    /// writer commits it soon after. When too much is uncommitted it calls back at once with
+    /// false (not stored); one entry alone over that limit is answered after its commit.
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
         guard !closed.load(ordering: .relaxed) else { return completion(false) }
         // Rows are found by a range of keys (rowsOfPrimaryKey): one outside it would be lost.
