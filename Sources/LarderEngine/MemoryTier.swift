@@ -18,6 +18,8 @@ public final class MemoryTier: CacheStore {
     private let backing: any CacheStore
     private let shards: [Shard]
     private let shardBudget: Int
+    /// What the tier may hold, in estimated heap bytes (its share of `--memory-mb`).
+    public let capacityBytes: Int
 
     private final class Shard: Sendable {
         let state = Locked(State())
@@ -44,6 +46,7 @@ public final class MemoryTier: CacheStore {
         self.backing = backing
         self.shards = (0..<shardCount).map { _ in Shard() }
         self.shardBudget = capacityBytes / shardCount
+        self.capacityBytes = capacityBytes
     }
 
     private func shard(for key: CacheKey) -> Shard {

@@ -20,7 +20,6 @@ struct AdminRoute: Sendable {
     let store: any CacheAdministration
     let tier: MemoryTier
     let traffic: TrafficCounters
-    let memoryCapacityBytes: Int
     let clock: Clock
     let token: [UInt8]?
 
@@ -173,7 +172,7 @@ struct AdminRoute: Sendable {
             JSONWriter.appendString(namespace.name, to: &out)
             out.append(contentsOf: #":{"entries":\#(namespace.entries),"bytes":\#(namespace.bytes)}"#.utf8)
         }
-        out.append(contentsOf: #"}},"memoryTier":{"bytes":\#(tier.bytes),"capacityBytes":\#(memoryCapacityBytes)},"#.utf8)
+        out.append(contentsOf: #"}},"memoryTier":{"bytes":\#(tier.bytes),"capacityBytes":\#(tier.capacityBytes)},"#.utf8)
         out.append(contentsOf: #""sinceStart":{"startedAt":\#(number(traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
         out.append(contentsOf: #""hits":\#(counts.hits),"misses":\#(counts.misses),"stale":\#(counts.stale),"revalidated":\#(counts.revalidated),"#.utf8)
         out.append(contentsOf: #""bypass":\#(counts.bypassed),"coalesced":\#(counts.coalesced),"hitRatio":\#(number(counts.hitRatio)),"errors":{"#.utf8)

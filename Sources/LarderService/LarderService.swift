@@ -118,7 +118,7 @@ public final class LarderService: @unchecked Sendable {
         let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
                                 makeRequest: { spec, path throws(LarderError) in try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName) },
                                 seal: { sealing.seal($0) }, open: { sealing.open($0) })
-        let admin = AdminRoute(engine: engine, upstreams: upstreamsByName, store: store, tier: tier, traffic: engine.traffic, memoryCapacityBytes: configuration.memoryTierBytes,
+        let admin = AdminRoute(engine: engine, upstreams: upstreamsByName, store: store, tier: tier, traffic: engine.traffic,
                                clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
         if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
             logger.warning("the /cache admin routes are open to anyone who can reach \(configuration.host): set --admin-token (or LARDER_ADMIN_TOKEN)")

@@ -2,7 +2,6 @@
 // (`StoredEntry.residentBytes`) is not below what the heap gives the entry and its slot, and
 // not so far above that the budget is mostly air. And every shard of the tier is used.
 
-import CMalloc
 import LarderCore
 import LarderEngine
 import LarderSync
@@ -47,15 +46,10 @@ final class MemoryTierFootprintTests: XCTestCase {
         return entry
     }
 
-    private func heapInUse() -> Int {
-        let info = mallinfo2()
-        return Int(info.uordblks) + Int(info.hblkhd)
-    }
-
     func testTheEstimateCoversWhatTheHeapHoldsAndLittleMore() throws {
         // Under a sanitizer another allocator serves the heap and mallinfo2 sees nothing.
         let probe = [UInt8](repeating: 1, count: 4 << 20)
-        let visible = heapInUse() >= probe.count
+        let visible = glibcHeapInUse() >= probe.count
         withExtendedLifetime(probe) {}
         guard visible else { throw XCTSkip("glibc's heap is not the one in use") }
         for (bodyBytes, inFile) in [(1_024, false), (0, false), (65_536, true), (8_000, false)] {
@@ -65,9 +59,9 @@ final class MemoryTierFootprintTests: XCTestCase {
             // A thread left over from another test may allocate meanwhile, which only adds: keep the least.
             for _ in 0..<3 {
                 let tier = MemoryTier(backing: NullStore(), capacityBytes: Int.max / 2)
-                let before = heapInUse()
+                let before = glibcHeapInUse()
                 for index in 0..<count { tier.save(try entry(index, bodyBytes: bodyBytes, inFile: inFile)) { _ in } }
-                least = min(least, heapInUse() - before)
+                least = min(least, glibcHeapInUse() - before)
                 estimated = tier.bytes
                 withExtendedLifetime(tier) {}
             }

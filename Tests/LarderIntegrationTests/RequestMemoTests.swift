@@ -1,7 +1,6 @@
 // The request memos are bounded in bytes however many distinct requests arrive, and their
 // estimate of what an entry costs is not below what the heap really gives it.
 
-import CMalloc
 import LarderCore
 import LarderEngine
 @testable import LarderService
@@ -49,12 +48,6 @@ final class RequestMemoTests: XCTestCase {
         XCTAssertLessThanOrEqual(memo.usage.bytes, 700 * each)
     }
 
-    /// Bytes glibc has handed out, from its heaps (every arena) and as separate mappings.
-    private func heapInUse() -> Int {
-        let info = mallinfo2()
-        return Int(info.uordblks) + Int(info.hblkhd)
-    }
-
     func testHoldsNoMoreThanItsBudgetAndKeepsTheLatest() throws {
         let budget = 256 << 10
         let memo = RequestMemo(budgetBytes: budget)
@@ -100,18 +93,18 @@ final class RequestMemoTests: XCTestCase {
         let memo = RequestMemo(budgetBytes: Int.max / 2)
         var copies: [[UInt8]] = []
         copies.reserveCapacity(bodies.count)
-        let before = heapInUse()
+        let before = glibcHeapInUse()
         for (bytes, value) in zip(bodies, values) {
             let copy = bytes.withUnsafeBufferPointer { Array($0) }
             copies.append(copy)
             memo.insert(copy, value)
         }
-        let memoHeap = heapInUse() - before
+        let memoHeap = glibcHeapInUse() - before
         XCTAssertEqual(memo.usage.entries, bodies.count)
         // The values themselves (parsed request, derived key) as a memo keeps them alive.
-        let valuesBefore = heapInUse()
+        let valuesBefore = glibcHeapInUse()
         let fresh = try bodies.map(prepared)
-        let valueHeap = heapInUse() - valuesBefore
+        let valueHeap = glibcHeapInUse() - valuesBefore
         withExtendedLifetime((memo, fresh, copies)) {}
         return memoHeap + valueHeap
     }
