@@ -267,6 +267,8 @@ public struct StoreFigures: Sendable, Equatable {
     public var failures = 0
     /// Responses answered but not stored because the store was too far behind.
     public var shedWrites = 0
+    /// Lookups of keys never stored answered without reading the store (SQLite's key filter).
+    public var lookupsSkipped = 0
     public init() {}
 }
 

@@ -198,6 +198,7 @@ extension SQLiteCacheStore: OperatedStore {
         figures.expiredRemovals = expiredRemovalCount
         figures.failures = writeFailures.load(ordering: .relaxed)
         figures.shedWrites = shedWrites.load(ordering: .relaxed)
+        figures.lookupsSkipped = lookupsSkippedByKeyFilter
         return figures
     }
 }

@@ -80,6 +80,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let selectDeadFiles: SQLiteStatement
     private let deleteDeadFile: SQLiteStatement
     private let orphanSweep = DispatchGroup()
+    /// A key filter (re)build under way (KeyFilter.swift).
+    private let keyFilterBuild = DispatchGroup()
+    private let lookupsSkipped = Atomic<Int>(0)
+    /// Called by a key filter rebuild after its scan, before lookups switch to it; for tests.
+    let keyFilterScanned = CallbackSlot<Void>()
     public let capacity: StoreCapacity
     let evictions = Atomic<Int>(0)
     let expiredRemovals = Atomic<Int>(0)
@@ -116,6 +121,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         var visible: [CacheKey: [StoredEntry]] = [:]
         var bytes = 0
         var flushScheduled = false
+        /// The filter lookups consult (nil until the first build from the database finished),
+        /// and the one a rebuild is filling; saves go into both.
+        var keyFilter: KeyFilter?
+        var rebuildingKeyFilter: KeyFilter?
+        var keyFilterRebuildScheduled = false
     }
 
     private struct HitTally {
@@ -211,6 +221,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             self?.sweepOrphanFiles(olderThan: startedAt - 2)
             self?.orphanSweep.leave()
         }
+        pending.withLock { $0.keyFilterRebuildScheduled = true }
+        scheduleKeyFilterRebuild()
     }
 
     /// Schema migrations, applied in order; `PRAGMA user_version` records the last applied.
@@ -407,8 +419,13 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         guard !closed.load(ordering: .relaxed) else { return [] }
         // Uncommitted saves first: one that commits between this read and the SELECT below is
         // then found by the SELECT (it leaves `visible` only after its COMMIT).
-        let uncommitted = pending.withLock { $0.visible.isEmpty ? nil : $0.visible[primaryKey] }
-        var entries = committedEntries(primaryKey)
+        let probe = KeyFilter.probe(primaryKey.hex)
+        let (uncommitted, filter) = pending.withLock { ($0.visible.isEmpty ? nil : $0.visible[primaryKey], $0.keyFilter) }
+        // A key the filter never saw has no row: no read transaction. (Taking the lock above
+        // orders this after the save that inserted the key, once it left `visible`.)
+        let mayBeStored = filter?.mayContain(probe) ?? true
+        if !mayBeStored { lookupsSkipped.add(1, ordering: .relaxed) }
+        var entries = mayBeStored ? committedEntries(primaryKey) : []
         for entry in uncommitted ?? [] { Self.apply(entry, to: &entries, maxVariants: maxVariants) }
         return entries
     }
@@ -491,6 +508,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             }
         }
         let size = entry.approximateBytes
+        let probe = KeyFilter.probe(entry.primaryKey.hex)
+        var rebuildFilter = false
         let admitted = pending.withLock { pending -> (schedule: Bool, waits: Bool)? in
             // Behind by more than the limit (the disk stalled: a checkpoint's fsync under
             // writeback took seconds), the entry is not stored and the caller is answered at
@@ -501,6 +520,13 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             pending.queue.append(PendingWrite(entry: entry, size: size, completion: waits ? completion : nil))
             pending.visible[entry.primaryKey, default: []].append(entry)
             pending.bytes += size
+            // In the filters before the writer can commit it.
+            pending.keyFilter?.insert(probe)
+            pending.rebuildingKeyFilter?.insert(probe)
+            if let filter = pending.keyFilter, filter.insertedCount > filter.capacity, !pending.keyFilterRebuildScheduled {
+                pending.keyFilterRebuildScheduled = true
+                rebuildFilter = true
+            }
             defer { pending.flushScheduled = true }
             return (!pending.flushScheduled, waits)
         }
@@ -511,7 +537,87 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         if schedule {
             writerQueue.asyncAfter(deadline: .now() + .milliseconds(Self.groupCommitDelayMs)) { [self] in commitPending() }
         }
+        if rebuildFilter { scheduleKeyFilterRebuild() }
         if !waits { completion(true) }
+    }
+
+    /// Lookups the key filter answered without reading the database; for tests and metrics.
+    public var lookupsSkippedByKeyFilter: Int { lookupsSkipped.load(ordering: .relaxed) }
+
+    /// Waits for a key filter (re)build under way; for tests.
+    public func waitForKeyFilter() {
+        keyFilterBuild.wait()
+    }
+
+    /// Starts a rebuild of the key filter unless one is under way; for tests.
+    func rebuildKeyFilterSoon() {
+        guard pending.withLock({ state in
+            defer { state.keyFilterRebuildScheduled = true }
+            return !state.keyFilterRebuildScheduled
+        }) else { return }
+        scheduleKeyFilterRebuild()
+    }
+
+    /// Keys the filter lookups consult was sized for (0 before the first build); for tests.
+    var keyFilterCapacity: Int { pending.withLock { $0.keyFilter?.capacity ?? 0 } }
+
+    /// Starts a rebuild of the key filter (the caller set `keyFilterRebuildScheduled`).
+    func scheduleKeyFilterRebuild() {
+        keyFilterBuild.enter()
+        DispatchQueue.global(qos: .utility).async { [self] in
+            defer { keyFilterBuild.leave() }
+            rebuildKeyFilter()
+        }
+    }
+
+    /// Fills a new key filter with every primary key that has a row, on its own connection,
+    /// 4,096 keys per read transaction (a checkpoint is never held up for long), then makes it
+    /// the one lookups consult. No key is missed: saves from the start go into both filters,
+    /// saves not yet committed are copied in first, and anything committed earlier is in
+    /// every later read. Removed keys are left behind, which is what a rebuild is for.
+    private func rebuildKeyFilter() {
+        var complete = false
+        var fresh: KeyFilter?
+        defer {
+            pending.withLock { state in
+                if complete, let fresh { state.keyFilter = fresh }
+                state.rebuildingKeyFilter = nil
+                state.keyFilterRebuildScheduled = false
+            }
+        }
+        guard !closed.load(ordering: .relaxed) else { return }
+        do {
+            let connection = try SQLiteConnection(path: path)
+            try connection.execute("PRAGMA busy_timeout = 5000")
+            let rows = Int(try connection.scalarInt("SELECT entries FROM usage WHERE id = 1"))
+            // Room for twice the rows: rebuilt again after about as many new keys as there are rows.
+            let filter = KeyFilter(capacity: max(2 * rows, 1 << 16))
+            fresh = filter
+            pending.withLock { state in
+                state.rebuildingKeyFilter = filter
+                for key in state.visible.keys { filter.insert(KeyFilter.probe(key.hex)) }
+            }
+            let page = try connection.prepare("SELECT key FROM entries WHERE key > ?1 ORDER BY key LIMIT 4096")
+            var last = ""
+            while !closed.load(ordering: .relaxed) {
+                var count = 0
+                try page.bind(1, last)
+                while try page.step() {
+                    count += 1
+                    guard let key = page.string(0) else { continue }
+                    for probe in KeyFilter.probes(forRowKey: key) { filter.insert(probe) }
+                    last = key
+                }
+                page.reset()
+                if count < 4096 {
+                    complete = true
+                    break
+                }
+            }
+            keyFilterScanned(())
+        } catch {
+            logger.warning("cannot build the key filter; lookups read the database", metadata: ["error": "\(error)"])
+        }
     }
 
     public func readBody(of entry: StoredEntry) -> [UInt8]? {
@@ -687,6 +793,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
         }
         readers.withLock { $0.removeAll() }
+        keyFilterBuild.wait()
         // Nothing of this store touches the file after close: the start-up sweep of orphan
         // body files (its own connection) is let finish.
         orphanSweep.wait()

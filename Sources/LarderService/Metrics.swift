@@ -33,7 +33,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let timers = Locked<[Key: CoreMetrics.Timer]>([:])
     private let gauges = Locked<[Key: CoreMetrics.Gauge]>([:])
     private let namespaces = Locked<Set<String>>([])
-    private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int)>((0, 0, 0, 0))
+    private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int, skipped: Int)>((0, 0, 0, 0, 0))
 
     init(namespaceLimit: Int, startedAt: Double) {
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -195,15 +195,16 @@ final class LarderMetrics: TrafficObserver, Sendable {
         gauge("larder_cache_capacity_bytes").record(figures.capacityBytes ?? 0)
         gauge("larder_storage_healthy").record(store.storageHealthy ? 1 : 0)
         // Counters kept by the store; Prometheus counters advance by what changed since.
-        let (evicted, expired, failed, shed) = reported.withLock { reported -> (Int, Int, Int, Int) in
-            defer { reported = (figures.evictions, figures.expiredRemovals, figures.failures, figures.shedWrites) }
+        let (evicted, expired, failed, shed, skipped) = reported.withLock { reported -> (Int, Int, Int, Int, Int) in
+            defer { reported = (figures.evictions, figures.expiredRemovals, figures.failures, figures.shedWrites, figures.lookupsSkipped) }
             return (figures.evictions - reported.evictions, figures.expiredRemovals - reported.expired, figures.failures - reported.failures,
-                    figures.shedWrites - reported.shed)
+                    figures.shedWrites - reported.shed, figures.lookupsSkipped - reported.skipped)
         }
         counter("larder_cache_evictions_total", []).increment(by: max(0, evicted))
         counter("larder_cache_expired_removals_total", []).increment(by: max(0, expired))
         counter("larder_store_errors_total", []).increment(by: max(0, failed))
         counter("larder_store_writes_shed_total", []).increment(by: max(0, shed))
+        counter("larder_store_lookups_skipped_total", []).increment(by: max(0, skipped))
         gauge("larder_memory_tier_bytes").record(tier.bytes)
         gauge("larder_request_memo_bytes").record(memoBytes)
         var states: [String: Int] = ["queued": 0, "running": 0, "done": 0, "cancelled": 0]
