@@ -40,7 +40,9 @@ extension SQLiteCacheStore {
 
     /// Bytes held, from the usage table.
     func usedBytes() -> Int {
-        (try? writer.scalarInt("SELECT bytes FROM usage WHERE id = 1")).map(Int.init) ?? 0
+        defer { selectUsedBytes.reset() }
+        guard (try? selectUsedBytes.step()) == true else { return 0 }
+        return Int(selectUsedBytes.int64(0))
     }
 
     /// Entries evicted for capacity since the store opened.

@@ -79,6 +79,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     public let bodyFileThreshold: Int
     private let selectDeadFiles: SQLiteStatement
     private let deleteDeadFile: SQLiteStatement
+    /// Read after every group commit (capacity); prepared once, not parsed per commit.
+    let selectUsedBytes: SQLiteStatement
     private let orphanSweep = DispatchGroup()
     /// A key filter (re)build under way (KeyFilter.swift).
     private let keyFilterBuild = DispatchGroup()
@@ -192,6 +194,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             """)
         selectDeadFiles = try writer.prepare("SELECT path FROM dead_files LIMIT 1024")
         deleteDeadFile = try writer.prepare("DELETE FROM dead_files WHERE path = ?1")
+        selectUsedBytes = try writer.prepare("SELECT bytes FROM usage WHERE id = 1")
         deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_checksum = ?2")
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
         selectByURL = try writer.prepare("SELECT DISTINCT primary_key FROM entries WHERE url_key = ?1")
