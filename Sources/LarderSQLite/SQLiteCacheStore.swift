@@ -183,6 +183,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try writer.execute("PRAGMA recursive_triggers = ON")
         // The WAL is truncated back to this after checkpoints, so disk use follows the data.
         try writer.execute("PRAGMA journal_size_limit = 16777216")
+        // Checkpoint every 100 pages (400 KiB), not SQLite's 1,000: a checkpoint copies its
+        // pages on the writer in one burst, and a request thread that needs the core waits for
+        // it. Misses at one connection, p99: 1.74–1.89 ms at 1,000 pages, 1.09–1.15 at 250,
+        // 0.79–1.14 at 100; throughput level, and 64 connections of misses for 40 s after the
+        // working sets ran as fast, with fewer saves shed and no request over 30 ms.
+        try writer.execute("PRAGMA wal_autocheckpoint = 100")
         insert = try writer.prepare("""
             INSERT OR REPLACE INTO entries
               (key, namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at,
