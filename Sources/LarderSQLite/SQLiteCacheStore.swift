@@ -16,7 +16,8 @@
 //   stored (counted), so a stalled disk costs hit ratio for a moment instead of memory or
 //   every caller's time.
 // - A pool of reader connections used from the server's worker threads; a hit takes one,
-//   runs a prepared point lookup, and gives it back.
+//   runs a prepared point lookup, and gives it back. A key never stored (a miss) is answered
+//   by a Bloom filter of the stored keys without a reader (KeyFilter.swift).
 // - Each body carries a checksum (BodyChecksum) checked on read: a mismatch (disk damage, a
 //   hand edit) is a miss and the row is deleted.
 // - Hit counters are tallied in memory in shards and written in batches, so a hit costs no
@@ -185,7 +186,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try writer.execute("PRAGMA journal_size_limit = 16777216")
         // Checkpoint every 100 pages (400 KiB), not SQLite's 1,000: a checkpoint copies its
         // pages on the writer in one burst, and a request thread that needs the core waits for
-        // it. Misses at one connection, p99: 1.74–1.89 ms at 1,000 pages, 1.09–1.15 at 250,
+        // it. Misses at one connection, p99: 1.62–1.89 ms at 1,000 pages, 1.09–1.15 at 250,
         // 0.79–1.14 at 100; throughput level, and 64 connections of misses for 40 s after the
         // working sets ran as fast, with fewer saves shed and no request over 30 ms.
         try writer.execute("PRAGMA wal_autocheckpoint = 100")

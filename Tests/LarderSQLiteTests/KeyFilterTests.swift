@@ -63,6 +63,14 @@ final class KeyFilterTests: XCTestCase {
         tag + String(format: "%060x", index)
     }
 
+    /// Asserts that `key` has `rows` rows and that the filter let the lookup read the database.
+    private func assertFoundInTheDatabase(_ store: SQLiteCacheStore, _ key: String, rows: Int = 1,
+                                          file: StaticString = #filePath, line: UInt = #line) {
+        let skippedBefore = store.lookupsSkippedByKeyFilter
+        XCTAssertEqual(store.lookup(CacheKey(hex: key)).count, rows, file: file, line: line)
+        XCTAssertEqual(store.lookupsSkippedByKeyFilter, skippedBefore, "not skipped", file: file, line: line)
+    }
+
     func testTheFilterHasNoFalseNegativesAndFewFalsePositives() {
         let filter = KeyFilter(capacity: 10_000)
         XCTAssertGreaterThanOrEqual(filter.capacity, 10_000)
@@ -102,10 +110,9 @@ final class KeyFilterTests: XCTestCase {
         // Before the build finishes a lookup reads the database; after it, the filter answers.
         XCTAssertEqual(second.lookup(CacheKey(hex: "plain-one")).count, 1)
         second.waitForKeyFilter()
+        assertFoundInTheDatabase(second, primary, rows: 2)  // variants, by their primary key
+        assertFoundInTheDatabase(second, "plain-one")
         let skippedBefore = second.lookupsSkippedByKeyFilter
-        XCTAssertEqual(second.lookup(CacheKey(hex: primary)).count, 2, "variants are found by their primary key")
-        XCTAssertEqual(second.lookup(CacheKey(hex: "plain-one")).count, 1)
-        XCTAssertEqual(second.lookupsSkippedByKeyFilter, skippedBefore)
         XCTAssertTrue(second.lookup(CacheKey(hex: "never-stored")).isEmpty)
         XCTAssertEqual(second.lookupsSkippedByKeyFilter, skippedBefore + 1)
     }
@@ -126,7 +133,7 @@ final class KeyFilterTests: XCTestCase {
         store.waitForKeyFilter()
         XCTAssertTrue(store.lookup(CacheKey(hex: "removed")).isEmpty)
         XCTAssertEqual(store.lookupsSkippedByKeyFilter, skippedBefore + 1, "forgotten by the rebuild")
-        XCTAssertEqual(store.lookup(CacheKey(hex: "kept")).count, 1)
+        assertFoundInTheDatabase(store, "kept")
     }
 
     func testNoKeyIsSkippedWhileSavesRaceRebuilds() throws {
@@ -176,9 +183,7 @@ final class KeyFilterTests: XCTestCase {
         store.waitForKeyFilter()
         try other.execute("COMMIT")
         store.commitAndWait()
-        let skippedBefore = store.lookupsSkippedByKeyFilter
-        XCTAssertEqual(store.lookup(CacheKey(hex: "waiting")).count, 1)
-        XCTAssertEqual(store.lookupsSkippedByKeyFilter, skippedBefore)
+        assertFoundInTheDatabase(store, "waiting")
     }
 
     func testASaveCommittedAfterARebuildReadItsRangeIsInTheNewFilter() throws {
@@ -198,9 +203,7 @@ final class KeyFilterTests: XCTestCase {
         store.commitAndWait()
         resume.signal()
         store.waitForKeyFilter()
-        let skippedBefore = store.lookupsSkippedByKeyFilter
-        XCTAssertEqual(store.lookup(CacheKey(hex: "late")).count, 1)
-        XCTAssertEqual(store.lookupsSkippedByKeyFilter, skippedBefore)
+        assertFoundInTheDatabase(store, "late")
     }
 
     func testTheFilterGrowsWhenItsKeysOutnumberItsCapacity() throws {
