@@ -6,7 +6,7 @@ import LarderEngine
 import LarderHTTP
 import Logging
 
-struct Router: HTTPRequestHandler {
+final class Router: HTTPRequestHandler {
     let engine: FetchEngine
     let clock: Clock
     let logger: Logger
@@ -92,15 +92,15 @@ struct Router: HTTPRequestHandler {
                 return finish(request, error: LarderError(.methodNotAllowed, "use POST for /batch"), allow: "POST", receivedAt: receivedAt)
             }
             return batchRoute.handle(request, responder: responder, receivedAt: receivedAt,
-                                     fail: { finish(request, error: $0, receivedAt: receivedAt) },
-                                     finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
+                                     fail: { self.finish(request, error: $0, receivedAt: receivedAt) },
+                                     finish: { self.finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
         case "/chain":
             guard request.method == "POST" else {
                 return finish(request, error: LarderError(.methodNotAllowed, "use POST for /chain"), allow: "POST", receivedAt: receivedAt)
             }
             return chainRoute.handle(request, responder: responder, receivedAt: receivedAt,
-                                     fail: { finish(request, error: $0, receivedAt: receivedAt) },
-                                     finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
+                                     fail: { self.finish(request, error: $0, receivedAt: receivedAt) },
+                                     finish: { self.finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
         case "/metrics":
             guard let scrape else { return finish(request, error: LarderError(.notFound, "metrics are off"), receivedAt: receivedAt) }
             guard request.method == "GET" || request.method == "HEAD" else {
@@ -129,12 +129,12 @@ struct Router: HTTPRequestHandler {
             if let warmRoute, request.path == WarmRoute.prefix || request.path.hasPrefix(WarmRoute.prefix + "/") {
                 return warmRoute.handle(request, responder: responder,
                                         fail: { finish(request, error: $0, allow: $1, receivedAt: receivedAt) },
-                                        finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
+                                        finish: { self.finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
             }
             if isAdmin, let adminRoute {
                 return adminRoute.handle(request, responder: responder,
                                          fail: { finish(request, error: $0, allow: $1, receivedAt: receivedAt) },
-                                         finish: { finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
+                                         finish: { self.finish(request, response: $0, outcome: nil, receivedAt: receivedAt) })
             }
             if request.rawTarget.hasPrefix("/proxy/") {
                 let rest = request.rawTarget.dropFirst("/proxy/".count)
@@ -151,7 +151,7 @@ struct Router: HTTPRequestHandler {
                receivedAt: Double) -> HTTPServerResponse? {
         if let refusal = loopRefusal(request, receivedAt: receivedAt) { return refusal }
         return proxyRoute.handle(request, upstream: name, target: target, responder: responder) { response, outcome, errorCode in
-            finish(request, response: response, outcome: outcome, errorCode: errorCode, receivedAt: receivedAt, route: "proxy")
+            self.finish(request, response: response, outcome: outcome, errorCode: errorCode, receivedAt: receivedAt, route: "proxy")
         }
     }
 
@@ -182,7 +182,7 @@ struct Router: HTTPRequestHandler {
             return envelope(request, fromGet, receivedAt: receivedAt)
         }
         let immediate = engine.fetch(prepared) { answer in
-            responder.respond(envelope(request, answer, receivedAt: receivedAt))
+            responder.respond(self.envelope(request, answer, receivedAt: receivedAt))
         }
         return immediate.map { envelope(request, $0, receivedAt: receivedAt) }
     }
