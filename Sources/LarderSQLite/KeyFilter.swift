@@ -44,9 +44,6 @@ final class KeyFilter: @unchecked Sendable {
         words.deallocate()
     }
 
-    /// Bytes the filter holds.
-    var byteCount: Int { wordCount * 8 }
-
     var insertedCount: Int { inserted.load(ordering: .relaxed) }
 
     /// Where a key's bits are: two hashes, combined for each probe (Kirsch–Mitzenmacher). A pure

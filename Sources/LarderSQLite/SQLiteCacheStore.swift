@@ -129,6 +129,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         var keyFilter: KeyFilter?
         var rebuildingKeyFilter: KeyFilter?
         var keyFilterRebuildScheduled = false
+
+        /// Whether the caller is the one to start a key filter rebuild (none is under way).
+        mutating func claimKeyFilterRebuild() -> Bool {
+            defer { keyFilterRebuildScheduled = true }
+            return !keyFilterRebuildScheduled
+        }
     }
 
     private struct HitTally {
@@ -231,8 +237,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             self?.sweepOrphanFiles(olderThan: startedAt - 2)
             self?.orphanSweep.leave()
         }
-        pending.withLock { $0.keyFilterRebuildScheduled = true }
-        scheduleKeyFilterRebuild()
+        rebuildKeyFilterSoon()
     }
 
     /// Schema migrations, applied in order; `PRAGMA user_version` records the last applied.
@@ -429,11 +434,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         guard !closed.load(ordering: .relaxed) else { return [] }
         // Uncommitted saves first: one that commits between this read and the SELECT below is
         // then found by the SELECT (it leaves `visible` only after its COMMIT).
-        let probe = KeyFilter.probe(primaryKey.hex)
         let (uncommitted, filter) = pending.withLock { ($0.visible.isEmpty ? nil : $0.visible[primaryKey], $0.keyFilter) }
         // A key the filter never saw has no row: no read transaction. (Taking the lock above
         // orders this after the save that inserted the key, once it left `visible`.)
-        let mayBeStored = filter?.mayContain(probe) ?? true
+        let mayBeStored = filter?.mayContain(KeyFilter.probe(primaryKey.hex)) ?? true
         if !mayBeStored { lookupsSkipped.add(1, ordering: .relaxed) }
         var entries = mayBeStored ? committedEntries(primaryKey) : []
         for entry in uncommitted ?? [] { Self.apply(entry, to: &entries, maxVariants: maxVariants) }
@@ -533,9 +537,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             // In the filters before the writer can commit it.
             pending.keyFilter?.insert(probe)
             pending.rebuildingKeyFilter?.insert(probe)
-            if let filter = pending.keyFilter, filter.insertedCount > filter.capacity, !pending.keyFilterRebuildScheduled {
-                pending.keyFilterRebuildScheduled = true
-                rebuildFilter = true
+            if let filter = pending.keyFilter, filter.insertedCount > filter.capacity {
+                rebuildFilter = pending.claimKeyFilterRebuild()
             }
             defer { pending.flushScheduled = true }
             return (!pending.flushScheduled, waits)
@@ -559,20 +562,16 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         keyFilterBuild.wait()
     }
 
-    /// Starts a rebuild of the key filter unless one is under way; for tests.
+    /// Starts a rebuild of the key filter unless one is under way (at start-up; tests).
     func rebuildKeyFilterSoon() {
-        guard pending.withLock({ state in
-            defer { state.keyFilterRebuildScheduled = true }
-            return !state.keyFilterRebuildScheduled
-        }) else { return }
-        scheduleKeyFilterRebuild()
+        if pending.withLock({ $0.claimKeyFilterRebuild() }) { scheduleKeyFilterRebuild() }
     }
 
     /// Keys the filter lookups consult was sized for (0 before the first build); for tests.
     var keyFilterCapacity: Int { pending.withLock { $0.keyFilter?.capacity ?? 0 } }
 
-    /// Starts a rebuild of the key filter (the caller set `keyFilterRebuildScheduled`).
-    func scheduleKeyFilterRebuild() {
+    /// Starts a rebuild of the key filter (the caller claimed it).
+    private func scheduleKeyFilterRebuild() {
         keyFilterBuild.enter()
         DispatchQueue.global(qos: .utility).async { [self] in
             defer { keyFilterBuild.leave() }
