@@ -6,41 +6,55 @@
 #include <sys/socket.h>
 #include <microhttpd.h>
 
+// Not exported by Swift's Glibc module: accept4 needs _GNU_SOURCE, and eventfd is in its own
+// header. For HTTPServer's event loops.
+int accept4(int fd, struct sockaddr *_Nullable address, socklen_t *_Nullable length, int flags);
+#include <sys/eventfd.h>
+
+/// Accepts one connection, non-blocking and close-on-exec; -1 when none is waiting.
+static inline int larder_accept(int fd, struct sockaddr *_Nonnull address, socklen_t *_Nonnull length) {
+    return accept4(fd, address, length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+}
+
+/// A descriptor another thread makes readable to wake a loop (non-blocking, close-on-exec).
+static inline int larder_wake_descriptor(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
+
 // MHD_start_daemon takes a variadic option list, which Swift cannot build. This wrapper
-// passes the one option set Larder uses.
-static inline struct MHD_Daemon *_Nullable larder_mhd_start(
+// passes the one option set Larder uses: a daemon without threads or a listening socket of its
+// own, whose event loop the caller runs (HTTPServer's EventLoop: it waits on the daemon's epoll
+// descriptor, adds the connections it accepts and calls MHD_run). SIGPIPE is blocked on the
+// loop threads, so responses from files may go out with sendfile.
+static inline struct MHD_Daemon *_Nullable larder_mhd_start_external(
     unsigned int flags,
     const struct sockaddr *_Nonnull address,
-    unsigned int threadPoolSize,
     unsigned int connectionTimeoutSeconds,
     unsigned int connectionLimit,
-    unsigned int perAddressConnectionLimit,
     size_t connectionMemoryLimit,
+    MHD_AcceptPolicyCallback _Nonnull acceptPolicy, void *_Nullable acceptPolicyContext,
     MHD_AccessHandlerCallback _Nonnull handler, void *_Nullable handlerContext,
     MHD_RequestCompletedCallback _Nonnull completed, void *_Nullable completedContext,
     void *_Nullable (*_Nonnull uriLogger)(void *_Nullable, const char *_Nonnull, struct MHD_Connection *_Nonnull),
     void *_Nullable uriLoggerContext,
     MHD_NotifyConnectionCallback _Nonnull notifyConnection, void *_Nullable notifyContext) {
-    return MHD_start_daemon(flags, 0, 0, 0, handler, handlerContext,
+    return MHD_start_daemon(flags, 0, acceptPolicy, acceptPolicyContext, handler, handlerContext,
                             MHD_OPTION_SOCK_ADDR, address,
-                            MHD_OPTION_THREAD_POOL_SIZE, threadPoolSize,
                             MHD_OPTION_CONNECTION_TIMEOUT, connectionTimeoutSeconds,
                             MHD_OPTION_CONNECTION_LIMIT, connectionLimit,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, perAddressConnectionLimit,
                             // Strict: HTTP/1.1 without Host and whitespace in the URL are 400.
                             MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, connectionMemoryLimit,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+                            MHD_OPTION_SIGPIPE_HANDLED_BY_APP, (int)1,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completedContext,
                             MHD_OPTION_URI_LOG_CALLBACK, uriLogger, uriLoggerContext,
                             MHD_OPTION_NOTIFY_CONNECTION, notifyConnection, notifyContext,
                             MHD_OPTION_END);
 }
 
-// MHD_get_daemon_info is variadic; the bound port is read after binding to port 0.
-static inline uint16_t larder_mhd_bound_port(struct MHD_Daemon *_Nonnull daemon) {
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT);
-    return info == 0 ? 0 : info->port;
+// MHD_get_daemon_info is variadic. The daemon's epoll descriptor (external epoll mode), or -1.
+static inline int larder_mhd_epoll_fd(struct MHD_Daemon *_Nonnull daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    return info == 0 ? -1 : info->epoll_fd;
 }
 
 // MHD_set_connection_option is variadic. Sets the connection's inactivity timeout. (In
@@ -64,6 +78,18 @@ static inline void larder_mhd_restore_timeout(struct MHD_Connection *_Nonnull co
 static inline int larder_mhd_connection_fd(struct MHD_Connection *_Nonnull connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     return info == 0 ? -1 : info->connect_fd;
+}
+
+// MHD_get_connection_info is variadic. The daemon running the connection, or NULL.
+static inline struct MHD_Daemon *_Nullable larder_mhd_connection_daemon(struct MHD_Connection *_Nonnull connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_DAEMON);
+    return info == 0 ? 0 : info->daemon;
+}
+
+// MHD_get_connection_info is variadic. The connection's client address, or NULL.
+static inline const struct sockaddr *_Nullable larder_mhd_client_address(struct MHD_Connection *_Nonnull connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return info == 0 ? 0 : info->client_addr;
 }
 
 // MHD_SIZE_UNKNOWN and MHD_CONTENT_READER_END_OF_STREAM are macros.

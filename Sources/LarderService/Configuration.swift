@@ -24,7 +24,7 @@ public struct LarderConfiguration: Sendable {
     public var allowHosts: [String] = []
     /// Also refuse loopback and private address ranges upstream.
     public var denyPrivate: Bool = false
-    /// libmicrohttpd worker threads (2 or more).
+    /// HTTP event loops per listener, a thread each (2 or more).
     public var serverThreads: Int = 2
     /// Largest /fetch request body, bytes.
     public var maxRequestBodyBytes: Int = 1 << 20

@@ -54,7 +54,7 @@ struct Serve: ParsableCommand {
     @Flag(help: "Also refuse upstream addresses in loopback and private ranges.")
     var denyPrivate = false
 
-    @Option(help: "libmicrohttpd worker threads (default 2).")
+    @Option(help: "HTTP event loops, a thread each (default 2).")
     var threads: Int?
 
     @Option(help: "Largest upstream response body in bytes (default 67108864).")
