@@ -218,6 +218,8 @@ public final class HTTPServer: @unchecked Sendable {
     fileprivate private(set) var listenSocket: Int32 = -1
     /// Connections open, in all and per client address, against the configured limits.
     private let admission = Locked(Admission())
+    /// Set when a loop found every place taken; cleared when a connection closes.
+    private let atConnectionLimit = Atomic<Bool>(false)
     private var selfReference: Unmanaged<HTTPServer>?
     /// Watches the sockets of requests whose callers asked to learn that the client went away.
     let watcher = DisconnectWatcher()
@@ -335,6 +337,12 @@ public final class HTTPServer: @unchecked Sendable {
             var address = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let accepted = admission.withLock { admission -> (fd: Int32, admitted: Bool)? in
+                // At the limit, connections wait in the listen backlog (as with nginx's
+                // worker_connections) until one closes: the loops stop polling the socket.
+                guard admission.open < admission.limit else {
+                    atConnectionLimit.store(true, ordering: .releasing)
+                    return nil
+                }
                 let fd = withUnsafeMutablePointer(to: &address) { pointer in
                     pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                         larder_accept(listenSocket, $0, &length)
@@ -352,7 +360,7 @@ public final class HTTPServer: @unchecked Sendable {
                 pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { MHD_add_connection(loop.daemon, accepted.fd, $0, length) }
             }
             // libmicrohttpd closed the socket; it will never report it closed.
-            if added != MHD_Result.YES { admission.withLock { $0.release(ClientAddress(address)) } }
+            if added != MHD_Result.YES { release(ClientAddress(address)) }
         }
     }
 
@@ -365,8 +373,20 @@ public final class HTTPServer: @unchecked Sendable {
     /// A connection libmicrohttpd took is gone: it no longer counts against the limits.
     fileprivate func connectionClosed(_ connection: OpaquePointer) {
         guard let address = larder_mhd_client_address(connection) else { return }
-        let client = ClientAddress(address)
+        release(ClientAddress(address))
+    }
+
+    private func release(_ client: ClientAddress) {
         admission.withLock { $0.release(client) }
+        // A place is free: loops that stopped polling the listening socket take it up again.
+        if atConnectionLimit.exchange(false, ordering: .acquiringAndReleasing) {
+            for loop in loops { loop.wake() }
+        }
+    }
+
+    /// The listening socket while connections are accepted, -1 (ignored by poll) at the limit.
+    fileprivate var socketToAcceptOn: Int32 {
+        atConnectionLimit.load(ordering: .acquiring) ? -1 : listenSocket
     }
 
     /// Opens the listening socket (non-blocking; SO_REUSEADDR, so a restart can bind while old
@@ -818,8 +838,12 @@ final class EventLoop: @unchecked Sendable {
             running = false
         }
         MHD_stop_daemon(daemon)
-        close(wakeDescriptor)
     }
+
+    // The wake-up descriptor lives as long as the loop: a responder that answers after the
+    // server stopped (its request long over) still holds the loop through its connection handle,
+    // and must not write into a descriptor number the process has reused.
+    deinit { close(wakeDescriptor) }
 
     private func run(_ server: HTTPServer) {
         // sendfile can raise SIGPIPE (MSG_NOSIGNAL is for send only): blocked on this thread, as
@@ -830,12 +854,13 @@ final class EventLoop: @unchecked Sendable {
         pthread_sigmask(SIG_BLOCK, &signals, nil)
         var descriptors = [pollfd(fd: epollDescriptor, events: Int16(POLLIN), revents: 0),
                            pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0),
-                           pollfd(fd: server.listenSocket, events: Int16(POLLIN), revents: 0)]
+                           pollfd(fd: -1, events: Int16(POLLIN), revents: 0)]
         while !stopping.load(ordering: .acquiring) {
             var timeout: UInt64 = 0
             // No timeout to keep: wait for an event; libmicrohttpd says 0 when work is pending.
             let wait = MHD_get_timeout(daemon, &timeout) == MHD_Result.YES ? Int32(min(timeout, 60_000)) : -1
             for index in descriptors.indices { descriptors[index].revents = 0 }
+            descriptors[2].fd = server.socketToAcceptOn
             if poll(&descriptors, nfds_t(descriptors.count), wait) > 0 {
                 if descriptors[1].revents != 0 {
                     var count: UInt64 = 0

@@ -175,7 +175,7 @@ final class TestConnection {
         buffer.append(contentsOf: chunk[0..<received])
     }
 
-    private func readResponse(method: String) throws -> TestResponse {
+    func readResponse(method: String) throws -> TestResponse {
         var headEnd: Int?
         var searchFrom = 0
         while headEnd == nil {
