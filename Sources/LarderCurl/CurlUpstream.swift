@@ -95,8 +95,12 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     /// Starts the loop thread.
     public func start() {
         guard !started.exchange(true, ordering: .relaxed) else { return }
-        let thread = Thread { [self] in run() }
-        thread.name = "larder-curl"
+        // Named from inside: swift-corelibs-foundation names the OS thread (top -H, perf) only
+        // when the name is set on the running thread.
+        let thread = Thread { [self] in
+            Thread.current.name = "larder-curl"
+            run()
+        }
         thread.start()
     }
 

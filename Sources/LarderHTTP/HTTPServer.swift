@@ -818,8 +818,10 @@ final class EventLoop: @unchecked Sendable {
 
     func start(server: HTTPServer) {
         running = true
-        let thread = Thread { [self] in run(server) }
-        thread.name = "larder-http-\(index)"
+        let thread = Thread { [self] in
+            Thread.current.name = "larder-http-\(index)" // from inside: see CurlUpstream.start
+            run(server)
+        }
         thread.start()
     }
 
@@ -895,8 +897,10 @@ final class DisconnectWatcher: @unchecked Sendable {
         registrations[fd] = (nextID, handler)
         if !started {
             started = true
-            let thread = Thread { [self] in run() }
-            thread.name = "larder-disconnects"
+            let thread = Thread { [self] in
+                Thread.current.name = "larder-disconnects" // from inside: see CurlUpstream.start
+                run()
+            }
             thread.start()
         }
         condition.signal()

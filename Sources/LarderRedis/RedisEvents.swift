@@ -25,8 +25,10 @@ final class RedisEvents: Sendable {
     func onMessage(_ handler: @escaping @Sendable (String, String) -> Void) { self.handler.set { handler($0.verb, $0.argument) } }
 
     func start() {
-        let thread = Thread { [self] in run() }
-        thread.name = "larder-redis-events"
+        let thread = Thread { [self] in
+            Thread.current.name = "larder-redis-events" // from inside: see CurlUpstream.start
+            run()
+        }
         thread.start()
     }
 
