@@ -318,6 +318,10 @@ public final class HTTPServer: @unchecked Sendable {
 
     public var pendingCount: Int { inFlight.load(ordering: .relaxed) }
 
+    /// Connections open now, and how many may be (`connectionLimit`, lowered at start to what
+    /// the open-file limit allows); for metrics.
+    public var connections: (open: Int, limit: Int) { admission.withLock { ($0.open, $0.limit) } }
+
     /// Stops the daemon. Call after `waitForPending` returned true.
     public func stop() {
         guard !loops.isEmpty else { return }

@@ -10,6 +10,7 @@ public import LarderEngine
 import LarderHTTP
 import LarderRedis
 import LarderSQLite
+import LarderSync
 public import Logging
 #if canImport(Glibc)
 import Glibc
@@ -125,10 +126,19 @@ public final class LarderService: @unchecked Sendable {
         }
         let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
         engine.traffic.observe(with: metrics)
+        // The listeners, for their connection gauges; weak: each server holds the router, which
+        // holds the scrape closure.
+        let listeners = Locked<[(name: String, server: WeakServer)]>([])
         let router = Router(engine: engine, clock: clock, logger: logger, configuration: configuration,
                             upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store, loop: loop,
                             scrape: { [weak tier] memoBytes in
-                                tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes) } ?? []
+                                let connections = listeners.withLock { listeners in
+                                    listeners.compactMap { listener in
+                                        listener.server.server.map { (name: listener.name, open: $0.connections.open, limit: $0.connections.limit) }
+                                    }
+                                }
+                                return tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes,
+                                                                 listeners: connections) } ?? []
                             })
 
         var serverConfiguration = HTTPServerConfiguration()
@@ -165,6 +175,11 @@ public final class LarderService: @unchecked Sendable {
             var adminConfiguration = serverConfiguration
             adminConfiguration.port = adminPort
             adminServer = HTTPServer(configuration: adminConfiguration, handler: AdminListenerHandler(router: router))
+        }
+        listeners.withLock { listeners in
+            listeners = [("main", WeakServer(server))]
+            if let proxyServer { listeners.append(("proxy", WeakServer(proxyServer))) }
+            if let adminServer { listeners.append(("admin", WeakServer(adminServer))) }
         }
         do {
             try server.start()
@@ -365,4 +380,11 @@ struct AdminListenerHandler: HTTPRequestHandler {
     func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
         router.handle(request, responder: responder, onAdminListener: true)
     }
+}
+
+/// A listener the metrics read without keeping it alive.
+struct WeakServer: @unchecked Sendable {
+    // @unchecked Sendable: HTTPServer is Sendable; `weak` alone makes the compiler unsure.
+    weak var server: HTTPServer?
+    init(_ server: HTTPServer) { self.server = server }
 }

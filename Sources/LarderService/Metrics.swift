@@ -188,8 +188,13 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     /// The exposition, after reading what is measured at scrape time (`memoBytes`: what the
     /// router's request memos hold).
-    func scrape(store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int) -> [UInt8] {
+    func scrape(store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int,
+                listeners: [(name: String, open: Int, limit: Int)] = []) -> [UInt8] {
         let figures = store.figures
+        for listener in listeners {
+            gauge("larder_http_connections", [("listener", listener.name)]).record(listener.open)
+            gauge("larder_http_connection_limit", [("listener", listener.name)]).record(listener.limit)
+        }
         gauge("larder_cache_entries").record(figures.entries)
         gauge("larder_cache_bytes").record(figures.bytes)
         gauge("larder_cache_capacity_bytes").record(figures.capacityBytes ?? 0)

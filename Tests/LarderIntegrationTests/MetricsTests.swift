@@ -159,4 +159,32 @@ final class MetricsTests: IntegrationTestCase {
             XCTAssertTrue(exposed.contains(name), "the dashboard queries \(name), which /metrics does not expose")
         }
     }
+
+    func testConnectionGaugesCountEachListenersOpenConnections() throws {
+        let larder = try startLarder { $0.maxConnections = 64 }
+        let scraper = try larder.connection()
+        func connections() throws -> (open: Double?, limit: Double?) {
+            let samples = try parse(try scraper.request("GET", "/metrics").body)
+            return (samples[#"larder_http_connections{listener="main"}"#], samples[#"larder_http_connection_limit{listener="main"}"#])
+        }
+        let before = try connections()
+        XCTAssertEqual(before.limit, 64)
+        XCTAssertGreaterThanOrEqual(before.open ?? 0, 1, "the scraping connection itself")
+        var held: [TestConnection] = []
+        for _ in 0..<3 {
+            let client = try larder.connection()
+            XCTAssertEqual(try client.request("GET", "/healthz").status, 200)
+            held.append(client)
+        }
+        XCTAssertEqual(try connections().open, (before.open ?? 0) + 3)
+        // Closed connections leave the count once the server has seen them go.
+        for client in held { client.closeSocket() }
+        let deadline = Date().addingTimeInterval(10)
+        var open = try connections().open
+        while open != before.open, Date() < deadline {
+            usleep(20_000)
+            open = try connections().open
+        }
+        XCTAssertEqual(open, before.open)
+    }
 }
