@@ -134,7 +134,10 @@ public final class LarderService: @unchecked Sendable {
                             scrape: { [weak tier] memoBytes in
                                 let connections = listeners.withLock { listeners in
                                     listeners.compactMap { listener in
-                                        listener.server.server.map { (name: listener.name, open: $0.connections.open, limit: $0.connections.limit) }
+                                        listener.server.server.map { server in
+                                            let connections = server.connections
+                                            return (name: listener.name, open: connections.open, limit: connections.limit)
+                                        }
                                     }
                                 }
                                 return tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes,
