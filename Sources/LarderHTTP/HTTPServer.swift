@@ -26,7 +26,7 @@ import CMicroHTTPD
 import Dispatch
 import Foundation
 public import LarderCore
-import LarderSync
+public import LarderSync
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -199,6 +199,9 @@ public struct HTTPServerConfiguration: Sendable {
     }
     /// Told of every refused request (for the access log): method, path, status, reason.
     public var onReject: (@Sendable (_ method: String, _ path: String, _ status: Int, _ reason: String) -> Void)?
+    /// Makes the companion of each event loop (the upstream transfers its requests start, run
+    /// on the loop's thread; see EventLoopCompanion), or nil for none.
+    public var loopCompanion: (@Sendable () -> any EventLoopCompanion)?
     public init() {}
 }
 
@@ -267,7 +270,7 @@ public final class HTTPServer: @unchecked Sendable {
                                               connectionNotified, opaque)
                 }
             }
-            guard let daemon, let loop = EventLoop(daemon: daemon, index: index) else {
+            guard let daemon, let loop = EventLoop(daemon: daemon, index: index, companion: configuration.loopCompanion?()) else {
                 if let daemon { MHD_stop_daemon(daemon) }
                 for loop in started { loop.stop() }
                 close(listener)
@@ -796,18 +799,31 @@ struct Admission {
 /// events (MAX_EVENTS) calls epoll_wait again with the full timeout before processing them, so
 /// those connections stall until another event or a timeout (seen: stalls from 128 connections
 /// per thread). MHD_run never blocks (timeout 0), so that second call returns at once.
+///
+/// With a companion (the upstream transfers of this loop's requests), the companion waits on
+/// its own sockets and the loop's descriptors in one poll, and takes a turn after MHD_run: a
+/// request that needs the origin is sent, read and answered on this thread. A wake-up from the
+/// loop's own thread (an answer completed in the turn resumes its connection) writes no
+/// descriptor: the loop runs MHD_run again at once and does not wait in its next round.
 final class EventLoop: @unchecked Sendable {
-    // @unchecked Sendable: the daemon is used by this loop's thread only (and by `stop` after
-    // the thread ended); `stopping` is atomic; the descriptors are fixed.
+    // @unchecked Sendable: the daemon and `roundWanted` are used by this loop's thread only (and
+    // by `stop` after the thread ended); `stopping` and `thread` are atomic; the descriptors are
+    // fixed; the companion is called on this loop's thread only.
     let daemon: OpaquePointer
     let index: Int
     private let epollDescriptor: Int32
     private let wakeDescriptor: Int32
+    private let companion: (any EventLoopCompanion)?
     private let stopping = Atomic<Bool>(false)
     private let ended = DispatchSemaphore(value: 0)
     private var running = false
+    /// The loop's thread (pthread_self), 0 before it starts.
+    private let thread = Atomic<UInt>(0)
+    /// Woken from this loop's own thread (a connection resumed by an answer completed here, or
+    /// companion work left for the next turn): run MHD_run now and do not wait in the next round.
+    private var roundWanted = false
 
-    init?(daemon: OpaquePointer, index: Int) {
+    init?(daemon: OpaquePointer, index: Int, companion: (any EventLoopCompanion)? = nil) {
         let epoll = larder_mhd_epoll_fd(daemon)
         let wake = larder_wake_descriptor()
         guard epoll >= 0, wake >= 0 else {
@@ -818,6 +834,7 @@ final class EventLoop: @unchecked Sendable {
         self.index = index
         self.epollDescriptor = epoll
         self.wakeDescriptor = wake
+        self.companion = companion
     }
 
     func start(server: HTTPServer) {
@@ -829,8 +846,12 @@ final class EventLoop: @unchecked Sendable {
         thread.start()
     }
 
-    /// Makes the loop run a round now (from any thread).
+    /// Makes the loop run a round now (from any thread; on its own, the round follows at once).
     func wake() {
+        if UInt(pthread_self()) == thread.load(ordering: .relaxed) {
+            roundWanted = true
+            return
+        }
         var one: UInt64 = 1
         _ = write(wakeDescriptor, &one, 8)
     }
@@ -852,30 +873,48 @@ final class EventLoop: @unchecked Sendable {
     deinit { close(wakeDescriptor) }
 
     private func run(_ server: HTTPServer) {
+        thread.store(UInt(pthread_self()), ordering: .relaxed)
         // sendfile can raise SIGPIPE (MSG_NOSIGNAL is for send only): blocked on this thread, as
         // libmicrohttpd's own threads do, whatever the process does with it.
         var signals = sigset_t()
         sigemptyset(&signals)
         sigaddset(&signals, SIGPIPE)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
-        var descriptors = [pollfd(fd: epollDescriptor, events: Int16(POLLIN), revents: 0),
-                           pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0),
-                           pollfd(fd: -1, events: Int16(POLLIN), revents: 0)]
+        companion?.attach { [weak self] in self?.wake() }
+        var descriptors = [LoopDescriptor(fd: epollDescriptor, events: Int16(POLLIN)),
+                           LoopDescriptor(fd: wakeDescriptor, events: Int16(POLLIN)),
+                           LoopDescriptor(fd: -1, events: Int16(POLLIN))]
         while !stopping.load(ordering: .acquiring) {
             var timeout: UInt64 = 0
             // No timeout to keep: wait for an event; libmicrohttpd says 0 when work is pending.
-            let wait = MHD_get_timeout(daemon, &timeout) == MHD_Result.YES ? Int32(min(timeout, 60_000)) : -1
+            var wait = MHD_get_timeout(daemon, &timeout) == MHD_Result.YES ? Int32(min(timeout, 60_000)) : -1
+            if roundWanted { wait = 0 }
             for index in descriptors.indices { descriptors[index].revents = 0 }
             descriptors[2].fd = server.socketToAcceptOn
-            if poll(&descriptors, nfds_t(descriptors.count), wait) > 0 {
-                if descriptors[1].revents != 0 {
-                    var count: UInt64 = 0
-                    _ = read(wakeDescriptor, &count, 8)
-                }
-                if descriptors[2].revents != 0 { server.acceptConnections(onto: self) }
+            let companionReady = descriptors.withUnsafeMutableBufferPointer { buffer -> Bool in
+                if let companion { return companion.wait(buffer, timeoutMs: wait) }
+                buffer.withMemoryRebound(to: pollfd.self) { _ = poll($0.baseAddress, nfds_t($0.count), wait) }
+                return false
             }
-            MHD_run(daemon)
+            if descriptors[1].revents != 0 {
+                var count: UInt64 = 0
+                _ = read(wakeDescriptor, &count, 8)
+            }
+            if descriptors[2].revents != 0 { server.acceptConnections(onto: self) }
+            // Only the companion's sockets had events (an origin answered): libmicrohttpd has
+            // nothing to do unless its timeout came, and then the next round's is 0.
+            let serverIdle = companionReady && wait != 0 && !roundWanted && descriptors.allSatisfy { $0.revents == 0 }
+            roundWanted = false
+            if !serverIdle { MHD_run(daemon) }
+            if let companion {
+                companion.turn()
+                // Answers completed in that turn: queue them now rather than after another poll.
+                // The flag stays set, so the next round does not wait either: the turn may have
+                // left work for the next one (an exchange sent from a completion).
+                if roundWanted { MHD_run(daemon) }
+            }
         }
+        companion?.detach()
         ended.signal()
     }
 }

@@ -70,10 +70,13 @@ final class KeyFilter: @unchecked Sendable {
     /// key itself.
     static func probes(forRowKey key: String) -> [Probe] {
         var probes = [probe(key)]
-        var index = key.startIndex
-        while let dot = key[index...].firstIndex(of: ".") {
+        // Byte by byte: a rebuild reads every row's key, and walking Characters cost a quarter of
+        // the rebuild (profiled during a miss workload, where the filter is rebuilt as it grows).
+        let bytes = key.utf8
+        var index = bytes.startIndex
+        while let dot = bytes[index...].firstIndex(of: UInt8(ascii: ".")) {
             probes.append(probe(String(key[..<dot])))
-            index = key.index(after: dot)
+            index = bytes.index(after: dot)
         }
         return probes
     }

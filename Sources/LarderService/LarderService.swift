@@ -156,6 +156,8 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
         serverConfiguration.connectionTimeoutSeconds = configuration.clientTimeoutSeconds
         serverConfiguration.connectionLimit = configuration.maxConnections
+        // Each event loop runs the upstream transfers of its own requests (CurlUpstream).
+        serverConfiguration.loopCompanion = { upstream.loopCompanion() }
         serverConfiguration.rejectResponse = { status, reason in
             let error = status == 501 ? LarderError(.notImplemented, reason) : LarderError.invalid("headers", reason)
             return HTTPServerResponse(status: status, headers: [("Content-Type", "application/json")], body: error.jsonBody)
@@ -177,6 +179,8 @@ public final class LarderService: @unchecked Sendable {
         if let adminPort = configuration.adminPort {
             var adminConfiguration = serverConfiguration
             adminConfiguration.port = adminPort
+            // Admin requests that fetch (warm jobs) go through the upstream's own thread.
+            adminConfiguration.loopCompanion = nil
             adminServer = HTTPServer(configuration: adminConfiguration, handler: AdminListenerHandler(router: router))
         }
         listeners.withLock { listeners in

@@ -1,0 +1,456 @@
+// One libcurl multi handle and the transfers on it, run by one thread: either a thread of its
+// own (`runOnOwnThread`), or an HTTP event loop's, as that loop's companion (EventLoopCompanion):
+// the loop polls the driver's sockets with its own and gives it a turn after every round.
+//
+// Only that thread touches the multi handle and the easy handles. Other threads reach the
+// driver through its inbox (new exchanges, cancellations, stopping) under a lock and wake it:
+// with `curl_multi_wakeup` on its own thread, through the loop's wake-up otherwise. Exchanges
+// the loop's own thread sends need no lock and no wake-up: the loop's turn follows.
+//
+// The bounds (transfers at once, body bytes in flight) are shared by all drivers of one
+// upstream (TransferBounds); a driver that must wait for either is woken when some is released.
+
+import CCurl
+import Dispatch
+import Foundation
+import LarderCore
+import LarderEngine
+import LarderSync
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
+    // @unchecked Sendable: everything but `inbox`, `wakeUp` (set before the driver's thread
+    // runs) and the atomics is used on the driver's thread only; `curl_multi_wakeup` is
+    // documented as callable from any thread.
+
+    let multi: UnsafeMutableRawPointer
+    let settings: CurlSettings
+    let bounds: TransferBounds
+    private var identity: ObjectIdentifier { ObjectIdentifier(self) }
+    private let inbox = Locked<Inbox>(Inbox())
+    /// Exchanges sent from the driver's own thread (a loop's requests), started in its next turn.
+    private var local: [Exchange] = []
+    private var transfers: [UnsafeMutableRawPointer: Transfer] = [:]
+    /// Exchanges waiting for a transfer slot, in arrival order.
+    private var waiting: [Exchange] = []
+    /// Transfers paused for lack of body budget, retried when some was released.
+    private var paused: [Transfer] = []
+    private var budgetSeen = 0
+    /// Easy handles of finished transfers, reset and kept for the next ones (libcurl keeps
+    /// connections in the multi handle's cache; reusing handles saves their set-up too).
+    private var idleHandles: [UnsafeMutableRawPointer] = []
+    private static let idleHandleLimit = 64
+    /// Wakes the driver's thread (set once, before it runs).
+    private var wakeUp: @Sendable () -> Void = {}
+    private let stopped = DispatchSemaphore(value: 0)
+
+    private struct Inbox {
+        var exchanges: [Exchange] = []
+        var cancelled: [Exchange] = []
+        /// Asked to stop: every exchange fails with `shutting_down`, now and from now on.
+        var stopping = false
+        var phase = Phase.idle
+    }
+
+    private enum Phase { case idle, running, finished }
+
+    init(settings: CurlSettings, bounds: TransferBounds) {
+        guard let multi = curl_multi_init() else { fatalError("curl_multi_init failed") }
+        self.multi = multi
+        self.settings = settings
+        self.bounds = bounds
+        larder_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 256)
+    }
+
+    deinit {
+        for handle in idleHandles { curl_easy_cleanup(handle) }
+        curl_multi_cleanup(multi)
+    }
+
+    // MARK: - Any thread
+
+    /// Takes an exchange from any thread. Returns false when the driver stopped.
+    func enqueue(_ exchange: Exchange) -> Bool {
+        if CurlDriver.current === self {
+            // The loop's own thread, inside its round: its turn follows, no lock, no wake-up.
+            // (Stopping is decided on this thread too, so the check needs no lock either.)
+            guard !stoppedHere else { return false }
+            local.append(exchange)
+            return true
+        }
+        let accepted = inbox.withLock { inbox -> Bool in
+            guard !inbox.stopping else { return false }
+            inbox.exchanges.append(exchange)
+            return true
+        }
+        if accepted { wakeUp() }
+        return accepted
+    }
+
+    func cancel(_ exchange: Exchange) {
+        inbox.withLock { $0.cancelled.append(exchange) }
+        wakeUp()
+    }
+
+    /// Fails every exchange with `shutting_down` and waits until the driver's thread did so
+    /// (at once when that thread is not running).
+    func stop() {
+        let mustWait = inbox.withLock { inbox -> Bool in
+            inbox.stopping = true
+            return inbox.phase == .running
+        }
+        guard mustWait else { return }
+        wakeUp()
+        stopped.wait()
+    }
+
+    /// Runs the driver on a thread of its own, until stopped.
+    func runOnOwnThread(name: String) {
+        // Weak: the shared bounds may call a registered wake-up after the driver is gone.
+        wakeUp = { [weak self] in if let self { curl_multi_wakeup(self.multi) } }
+        guard inbox.withLock({ inbox -> Bool in
+            guard inbox.phase == .idle else { return false }
+            inbox.phase = .running
+            return true
+        }) else { return }
+        let thread = Thread { [self] in
+            Thread.current.name = name // from inside: see CurlUpstream.start
+            CurlDriver.current = self
+            while round() {
+                curl_multi_poll(self.multi, nil, 0, waiting.isEmpty ? 1000 : 100, nil)
+            }
+        }
+        thread.start()
+    }
+
+    // MARK: - EventLoopCompanion (the loop's thread)
+
+    func attach(wake: @escaping @Sendable () -> Void) {
+        wakeUp = wake
+        CurlDriver.current = self
+        inbox.withLock { inbox in
+            if inbox.phase == .idle { inbox.phase = .running }
+        }
+    }
+
+    func wait(_ descriptors: UnsafeMutableBufferPointer<LoopDescriptor>, timeoutMs: Int32) -> Bool {
+        // -1 (no limit) is not libcurl's; waiting exchanges are checked for their deadlines.
+        var timeout = timeoutMs < 0 ? 60_000 : timeoutMs
+        if !waiting.isEmpty { timeout = min(timeout, 100) }
+        // `ready` counts the transfers' sockets with events and the loop's descriptors with events.
+        var ready: Int32 = 0
+        descriptors.withMemoryRebound(to: curl_waitfd.self) { fds in
+            _ = curl_multi_poll(multi, fds.baseAddress, UInt32(fds.count), timeout, &ready)
+        }
+        return Int(ready) > descriptors.lazy.filter { $0.revents != 0 }.count
+    }
+
+    func turn() {
+        _ = round()
+    }
+
+    func detach() {
+        if !stoppedHere {
+            inbox.withLock { $0.stopping = true }
+            _ = round()
+        }
+        CurlDriver.current = nil
+    }
+
+    // MARK: - The driver's thread
+
+    /// Set on the driver's thread when it stopped (its inbox said so).
+    private var stoppedHere = false
+
+    /// One round: takes what arrived, starts, reads and completes transfers. Returns false once
+    /// the driver stopped.
+    private func round() -> Bool {
+        guard !stoppedHere else { return false }
+        let (incoming, cancelled, stopping) = inbox.withLock { inbox -> ([Exchange], [Exchange], Bool) in
+            defer {
+                inbox.exchanges.removeAll(keepingCapacity: true)
+                inbox.cancelled.removeAll()
+            }
+            return (inbox.exchanges, inbox.cancelled, inbox.stopping)
+        }
+        let sent = local
+        local.removeAll(keepingCapacity: true)
+        if stopping {
+            finishAll(failing: sent + incoming)
+            return false
+        }
+        for exchange in sent { begin(exchange) }
+        for exchange in incoming { begin(exchange) }
+        for exchange in cancelled { abort(exchange) }
+        expireWaiting()
+        guard !transfers.isEmpty else {
+            if !local.isEmpty { wakeUp() }
+            return true
+        }
+        var running: Int32 = 0
+        curl_multi_perform(multi, &running)
+        var remaining: Int32 = 0
+        while let message = curl_multi_info_read(multi, &remaining) {
+            guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle else { continue }
+            let result = larder_curl_msg_result(message)
+            if let transfer = remove(handle) {
+                finish(transfer, result: result)
+            }
+        }
+        startWaiting()
+        resumePaused()
+        // Completions that sent again from this thread (a 304 for an entry gone meanwhile):
+        // another round at once, not after the next poll's timeout.
+        if !local.isEmpty { wakeUp() }
+        return true
+    }
+
+    /// Stopping: fails everything, frees the handles, tells `stop` (once).
+    private func finishAll(failing exchanges: [Exchange]) {
+        stoppedHere = true
+        let error = LarderError(.shuttingDown, "Larder is shutting down")
+        for exchange in exchanges + waiting { exchange.fail(error) }
+        waiting.removeAll()
+        paused.removeAll()
+        for (handle, transfer) in transfers {
+            curl_multi_remove_handle(multi, handle)
+            bounds.release(sequence: transfer.sequence, accounted: transfer.accounted)
+            transfer.exchange.fail(error)
+            retire(transfer)
+        }
+        transfers.removeAll()
+        for handle in idleHandles { curl_easy_cleanup(handle) }
+        idleHandles.removeAll()
+        // `stop` waits only when it saw the driver running; a signal nobody waits for is harmless.
+        let wasRunning = inbox.withLock { inbox -> Bool in
+            defer { inbox.phase = .finished }
+            return inbox.phase == .running
+        }
+        if wasRunning { stopped.signal() }
+    }
+
+    /// Aborts a cancelled exchange: removing its easy handle mid-transfer closes the connection
+    /// (it cannot be reused), so the origin sees the request abandoned.
+    private func abort(_ exchange: Exchange) {
+        let error = LarderError(.cancelled, "the request was cancelled")
+        if let index = waiting.firstIndex(where: { $0 === exchange }) {
+            waiting.remove(at: index)
+            return exchange.fail(error)
+        }
+        guard let handle = transfers.first(where: { $0.value.exchange === exchange })?.key, let transfer = remove(handle) else { return }
+        exchange.fail(error)
+        retire(transfer)
+    }
+
+    /// Takes a handle off the multi handle and out of the transfers, giving back its slot and
+    /// body budget (and so perhaps making another transfer the oldest).
+    private func remove(_ handle: UnsafeMutableRawPointer) -> Transfer? {
+        curl_multi_remove_handle(multi, handle)
+        guard let transfer = transfers.removeValue(forKey: handle) else { return nil }
+        bounds.release(sequence: transfer.sequence, accounted: transfer.accounted)
+        transfer.accounted = 0
+        paused.removeAll { $0 === transfer }
+        return transfer
+    }
+
+    /// Starts waiting exchanges, in order, while slots are free.
+    private func startWaiting() {
+        while let exchange = waiting.first {
+            guard let sequence = bounds.acquireSlot(waiter: identity, wake: wakeUp) else { return }
+            waiting.removeFirst()
+            start(exchange, sequence: sequence)
+        }
+    }
+
+    /// Fails waiting exchanges whose deadline passed before they got a slot.
+    private func expireWaiting() {
+        guard !waiting.isEmpty else { return }
+        let now = settings.clock.now()
+        waiting.removeAll { exchange in
+            guard exchange.deadline <= now else { return false }
+            exchange.fail(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms (waited for a transfer slot)"))
+            return true
+        }
+    }
+
+    /// Whether `transfer` may take `count` more body bytes now (called by its write callback).
+    /// When not, it is paused until budget is released or it became the oldest transfer.
+    func takeBudget(_ count: Int, for transfer: Transfer) -> Bool {
+        guard bounds.take(count, sequence: transfer.sequence, waiter: identity, wake: wakeUp) else {
+            paused.append(transfer)
+            return false
+        }
+        transfer.accounted += count
+        return true
+    }
+
+    /// Unpauses transfers that waited for body budget, when some was released (here or by
+    /// another driver) since they were paused. Each one asks for budget again and pauses again
+    /// if there is none — except the oldest, which always proceeds. Unpausing may deliver data
+    /// at once (and pause again), so the list is taken first.
+    private func resumePaused() {
+        guard !paused.isEmpty else { return }
+        let generation = bounds.budgetGeneration.load(ordering: .acquiring)
+        guard generation != budgetSeen else { return }
+        budgetSeen = generation
+        let retrying = paused
+        paused.removeAll()
+        for transfer in retrying where transfers[transfer.handle] === transfer {
+            larder_curl_unpause(transfer.handle)
+        }
+    }
+
+    /// Starts the exchange's current hop, or queues it when every transfer slot is taken.
+    private func begin(_ exchange: Exchange) {
+        guard waiting.isEmpty, let sequence = bounds.acquireSlot(waiter: identity, wake: wakeUp) else {
+            // In arrival order: behind those already waiting.
+            waiting.append(exchange)
+            return
+        }
+        start(exchange, sequence: sequence)
+    }
+
+    private func start(_ exchange: Exchange, sequence: Int) {
+        let remainingMs = Int((exchange.deadline - settings.clock.now()) * 1000)
+        guard remainingMs > 0 else {
+            bounds.release(sequence: sequence, accounted: 0)
+            return exchange.fail(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms"))
+        }
+        if let refusal = settings.policy.refusal(forHost: String(exchange.url.bareHost)) {
+            bounds.release(sequence: sequence, accounted: 0)
+            return exchange.fail(LarderError(.upstreamForbidden, refusal))
+        }
+        guard let handle = idleHandles.popLast() ?? curl_easy_init() else {
+            bounds.release(sequence: sequence, accounted: 0)
+            return exchange.fail(LarderError(.upstreamUnreachable, "cannot create a transfer"))
+        }
+        let transfer = Transfer(handle: handle, exchange: exchange, policy: settings.policy, driver: self, sequence: sequence)
+        transfer.configure(userAgent: settings.userAgent, timeoutMs: remainingMs, resolve: settings.resolveList)
+        transfers[handle] = transfer
+        curl_multi_add_handle(multi, handle)
+    }
+
+    /// Frees what a finished transfer holds; its handle is reset and kept for another.
+    private func retire(_ transfer: Transfer) {
+        transfer.release()
+        if idleHandles.count < Self.idleHandleLimit {
+            curl_easy_reset(transfer.handle)
+            idleHandles.append(transfer.handle)
+        } else {
+            curl_easy_cleanup(transfer.handle)
+        }
+    }
+
+    private func finish(_ transfer: Transfer, result: CURLcode) {
+        defer { retire(transfer) }
+        let exchange = transfer.exchange
+        var status = 0
+        larder_curl_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status)
+        guard result == CURLE_OK else {
+            if let validator = resumeValidator(exchange, transfer, status: status, result: result) {
+                return resume(exchange, after: transfer, status: status, validator: validator)
+            }
+            return exchange.fail(transfer.error(for: result, timeoutMs: exchange.request.timeoutMs))
+        }
+        if let partial = exchange.partial {
+            // A resumed download: a 206 continuing exactly where the cut was completes it; a 200
+            // (the representation changed, If-Range said so) replaces it.
+            if status == 206, let range = transfer.headers.values("content-range").first,
+               range.hasPrefix("bytes \(partial.body.count)-") {
+                return exchange.succeed(UpstreamResponse(status: 200, headers: partial.headers, body: partial.body + transfer.body,
+                                                         requestTime: exchange.requestTime, responseTime: settings.clock.now()))
+            }
+            guard status == 200 else {
+                return exchange.fail(LarderError(.upstreamError, "\(exchange.url.authority) answered \(status) when a cut download was resumed"))
+            }
+        }
+        if exchange.request.followRedirects, [301, 302, 303, 307, 308].contains(status),
+           let location = transfer.headers.values("location").first {
+            return redirect(exchange, status: status, location: location)
+        }
+        exchange.succeed(UpstreamResponse(status: status, headers: transfer.headers, body: transfer.body,
+                                          requestTime: exchange.requestTime, responseTime: settings.clock.now()))
+    }
+
+    /// Resuming a cut download (YTKNetwork's resumable downloads, RFC 9110 §14.2 and §13.1.5):
+    /// only for exchanges that ask for it, a GET whose 200 (or resumed 206) was cut mid-body,
+    /// at most 3 times, and only with a validator that makes If-Range safe: a strong ETag, or
+    /// Last-Modified. Returns that validator.
+    private func resumeValidator(_ exchange: Exchange, _ transfer: Transfer, status: Int, result: CURLcode) -> String? {
+        guard exchange.request.resumable, exchange.method == .get, exchange.resumes < 3,
+              result == CURLE_PARTIAL_FILE || result == CURLE_RECV_ERROR,
+              status == 200 || (status == 206 && exchange.partial != nil), !transfer.body.isEmpty else { return nil }
+        let headers = exchange.partial?.headers ?? transfer.headers
+        if let etag = headers.values("etag").first, !etag.hasPrefix("W/") { return etag }
+        return headers.values("last-modified").first
+    }
+
+    private func resume(_ exchange: Exchange, after transfer: Transfer, status: Int, validator: String) {
+        if status == 206, let partial = exchange.partial {
+            exchange.partial = (partial.headers, partial.body + transfer.body)
+        } else {
+            exchange.partial = (transfer.headers, transfer.body)
+        }
+        exchange.resumes += 1
+        exchange.headers.removeAll { $0.name.caseInsensitiveEquals("range") || $0.name.caseInsensitiveEquals("if-range") }
+        exchange.headers.append(HeaderField("Range", "bytes=\(exchange.partial!.body.count)-"))
+        exchange.headers.append(HeaderField("If-Range", validator))
+        settings.logger.debug("resuming a cut download", metadata: ["url": "\(settings.redaction.apply(exchange.url.absoluteString))", "from": "\(exchange.partial!.body.count)"])
+        begin(exchange)
+    }
+
+    /// RFC 9110 §15.4: follow with the method the status calls for.
+    private func redirect(_ exchange: Exchange, status: Int, location: String) {
+        guard exchange.hops < CurlUpstream.maxRedirects else {
+            return exchange.fail(LarderError(.tooManyRedirects, "more than \(CurlUpstream.maxRedirects) redirects"))
+        }
+        guard let resolved = URL(string: location, relativeTo: URL(string: exchange.url.absoluteString))?.absoluteString else {
+            return exchange.fail(LarderError(.upstreamError, "redirect to an invalid location"))
+        }
+        let next: UpstreamURL
+        do {
+            // Parsed (not just resolved) so that a scheme other than http(s) is refused by name.
+            next = try UpstreamURL(parsing: resolved, field: "location")
+        } catch {
+            return exchange.fail(LarderError(.upstreamForbidden, "redirect refused: \(error.message)"))
+        }
+        exchange.hops += 1
+        // 303 turns anything but HEAD into GET; 301 and 302 turn POST into GET (as browsers do).
+        if (status == 303 && exchange.method != .head) || ((status == 301 || status == 302) && exchange.method == .post) {
+            exchange.method = .get
+            exchange.body = nil
+            exchange.headers.removeAll { $0.name.caseInsensitiveEquals("content-type") }
+        }
+        // Credentials never follow a redirect to another origin, nor do the fields a named
+        // upstream's configuration added (an API key is a credential by another name).
+        if !next.isSameOrigin(as: exchange.url) {
+            let bound = exchange.request.originBoundHeaders
+            exchange.headers.removeAll { field in
+                field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie")
+                    || bound.contains(field.name.lowercasedASCII)
+            }
+        }
+        exchange.url = next
+        begin(exchange)
+    }
+
+    // MARK: - The driver of this thread
+
+    /// The driver whose thread this is (nil on other threads): an exchange sent from a loop's
+    /// own thread joins that loop's driver without a lock or a wake-up.
+    static var current: CurlDriver? {
+        get { pthread_getspecific(currentKey).map { Unmanaged<CurlDriver>.fromOpaque($0).takeUnretainedValue() } }
+        // Unretained: a loop holds its companion, and a driver's own thread holds its driver,
+        // for as long as the thread runs.
+        set { pthread_setspecific(currentKey, newValue.map { Unmanaged.passUnretained($0).toOpaque() }) }
+    }
+
+    private static let currentKey: pthread_key_t = {
+        var key = pthread_key_t()
+        pthread_key_create(&key, nil)
+        return key
+    }()
+}
