@@ -197,6 +197,24 @@ final class SecurityReviewTests: IntegrationTestCase {
         XCTAssertEqual(origin.peakConcurrency, 2, "never more than the limit at the origin, and the limit is used")
     }
 
+    /// Issue 12: each event loop runs its own requests' transfers, under one bound for all. A
+    /// loop whose requests all wait for a slot has no transfer of its own to end: the slot
+    /// another loop frees must start them (seen: they waited until their deadline, 504).
+    func testIssue12ASlotFreedOnOneLoopStartsTheRequestsWaitingOnAnother() throws {
+        let larder = try startLarder { $0.maxUpstreamTransfers = 1 }
+        let statuses = Locked<[Int]>([])
+        let port = larder.port
+        let base = url(uniquePath())
+        // Eight connections, so both loops have requests waiting; each request's own deadline
+        // (3 s) is far more than the eight 100 ms exchanges one after another need.
+        XCTAssertTrue(concurrently(8) { index in
+            let response = try? TestConnection(port: port).fetch(["url": "\(base)-\(index)?delay=100", "timeoutMs": 3000])
+            statuses.withLock { $0.append(response?.status ?? -1) }
+        })
+        XCTAssertEqual(statuses.withLock { $0 }, Array(repeating: 200, count: 8))
+        XCTAssertEqual(origin.peakConcurrency, 1)
+    }
+
     func testBodiesOverTheInFlightBudgetWaitAndArriveWhole() throws {
         let larder = try startProxy { $0.maxInflightBodyBytes = 1 << 20 }
         let sizes = Locked<[Int]>([])
