@@ -38,21 +38,27 @@ final class EventLoopTests: IntegrationTestCase {
         // timeout: libmicrohttpd's own wake-up can be consumed by a round that has already looked
         // for resumed connections (seen: most requests stalled before loops were woken as well).
         let server = try startServer { $0.threads = 3 }
+        XCTAssertEqual(echoFailures(port: server.port, clients: 120, rounds: 10, timeoutSeconds: 10), [])
+    }
+
+    /// `clients` keep-alive connections at once, each asking `rounds` times for a path the
+    /// handler echoes; what went wrong, by client and round.
+    private func echoFailures(port: Int, clients: Int, rounds: Int, timeoutSeconds: Int) -> [String] {
         let failures = Locked<[String]>([])
-        XCTAssertTrue(concurrently(120, timeout: 60) { index in
+        XCTAssertTrue(concurrently(clients, timeout: 60) { index in
             do {
-                let client = try TestConnection(port: server.port, timeoutSeconds: 10)
-                for round in 0..<10 {
+                let client = try TestConnection(port: port, timeoutSeconds: timeoutSeconds)
+                for round in 0..<rounds {
                     let response = try client.request("GET", "/c\(index)/r\(round)")
                     if response.status != 200 || response.body != Array("/c\(index)/r\(round)".utf8) {
-                        failures.withLock { $0.append("\(index)/\(round): \(response.status)") }
+                        failures.withLock { $0.append("\(index)/\(round): \(response.status) \(String(decoding: response.body, as: UTF8.self))") }
                     }
                 }
             } catch {
                 failures.withLock { $0.append("\(index): \(error)") }
             }
         })
-        XCTAssertEqual(failures.withLock { $0 }, [])
+        return failures.withLock { $0 }
     }
 
     func testTheConnectionLimitHoldsAcrossLoops() throws {
@@ -199,20 +205,7 @@ final class EventLoopTests: IntegrationTestCase {
         }
         let server = HTTPServer(configuration: configuration, handler: CompanionHandler())
         try server.start()
-        let failures = Locked<[String]>([])
-        XCTAssertTrue(concurrently(8, timeout: 60) { index in
-            do {
-                let client = try TestConnection(port: server.port, timeoutSeconds: 5)
-                for round in 0..<20 {
-                    let response = try client.request("GET", "/c\(index)/r\(round)")
-                    if response.status != 200 || response.body != Array("/c\(index)/r\(round)".utf8) {
-                        failures.withLock { $0.append("\(index)/\(round): \(response.status) \(String(decoding: response.body, as: UTF8.self))") }
-                    }
-                }
-            } catch {
-                failures.withLock { $0.append("\(index): \(error)") }
-            }
-        })
+        let failures = Locked(echoFailures(port: server.port, clients: 8, rounds: 20, timeoutSeconds: 5))
         // One client alone: no other connection's traffic wakes the loop for it.
         let client = try TestConnection(port: server.port, timeoutSeconds: 5)
         for round in 0..<10 {
