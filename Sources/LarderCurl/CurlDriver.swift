@@ -69,6 +69,9 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         self.settings = settings
         self.bounds = bounds
         larder_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 256)
+        // `wait` hands the loop's descriptors to libcurl as they are.
+        precondition(MemoryLayout<LoopDescriptor>.size == MemoryLayout<curl_waitfd>.size
+                     && MemoryLayout<LoopDescriptor>.offset(of: \.revents) == MemoryLayout<curl_waitfd>.offset(of: \.revents))
     }
 
     deinit {

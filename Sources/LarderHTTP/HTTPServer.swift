@@ -835,6 +835,9 @@ final class EventLoop: @unchecked Sendable {
         self.epollDescriptor = epoll
         self.wakeDescriptor = wake
         self.companion = companion
+        // `run` polls the descriptors as they are.
+        precondition(MemoryLayout<LoopDescriptor>.size == MemoryLayout<pollfd>.size
+                     && MemoryLayout<LoopDescriptor>.offset(of: \.revents) == MemoryLayout<pollfd>.offset(of: \.revents))
     }
 
     func start(server: HTTPServer) {
