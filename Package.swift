@@ -33,7 +33,9 @@ let package = Package(
         .systemLibrary(name: "CMalloc"),  // glibc's <malloc.h>, for the executable's memory discipline
 
         // The lock shared state lives behind: Synchronization.Mutex, or a pthread mutex that
-        // ThreadSanitizer can see when built with -DLARDER_TSAN (scripts/sanitize thread).
+        // ThreadSanitizer can see when built with -DLARDER_TSAN (scripts/sanitize thread). And the
+        // event-loop companion protocol, through which the HTTP server runs the libcurl adapter's
+        // drivers on its loops without either adapter importing the other.
         .target(name: "LarderSync", swiftSettings: strict),
 
         // Pure decisions: keys, freshness, policies, access rules. No I/O, no C.
