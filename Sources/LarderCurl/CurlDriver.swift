@@ -46,7 +46,7 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
     /// handle still holds about 48 KiB (measured: 64 kept by each of two loops' drivers held
     /// 5.6 MiB more heap after misses at 64 connections than 8 each), so each driver keeps at
     /// most 32: with the default two loops, the 64 one upstream thread kept before. Keeping 8
-    /// cost 7-12 % of misses per second at 64 connections; 32 and 64 were level.
+    /// cost 7-12 % of misses per second at 64 connections; 32 and 64 were level within the noise.
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private static let idleHandleLimit = 32
     /// Wakes the driver's thread (set once, before it runs).
