@@ -134,7 +134,7 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
             Thread.current.name = name // from inside: see CurlUpstream.start
             CurlDriver.current = self
             while round() {
-                curl_multi_poll(self.multi, nil, 0, waiting.isEmpty ? 1000 : 100, nil)
+                curl_multi_poll(self.multi, nil, 0, pollTimeout(1000), nil)
             }
         }
         thread.start()
@@ -158,15 +158,19 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
             descriptors.withMemoryRebound(to: pollfd.self) { _ = poll($0.baseAddress, nfds_t($0.count), timeoutMs) }
             return false
         }
-        // -1 (no limit) is not libcurl's; waiting exchanges are checked for their deadlines.
-        var timeout = timeoutMs < 0 ? 60_000 : timeoutMs
-        if !waiting.isEmpty { timeout = min(timeout, 100) }
+        // -1 (no limit) is not libcurl's.
+        let timeout = pollTimeout(timeoutMs < 0 ? 60_000 : timeoutMs)
         // `ready` counts the transfers' sockets with events and the loop's descriptors with events.
         var ready: Int32 = 0
         descriptors.withMemoryRebound(to: curl_waitfd.self) { fds in
             _ = curl_multi_poll(multi, fds.baseAddress, UInt32(fds.count), timeout, &ready)
         }
         return Int(ready) > descriptors.lazy.filter { $0.revents != 0 }.count
+    }
+
+    /// `requested` ms, or less while exchanges wait for a slot: their deadlines are checked each round.
+    private func pollTimeout(_ requested: Int32) -> Int32 {
+        waiting.isEmpty ? requested : min(requested, 100)
     }
 
     func turn() {
@@ -215,22 +219,20 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         // Slots another driver released (it woke this one), before anything else: a driver whose
         // exchanges all wait has no transfer of its own to finish and free one.
         startWaiting()
-        guard !transfers.isEmpty else {
-            if !local.isEmpty { wakeUp() }
-            return true
-        }
-        var running: Int32 = 0
-        curl_multi_perform(multi, &running)
-        var remaining: Int32 = 0
-        while let message = curl_multi_info_read(multi, &remaining) {
-            guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle else { continue }
-            let result = larder_curl_msg_result(message)
-            if let transfer = remove(handle) {
-                finish(transfer, result: result)
+        if !transfers.isEmpty {
+            var running: Int32 = 0
+            curl_multi_perform(multi, &running)
+            var remaining: Int32 = 0
+            while let message = curl_multi_info_read(multi, &remaining) {
+                guard message.pointee.msg == CURLMSG_DONE, let handle = message.pointee.easy_handle else { continue }
+                let result = larder_curl_msg_result(message)
+                if let transfer = remove(handle) {
+                    finish(transfer, result: result)
+                }
             }
+            startWaiting()
+            resumePaused()
         }
-        startWaiting()
-        resumePaused()
         // Completions that sent again from this thread (a 304 for an entry gone meanwhile):
         // another round at once, not after the next poll's timeout.
         if !local.isEmpty { wakeUp() }
@@ -243,14 +245,11 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         let error = LarderError(.shuttingDown, "Larder is shutting down")
         for exchange in exchanges + waiting { exchange.fail(error) }
         waiting.removeAll()
-        paused.removeAll()
-        for (handle, transfer) in transfers {
-            curl_multi_remove_handle(multi, handle)
-            bounds.release(sequence: transfer.sequence, accounted: transfer.accounted)
+        for handle in Array(transfers.keys) {
+            guard let transfer = remove(handle) else { continue }
             transfer.exchange.fail(error)
             retire(transfer)
         }
-        transfers.removeAll()
         for handle in idleHandles { curl_easy_cleanup(handle) }
         idleHandles.removeAll()
         // `stop` waits only when it saw the driver running; a signal nobody waits for is harmless.
@@ -343,18 +342,20 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
     }
 
     private func start(_ exchange: Exchange, sequence: Int) {
+        /// Gives the slot back and fails the exchange before any transfer exists.
+        func refuse(_ error: LarderError) {
+            bounds.release(sequence: sequence, accounted: 0)
+            exchange.fail(error)
+        }
         let remainingMs = Int((exchange.deadline - settings.clock.now()) * 1000)
         guard remainingMs > 0 else {
-            bounds.release(sequence: sequence, accounted: 0)
-            return exchange.fail(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms"))
+            return refuse(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms"))
         }
         if let refusal = settings.policy.refusal(forHost: String(exchange.url.bareHost)) {
-            bounds.release(sequence: sequence, accounted: 0)
-            return exchange.fail(LarderError(.upstreamForbidden, refusal))
+            return refuse(LarderError(.upstreamForbidden, refusal))
         }
         guard let handle = idleHandles.popLast() ?? curl_easy_init() else {
-            bounds.release(sequence: sequence, accounted: 0)
-            return exchange.fail(LarderError(.upstreamUnreachable, "cannot create a transfer"))
+            return refuse(LarderError(.upstreamUnreachable, "cannot create a transfer"))
         }
         let transfer = Transfer(handle: handle, exchange: exchange, policy: settings.policy, driver: self, sequence: sequence)
         transfer.configure(userAgent: settings.userAgent, timeoutMs: remainingMs, resolve: settings.resolveList)
