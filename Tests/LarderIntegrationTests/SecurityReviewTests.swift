@@ -186,14 +186,8 @@ final class SecurityReviewTests: IntegrationTestCase {
 
     func testConcurrentUpstreamTransfersAreBounded() throws {
         let larder = try startLarder { $0.maxUpstreamTransfers = 2 }
-        let statuses = Locked<[Int]>([])
-        let port = larder.port
-        let base = url(uniquePath())
-        XCTAssertTrue(concurrently(6) { index in
-            let status = (try? TestConnection(port: port).fetch(["url": "\(base)-\(index)?delay=150"]).status) ?? -1
-            statuses.withLock { $0.append(status) }
-        })
-        XCTAssertEqual(statuses.withLock { $0 }, Array(repeating: 200, count: 6))
+        let statuses = slowFetchStatuses(port: larder.port, count: 6, delayMs: 150)
+        XCTAssertEqual(statuses, Array(repeating: 200, count: 6))
         XCTAssertEqual(origin.peakConcurrency, 2, "never more than the limit at the origin, and the limit is used")
     }
 
@@ -202,17 +196,25 @@ final class SecurityReviewTests: IntegrationTestCase {
     /// another loop frees must start them (seen: they waited until their deadline, 504).
     func testIssue12ASlotFreedOnOneLoopStartsTheRequestsWaitingOnAnother() throws {
         let larder = try startLarder { $0.maxUpstreamTransfers = 1 }
-        let statuses = Locked<[Int]>([])
-        let port = larder.port
-        let base = url(uniquePath())
         // Eight connections, so both loops have requests waiting; each request's own deadline
         // (3 s) is far more than the eight 100 ms exchanges one after another need.
-        XCTAssertTrue(concurrently(8) { index in
-            let response = try? TestConnection(port: port).fetch(["url": "\(base)-\(index)?delay=100", "timeoutMs": 3000])
-            statuses.withLock { $0.append(response?.status ?? -1) }
-        })
-        XCTAssertEqual(statuses.withLock { $0 }, Array(repeating: 200, count: 8))
+        let statuses = slowFetchStatuses(port: larder.port, count: 8, delayMs: 100, timeoutMs: 3000)
+        XCTAssertEqual(statuses, Array(repeating: 200, count: 8))
         XCTAssertEqual(origin.peakConcurrency, 1)
+    }
+
+    /// `count` /fetch calls at once, each on its own connection, each for its own URL that the
+    /// origin answers after `delayMs`: their HTTP statuses (-1 for no answer).
+    private func slowFetchStatuses(port: Int, count: Int, delayMs: Int, timeoutMs: Int? = nil) -> [Int] {
+        let statuses = Locked<[Int]>([])
+        let base = url(uniquePath())
+        XCTAssertTrue(concurrently(count) { index in
+            var spec: [String: Any] = ["url": "\(base)-\(index)?delay=\(delayMs)"]
+            if let timeoutMs { spec["timeoutMs"] = timeoutMs }
+            let status = (try? TestConnection(port: port).fetch(spec).status) ?? -1
+            statuses.withLock { $0.append(status) }
+        })
+        return statuses.withLock { $0 }
     }
 
     func testBodiesOverTheInFlightBudgetWaitAndArriveWhole() throws {
