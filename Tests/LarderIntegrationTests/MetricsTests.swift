@@ -104,10 +104,12 @@ final class MetricsTests: IntegrationTestCase {
         let base = uniquePath()
         for budget in [0, 1 << 20] {
             let client = try startLarder { $0.requestMemoBytes = budget }.connection()
-            // ~1.6 KB each in the estimate: 800 of them are more than the whole budget.
+            // ~1.6 KB each in the estimate: 800 of them are more than the whole budget. Each is
+            // sent twice, as a request is remembered the second time it is seen.
             for index in 0..<800 {
                 let spec: [String: Any] = ["url": url("\(base)/memo/\(budget)/\(index)"), "cache": ["ttl": 600]]
                 XCTAssertEqual(try client.fetch(spec).json["status"] as? Int, 200)
+                XCTAssertEqual(try client.fetch(spec).outcome, "hit")
             }
             XCTAssertEqual(try client.fetch(["url": url("\(base)/memo/\(budget)/0"), "cache": ["ttl": 600]]).outcome, "hit")
             let held = try parse(try client.request("GET", "/metrics").body)[#"larder_request_memo_bytes{}"#] ?? -1

@@ -50,7 +50,7 @@ final class RequestMemoTests: XCTestCase {
 
     func testHoldsNoMoreThanItsBudgetAndKeepsTheLatest() throws {
         let budget = 256 << 10
-        let memo = RequestMemo(budgetBytes: budget)
+        let memo = RequestMemo(budgetBytes: budget, admitsOnSecondSight: false)
         var costs = 0
         for index in 0..<20_000 {
             let bytes = body(index)
@@ -63,6 +63,28 @@ final class RequestMemoTests: XCTestCase {
         XCTAssertNotNil(memo.lookup(body(19_999)), "the latest entry is kept")
         XCTAssertNil(memo.lookup(body(0)), "the first entries made room long ago")
         XCTAssertGreaterThan(memo.usage.entries, 0)
+    }
+
+    func testRemembersARequestTheSecondTimeSoOneOffRequestsDisplaceNothing() throws {
+        let hot = (0..<500).map(body)
+        let hotValues = try hot.map(prepared)
+        let each = RequestMemo.cost(keyBytes: hot[0].count, hotValues[0])
+        let memo = RequestMemo(budgetBytes: 2_000 * each)
+        for (bytes, value) in zip(hot, hotValues) { memo.insert(bytes, value) }
+        XCTAssertEqual(memo.usage.entries, 0, "seen once: not remembered")
+        for (bytes, value) in zip(hot, hotValues) { memo.insert(bytes, value) }
+        XCTAssertEqual(memo.usage.entries, 500, "seen twice: remembered")
+        // A scan of 20,000 requests seen once each (the doorkeeper is cleared several times on
+        // the way) leaves the requests that came back where they were.
+        let value = try prepared(body(1_000_000))
+        for index in 1_000..<21_000 { memo.insert(body(index), value) }
+        let kept = hot.filter { memo.lookup($0) != nil }.count
+        XCTAssertEqual(kept, 500, "one-off requests displaced requests that came back")
+        // Those that do come back are remembered, a false "seen before" now and then aside.
+        let scanned = memo.usage.entries - 500
+        XCTAssertLessThan(scanned, 20_000 / 10, "one-off requests were remembered")
+        for index in 30_000..<30_100 { memo.insert(body(index), value); memo.insert(body(index), value) }
+        XCTAssertEqual((30_000..<30_100).filter { memo.lookup(body($0)) != nil }.count, 100)
     }
 
     func testEstimateCoversWhatTheHeapHolds() throws {
@@ -90,7 +112,7 @@ final class RequestMemoTests: XCTestCase {
         // The values are built before and kept alive after, so what is allocated here is the
         // table and the key bytes (copies, as a route keeps the request's own bytes); the values
         // are measured apart, built again.
-        let memo = RequestMemo(budgetBytes: Int.max / 2)
+        let memo = RequestMemo(budgetBytes: Int.max / 2, admitsOnSecondSight: false)
         var copies: [[UInt8]] = []
         copies.reserveCapacity(bodies.count)
         let before = glibcHeapInUse()
