@@ -96,13 +96,34 @@ public struct NamedUpstream: Sendable, Equatable {
         if Self.hasEncodedSlashOrBackslash(rest.utf8) {
             return "an encoded slash or a backslash could leave the base path of upstream '\(name)'"
         }
-        for segment in rest.split(separator: "/") {
-            let bare = segment.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false)[0]
-            if bare == "." || bare == ".." {
-                return "a dot segment with parameters could leave the base path of upstream '\(name)'"
-            }
+        if Self.hasDotSegment(rest.utf8) {
+            return "a dot segment with parameters could leave the base path of upstream '\(name)'"
         }
         return nil
+    }
+
+    /// A segment that is `.` or `..` before any `;` parameters, in one pass without
+    /// allocating (this runs on every proxied request).
+    private static func hasDotSegment(_ bytes: Substring.UTF8View) -> Bool {
+        var dots = 0          // dots since the segment began, while nothing else came
+        var onlyDots = true   // the segment's part before `;` is dots so far
+        var inParameters = false
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "/"):
+                if onlyDots, dots == 1 || dots == 2 { return true }
+                dots = 0
+                onlyDots = true
+                inParameters = false
+            case UInt8(ascii: ";"):
+                inParameters = true
+            case UInt8(ascii: "."):
+                if !inParameters { dots += 1 }
+            default:
+                if !inParameters { onlyDots = false }
+            }
+        }
+        return onlyDots && (dots == 1 || dots == 2)
     }
 
     /// `%2F`, `%5C` (any case) or a backslash.

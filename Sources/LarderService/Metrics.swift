@@ -33,6 +33,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let timers = Locked<[Key: CoreMetrics.Timer]>([:])
     private let gauges = Locked<[Key: CoreMetrics.Gauge]>([:])
     private let namespaces = Locked<Set<String>>([])
+    private let upstreams = Locked<[String: UpstreamMetrics]>([:])
     private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int, skipped: Int)>((0, 0, 0, 0, 0))
 
     init(namespaceLimit: Int, startedAt: Double) {
@@ -175,10 +176,39 @@ final class LarderMetrics: TrafficObserver, Sendable {
         lookupCounters(for: namespace).byOutcome[index].increment()
     }
 
+    /// An upstream's metrics, found by its name alone: an exchange builds no label array and no
+    /// status string (this runs on every miss).
+    private final class UpstreamMetrics: Sendable {
+        let name: String
+        let duration: CoreMetrics.Timer
+        let byStatus = Locked<[Int: CoreMetrics.Counter]>([:])
+
+        init(name: String, factory: PrometheusMetricsFactory) {
+            self.name = name
+            duration = CoreMetrics.Timer(label: "larder_upstream_duration_seconds", dimensions: [("upstream", name)], factory: factory)
+        }
+
+        func requests(status: Int, factory: PrometheusMetricsFactory) -> CoreMetrics.Counter {
+            byStatus.withLock { counters in
+                if let counter = counters[status] { return counter }
+                let counter = CoreMetrics.Counter(label: "larder_upstream_requests_total",
+                                                  dimensions: [("upstream", name), ("status", String(status))], factory: factory)
+                counters[status] = counter
+                return counter
+            }
+        }
+    }
+
     func exchanged(upstream: String, status: Int?, errorCode: String?, seconds: Double) {
         if let status {
-            counter("larder_upstream_requests_total", [("upstream", upstream), ("status", String(status))]).increment()
-            timer("larder_upstream_duration_seconds", [("upstream", upstream)]).recordNanoseconds(Int64(max(0, seconds) * 1e9))
+            let metrics = upstreams.withLock { table in
+                if let metrics = table[upstream] { return metrics }
+                let metrics = UpstreamMetrics(name: upstream, factory: factory)
+                table[upstream] = metrics
+                return metrics
+            }
+            metrics.requests(status: status, factory: factory).increment()
+            metrics.duration.recordNanoseconds(Int64(max(0, seconds) * 1e9))
         } else if let errorCode {
             counter("larder_upstream_errors_total", [("code", errorCode)]).increment()
         }

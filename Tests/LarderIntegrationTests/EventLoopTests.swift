@@ -128,14 +128,14 @@ final class EventLoopTests: IntegrationTestCase {
         }
 
         private func record(_ call: String) {
-            let name = Thread.current.name ?? "?"
+            let name = kernelThreadName()
             threads.withLock { $0[call, default: []].insert(name) }
         }
 
         func attach(wake: @escaping @Sendable () -> Void) {
             record("attach")
             self.wake = wake
-            Self.byThread.withLock { $0[Thread.current.name ?? "?"] = self }
+            Self.byThread.withLock { $0[kernelThreadName()] = self }
         }
 
         func wait(_ descriptors: UnsafeMutableBufferPointer<LoopDescriptor>, timeoutMs: Int32) -> Bool {
@@ -181,7 +181,7 @@ final class EventLoopTests: IntegrationTestCase {
 
     private final class CompanionHandler: HTTPRequestHandler, Sendable {
         func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
-            guard let companion = PipeCompanion.byThread.withLock({ $0[Thread.current.name ?? "?"] }) else {
+            guard let companion = PipeCompanion.byThread.withLock({ $0[kernelThreadName()] }) else {
                 return HTTPServerResponse(status: 500, body: Array("no companion on this thread".utf8))
             }
             companion.take(responder, path: request.path)
@@ -237,3 +237,10 @@ final class EventLoopTests: IntegrationTestCase {
     }
 }
 
+/// The calling thread's name as the kernel has it. Foundation's `Thread.current.name` once read
+/// the process's name on a loop thread (a full-suite run: `Thread.current` there was not the
+/// object the loop had named), though the thread was named.
+private func kernelThreadName() -> String {
+    let comm = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "?"
+    return comm.trimmingCharacters(in: .whitespacesAndNewlines)
+}
