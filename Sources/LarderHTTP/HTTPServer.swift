@@ -696,7 +696,11 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer,
                 value.withMemoryRebound(to: CChar.self) { _ = MHD_add_response_header(mhdResponse, header.name, $0.baseAddress) }
             }
         } else {
-            MHD_add_response_header(mhdResponse, header.name, header.value)
+            // withCString, not the implicit conversion: that copies a short string (a name, most
+            // values) to a heap array each time; withCString copies it to the stack.
+            header.name.withCString { name in
+                header.value.withCString { value in _ = MHD_add_response_header(mhdResponse, name, value) }
+            }
         }
     }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
