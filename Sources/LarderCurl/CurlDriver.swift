@@ -131,7 +131,7 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
             return true
         }) else { return }
         let thread = Thread { [self] in
-            Thread.current.name = name // from inside: see CurlUpstream.start
+            nameCurrentThread(name)
             CurlDriver.current = self
             while round() {
                 curl_multi_poll(self.multi, nil, 0, pollTimeout(1000), nil)

@@ -60,8 +60,6 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     /// Starts the thread that runs requests sent from outside the event loops.
     public func start() {
         guard !started.exchange(true, ordering: .relaxed) else { return }
-        // Named from inside: swift-corelibs-foundation names the OS thread (top -H, perf) only
-        // when the name is set on the running thread.
         background.runOnOwnThread(name: "larder-curl")
     }
 

@@ -847,7 +847,7 @@ final class EventLoop: @unchecked Sendable {
     func start(server: HTTPServer) {
         running = true
         let thread = Thread { [self] in
-            Thread.current.name = "larder-http-\(index)" // from inside: see CurlUpstream.start
+            nameCurrentThread("larder-http-\(index)")
             run(server)
         }
         thread.start()
@@ -948,7 +948,7 @@ final class DisconnectWatcher: @unchecked Sendable {
         if !started {
             started = true
             let thread = Thread { [self] in
-                Thread.current.name = "larder-disconnects" // from inside: see CurlUpstream.start
+                nameCurrentThread("larder-disconnects")
                 run()
             }
             thread.start()

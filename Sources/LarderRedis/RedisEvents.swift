@@ -26,7 +26,7 @@ final class RedisEvents: Sendable {
 
     func start() {
         let thread = Thread { [self] in
-            Thread.current.name = "larder-redis-events" // from inside: see CurlUpstream.start
+            nameCurrentThread("larder-redis-events")
             run()
         }
         thread.start()

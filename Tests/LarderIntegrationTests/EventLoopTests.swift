@@ -237,9 +237,8 @@ final class EventLoopTests: IntegrationTestCase {
     }
 }
 
-/// The calling thread's name as the kernel has it. Foundation's `Thread.current.name` once read
-/// the process's name on a loop thread (a full-suite run: `Thread.current` there was not the
-/// object the loop had named), though the thread was named.
+/// The calling thread's name as the kernel has it (what `nameCurrentThread` sets, and what
+/// operators see in top -H and perf).
 private func kernelThreadName() -> String {
     let comm = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "?"
     return comm.trimmingCharacters(in: .whitespacesAndNewlines)
