@@ -726,7 +726,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// On the writer queue: `writes` in one transaction, all or none.
     ///
     /// The transaction keeps its statement journals in memory. An INSERT OR REPLACE (triggers,
-    /// five indexes, pointer-map pages) keeps the pages it changes in a statement journal until
+    /// six indexes, pointer-map pages) keeps the pages it changes in a statement journal until
     /// it ends, in memory up to 64 KiB and in a temporary file beyond; one insert now and then
     /// passed 64 KiB, the journal then stayed a file until the commit, and every later entry of
     /// the group wrote each page it changed there too (two `pwrite`s a page, a fifth to a half
