@@ -7,43 +7,149 @@ import Foundation
 import LarderSync
 
 /// One cached response as stored.
+///
+/// A value with copy-on-write storage: its fields live in one object that copies share until
+/// one of them is changed. A hit copies its entry several times (out of the memory tier, the
+/// chosen variant, the answer), and copying two dozen reference-counted fields retained and
+/// released each of them every time, from both event loops on the same entries.
 public struct StoredEntry: Sendable, Equatable {
+    /// The fields themselves.
+    struct Fields: Sendable {
+        var key: CacheKey
+        var primaryKey: CacheKey
+        var varyNames: [String]
+        var variantFingerprint: String?
+        var namespace: String
+        var method: HTTPMethod
+        var url: String
+        var urlKey: String
+        var status: Int
+        var headersJSON: [UInt8]
+        var headerFields: [HeaderField]
+        var body: [UInt8]
+        var bodyKind: BodyKind
+        var freshness: EntryFreshness
+        var sensitiveFingerprint: String?
+        var etag: String?
+        var lastModified: String?
+        var bodyFile: BodyFile?
+        var openedBody: OwnedDescriptor?
+        var tags: [String]
+    }
+
+    /// @unchecked Sendable: `fields` is changed only through `change`, on a box no other
+    /// entry shares.
+    final class Storage: @unchecked Sendable {
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private var storage: Storage
+
+    private mutating func change(_ body: (inout Fields) -> Void) {
+        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.fields) }
+        body(&storage.fields)
+    }
+
     /// The row's own key: the primary key, or the primary key and a variant (Vary).
-    public var key: CacheKey
+    public var key: CacheKey {
+        get { storage.fields.key }
+        set { change { $0.key = newValue } }
+    }
     /// The request's cache key; all variants of a response share it.
-    public var primaryKey: CacheKey
+    public var primaryKey: CacheKey {
+        get { storage.fields.primaryKey }
+        set { change { $0.primaryKey = newValue } }
+    }
     /// The request fields the response varies on (lower-cased, sorted); empty when it does not.
-    public var varyNames: [String]
+    public var varyNames: [String] {
+        get { storage.fields.varyNames }
+        set { change { $0.varyNames = newValue } }
+    }
     /// HMAC of the nominated fields' values when it varies (CacheKeyBuilder.variantFingerprint).
-    public var variantFingerprint: String?
-    public var namespace: String
-    public var method: HTTPMethod
-    public var url: String
+    public var variantFingerprint: String? {
+        get { storage.fields.variantFingerprint }
+        set { change { $0.variantFingerprint = newValue } }
+    }
+    public var namespace: String {
+        get { storage.fields.namespace }
+        set { change { $0.namespace = newValue } }
+    }
+    public var method: HTTPMethod {
+        get { storage.fields.method }
+        set { change { $0.method = newValue } }
+    }
+    public var url: String {
+        get { storage.fields.url }
+        set { change { $0.url = newValue } }
+    }
     /// The normalised URL (UpstreamURL.keyString()), for invalidation by URI (RFC 9111 §4.4).
-    public var urlKey: String
-    public var status: Int
+    public var urlKey: String {
+        get { storage.fields.urlKey }
+        set { change { $0.urlKey = newValue } }
+    }
+    public var status: Int {
+        get { storage.fields.status }
+        set { change { $0.status = newValue } }
+    }
     /// The response headers as a JSON object, pre-rendered (names lower-cased, no Set-Cookie).
+    /// Setting it parses the fields again.
     public var headersJSON: [UInt8] {
-        didSet { headerFields = ResponseHeaders.parseJSON(headersJSON) }
+        get { storage.fields.headersJSON }
+        set {
+            let fields = ResponseHeaders.parseJSON(newValue)
+            change {
+                $0.headersJSON = newValue
+                $0.headerFields = fields
+            }
+        }
     }
     /// The same headers as fields, parsed once (the proxy sends them on every hit).
-    public private(set) var headerFields: [HeaderField]
-    public var body: [UInt8]
-    public var bodyKind: BodyKind
-    public var freshness: EntryFreshness
-    public var sensitiveFingerprint: String?
-    public var etag: String?
-    public var lastModified: String?
+    public var headerFields: [HeaderField] { storage.fields.headerFields }
+    public var body: [UInt8] {
+        get { storage.fields.body }
+        set { change { $0.body = newValue } }
+    }
+    public var bodyKind: BodyKind {
+        get { storage.fields.bodyKind }
+        set { change { $0.bodyKind = newValue } }
+    }
+    public var freshness: EntryFreshness {
+        get { storage.fields.freshness }
+        set { change { $0.freshness = newValue } }
+    }
+    public var sensitiveFingerprint: String? {
+        get { storage.fields.sensitiveFingerprint }
+        set { change { $0.sensitiveFingerprint = newValue } }
+    }
+    public var etag: String? {
+        get { storage.fields.etag }
+        set { change { $0.etag = newValue } }
+    }
+    public var lastModified: String? {
+        get { storage.fields.lastModified }
+        set { change { $0.lastModified = newValue } }
+    }
     /// Set when the store keeps the body in a file (large bodies; `body` is then empty): the
     /// engine reads it (`CacheStore.readBody`) or, for the proxy, opens it to send as is.
-    public var bodyFile: BodyFile?
+    public var bodyFile: BodyFile? {
+        get { storage.fields.bodyFile }
+        set { change { $0.bodyFile = newValue } }
+    }
     /// The body file opened for sending (set by the engine for the proxy, never stored).
-    public var openedBody: OwnedDescriptor?
+    public var openedBody: OwnedDescriptor? {
+        get { storage.fields.openedBody }
+        set { change { $0.openedBody = newValue } }
+    }
     /// Surrogate keys, for purging by tag (CacheTags).
-    public var tags: [String] = []
+    public var tags: [String] {
+        get { storage.fields.tags }
+        set { change { $0.tags = newValue } }
+    }
 
     public static func == (lhs: StoredEntry, rhs: StoredEntry) -> Bool {
-        lhs.key == rhs.key && lhs.primaryKey == rhs.primaryKey && lhs.varyNames == rhs.varyNames
+        if lhs.storage === rhs.storage { return true }
+        return lhs.key == rhs.key && lhs.primaryKey == rhs.primaryKey && lhs.varyNames == rhs.varyNames
             && lhs.variantFingerprint == rhs.variantFingerprint && lhs.namespace == rhs.namespace && lhs.method == rhs.method
             && lhs.url == rhs.url && lhs.urlKey == rhs.urlKey && lhs.status == rhs.status && lhs.headersJSON == rhs.headersJSON
             && lhs.body == rhs.body && lhs.bodyKind == rhs.bodyKind && lhs.freshness == rhs.freshness
@@ -55,24 +161,13 @@ public struct StoredEntry: Sendable, Equatable {
                 namespace: String, method: HTTPMethod, url: String, urlKey: String? = nil, status: Int,
                 headersJSON: [UInt8], body: [UInt8], bodyKind: BodyKind, freshness: EntryFreshness, sensitiveFingerprint: String?,
                 etag: String?, lastModified: String?, headerFields: [HeaderField]? = nil) {
-        self.key = key
-        self.primaryKey = primaryKey ?? key
-        self.varyNames = varyNames
-        self.variantFingerprint = variantFingerprint
-        self.namespace = namespace
-        self.method = method
-        self.url = url
-        self.urlKey = urlKey ?? url
-        self.status = status
-        self.headersJSON = headersJSON
-        // Given when the caller has them (a new entry: ResponseHeaders.rendered), else parsed.
-        self.headerFields = headerFields ?? ResponseHeaders.parseJSON(headersJSON)
-        self.body = body
-        self.bodyKind = bodyKind
-        self.freshness = freshness
-        self.sensitiveFingerprint = sensitiveFingerprint
-        self.etag = etag
-        self.lastModified = lastModified
+        storage = Storage(Fields(
+            key: key, primaryKey: primaryKey ?? key, varyNames: varyNames, variantFingerprint: variantFingerprint,
+            namespace: namespace, method: method, url: url, urlKey: urlKey ?? url, status: status, headersJSON: headersJSON,
+            // Given when the caller has them (a new entry: ResponseHeaders.rendered), else parsed.
+            headerFields: headerFields ?? ResponseHeaders.parseJSON(headersJSON),
+            body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
+            etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: []))
     }
 }
 
@@ -120,9 +215,10 @@ extension StoredEntry {
         return total
     }
 
-    /// The struct in its one-element array, and a memory-tier slot (dictionary room, the CLOCK
-    /// ring); set so the estimate is a few per cent above the heap's figure (the test's shapes).
-    static let fixedResidentBytes = MemoryLayout<StoredEntry>.stride + 192
+    /// The struct in its one-element array, its storage object (fields and object header), and
+    /// a memory-tier slot (dictionary room, the CLOCK ring); set so the estimate is a few per cent
+    /// above the heap's figure (the test's shapes).
+    static let fixedResidentBytes = MemoryLayout<StoredEntry>.stride + MemoryLayout<Fields>.stride + 16 + 192
 
     /// Whether this entry may answer a request with these fields (RFC 9111 §4.1).
     public func matches(_ request: [HeaderField], keys: CacheKeyBuilder) -> Bool {
