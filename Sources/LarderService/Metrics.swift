@@ -30,7 +30,6 @@ final class LarderMetrics: TrafficObserver, Sendable {
     }
 
     private let counters = Locked<[Key: CoreMetrics.Counter]>([:])
-    private let timers = Locked<[Key: CoreMetrics.Timer]>([:])
     private let gauges = Locked<[Key: CoreMetrics.Gauge]>([:])
     private let namespaces = Locked<Set<String>>([])
     private let upstreams = Locked<[String: UpstreamMetrics]>([:])
@@ -67,10 +66,6 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     private func counter(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Counter {
         kept(counters, Key(name: name, labels: labels.map(\.1))) { CoreMetrics.Counter(label: name, dimensions: labels, factory: factory) }
-    }
-
-    private func timer(_ name: String, _ labels: [(String, String)]) -> CoreMetrics.Timer {
-        kept(timers, Key(name: name, labels: labels.map(\.1))) { CoreMetrics.Timer(label: name, dimensions: labels, factory: factory) }
     }
 
     private func gauge(_ name: String, _ labels: [(String, String)] = []) -> CoreMetrics.Gauge {
