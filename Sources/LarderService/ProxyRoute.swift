@@ -271,8 +271,12 @@ struct ProxyRoute: Sendable {
 
     /// RFC 9211 Cache-Status for Larder's part in the answer.
     static func cacheStatus(_ report: CacheReport, status: Int, method: HTTPMethod) -> String {
+        // The hot paths, without an array: a hit, and a miss stored.
         if report.outcome == .hit, !report.coalesced {
-            return "larder; hit; ttl=" + String(Int((report.ttl ?? 0).rounded(.up))) // the hot path, without an array
+            return "larder; hit; ttl=" + String(Int((report.ttl ?? 0).rounded(.up)))
+        }
+        if report.outcome == .miss, report.stored, let ttl = report.ttl {
+            return "larder; fwd=uri-miss; fwd-status=" + String(status) + "; stored; ttl=" + String(Int(ttl.rounded(.up)))
         }
         var parts = ["larder"]
         switch report.outcome {
