@@ -739,7 +739,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// (SQLITE_FULL, I/O errors), so `ROLLBACK TO` failed and the whole group was lost; a group
     /// that fails is written again one entry per transaction instead.
     private func commitGroup(_ writes: ArraySlice<PendingWrite>) -> GroupResult {
-        writtenFiles.removeAll()
         try? step(journalsInMemory)
         defer {
             writtenFiles.removeAll()

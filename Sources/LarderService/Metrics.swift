@@ -175,15 +175,17 @@ final class LarderMetrics: TrafficObserver, Sendable {
     /// status string (this runs on every miss).
     private final class UpstreamMetrics: Sendable {
         let name: String
+        let factory: PrometheusMetricsFactory
         let duration: CoreMetrics.Timer
         let byStatus = Locked<[Int: CoreMetrics.Counter]>([:])
 
         init(name: String, factory: PrometheusMetricsFactory) {
             self.name = name
+            self.factory = factory
             duration = CoreMetrics.Timer(label: "larder_upstream_duration_seconds", dimensions: [("upstream", name)], factory: factory)
         }
 
-        func requests(status: Int, factory: PrometheusMetricsFactory) -> CoreMetrics.Counter {
+        func requests(status: Int) -> CoreMetrics.Counter {
             byStatus.withLock { counters in
                 if let counter = counters[status] { return counter }
                 let counter = CoreMetrics.Counter(label: "larder_upstream_requests_total",
@@ -202,7 +204,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
                 table[upstream] = metrics
                 return metrics
             }
-            metrics.requests(status: status, factory: factory).increment()
+            metrics.requests(status: status).increment()
             metrics.duration.recordNanoseconds(Int64(max(0, seconds) * 1e9))
         } else if let errorCode {
             counter("larder_upstream_errors_total", [("code", errorCode)]).increment()

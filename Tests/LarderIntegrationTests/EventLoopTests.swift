@@ -205,19 +205,19 @@ final class EventLoopTests: IntegrationTestCase {
         }
         let server = HTTPServer(configuration: configuration, handler: CompanionHandler())
         try server.start()
-        let failures = Locked(echoFailures(port: server.port, clients: 8, rounds: 20, timeoutSeconds: 5))
+        var failures = echoFailures(port: server.port, clients: 8, rounds: 20, timeoutSeconds: 5)
         // One client alone: no other connection's traffic wakes the loop for it.
         let client = try TestConnection(port: server.port, timeoutSeconds: 5)
         for round in 0..<10 {
             do {
                 let response = try client.request("GET", "/alone/\(round)")
-                if response.status != 200 { failures.withLock { $0.append("alone/\(round): \(response.status)") } }
+                if response.status != 200 { failures.append("alone/\(round): \(response.status)") }
             } catch {
-                failures.withLock { $0.append("alone/\(round): \(error)") }
+                failures.append("alone/\(round): \(error)")
                 break
             }
         }
-        XCTAssertEqual(failures.withLock { $0 }, [])
+        XCTAssertEqual(failures, [])
         server.stopAccepting()
         XCTAssertTrue(server.waitForPending(timeout: 5))
         server.stop()
