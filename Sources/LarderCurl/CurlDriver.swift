@@ -333,8 +333,10 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         // exchanges all wait has no transfer of its own to finish and free one.
         startWaiting()
         if transfers.isEmpty {
-            // Events of sockets whose transfers were all aborted this round.
+            // Events of sockets whose transfers were all aborted this round; libcurl's timeouts
+            // belong to transfers (it reports none left), so none can be due: no wait is cut short.
             ready.removeAll(keepingCapacity: true)
+            timerDue = nil
         } else {
             driveTransfers()
             var remaining: Int32 = 0
