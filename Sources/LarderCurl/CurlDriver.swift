@@ -214,7 +214,6 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
     /// One poll(2) of `descriptors` (their `revents` set) and the sockets libcurl watches, for
     /// at most `timeoutMs` or until libcurl's next timeout. Keeps the sockets that had events for
     /// the next round; returns whether there are any, or libcurl's timeout came.
-    @discardableResult
     private func pollWithTransfers(_ descriptors: UnsafeMutableBufferPointer<LoopDescriptor>, timeoutMs: Int32) -> Bool {
         var timeout = timeoutMs
         if let due = timerDue {

@@ -8,7 +8,7 @@
 // The protocol lives here because the two adapters that meet through it (the HTTP server and
 // the libcurl upstream) must not import each other; the service wires them.
 
-/// One descriptor a loop waits on, laid out as `struct pollfd` (and libcurl's `curl_waitfd`).
+/// One descriptor a loop waits on, laid out as `struct pollfd`.
 public struct LoopDescriptor: Sendable {
     public var fd: Int32
     public var events: Int16
@@ -27,7 +27,8 @@ public protocol EventLoopCompanion: AnyObject, Sendable {
     func attach(wake: @escaping @Sendable () -> Void)
     /// Waits up to `timeoutMs` (-1: no limit) for the companion's own events or any of
     /// `descriptors`, whose `revents` it sets, as poll(2) does. Returns whether its own sockets
-    /// have events (then the loop's server may have nothing to do this round).
+    /// have events or its own timeout came (then the loop's server may have nothing to do this
+    /// round).
     func wait(_ descriptors: UnsafeMutableBufferPointer<LoopDescriptor>, timeoutMs: Int32) -> Bool
     /// Does what is ready: starts queued work, reads what arrived, completes what finished.
     func turn()
