@@ -180,6 +180,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var headerTimeoutSeconds: Int = 10
     /// Connections open at once; lowered at start to what the open-file limit allows.
     public var connectionLimit: Int = 16_384
+    /// Descriptors left out of the connection budget: the database, upstream connections and
+    /// the store's kept body files.
+    public var reservedDescriptors: Int = 1024
     /// Connections open at once from one client address (0 = no limit).
     public var connectionsPerAddress: Int = 1024
     /// libmicrohttpd's per-connection memory pool: the request line and header fields must fit
@@ -255,7 +258,7 @@ public final class HTTPServer: @unchecked Sendable {
                            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
         let reference = Unmanaged.passRetained(self)
         let opaque = reference.toOpaque()
-        let connectionLimit = Self.affordableConnections(configuration.connectionLimit)
+        let connectionLimit = Self.affordableConnections(configuration.connectionLimit, reserved: configuration.reservedDescriptors)
         admission.withLock { $0.limit = connectionLimit }
         var started: [EventLoop] = []
         for index in 0..<max(1, configuration.threads) {
@@ -421,7 +424,7 @@ public final class HTTPServer: @unchecked Sendable {
 
     /// Raises the soft open-file limit to the hard one and returns how many connections fit
     /// in it, leaving room for the database, upstream connections and the rest.
-    private static func affordableConnections(_ wanted: Int) -> Int {
+    private static func affordableConnections(_ wanted: Int, reserved: Int) -> Int {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return wanted }
         if limit.rlim_cur < limit.rlim_max {
@@ -430,7 +433,7 @@ public final class HTTPServer: @unchecked Sendable {
             if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
         }
         let available = limit.rlim_cur == rlim_t.max ? UInt64(Int32.max) : UInt64(limit.rlim_cur)
-        return max(16, min(wanted, Int(min(available, UInt64(Int32.max))) - 1024))
+        return max(16, min(wanted, Int(min(available, UInt64(Int32.max))) - max(0, reserved)))
     }
 
     /// Fills `storage` with the bind address; returns true for IPv6.

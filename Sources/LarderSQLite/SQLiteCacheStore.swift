@@ -78,6 +78,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let files: BodyFiles
     /// Bodies at least this large are kept in files (whole responses only; parts stay inline).
     public let bodyFileThreshold: Int
+    /// Body files kept open between hits, at most (a quarter of the open-file limit, at most
+    /// 16,384).
+    public var keptBodyFileCapacity: Int { files.openFiles.capacity }
+    /// Body files kept open now.
+    var keptBodyFiles: Int { files.openFiles.count }
     private let selectDeadFiles: SQLiteStatement
     private let deleteDeadFile: SQLiteStatement
     /// Read after every group commit (capacity); prepared once, not parsed per commit.
@@ -170,12 +175,12 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     /// Opens (creating when absent) the database at `path`, running migrations.
     public init(path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, capacity: StoreCapacity = StoreCapacity(),
-                logger: Logger) throws {
+                keptBodyFileCapacity: Int? = nil, logger: Logger) throws {
         self.path = path
         self.capacity = capacity
         self.maxVariants = max(1, maxVariants)
         self.bodyFileThreshold = max(1, bodyFileThreshold)
-        self.files = BodyFiles(databasePath: path)
+        self.files = BodyFiles(databasePath: path, openFileCapacity: keptBodyFileCapacity ?? OpenBodyFiles.defaultCapacity)
         self.logger = logger
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {

@@ -156,6 +156,7 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
         serverConfiguration.connectionTimeoutSeconds = configuration.clientTimeoutSeconds
         serverConfiguration.connectionLimit = configuration.maxConnections
+        serverConfiguration.reservedDescriptors = 1024 + ((store as? SQLiteCacheStore)?.keptBodyFileCapacity ?? 0)
         // Each event loop runs the upstream transfers of its own requests (CurlUpstream).
         serverConfiguration.loopCompanion = { upstream.loopCompanion() }
         serverConfiguration.rejectResponse = { status, reason in

@@ -270,6 +270,76 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM dead_files"), 0)
     }
 
+    /// Descriptors of this process open on body files, as their link targets (an unlinked
+    /// file shows as "<path> (deleted)").
+    private func openBodyFileTargets() -> [String] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return names.compactMap { try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + $0) }
+            .filter { $0.contains(path + "-bodies/") }
+    }
+
+    private func contents(of opened: OwnedDescriptor) throws -> [UInt8] {
+        let descriptor = try XCTUnwrap(opened.take())
+        defer { close(descriptor) }
+        var buffer = [UInt8](repeating: 0, count: opened.size)
+        XCTAssertEqual(buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, opened.size, 0) }, opened.size)
+        return buffer
+    }
+
+    func testABodyFileStaysOpenBetweenHitsAndIsClosedWhenItsRowGoes() throws {
+        let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, logger: logger)
+        defer { store.close() }
+        var big = entry("big", body: String(repeating: "b", count: 5000))
+        big.urlKey = "http://a.test/big"
+        save(store, big)
+        let found = try XCTUnwrap(store.lookup(CacheKey(hex: "big")).first)
+        XCTAssertEqual(store.keptBodyFiles, 0)
+        XCTAssertEqual(openBodyFileTargets(), [])
+        for _ in 0..<3 {
+            XCTAssertEqual(try contents(of: XCTUnwrap(store.openBody(of: found))), Array(String(repeating: "b", count: 5000).utf8))
+        }
+        XCTAssertEqual(store.keptBodyFiles, 1)
+        XCTAssertEqual(openBodyFileTargets().count, 1, "one descriptor is kept; the ones handed out were closed")
+
+        // A hit holding a descriptor while the row goes still reads the old body; the kept
+        // descriptor is closed, so the file's space is freed when that hit is done.
+        let inFlight = try XCTUnwrap(store.openBody(of: found))
+        let removed = expectation(description: "invalidated")
+        store.invalidate(urlKeys: ["http://a.test/big"]) { _ in removed.fulfill() }
+        wait(for: [removed], timeout: 10)
+        XCTAssertEqual(bodyFiles(), [])
+        XCTAssertEqual(store.keptBodyFiles, 0)
+        XCTAssertEqual(openBodyFileTargets().count, 1)
+        XCTAssertTrue(openBodyFileTargets()[0].hasSuffix(" (deleted)"))
+        XCTAssertEqual(try contents(of: inFlight), Array(String(repeating: "b", count: 5000).utf8))
+        XCTAssertEqual(openBodyFileTargets(), [], "no descriptor holds the removed file")
+    }
+
+    func testKeptBodyFilesAreBoundedAndACutFileIsNotSent() throws {
+        let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, keptBodyFileCapacity: 2, logger: logger)
+        defer { store.close() }
+        let letters = ["a", "b", "c", "d", "e"]
+        for letter in letters { save(store, entry("k" + letter, body: String(repeating: letter, count: 3000 + letter.count))) }
+        for _ in 0..<3 {
+            for letter in letters {
+                let found = try XCTUnwrap(store.lookup(CacheKey(hex: "k" + letter)).first)
+                XCTAssertEqual(try contents(of: XCTUnwrap(store.openBody(of: found))), Array(String(repeating: letter, count: 3001).utf8))
+            }
+        }
+        XCTAssertEqual(store.keptBodyFiles, 2)
+        XCTAssertEqual(openBodyFileTargets().count, 2)
+
+        // A kept file cut short afterwards is not sent, and its row goes.
+        let keptName = try XCTUnwrap(openBodyFileTargets().first)
+        let cutKey = try XCTUnwrap(letters.first { keptName.contains("/k\($0)-") })
+        XCTAssertEqual(truncate(keptName, 100), 0)
+        let cut = try XCTUnwrap(store.lookup(CacheKey(hex: "k" + cutKey)).first)
+        XCTAssertNil(store.openBody(of: cut))
+        store.commitAndWait()
+        XCTAssertNil(store.lookup(CacheKey(hex: "k" + cutKey)).first)
+        XCTAssertEqual(store.keptBodyFiles, 1)
+    }
+
     func testAMissingOrDamagedBodyFileIsAMissAndTheRowGoes() throws {
         let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, logger: logger)
         defer { store.close() }
