@@ -117,6 +117,36 @@ final class KeyFilterTests: XCTestCase {
         XCTAssertEqual(second.lookupsSkippedByKeyFilter, skippedBefore + 1)
     }
 
+    /// A save of a primary key the filter never saw skips deleting the key's other variants;
+    /// a key the filter knows (from the database at start-up, a commit, or a save earlier in
+    /// the same group) still loses its variants when it stops varying.
+    func testAKeyThatStopsVaryingLosesItsVariantsWhateverTheFilterKnows() throws {
+        let fromDisk = Self.hexKey(1, "8d"), committed = Self.hexKey(2, "8d"), sameGroup = Self.hexKey(3, "8d")
+        let first = try SQLiteCacheStore(path: path, logger: logger)
+        saveAll(first, [entry(fromDisk + ".en", primaryKey: fromDisk), entry(fromDisk + ".de", primaryKey: fromDisk)])
+        first.close()
+
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        store.waitForKeyFilter()
+        saveAll(store, [entry(committed + ".en", primaryKey: committed), entry(committed + ".de", primaryKey: committed)])
+        store.commitAndWait()
+        // The variant and the plain save of `sameGroup` go to the writer together: when the
+        // plain one was saved, the filter already held the key.
+        saveAll(store, [entry(sameGroup + ".en", primaryKey: sameGroup), entry(sameGroup), entry(fromDisk), entry(committed)])
+        store.commitAndWait()
+        for key in [fromDisk, committed, sameGroup] {
+            let rows = store.lookup(CacheKey(hex: key))
+            XCTAssertEqual(rows.count, 1, "only the plain row is left")
+            XCTAssertEqual(rows.first?.varyNames, [])
+        }
+        // A key never seen gets its row as usual.
+        let fresh = Self.hexKey(4, "8d")
+        saveAll(store, [entry(fresh)])
+        store.commitAndWait()
+        XCTAssertEqual(store.lookup(CacheKey(hex: fresh)).count, 1)
+    }
+
     func testARebuildForgetsRemovedKeys() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
