@@ -252,7 +252,7 @@ final class OpenBodyFiles: Sendable {
         withExtendedLifetime(removed) {}  // closed here (or by the last hit using it), outside the lock
     }
 
-    /// Closes every kept descriptor (when the process runs out of descriptors).
+    /// Closes every kept descriptor (the store closes, or the process ran out of descriptors).
     func closeAll() {
         let all = kept.withLock { kept in
             defer { kept.files.removeAll() }

@@ -846,6 +846,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
         }
         readers.withLock { $0.removeAll() }
+        files.openFiles.closeAll()
         keyFilterBuild.wait()
         // Nothing of this store touches the file after close: the start-up sweep of orphan
         // body files (its own connection) is let finish.

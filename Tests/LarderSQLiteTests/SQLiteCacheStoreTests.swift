@@ -338,6 +338,8 @@ final class SQLiteCacheStoreTests: XCTestCase {
         store.commitAndWait()
         XCTAssertNil(store.lookup(CacheKey(hex: "k" + cutKey)).first)
         XCTAssertEqual(store.keptBodyFiles, 1)
+        store.close()
+        XCTAssertEqual(openBodyFileTargets(), [], "closing the store closes what it kept")
     }
 
     func testAMissingOrDamagedBodyFileIsAMissAndTheRowGoes() throws {
