@@ -269,6 +269,8 @@ public struct StoreFigures: Sendable, Equatable {
     public var shedWrites = 0
     /// Lookups of keys never stored answered without reading the store (SQLite's key filter).
     public var lookupsSkipped = 0
+    /// Body files whose descriptors are kept open between hits (SQLite's body files).
+    public var bodyFilesOpen = 0
     public init() {}
 }
 

@@ -199,6 +199,7 @@ extension SQLiteCacheStore: OperatedStore {
         figures.failures = writeFailures.load(ordering: .relaxed)
         figures.shedWrites = shedWrites.load(ordering: .relaxed)
         figures.lookupsSkipped = lookupsSkippedByKeyFilter
+        figures.bodyFilesOpen = keptBodyFiles
         return figures
     }
 }

@@ -238,6 +238,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         counter("larder_store_writes_shed_total", []).increment(by: max(0, shed))
         counter("larder_store_lookups_skipped_total", []).increment(by: max(0, skipped))
         gauge("larder_memory_tier_bytes").record(tier.bytes)
+        gauge("larder_body_files_open").record(figures.bodyFilesOpen)
         gauge("larder_request_memo_bytes").record(memoBytes)
         var states: [String: Int] = ["queued": 0, "running": 0, "done": 0, "cancelled": 0]
         for job in warmJobs?.list() ?? [] { states[job.state.rawValue, default: 0] += 1 }

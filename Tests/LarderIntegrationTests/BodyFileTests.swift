@@ -48,9 +48,12 @@ final class BodyFileTests: IntegrationTestCase {
         let head = try client.request("HEAD", target)
         XCTAssertEqual(head.status, 200)
         XCTAssertEqual(head.body, [])
-        // Still fine after the same connection sent the file three times.
+        // Still fine after the same connection sent the file three times, from one descriptor
+        // kept open since the first hit.
         XCTAssertEqual(try client.request("GET", target).body.count, 5000)
         XCTAssertEqual(origin.count("/base\(path)"), 1, "every answer after the first came from the file")
+        let metrics = String(decoding: try client.request("GET", "/metrics").body, as: UTF8.self)
+        XCTAssertTrue(metrics.split(separator: "\n").contains("larder_body_files_open 1.0"), "one descriptor kept")
     }
 
     func testFetchReadsALargeBodyFromItsFile() throws {
