@@ -342,6 +342,48 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(openBodyFileTargets(), [], "closing the store closes what it kept")
     }
 
+    /// Hits on four threads while the rows they read are replaced (new files; the old ones
+    /// unlinked and forgotten): every descriptor handed out reads a whole body of one version,
+    /// and once the store is closed no descriptor is left on any file, kept or removed.
+    func testHitsRacingReplacementsReadWholeBodiesAndLeaveNoDescriptor() throws {
+        let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, keptBodyFileCapacity: 8, logger: logger)
+        let keys = (0..<12).map { "race\($0)" }
+        func body(_ version: Int) -> [UInt8] { [UInt8](repeating: UInt8(ascii: "a") + UInt8(version % 26), count: 2000 + version % 26) }
+        for key in keys { save(store, entry(key, body: String(decoding: body(0), as: UTF8.self))) }
+        let stop = Atomic<Bool>(false)
+        let wrong = Atomic<Int>(0)
+        let served = Atomic<Int>(0)
+        let readers = DispatchGroup()
+        for thread in 0..<4 {
+            DispatchQueue.global().async(group: readers) {
+                var index = thread
+                while !stop.load(ordering: .relaxed) {
+                    index = (index + 1) % keys.count
+                    guard let found = store.lookup(CacheKey(hex: keys[index])).first,
+                          let opened = store.openBody(of: found), let descriptor = opened.take() else { continue }
+                    var buffer = [UInt8](repeating: 0, count: opened.size)
+                    let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, opened.size, 0) }
+                    close(descriptor)
+                    let whole = count == opened.size && buffer.allSatisfy { $0 == buffer[0] } && buffer.count == 2000 + Int(buffer[0] - UInt8(ascii: "a"))
+                    if !whole { wrong.add(1, ordering: .relaxed) }
+                    served.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        for version in 1...40 {
+            for key in keys.shuffled().prefix(4) { save(store, entry(key, body: String(decoding: body(version), as: UTF8.self))) }
+        }
+        stop.store(true, ordering: .relaxed)
+        readers.wait()
+        XCTAssertEqual(wrong.load(ordering: .relaxed), 0, "every descriptor read one whole version")
+        XCTAssertGreaterThan(served.load(ordering: .relaxed), 100)
+        XCTAssertLessThanOrEqual(store.keptBodyFiles, 8)
+        XCTAssertEqual(bodyFiles().count, keys.count, "replaced files are gone")
+        XCTAssertTrue(openBodyFileTargets().allSatisfy { !$0.hasSuffix(" (deleted)") }, "no descriptor holds a removed file")
+        store.close()
+        XCTAssertEqual(openBodyFileTargets(), [])
+    }
+
     func testAMissingOrDamagedBodyFileIsAMissAndTheRowGoes() throws {
         let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 1024, logger: logger)
         defer { store.close() }
