@@ -130,8 +130,8 @@ struct BodyFiles: Sendable {
 }
 
 /// Body files' descriptors kept open between hits, so a hit on a file costs one fcntl
-/// (F_DUPFD_CLOEXEC) and a stat instead of a path walk, an open, a stat and a close: 12 % of a 64 KiB hit's
-/// CPU was the open. Safe to reuse because a file never changes after its row commits and its
+/// (F_DUPFD_CLOEXEC) and a stat instead of a path walk, an open, a stat and a close (the open
+/// was 12 % of a 64 KiB hit's CPU). Safe to reuse because a file never changes after its row commits and its
 /// name is never given to another file; a removed file's descriptor is closed here at once (or
 /// when the last hit duplicating it is done), so its space is not held. The server hands
 /// libmicrohttpd a duplicate (it closes what it gets).
@@ -158,8 +158,8 @@ final class OpenBodyFiles: Sendable {
         var turnedAway = 0
     }
 
-    /// A quarter of the process's open-file limit, at most 16,384 (the HTTP server leaves
-    /// that quarter out of its connection budget).
+    /// A quarter of the process's hard open-file limit (the soft one is raised to it at start),
+    /// at most 16,384; the HTTP server leaves it out of its connection budget.
     static let defaultCapacity: Int = {
         var limit = rlimit()
         guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 0 }
