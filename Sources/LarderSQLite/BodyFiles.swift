@@ -177,20 +177,8 @@ final class OpenBodyFiles: Sendable {
     /// The random number that ends a file's name (`<key>-<hex>`, see `BodyFiles.write`); for
     /// any other name, its hash.
     static func number(of name: String) -> UInt64 {
-        var number: UInt64 = 0
-        var shift: UInt64 = 0
-        for byte in name.utf8.reversed() {
-            let digit: UInt8
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "-") where shift > 0: return number
-            default: return UInt64(bitPattern: Int64(name.hashValue))
-            }
-            guard shift < 64 else { return UInt64(bitPattern: Int64(name.hashValue)) }
-            number |= UInt64(digit) << shift
-            shift += 4
-        }
+        if let dash = name.utf8.lastIndex(of: UInt8(ascii: "-")),
+           let number = UInt64(name[name.index(after: dash)...], radix: 16) { return number }
         return UInt64(bitPattern: Int64(name.hashValue))
     }
 

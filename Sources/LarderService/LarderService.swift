@@ -156,7 +156,8 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
         serverConfiguration.connectionTimeoutSeconds = configuration.clientTimeoutSeconds
         serverConfiguration.connectionLimit = configuration.maxConnections
-        serverConfiguration.reservedDescriptors = 1024 + ((store as? SQLiteCacheStore)?.keptBodyFileCapacity ?? 0)
+        // The body files the store keeps open come out of the connection budget too.
+        serverConfiguration.reservedDescriptors += (store as? SQLiteCacheStore)?.keptBodyFileCapacity ?? 0
         // Each event loop runs the upstream transfers of its own requests (CurlUpstream).
         serverConfiguration.loopCompanion = { upstream.loopCompanion() }
         serverConfiguration.rejectResponse = { status, reason in
