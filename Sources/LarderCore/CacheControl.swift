@@ -86,48 +86,54 @@ public struct CacheControl: Sendable, Equatable {
         case value(Double)
     }
 
+    // Parsed as bytes: every stored response and every revalidation parses its fields, and a
+    // Character walk segments graphemes. The delimiters are ASCII, and a quoted-pair escapes
+    // one byte (RFC 9110 §5.6.4: VCHAR or obs-text).
     private mutating func parse(_ text: String) {
-        var bytes = Substring(text)
+        let space = UInt8(ascii: " "), tab = UInt8(ascii: "\t"), comma = UInt8(ascii: ","),
+            equals = UInt8(ascii: "="), quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+        let isSpace = { (byte: UInt8) in byte == space || byte == tab }
+        var bytes = text.utf8[...]
         while !bytes.isEmpty {
             // name
-            bytes = bytes.drop { $0 == " " || $0 == "\t" || $0 == "," }
+            bytes = bytes.drop { isSpace($0) || $0 == comma }
             guard !bytes.isEmpty else { break }
-            let nameEnd = bytes.firstIndex { $0 == "=" || $0 == "," } ?? bytes.endIndex
+            let nameEnd = bytes.firstIndex { $0 == equals || $0 == comma } ?? bytes.endIndex
             let rawName = bytes[..<nameEnd]
-            let name = rawName.trimmingSpaces.lowercasedASCII
+            let name = Substring(rawName).trimmingSpaces.lowercasedASCII
             bytes = bytes[nameEnd...]
             var value: String?
             // §5.2: `token [ "=" ( token / quoted-string ) ]` has no whitespace around "=";
             // `max-age =100` or `max-age= 100` is not a max-age, so the directive is dropped.
             var malformed = false
-            if bytes.first == "=" {
-                malformed = rawName.last == " " || rawName.last == "\t"
+            if bytes.first == equals {
+                malformed = rawName.last.map(isSpace) ?? false
                 bytes = bytes.dropFirst()
-                if bytes.first == " " || bytes.first == "\t" { malformed = true }
-                bytes = bytes.drop { $0 == " " || $0 == "\t" }
-                if bytes.first == "\"" {
+                if bytes.first.map(isSpace) ?? false { malformed = true }
+                bytes = bytes.drop(while: isSpace)
+                if bytes.first == quote {
                     // quoted-string with quoted-pairs (RFC 9110 §5.6.4)
-                    var result = ""
+                    var result: [UInt8] = []
                     var index = bytes.index(after: bytes.startIndex)
                     var closed = false
                     while index < bytes.endIndex {
-                        let character = bytes[index]
-                        if character == "\\" {
+                        let byte = bytes[index]
+                        if byte == backslash {
                             index = bytes.index(after: index)
-                            if index < bytes.endIndex { result.append(bytes[index]) ; index = bytes.index(after: index) }
+                            if index < bytes.endIndex { result.append(bytes[index]); index = bytes.index(after: index) }
                             continue
                         }
-                        if character == "\"" { closed = true; index = bytes.index(after: index); break }
-                        result.append(character)
+                        if byte == quote { closed = true; index = bytes.index(after: index); break }
+                        result.append(byte)
                         index = bytes.index(after: index)
                     }
-                    value = closed ? result : nil
+                    value = closed ? String(decoding: result, as: UTF8.self) : nil
                     bytes = bytes[index...]
-                    let rest = bytes.firstIndex(of: ",") ?? bytes.endIndex
+                    let rest = bytes.firstIndex(of: comma) ?? bytes.endIndex
                     bytes = bytes[rest...]
                 } else {
-                    let end = bytes.firstIndex(of: ",") ?? bytes.endIndex
-                    value = bytes[..<end].trimmingSpaces
+                    let end = bytes.firstIndex(of: comma) ?? bytes.endIndex
+                    value = Substring(bytes[..<end]).trimmingSpaces
                     bytes = bytes[end...]
                 }
             }

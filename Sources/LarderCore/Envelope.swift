@@ -119,16 +119,25 @@ public enum ResponseHeaders {
     /// The fields as renderJSON keeps them, in order of first appearance.
     private static func combined(_ headers: [HeaderField], dropCookies: Bool) -> [HeaderField] {
         let nominated = HopByHop.nominated(in: headers)
-        var order: [String] = []
-        var values: [String: [String]] = [:]
+        var fields: [HeaderField] = []
+        fields.reserveCapacity(headers.count)
+        // A response has a few fields and seldom repeats one: a scan of those kept so far costs
+        // less than hashing every name. Past `scanLimit` fields, an index keeps it linear.
+        let scanLimit = 32
+        var positions: [String: Int] = [:]
         for field in headers {
             let name = field.name.lowercasedASCII
             if HopByHop.contains(name, nominatedBy: nominated) { continue }
             if dropCookies, name == "set-cookie" || name == "set-cookie2" { continue }
-            if values[name] == nil { order.append(name) }
-            values[name, default: []].append(field.value)
+            let seen = headers.count > scanLimit ? positions[name] : fields.firstIndex { $0.name == name }
+            if let seen {
+                fields[seen].value += ", " + field.value
+            } else {
+                if headers.count > scanLimit { positions[name] = fields.count }
+                fields.append(HeaderField(name, field.value))
+            }
         }
-        return order.map { HeaderField($0, values[$0]!.joined(separator: ", ")) }
+        return fields
     }
 
     private static func render(_ fields: [HeaderField]) -> [UInt8] {
@@ -207,7 +216,7 @@ public enum Envelope {
             out.append(contentsOf: body)
         case .text:
             out.append(contentsOf: #","bodyText":""#.utf8)
-            JSONWriter.appendEscaped(body, to: &out)
+            body.withUnsafeBufferPointer { JSONWriter.appendEscaped($0, to: &out) }
             out.append(UInt8(ascii: "\""))
         case .binary:
             out.append(contentsOf: #","bodyBase64":""#.utf8)

@@ -59,6 +59,12 @@ extension String {
     public func caseInsensitiveEquals(_ other: String) -> Bool {
         let lhs = utf8, rhs = other.utf8
         guard lhs.count == rhs.count else { return false }
+        let contiguous = lhs.withContiguousStorageIfAvailable { left in
+            rhs.withContiguousStorageIfAvailable { right in
+                left.indices.allSatisfy { left[$0] == right[$0] || lowerASCII(left[$0]) == lowerASCII(right[$0]) }
+            }
+        }
+        if case .some(.some(let equal)) = contiguous { return equal }
         for (left, right) in zip(lhs, rhs) where left != right {
             guard lowerASCII(left) == lowerASCII(right) else { return false }
         }
@@ -66,8 +72,22 @@ extension String {
     }
 
     public var lowercasedASCII: String {
-        guard utf8.contains(where: { $0 >= 0x41 && $0 <= 0x5A }) else { return self }
-        return String(decoding: utf8.map(lowerASCII), as: UTF8.self)
+        // Every field name passes through here: scan and copy contiguous bytes, no array.
+        let isUpper = { (byte: UInt8) in byte >= 0x41 && byte <= 0x5A }
+        let lowered = utf8.withContiguousStorageIfAvailable { bytes -> String? in
+            guard bytes.contains(where: isUpper) else { return nil }
+            return String(unsafeUninitializedCapacity: bytes.count) { buffer in
+                for index in bytes.indices { buffer[index] = lowerASCII(bytes[index]) }
+                return bytes.count
+            }
+        }
+        switch lowered {
+        case .some(.some(let text)): return text
+        case .some(.none): return self
+        case .none:
+            guard utf8.contains(where: isUpper) else { return self }
+            return String(decoding: utf8.map(lowerASCII), as: UTF8.self)
+        }
     }
 }
 
@@ -106,7 +126,7 @@ public enum HopByHop {
     /// Proxy-Authenticate, Proxy-Authentication-Info, …), or nominated by a `Connection` field.
     public static func contains(_ name: String, nominatedBy connection: Set<String>) -> Bool {
         let lower = name.lowercasedASCII
-        return names.contains(lower) || lower.hasPrefix("proxy-") || connection.contains(lower)
+        return names.contains(lower) || lower.hasPrefix("proxy-") || (!connection.isEmpty && connection.contains(lower))
     }
 
     public static func nominated(in headers: [HeaderField]) -> Set<String> {
@@ -145,6 +165,9 @@ public enum FieldBytes {
 
     /// The value of `bytes` as a String (see the type's comment).
     public static func string(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
+        // Nearly every value is ASCII: one pass over the bytes instead of the standard
+        // library's general validation.
+        if isASCII(bytes) { return String(decoding: bytes, as: UTF8.self) }
         // Valid UTF-8 is text, unless it spells one of the scalars reserved for raw bytes
         // (EF 9E xx / EF 9F xx), which is then read byte by byte too so it round-trips.
         if let text = String(validating: bytes, as: UTF8.self), !(bytes.contains(0xEF) && hasRawBytes(text)) { return text }
@@ -162,7 +185,15 @@ public enum FieldBytes {
     /// True when `value` holds bytes read by `string` that UTF-8 would not reproduce.
     public static func hasRawBytes(_ value: String) -> Bool {
         // U+F780–U+F7FF are EF 9E 80–BF and EF 9F 80–BF in UTF-8: look for the lead byte first.
-        value.utf8.contains(0xEF) && value.unicodeScalars.contains { (0xF780...0xF7FF).contains($0.value) }
+        // The byte search runs on contiguous storage: every value sent passes through here.
+        let hasLead = value.utf8.withContiguousStorageIfAvailable { $0.contains(0xEF) } ?? value.utf8.contains(0xEF)
+        return hasLead && value.unicodeScalars.contains { (0xF780...0xF7FF).contains($0.value) }
+    }
+
+    @inline(__always) static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var any: UInt8 = 0
+        for byte in bytes { any |= byte }
+        return any < 0x80
     }
 
     /// The bytes to send for `value`: UTF-8, with the raw bytes `string` read put back.

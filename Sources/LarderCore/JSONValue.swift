@@ -57,25 +57,45 @@ public enum JSONWriter {
 
     public static func appendString(_ string: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        appendEscaped(string.utf8, to: &out)
+        if string.utf8.withContiguousStorageIfAvailable({ appendEscaped($0, to: &out) }) == nil {
+            appendEscaped(string.utf8, to: &out)
+        }
         out.append(UInt8(ascii: "\""))
     }
 
     /// Escapes UTF-8 bytes for use inside a JSON string (RFC 8259 §7).
     public static func appendEscaped<Bytes: Sequence>(_ bytes: Bytes, to out: inout [UInt8]) where Bytes.Element == UInt8 {
-        for byte in bytes {
-            switch byte {
-            case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\""))
-            case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\\"))
-            case 0x0A: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "n"))
-            case 0x0D: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "r"))
-            case 0x09: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "t"))
-            case 0..<0x20, 0x7F:
-                out.append(contentsOf: "\\u00".utf8)
-                out.append(hex[Int(byte >> 4)])
-                out.append(hex[Int(byte & 0x0F)])
-            default: out.append(byte)
-            }
+        for byte in bytes { append(byte, to: &out) }
+    }
+
+    /// The same for contiguous bytes: runs that need no escape (nearly all of a body or a
+    /// header value) are copied whole rather than appended byte by byte.
+    public static func appendEscaped(_ bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+        var start = 0
+        for index in bytes.indices where needsEscape(bytes[index]) {
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<index]))
+            append(bytes[index], to: &out)
+            start = index + 1
+        }
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start...]))
+    }
+
+    @inline(__always) private static func needsEscape(_ byte: UInt8) -> Bool {
+        byte < 0x20 || byte == 0x7F || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\")
+    }
+
+    @inline(__always) private static func append(_ byte: UInt8, to out: inout [UInt8]) {
+        switch byte {
+        case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\""))
+        case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\\"))
+        case 0x0A: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "n"))
+        case 0x0D: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "r"))
+        case 0x09: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "t"))
+        case 0..<0x20, 0x7F:
+            out.append(contentsOf: "\\u00".utf8)
+            out.append(hex[Int(byte >> 4)])
+            out.append(hex[Int(byte & 0x0F)])
+        default: out.append(byte)
         }
     }
 

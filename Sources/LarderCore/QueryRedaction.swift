@@ -18,16 +18,30 @@ public struct QueryRedaction: Sendable, Equatable {
     /// `url` with the value of each named query parameter (any case, percent-decoded name)
     /// replaced by `REDACTED`; unchanged when it has none.
     public func apply(_ url: String) -> String {
-        guard !names.isEmpty, let mark = url.firstIndex(of: "?") else { return url }
-        let fragment = url[mark...].firstIndex(of: "#")
+        // Searched as bytes: a Character search segments graphemes, and this runs twice on
+        // every miss. "?", "#", "&" and "=" are ASCII, so their byte indices are valid String
+        // indices.
+        guard !names.isEmpty, let mark = url.utf8.firstIndex(of: UInt8(ascii: "?")) else { return url }
+        let fragment = url.utf8[mark...].firstIndex(of: UInt8(ascii: "#"))
         let query = url[url.index(after: mark)..<(fragment ?? url.endIndex)]
         var changed = false
-        let pairs = query.split(separator: "&", omittingEmptySubsequences: false).map { pair -> Substring in
-            let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let name = (parts[0].removingPercentEncoding ?? String(parts[0])).lowercased()
-            guard names.contains(name), parts.count == 2, parts[1] != Self.marker[...] else { return pair }
-            changed = true
-            return parts[0] + "=" + Self.marker
+        var pairs: [Substring] = []
+        var start = query.startIndex
+        while true {
+            let end = query.utf8[start...].firstIndex(of: UInt8(ascii: "&")) ?? query.endIndex
+            let pair = query[start..<end]
+            let equals = pair.utf8.firstIndex(of: UInt8(ascii: "="))
+            let rawName = pair[..<(equals ?? pair.endIndex)]
+            let name = rawName.utf8.contains(UInt8(ascii: "%"))
+                ? (rawName.removingPercentEncoding ?? String(rawName)).lowercased() : rawName.lowercased()
+            if let equals, names.contains(name), pair[pair.index(after: equals)...] != Self.marker[...] {
+                changed = true
+                pairs.append(rawName + "=" + Self.marker)
+            } else {
+                pairs.append(pair)
+            }
+            guard end < query.endIndex else { break }
+            start = query.index(after: end)
         }
         guard changed else { return url }
         return String(url[...mark]) + pairs.joined(separator: "&") + (fragment.map { String(url[$0...]) } ?? "")

@@ -101,6 +101,14 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(CacheControl(["max-age =100"]).seconds("max-age"), .absent, "no whitespace before =")
         XCTAssertEqual(CacheControl(["max-age= 100"]).seconds("max-age"), .absent, "no whitespace after =")
         XCTAssertTrue(CacheControl(["no-cache , max-age=5"]).has("no-cache"), "whitespace before a comma is fine")
+        let unusual = CacheControl(["\tx=\"caf\u{E9} \\\u{E9}\", y=\"open, max-age=7", "z=\"a\\"])
+        XCTAssertEqual(unusual.directives.first { $0.name == "x" }?.value, "caf\u{E9} \u{E9}", "UTF-8 inside quotes")
+        XCTAssertTrue(unusual.has("y"))
+        XCTAssertNil(unusual.directives.first { $0.name == "y" }?.value, "an unterminated quoted string has no value")
+        XCTAssertEqual(unusual.seconds("max-age"), .absent, "what follows an unterminated quote is inside it")
+        XCTAssertNil(unusual.directives.first { $0.name == "z" }?.value, "a trailing backslash leaves the quote open")
+        XCTAssertEqual(CacheControl(["\tMax-Age=5\t, NO-STORE"]).directives.map(\.name), ["max-age", "no-store"])
+        XCTAssertEqual(CacheControl(["max-age=5 \t, private"]).seconds("max-age"), .value(5), "trailing spaces are trimmed")
     }
 
     func testCDNCacheControlIsAStructuredFieldDictionary() {

@@ -178,3 +178,48 @@ final class DocumentationTests: XCTestCase {
         XCTAssertTrue(FieldBytes.hasRawBytes(FieldBytes.string([0x61, 0xFC])))
     }
 }
+
+/// The byte-level helpers every request and response passes through: each fast path (contiguous
+/// bytes) must agree with the plain definition.
+final class TextHelperTests: XCTestCase {
+    func testJSONStringsEscapeExactlyWhatRFC8259Requires() {
+        func rendered(_ text: String) -> String {
+            var out: [UInt8] = []
+            JSONWriter.appendString(text, to: &out)
+            return String(decoding: out, as: UTF8.self)
+        }
+        XCTAssertEqual(rendered(""), #""""#)
+        XCTAssertEqual(rendered("plain"), #""plain""#)
+        XCTAssertEqual(rendered("a\"b\\c\nd\re\tf\u{1}g\u{7F}"), #""a\"b\\c\nd\re\tf\u0001g\u007f""#)
+        XCTAssertEqual(rendered("\"caf\u{E9} \u{1F600}\""), #""\"caf\#u{E9} \#u{1F600}\"""#)
+        let long = String(repeating: "x\"", count: 40) + "\n"
+        XCTAssertEqual(rendered(long), "\"" + String(repeating: "x\\\"", count: 40) + "\\n\"")
+        // Contiguous bytes and any other sequence of bytes escape alike.
+        let bytes: [UInt8] = (0...255).map(UInt8.init) + Array("tail".utf8)
+        var fast: [UInt8] = [], slow: [UInt8] = []
+        bytes.withUnsafeBufferPointer { JSONWriter.appendEscaped($0, to: &fast) }
+        JSONWriter.appendEscaped(bytes.lazy.map { $0 }, to: &slow)
+        XCTAssertEqual(fast, slow)
+        // 260 bytes; 29 control bytes and DEL grow by 5 (\u00XX), \n \r \t " and \ by 1.
+        XCTAssertEqual(fast.count, 260 + 30 * 5 + 5 * 1)
+    }
+
+    func testASCIICaseHelpersLeaveOtherBytesAlone() {
+        XCTAssertEqual("Content-Type".lowercasedASCII, "content-type")
+        XCTAssertEqual("already-lower".lowercasedASCII, "already-lower")
+        XCTAssertEqual("X-\u{C4}RGER-\u{212A}".lowercasedASCII, "x-\u{C4}rger-\u{212A}", "only A–Z change")
+        XCTAssertEqual(String(repeating: "ABC", count: 30).lowercasedASCII, String(repeating: "abc", count: 30))
+        XCTAssertTrue("Cache-Control".caseInsensitiveEquals("cache-CONTROL"))
+        XCTAssertFalse("Cache-Control".caseInsensitiveEquals("cache-controls"))
+        XCTAssertFalse("a[".caseInsensitiveEquals("a{"), "[ and { differ by the case bit but are not letters")
+        XCTAssertFalse("\u{C4}".caseInsensitiveEquals("\u{E4}"), "non-ASCII is compared exactly")
+        XCTAssertTrue(String(repeating: "Ab", count: 20).caseInsensitiveEquals(String(repeating: "aB", count: 20)))
+    }
+
+    func testASCIIFieldBytesAreReadAsText() {
+        XCTAssertEqual(FieldBytes.string(Array("text/html; charset=utf-8".utf8)), "text/html; charset=utf-8")
+        XCTAssertEqual(FieldBytes.string([]), "")
+        XCTAssertFalse(FieldBytes.hasRawBytes(String(repeating: "a", count: 100)))
+        XCTAssertTrue(FieldBytes.hasRawBytes(String(repeating: "a", count: 100) + FieldBytes.string([0xFF])))
+    }
+}

@@ -211,5 +211,10 @@ final class QueryRedactionTests: XCTestCase {
         XCTAssertEqual(redaction.apply("https://a.test/p?keys=1&monkey=2"), "https://a.test/p?keys=1&monkey=2")
         XCTAssertEqual(redaction.apply("https://a.test/key?x=1"), "https://a.test/key?x=1")
         XCTAssertEqual(QueryRedaction(names: []).apply("https://a.test/p?token=t"), "https://a.test/p?token=t")
+        XCTAssertEqual(redaction.apply("https://a.test/p?&token==x=y&&key&sig=REDACTED&q=%C3%A9#a?key=1"),
+                       "https://a.test/p?&token=REDACTED&&key&sig=REDACTED&q=%C3%A9#a?key=1",
+                       "empty pairs, a value holding '=', a name without a value and the fragment are kept")
+        XCTAssertEqual(redaction.apply("https://a.test/p?"), "https://a.test/p?")
+        XCTAssertEqual(redaction.apply("https://a.test/p?KEY="), "https://a.test/p?KEY=REDACTED")
     }
 }
