@@ -709,9 +709,11 @@ public final class FetchEngine: Sendable {
     }
 
     /// RFC 9111 §4.3.5: a HEAD answered from a stored GET of the same resource and key, its
-    /// body dropped. Only looks: never sends a GET upstream for a HEAD. Nil when nothing usable
-    /// is stored (or the policy does not read the cache).
-    public func storedGet(for head: FetchRequest) -> CacheAnswer? {
+    /// body dropped unless `keepingBody` (the proxy's server sends only the header section of
+    /// a HEAD response, with the body's length as Content-Length: RFC 9110 §8.6). Only looks:
+    /// never sends a GET upstream for a HEAD. Nil when nothing usable is stored (or the policy
+    /// does not read the cache).
+    public func storedGet(for head: FetchRequest, keepingBody: Bool = false) -> CacheAnswer? {
         guard head.cache.policy != .noStore, head.cache.policy != .reload else { return nil }
         var get = head
         get.method = .get
@@ -721,6 +723,7 @@ public final class FetchEngine: Sendable {
             get.cache.policy = .cacheOnly
         }
         guard case .served(var served)? = fetch(prepare(get), reply: { _ in }) else { return nil }
+        if keepingBody { return .served(served) }
         served.body = []
         served.openedBody = nil
         served.bodyKind = .text

@@ -815,9 +815,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         let shard = hitShards[key.shardIndex & 7]
         shard.tally.withLock { tally in
             if tally.counts.isEmpty { tally.since = time }
-            let previous = tally.counts[key.hex] ?? (0, 0)
-            tally.counts[key.hex] = (previous.hits + 1, max(previous.lastAccess, time))
+            // Updated in place: one hash of the key, not two.
+            Self.count(&tally.counts[key.hex, default: (0, 0)], at: time)
         }
+    }
+
+    private static func count(_ tally: inout (hits: Int64, lastAccess: Double), at time: Double) {
+        tally.hits += 1
+        tally.lastAccess = max(tally.lastAccess, time)
     }
 
     /// Waits for the start-up sweep of orphaned body files; for tests.

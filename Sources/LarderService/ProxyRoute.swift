@@ -49,6 +49,14 @@ struct ProxyRoute: Sendable {
     /// always sends a full response that can be stored.
     private static let conditionals: Set<String> = ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
                                                     "if-range", "range"]
+    /// Whether `name` is one of `conditionals`; every hit asks it of every request field, and
+    /// all of them begin with "i" or "r", so most fields are told apart by their first byte.
+    static func isConditional(_ name: String) -> Bool {
+        guard let first = name.utf8.first.map({ $0 | 0x20 }), first == UInt8(ascii: "i") || first == UInt8(ascii: "r") else {
+            return false
+        }
+        return conditionals.contains(name.lowercasedASCII)
+    }
     /// Response fields never passed on (besides hop-by-hop): the server sets its own framing and
     /// its own Age; the fields tags are read from (Surrogate-Key, Cache-Tag: they are for this
     /// cache, as a CDN keeps them); with `stripTargeted`, CDN-Cache-Control too (RFC 9213 §2.1:
@@ -104,7 +112,7 @@ struct ProxyRoute: Sendable {
         if method == .head {
             // RFC 9111 §4.3.5 / §4: a HEAD can be answered from a stored GET; only when nothing
             // usable is stored does the HEAD go upstream (and is not stored).
-            if let stored = engine.storedGet(for: fetch) {
+            if let stored = engine.storedGet(for: fetch, keepingBody: true) {
                 return Self.deliver(stored, method: method, request: request, withheld: withheld, finish: finish)
             }
             var forward = fetch
@@ -157,8 +165,8 @@ struct ProxyRoute: Sendable {
 
     private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest, withheld: Set<String>,
                                 finish: (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse {
-        let conditions = request.headers.filter { conditionals.contains($0.name.lowercasedASCII) }
-        let response = render(answer, method: method, headOnly: method == .head, conditions: conditions, withheld: withheld)
+        let conditions = request.headers.filter { isConditional($0.name) }
+        let response = render(answer, method: method, conditions: conditions, withheld: withheld)
         var errorCode: String?
         if case .failed(let error) = answer { errorCode = error.code.rawValue }
         return finish(response, answer.outcome, errorCode)
@@ -196,7 +204,7 @@ struct ProxyRoute: Sendable {
         return forwarded
     }
 
-    static func render(_ answer: CacheAnswer, method: HTTPMethod, headOnly: Bool, conditions: [(name: String, value: String)],
+    static func render(_ answer: CacheAnswer, method: HTTPMethod, conditions: [(name: String, value: String)],
                        withheld notPassedOn: Set<String>) -> HTTPServerResponse {
         guard case .served(let served) = answer else {
             if case .failed(let error) = answer { return errorResponse(error) }
@@ -248,10 +256,12 @@ struct ProxyRoute: Sendable {
                 return HTTPServerResponse(status: 416, headers: headers, body: [])
             }
         }
-        if !headOnly, let file = served.openedBody {
+        // A HEAD gets the body too: libmicrohttpd sends only the header section, with the
+        // Content-Length a GET would get (RFC 9110 §8.6: any other value is forbidden).
+        if let file = served.openedBody {
             return HTTPServerResponse(status: served.status, headers: headers, file: HTTPFileBody(file, offset: 0, length: file.size))
         }
-        return HTTPServerResponse(status: served.status, headers: headers, body: headOnly ? [] : served.body)
+        return HTTPServerResponse(status: served.status, headers: headers, body: served.body)
     }
 
     /// RFC 9110 §13.1.2 / §13.1.3, weak comparison for If-None-Match; If-Modified-Since only

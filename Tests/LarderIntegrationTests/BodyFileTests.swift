@@ -4,6 +4,7 @@
 import Foundation
 import LarderCore
 import LarderService
+import LarderSync
 import XCTest
 
 final class BodyFileTests: IntegrationTestCase {
@@ -48,12 +49,48 @@ final class BodyFileTests: IntegrationTestCase {
         let head = try client.request("HEAD", target)
         XCTAssertEqual(head.status, 200)
         XCTAssertEqual(head.body, [])
+        XCTAssertEqual(head.headers["content-length"], "5000")
         // Still fine after the same connection sent the file three times, from one descriptor
         // kept open since the first hit.
         XCTAssertEqual(try client.request("GET", target).body.count, 5000)
         XCTAssertEqual(origin.count("/base\(path)"), 1, "every answer after the first came from the file")
         let metrics = String(decoding: try client.request("GET", "/metrics").body, as: UTF8.self)
         XCTAssertTrue(metrics.split(separator: "\n").contains("larder_body_files_open 1.0"), "one descriptor kept")
+    }
+
+    /// Bodies from memory of 4 KiB and more are lent to libmicrohttpd rather than copied: every
+    /// connection gets every byte, in order, while other connections send the same storage,
+    /// and after its row and memory copy are gone.
+    func testLargeBodiesFromMemoryAreSentWholeToManyConnectionsAtOnce() throws {
+        let larder = try startLarder { configuration in
+            configuration.upstreams = [NamedUpstream(name: "origin", baseURL: origin.base + "/base")]
+        }
+        let path = uniquePath()
+        let sizes = [4095, 4096, 300_000]
+        let port = larder.port
+        for size in sizes {
+            let target = "/proxy/origin\(path)/\(size)?fill=\(size)&cc=max-age%3D600"
+            XCTAssertEqual(try larder.connection().request("GET", target).body, TestOrigin.fill(path: "/base\(path)/\(size)", size: size))
+        }
+        let failures = Locked<[String]>([])
+        XCTAssertTrue(concurrently(16, timeout: 60) { index in
+            do {
+                let client = try TestConnection(port: port, timeoutSeconds: 20)
+                for round in 0..<6 {
+                    let size = sizes[(index + round) % sizes.count]
+                    let response = try client.request(round == 3 ? "HEAD" : "GET", "/proxy/origin\(path)/\(size)?fill=\(size)&cc=max-age%3D600")
+                    let expected = round == 3 ? [] : TestOrigin.fill(path: "/base\(path)/\(size)", size: size)
+                    if response.status != 200 || response.headers["cache-status"]?.hasPrefix("larder; hit") != true
+                        || response.body != expected || response.headers["content-length"] != String(size) {
+                        failures.withLock { $0.append("\(size) \(round): status \(response.status), \(response.body.count) bytes, \(response.headers)") }
+                    }
+                }
+            } catch {
+                failures.withLock { $0.append("\(error)") }
+            }
+        })
+        XCTAssertEqual(failures.withLock { Array($0.prefix(5)) }, [])
+        for size in sizes { XCTAssertEqual(origin.count("/base\(path)/\(size)"), 1) }
     }
 
     func testFetchReadsALargeBodyFromItsFile() throws {

@@ -100,6 +100,7 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertTrue(head.body.isEmpty)
         XCTAssertTrue(head.headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
         XCTAssertEqual(head.headers["content-type"], get.headers["content-type"])
+        XCTAssertEqual(head.headers["content-length"], String(get.body.count), "RFC 9110 §8.6: the length a GET gets")
         XCTAssertEqual(origin.requests("/base\(path)").map(\.method), ["GET"])
 
         let cold = uniquePath("cold")
