@@ -95,5 +95,6 @@ static inline const struct sockaddr *_Nullable larder_mhd_client_address(struct 
 // MHD_SIZE_UNKNOWN and MHD_CONTENT_READER_END_OF_STREAM are macros.
 static inline uint64_t larder_mhd_size_unknown(void) { return MHD_SIZE_UNKNOWN; }
 static inline ssize_t larder_mhd_end_of_stream(void) { return MHD_CONTENT_READER_END_OF_STREAM; }
+static inline ssize_t larder_mhd_end_with_error(void) { return MHD_CONTENT_READER_END_WITH_ERROR; }
 
 #endif

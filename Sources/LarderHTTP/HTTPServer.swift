@@ -52,6 +52,9 @@ public struct HTTPServerResponse: Sendable {
     public var stream: HTTPResponseStream?
     /// When set, the body is this part of a file, sent with sendfile instead of `body`.
     public var file: HTTPFileBody?
+    /// For a HEAD answered without a body (the upstream's own HEAD response): the length a GET
+    /// would have, sent as Content-Length instead of 0 (RFC 9110 §8.6).
+    public var headContentLength: Int?
     public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
                 stream: HTTPResponseStream? = nil, file: HTTPFileBody? = nil) {
         self.status = status
@@ -684,6 +687,11 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer,
         // libmicrohttpd owns the descriptor from here and closes it with the response.
         mhdResponse = MHD_create_response_from_fd_at_offset64(UInt64(file.length), descriptor, UInt64(file.offset))
         if mhdResponse == nil { close(descriptor) }
+    } else if let length = response.headContentLength, response.body.isEmpty {
+        // A body of that length that is never read: libmicrohttpd announces its size and, for
+        // a HEAD, sends nothing of it (its own Content-Length cannot be replaced otherwise).
+        mhdResponse = MHD_create_response_from_callback(UInt64(length), 4096, { _, _, _, _ in larder_mhd_end_with_error() },
+                                                        nil, nil)
     } else if response.body.count >= ResponseBody.lentFrom {
         // Lent, not copied: libmicrohttpd sends from the body's own storage and lets go of it
         // with the response. A 64 KiB hit from the memory tier spent a fifth of its

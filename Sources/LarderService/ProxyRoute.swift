@@ -261,7 +261,12 @@ struct ProxyRoute: Sendable {
         if let file = served.openedBody {
             return HTTPServerResponse(status: served.status, headers: headers, file: HTTPFileBody(file, offset: 0, length: file.size))
         }
-        return HTTPServerResponse(status: served.status, headers: headers, body: served.body)
+        var response = HTTPServerResponse(status: served.status, headers: headers, body: served.body)
+        if method == .head, served.body.isEmpty, served.upstreamMs != nil {
+            // The upstream's HEAD response: its Content-Length is the GET's.
+            response.headContentLength = served.headers.values("content-length").first.flatMap { Int($0) }
+        }
+        return response
     }
 
     /// RFC 9110 §13.1.2 / §13.1.3, weak comparison for If-None-Match; If-Modified-Since only

@@ -104,8 +104,10 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(origin.requests("/base\(path)").map(\.method), ["GET"])
 
         let cold = uniquePath("cold")
-        let coldHead = try client.request("HEAD", "/proxy/origin\(cold)")
+        let coldHead = try client.request("HEAD", "/proxy/origin\(cold)?fill=777")
         XCTAssertEqual(coldHead.status, 200)
+        XCTAssertEqual(coldHead.headers["content-length"], "777", "the upstream's, not 0")
+        XCTAssertEqual(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").status, 200, "the connection goes on")
         XCTAssertEqual(origin.requests("/base\(cold)").map(\.method), ["HEAD"])
     }
 

@@ -155,8 +155,8 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         }
         if notModified { responseHeaders.removeAll { $0.name == "Content-Type" } }
         if let clock { responseHeaders.append(("Date", HTTPDate.format(clock.now))) }
-        let response = HTTPServerResponse(status: status, headers: responseHeaders,
-                                          body: request.method == "HEAD" || notModified ? [] : body)
+        // A HEAD gets the body too: the server sends only its length (RFC 9110 §8.6).
+        let response = HTTPServerResponse(status: status, headers: responseHeaders, body: notModified ? [] : body)
         if let delay = query.first(where: { $0.0 == "delay" }).flatMap({ Int($0.1) }) {
             concurrency.withLock { $0.current += 1; $0.peak = max($0.peak, $0.current) }
             DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { [self] in
