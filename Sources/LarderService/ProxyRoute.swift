@@ -25,13 +25,13 @@ struct ProxyRoute: Sendable {
     /// request skips URL parsing and key derivation, as /fetch skips JSON parsing.
     let memo: RequestMemo
     /// Response fields never passed on (besides hop-by-hop), lower-case: see `withheldFields`.
-    let withheld: Set<String>
+    let withheld: FieldNames
 
     init(engine: FetchEngine, upstreams: [String: NamedUpstream], memo: RequestMemo, stripTargeted: Bool, tagHeaders: [String]) {
         self.engine = engine
         self.upstreams = upstreams
         self.memo = memo
-        self.withheld = Self.withheldFields(stripTargeted: stripTargeted, tagHeaders: tagHeaders)
+        self.withheld = FieldNames(Self.withheldFields(stripTargeted: stripTargeted, tagHeaders: tagHeaders))
     }
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
@@ -163,7 +163,7 @@ struct ProxyRoute: Sendable {
         return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld, finish: finish) }
     }
 
-    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest, withheld: Set<String>,
+    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest, withheld: FieldNames,
                                 finish: (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse {
         let conditions = request.headers.filter { isConditional($0.name) }
         let response = render(answer, method: method, conditions: conditions, withheld: withheld)
@@ -205,7 +205,7 @@ struct ProxyRoute: Sendable {
     }
 
     static func render(_ answer: CacheAnswer, method: HTTPMethod, conditions: [(name: String, value: String)],
-                       withheld notPassedOn: Set<String>) -> HTTPServerResponse {
+                       withheld notPassedOn: FieldNames) -> HTTPServerResponse {
         guard case .served(let served) = answer else {
             if case .failed(let error) = answer { return errorResponse(error) }
             return HTTPServerResponse(status: 502)
@@ -326,4 +326,23 @@ struct ProxyRoute: Sendable {
     static func errorResponse(_ error: LarderError) -> HTTPServerResponse {
         HTTPServerResponse(status: error.status, headers: [("Content-Type", "application/json")], body: error.jsonBody)
     }
+}
+
+/// Lower-case field names looked up for every field of every response: a name whose length none
+/// of them has is told apart without hashing it (most are: `date`, `etag`, `content-type`).
+struct FieldNames: Sendable {
+    let names: Set<String>
+    /// Bit n set when a name has n bytes (63 for 63 and more).
+    private let lengths: UInt64
+
+    init(_ names: Set<String>) {
+        self.names = names
+        lengths = names.reduce(0) { $0 | Self.bit($1) }
+    }
+
+    func contains(_ name: String) -> Bool {
+        lengths & Self.bit(name) != 0 && names.contains(name)
+    }
+
+    private static func bit(_ name: String) -> UInt64 { 1 << UInt64(min(name.utf8.count, 63)) }
 }
