@@ -687,7 +687,7 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer,
         // libmicrohttpd owns the descriptor from here and closes it with the response.
         mhdResponse = MHD_create_response_from_fd_at_offset64(UInt64(file.length), descriptor, UInt64(file.offset))
         if mhdResponse == nil { close(descriptor) }
-    } else if let length = response.headContentLength, response.body.isEmpty {
+    } else if let length = response.headContentLength, length >= 0, response.body.isEmpty {
         // A body of that length that is never read: libmicrohttpd announces its size and, for
         // a HEAD, sends nothing of it (its own Content-Length cannot be replaced otherwise).
         mhdResponse = MHD_create_response_from_callback(UInt64(length), 4096, { _, _, _, _ in larder_mhd_end_with_error() },

@@ -262,9 +262,13 @@ struct ProxyRoute: Sendable {
             return HTTPServerResponse(status: served.status, headers: headers, file: HTTPFileBody(file, offset: 0, length: file.size))
         }
         var response = HTTPServerResponse(status: served.status, headers: headers, body: served.body)
-        if method == .head, served.body.isEmpty, served.upstreamMs != nil {
-            // The upstream's HEAD response: its Content-Length is the GET's.
-            response.headContentLength = served.headers.values("content-length").first.flatMap { Int($0) }
+        if method == .head, served.body.isEmpty, served.upstreamMs != nil, served.status >= 200,
+           served.status != 204, served.status != 304 {
+            // The upstream's HEAD response: its Content-Length is the GET's (when it is one
+            // plain number; otherwise libmicrohttpd's 0 stands, as before).
+            response.headContentLength = served.headers.values("content-length").first.flatMap { value in
+                Int(value.trimmingSpaces).flatMap { $0 >= 0 ? $0 : nil }
+            }
         }
         return response
     }

@@ -69,6 +69,25 @@ final class SecurityReviewTests: IntegrationTestCase {
         }
     }
 
+    func testAHeadAnsweredUpstreamPassesOnOnlyAPlainContentLength() throws {
+        // RFC 9110 §8.6: a HEAD response's Content-Length is the GET's. An upstream's value
+        // that is not one plain number is not passed on, and never breaks the server.
+        for (value, expected) in [("12345", "12345"), ("-5", "0"), ("7, 7", "0"), ("99999999999999999999999", "0")] {
+            let raw = try RawOrigin(reply: Array("HTTP/1.1 200 OK\r\nContent-Length: \(value)\r\n\r\n".utf8))
+            let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "raw", baseURL: "http://127.0.0.1:\(raw.port)")] }
+            let client = try larder.connection()
+            let head = try client.request("HEAD", "/proxy/raw/h")
+            if value == "12345" { XCTAssertEqual(head.status, 200) }
+            if head.status == 200 {
+                XCTAssertEqual(head.headers["content-length"], expected, value)
+            } else {
+                XCTAssertEqual(head.status, 502, "refused by libcurl, then named: \(value)")
+            }
+            XCTAssertEqual(try client.request("GET", "/healthz").status, 200, "the connection goes on: \(value)")
+            stopLarder(larder)
+        }
+    }
+
     // MARK: 2, 3. JSON costs
 
     func testLargeUpstreamJSONIsPassedAsTextAndTheProxyDoesNotClassify() throws {
