@@ -59,8 +59,8 @@ final class BodyFileTests: IntegrationTestCase {
     }
 
     /// Bodies from memory of 4 KiB and more are lent to libmicrohttpd rather than copied: every
-    /// connection gets every byte, in order, while other connections send the same storage,
-    /// and after its row and memory copy are gone.
+    /// connection gets every byte, in order, while other connections send the same storage; a
+    /// HEAD gets the length alone.
     func testLargeBodiesFromMemoryAreSentWholeToManyConnectionsAtOnce() throws {
         let larder = try startLarder { configuration in
             configuration.upstreams = [NamedUpstream(name: "origin", baseURL: origin.base + "/base")]
