@@ -122,18 +122,18 @@ public enum ResponseHeaders {
         var fields: [HeaderField] = []
         fields.reserveCapacity(headers.count)
         // A response has a few fields and seldom repeats one: a scan of those kept so far costs
-        // less than hashing every name. Past `scanLimit` fields, an index keeps it linear.
-        let scanLimit = 32
+        // less than hashing every name. Past 32 fields, an index keeps it linear.
+        let indexed = headers.count > 32
         var positions: [String: Int] = [:]
         for field in headers {
             let name = field.name.lowercasedASCII
             if HopByHop.contains(name, nominatedBy: nominated) { continue }
             if dropCookies, name == "set-cookie" || name == "set-cookie2" { continue }
-            let seen = headers.count > scanLimit ? positions[name] : fields.firstIndex { $0.name == name }
+            let seen = indexed ? positions[name] : fields.firstIndex { $0.name == name }
             if let seen {
                 fields[seen].value += ", " + field.value
             } else {
-                if headers.count > scanLimit { positions[name] = fields.count }
+                if indexed { positions[name] = fields.count }
                 fields.append(HeaderField(name, field.value))
             }
         }

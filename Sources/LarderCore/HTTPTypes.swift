@@ -59,12 +59,11 @@ extension String {
     public func caseInsensitiveEquals(_ other: String) -> Bool {
         let lhs = utf8, rhs = other.utf8
         guard lhs.count == rhs.count else { return false }
-        let contiguous = lhs.withContiguousStorageIfAvailable { left in
+        if let contiguous = lhs.withContiguousStorageIfAvailable({ left in
             rhs.withContiguousStorageIfAvailable { right in
                 left.indices.allSatisfy { left[$0] == right[$0] || lowerASCII(left[$0]) == lowerASCII(right[$0]) }
             }
-        }
-        if case .some(.some(let equal)) = contiguous { return equal }
+        }), let equal = contiguous { return equal }
         for (left, right) in zip(lhs, rhs) where left != right {
             guard lowerASCII(left) == lowerASCII(right) else { return false }
         }
@@ -74,20 +73,16 @@ extension String {
     public var lowercasedASCII: String {
         // Every field name passes through here: scan and copy contiguous bytes, no array.
         let isUpper = { (byte: UInt8) in byte >= 0x41 && byte <= 0x5A }
-        let lowered = utf8.withContiguousStorageIfAvailable { bytes -> String? in
+        // nil inside: nothing to lower.
+        if let lowered = utf8.withContiguousStorageIfAvailable({ bytes -> String? in
             guard bytes.contains(where: isUpper) else { return nil }
             return String(unsafeUninitializedCapacity: bytes.count) { buffer in
                 for index in bytes.indices { buffer[index] = lowerASCII(bytes[index]) }
                 return bytes.count
             }
-        }
-        switch lowered {
-        case .some(.some(let text)): return text
-        case .some(.none): return self
-        case .none:
-            guard utf8.contains(where: isUpper) else { return self }
-            return String(decoding: utf8.map(lowerASCII), as: UTF8.self)
-        }
+        }) { return lowered ?? self }
+        guard utf8.contains(where: isUpper) else { return self }
+        return String(decoding: utf8.map(lowerASCII), as: UTF8.self)
     }
 }
 

@@ -47,16 +47,8 @@ struct ProxyRoute: Sendable {
     ]
     /// Conditions (and ranges) Larder evaluates itself for cacheable requests, so the upstream
     /// always sends a full response that can be stored.
-    private static let conditionals: Set<String> = ["if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
-                                                    "if-range", "range"]
-    /// Whether `name` is one of `conditionals`; every hit asks it of every request field, and
-    /// all of them begin with "i" or "r", so most fields are told apart by their first byte.
-    static func isConditional(_ name: String) -> Bool {
-        guard let first = name.utf8.first.map({ $0 | 0x20 }), first == UInt8(ascii: "i") || first == UInt8(ascii: "r") else {
-            return false
-        }
-        return conditionals.contains(name.lowercasedASCII)
-    }
+    private static let conditionals = FieldNames(["if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
+                                                  "if-range", "range"])
     /// Response fields never passed on (besides hop-by-hop): the server sets its own framing and
     /// its own Age; the fields tags are read from (Surrogate-Key, Cache-Tag: they are for this
     /// cache, as a CDN keeps them); with `stripTargeted`, CDN-Cache-Control too (RFC 9213 §2.1:
@@ -165,7 +157,7 @@ struct ProxyRoute: Sendable {
 
     private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest, withheld: FieldNames,
                                 finish: (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse {
-        let conditions = request.headers.filter { isConditional($0.name) }
+        let conditions = request.headers.filter { conditionals.contains(anyCase: $0.name) }
         let response = render(answer, method: method, conditions: conditions, withheld: withheld)
         var errorCode: String?
         if case .failed(let error) = answer { errorCode = error.code.rawValue }
@@ -332,8 +324,9 @@ struct ProxyRoute: Sendable {
     }
 }
 
-/// Lower-case field names looked up for every field of every response: a name whose length none
-/// of them has is told apart without hashing it (most are: `date`, `etag`, `content-type`).
+/// Lower-case field names looked up for every field of every request or response: a name whose
+/// length none of them has is told apart without lower-casing or hashing it (most are: `date`,
+/// `etag`, `content-type`, `host`).
 struct FieldNames: Sendable {
     let names: Set<String>
     /// Bit n set when a name has n bytes (63 for 63 and more).
@@ -346,6 +339,11 @@ struct FieldNames: Sendable {
 
     func contains(_ name: String) -> Bool {
         lengths & Self.bit(name) != 0 && names.contains(name)
+    }
+
+    /// The same for a name in any case (lower-casing ASCII keeps the length).
+    func contains(anyCase name: String) -> Bool {
+        lengths & Self.bit(name) != 0 && names.contains(name.lowercasedASCII)
     }
 
     private static func bit(_ name: String) -> UInt64 { 1 << UInt64(min(name.utf8.count, 63)) }

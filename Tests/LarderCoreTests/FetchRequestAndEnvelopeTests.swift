@@ -120,6 +120,11 @@ final class EnvelopeTests: XCTestCase {
             XCTAssertEqual(rendered.fields.contains { $0.name == "set-cookie" }, !dropCookies)
             XCTAssertFalse(rendered.fields.contains { $0.name == "x-hop" || $0.name == "connection" })
         }
+        // Past 32 fields the repeats are found through an index: the same result as the scan.
+        let many = (0..<40).map { HeaderField("X-F\($0 % 20)", "v\($0)") } + [HeaderField("Connection", "x-f3")]
+        let combined = ResponseHeaders.rendered(many, dropCookies: true).fields
+        XCTAssertEqual(combined.count, 19, "20 names, one nominated by Connection")
+        XCTAssertEqual(combined.first { $0.name == "x-f7" }?.value, "v7, v27")
         // Anything but an object of strings reads as no fields.
         for bad in ["", "[]", "{\"a\":1}", "{\"a\":{\"b\":\"c\"}}", "{\"a\":\"b\"", "null"] {
             XCTAssertEqual(ResponseHeaders.parseJSON(Array(bad.utf8)), [], bad)
