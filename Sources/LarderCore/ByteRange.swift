@@ -98,11 +98,11 @@ public struct StoredPart: Sendable, Equatable {
     /// Whether RFC 9111 §3.4 allows combining a part with a stored one: both carry the same
     /// strong validator (an entity tag that is not weak, or else the same Last-Modified).
     public static func combinable(stored: [HeaderField], new: [HeaderField]) -> Bool {
-        if let etag = stored.values("etag").first, !etag.hasPrefix("W/") {
-            return new.values("etag").first == etag
+        if let etag = stored.first(named: "etag"), !etag.hasPrefix("W/") {
+            return new.first(named: "etag") == etag
         }
-        if let modified = stored.values("last-modified").first, stored.values("etag").isEmpty {
-            return new.values("last-modified").first == modified && new.values("etag").isEmpty
+        if let modified = stored.first(named: "last-modified"), stored.values("etag").isEmpty {
+            return new.first(named: "last-modified") == modified && new.values("etag").isEmpty
         }
         return false
     }

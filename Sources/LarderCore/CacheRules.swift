@@ -330,7 +330,7 @@ public enum CacheRules {
             case .absent: continue
             }
         }
-        let date = headers.values("date").first.flatMap(HTTPDate.parse) ?? receivedAt
+        let date = headers.first(named: "date").flatMap(HTTPDate.parse) ?? receivedAt
         // RFC 9213 §2.2: with a targeted field, Expires does not count either.
         let expiresValues = cacheControl.isTargeted ? [] : headers.values("expires")
         if !expiresValues.isEmpty {
@@ -339,7 +339,7 @@ public enum CacheRules {
             return (max(0, expires - date), .explicit)
         }
         guard heuristicallyCacheable.contains(status) || cacheControl.has("public"),
-              let lastModified = headers.values("last-modified").first.flatMap(HTTPDate.parse), lastModified < date else {
+              let lastModified = headers.first(named: "last-modified").flatMap(HTTPDate.parse), lastModified < date else {
             return (0, .none)
         }
         return (min(heuristicCap, (date - lastModified) * heuristicFraction), .heuristic)
@@ -349,8 +349,8 @@ public enum CacheRules {
     /// the larger of the apparent age (arrival minus Date) and the Age header plus the time
     /// the exchange took. §5.1: of a list, the first Age value counts; an invalid one is ignored.
     public static func initialAge(headers: [HeaderField], requestTime: Double, responseTime: Double) -> Double {
-        let apparentAge = headers.values("date").first.flatMap(HTTPDate.parse).map { max(0, responseTime - $0) } ?? 0
-        let ageValue: Double = headers.values("age").first
+        let apparentAge = headers.first(named: "date").flatMap(HTTPDate.parse).map { max(0, responseTime - $0) } ?? 0
+        let ageValue: Double = headers.first(named: "age")
             .flatMap { $0.split(separator: ",").first.map { $0.trimmingSpaces } }
             .flatMap { text in text.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } && !text.isEmpty ? Double(text.prefix(10)) : nil } ?? 0
         let responseDelay = max(0, responseTime - requestTime)

@@ -141,7 +141,10 @@ public enum ResponseHeaders {
     }
 
     private static func render(_ fields: [HeaderField]) -> [UInt8] {
-        var out: [UInt8] = [UInt8(ascii: "{")]
+        var out: [UInt8] = []
+        // Room for the usual case, no escapes: quotes, colon and comma are six bytes a field.
+        out.reserveCapacity(fields.reduce(2) { $0 + $1.name.utf8.count + $1.value.utf8.count + 6 })
+        out.append(UInt8(ascii: "{"))
         for (index, field) in fields.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             JSONWriter.appendString(field.name, to: &out)

@@ -3,66 +3,108 @@
 // Written by hand: DateFormatter is locale-sensitive and slow, and this runs per response.
 
 public enum HTTPDate {
-    private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-    private static let days = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
-    private static let longDays = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
-
     /// Parses the three forms by their grammar, exactly: one space between parts, two-digit
     /// day and hour fields, "GMT". Names are compared ignoring case (the grammar is
     /// case-sensitive, but a wrong-case `THU` or `gMT` is unambiguous and common).
     /// Anything else — another zone, a missing comma, doubled spaces — is invalid, which for
     /// `Expires` means already expired (RFC 9111 §5.3).
+    /// Over the value's bytes, without copying them: it runs on every response.
     public static func parse(_ text: String) -> Double? {
-        let bytes = Array(text.trimmingSpaces.utf8)
-        return imfFixdate(bytes) ?? rfc850(bytes) ?? asctime(bytes)
+        var text = text
+        return text.withUTF8 { all in
+            var start = 0, end = all.count
+            while start < end, all[start] == space || all[start] == tab { start += 1 }
+            while end > start, all[end - 1] == space || all[end - 1] == tab { end -= 1 }
+            let b = UnsafeBufferPointer(rebasing: all[start..<end])
+            return imfFixdate(b) ?? rfc850(b) ?? asctime(b)
+        }
     }
 
+    private typealias Bytes = UnsafeBufferPointer<UInt8>
+
     // Sun, 06 Nov 1994 08:49:37 GMT
-    private static func imfFixdate(_ b: [UInt8]) -> Double? {
-        guard b.count == 29, name(b[0..<3], in: days), b[3] == UInt8(ascii: ","), b[4] == space, b[7] == space, b[11] == space,
-              b[16] == space, b[25] == space, name(b[26..<29], in: ["gmt"]) else { return nil }
-        return make(day: digits(b[5..<7]), month: month(b[8..<11]), year: digits(b[12..<16]), time: b[17..<25])
+    private static func imfFixdate(_ b: Bytes) -> Double? {
+        guard b.count == 29, shortDay(b, 0) != nil, b[3] == UInt8(ascii: ","), b[4] == space, b[7] == space, b[11] == space,
+              b[16] == space, b[25] == space, matches(b, 26, "gmt") else { return nil }
+        return make(day: digits(b, 5, 2), month: month(b, 8), year: digits(b, 12, 4), time: b, at: 17)
     }
 
     // Sunday, 06-Nov-94 08:49:37 GMT
-    private static func rfc850(_ b: [UInt8]) -> Double? {
-        guard let comma = b.firstIndex(of: UInt8(ascii: ",")), name(b[0..<comma], in: longDays),
+    private static func rfc850(_ b: Bytes) -> Double? {
+        guard let comma = b.firstIndex(of: UInt8(ascii: ",")), isLongDay(b, comma),
               b.count == comma + 24, b[comma + 1] == space, b[comma + 4] == UInt8(ascii: "-"), b[comma + 8] == UInt8(ascii: "-"),
-              b[comma + 11] == space, b[comma + 20] == space, name(b[(comma + 21)...], in: ["gmt"]),
-              let shortYear = digits(b[(comma + 9)..<(comma + 11)]) else { return nil }
+              b[comma + 11] == space, b[comma + 20] == space, matches(b, comma + 21, "gmt"),
+              let shortYear = digits(b, comma + 9, 2) else { return nil }
         // RFC 9110 §5.6.7: a two-digit year more than 50 years ahead is in the past century.
         let year = shortYear < 70 ? 2000 + shortYear : 1900 + shortYear
-        return make(day: digits(b[(comma + 2)..<(comma + 4)]), month: month(b[(comma + 5)..<(comma + 8)]), year: year,
-                    time: b[(comma + 12)..<(comma + 20)])
+        return make(day: digits(b, comma + 2, 2), month: month(b, comma + 5), year: year, time: b, at: comma + 12)
     }
 
     // Sun Nov  6 08:49:37 1994
-    private static func asctime(_ b: [UInt8]) -> Double? {
-        guard b.count == 24, name(b[0..<3], in: days), b[3] == space, b[7] == space, b[10] == space, b[19] == space else { return nil }
-        let day = b[8] == space ? digits(b[9..<10]) : digits(b[8..<10])
-        return make(day: day, month: month(b[4..<7]), year: digits(b[20..<24]), time: b[11..<19])
+    private static func asctime(_ b: Bytes) -> Double? {
+        guard b.count == 24, shortDay(b, 0) != nil, b[3] == space, b[7] == space, b[10] == space, b[19] == space else { return nil }
+        let day = b[8] == space ? digits(b, 9, 1) : digits(b, 8, 2)
+        return make(day: day, month: month(b, 4), year: digits(b, 20, 4), time: b, at: 11)
     }
 
     private static let space = UInt8(ascii: " ")
+    private static let tab = UInt8(ascii: "\t")
 
-    private static func name(_ bytes: ArraySlice<UInt8>, in names: [String]) -> Bool {
-        names.contains(String(decoding: bytes, as: UTF8.self).lowercased())
+    /// "jan" … "dec" and "mon" … "sun", three letters each.
+    private static let monthNames = Array("janfebmaraprmayjunjulaugsepoctnovdec".utf8)
+    private static let dayNames = Array("montuewedthufrisatsun".utf8)
+    private static let longDayNames: [[UInt8]] = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+        .map { Array($0.utf8) }
+
+    /// The bytes at `offset` are `lowercase` (ASCII letters), ignoring case.
+    private static func matches(_ b: Bytes, _ offset: Int, _ lowercase: StaticString) -> Bool {
+        let count = lowercase.utf8CodeUnitCount
+        guard offset >= 0, offset + count <= b.count else { return false }
+        let expected = lowercase.utf8Start
+        for index in 0..<count where lowerASCII(b[offset + index]) != expected[index] { return false }
+        return true
     }
 
-    private static func month(_ bytes: ArraySlice<UInt8>) -> Int? {
-        months.firstIndex(of: String(decoding: bytes, as: UTF8.self).lowercased()).map { $0 + 1 }
+    /// The index (0-based) of the three-letter name at `offset` in `names`.
+    private static func name(_ b: Bytes, _ offset: Int, in names: [UInt8]) -> Int? {
+        guard offset + 3 <= b.count else { return nil }
+        let first = lowerASCII(b[offset]), second = lowerASCII(b[offset + 1]), third = lowerASCII(b[offset + 2])
+        var index = 0
+        while index < names.count {
+            if names[index] == first, names[index + 1] == second, names[index + 2] == third { return index / 3 }
+            index += 3
+        }
+        return nil
     }
 
-    private static func digits(_ bytes: ArraySlice<UInt8>) -> Int? {
-        guard !bytes.isEmpty, bytes.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
-        return bytes.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
+    private static func shortDay(_ b: Bytes, _ offset: Int) -> Int? { name(b, offset, in: dayNames) }
+
+    private static func month(_ b: Bytes, _ offset: Int) -> Int? { name(b, offset, in: monthNames).map { $0 + 1 } }
+
+    /// The first `end` bytes are a full weekday name.
+    private static func isLongDay(_ b: Bytes, _ end: Int) -> Bool {
+        longDayNames.contains { name in
+            name.count == end && name.indices.allSatisfy { lowerASCII(b[$0]) == name[$0] }
+        }
     }
 
-    /// HH:MM:SS, two digits each.
-    private static func make(day: Int?, month: Int?, year: Int?, time: ArraySlice<UInt8>) -> Double? {
-        let t = Array(time)
-        guard t.count == 8, t[2] == UInt8(ascii: ":"), t[5] == UInt8(ascii: ":"),
-              let hour = digits(t[0..<2]), let minute = digits(t[3..<5]), let second = digits(t[6..<8]) else { return nil }
+    /// `count` decimal digits at `offset`.
+    private static func digits(_ b: Bytes, _ offset: Int, _ count: Int) -> Int? {
+        guard count > 0, offset >= 0, offset + count <= b.count else { return nil }
+        var value = 0
+        for index in offset..<(offset + count) {
+            let byte = b[index]
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9") else { return nil }
+            value = value * 10 + Int(byte - UInt8(ascii: "0"))
+        }
+        return value
+    }
+
+    /// HH:MM:SS at `offset`, two digits each.
+    private static func make(day: Int?, month: Int?, year: Int?, time b: Bytes, at offset: Int) -> Double? {
+        guard offset + 8 <= b.count, b[offset + 2] == UInt8(ascii: ":"), b[offset + 5] == UInt8(ascii: ":"),
+              let hour = digits(b, offset, 2), let minute = digits(b, offset + 3, 2), let second = digits(b, offset + 6, 2)
+        else { return nil }
         return make(day: day, month: month, year: year, hour: hour, minute: minute, second: second)
     }
 

@@ -47,6 +47,11 @@ extension Array where Element == HeaderField {
         return result
     }
 
+    /// The first value of `name`, or nil when absent.
+    public func first(named name: String) -> String? {
+        first { $0.name.caseInsensitiveEquals(name) }?.value
+    }
+
     /// The values of `name` combined with ", " (RFC 9110 §5.3), or nil when absent.
     public func combined(_ name: String) -> String? {
         let found = values(name)
@@ -117,11 +122,15 @@ public enum HopByHop {
         "proxy-authenticate", "proxy-authorization",
     ]
 
+    private static let fieldNames = FieldNames(names)
+
     /// True when `name` is hop-by-hop itself, a `Proxy-*` field (meant for this hop's proxy:
     /// Proxy-Authenticate, Proxy-Authentication-Info, …), or nominated by a `Connection` field.
+    /// Checked for every field of every response: most names are told apart by their length
+    /// or first bytes, without lower-casing or hashing them.
     public static func contains(_ name: String, nominatedBy connection: Set<String>) -> Bool {
-        let lower = name.lowercasedASCII
-        return names.contains(lower) || lower.hasPrefix("proxy-") || (!connection.isEmpty && connection.contains(lower))
+        fieldNames.contains(anyCase: name) || name.hasPrefixIgnoringASCIICase("proxy-")
+            || (!connection.isEmpty && connection.contains(name.lowercasedASCII))
     }
 
     public static func nominated(in headers: [HeaderField]) -> Set<String> {
@@ -136,9 +145,59 @@ public enum HopByHop {
     }
 }
 
+extension String {
+    /// Starts with `lowercase` (ASCII), ignoring ASCII case.
+    public func hasPrefixIgnoringASCIICase(_ lowercase: StaticString) -> Bool {
+        let count = lowercase.utf8CodeUnitCount
+        let bytes = utf8
+        guard bytes.count >= count else { return false }
+        let expected = lowercase.utf8Start
+        var index = bytes.startIndex
+        for offset in 0..<count {
+            guard lowerASCII(bytes[index]) == expected[offset] else { return false }
+            index = bytes.index(after: index)
+        }
+        return true
+    }
+}
+
+/// Lower-case field names looked up for every field of every request or response: a name whose
+/// length none of them has is told apart without lower-casing or hashing it (most are: `date`,
+/// `etag`, `content-type`, `host`).
+public struct FieldNames: Sendable {
+    public let names: Set<String>
+    /// Bit n set when a name has n bytes (63 for 63 and more).
+    private let lengths: UInt64
+
+    public init(_ names: Set<String>) {
+        self.names = names
+        lengths = names.reduce(0) { $0 | Self.bit($1) }
+    }
+
+    public func contains(_ name: String) -> Bool {
+        lengths & Self.bit(name) != 0 && names.contains(name)
+    }
+
+    /// The same for a name in any case (lower-casing ASCII keeps the length).
+    public func contains(anyCase name: String) -> Bool {
+        lengths & Self.bit(name) != 0 && names.contains(name.lowercasedASCII)
+    }
+
+    private static func bit(_ name: String) -> UInt64 { 1 << UInt64(min(name.utf8.count, 63)) }
+}
+
 extension StringProtocol {
     /// Trims spaces and horizontal tabs (HTTP's OWS), nothing else.
+    /// Over the UTF-8 bytes where they are contiguous: comparing Characters runs grapheme
+    /// breaking on every step, and a space or tab is one byte that never ends a longer character.
     public var trimmingSpaces: String {
+        if let trimmed = utf8.withContiguousStorageIfAvailable({ bytes -> String in
+            var start = 0, end = bytes.count
+            while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
+            while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
+            if start == 0, end == bytes.count { return String(self) }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+        }) { return trimmed }
         var start = startIndex, end = endIndex
         while start < end, self[start] == " " || self[start] == "\t" { start = index(after: start) }
         while end > start {

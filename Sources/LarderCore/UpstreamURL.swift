@@ -194,19 +194,14 @@ public struct UpstreamURL: Sendable, Equatable {
     }
 
     /// The URL sent upstream.
-    public var absoluteString: String {
-        var result = "\(scheme)://\(authority)\(path)"
-        if !queryItems.isEmpty {
-            result += "?" + queryItems.map(Self.render).joined(separator: "&")
-        }
-        return result
-    }
+    public var absoluteString: String { text(query: queryItems) }
 
     /// The URL as it enters the cache key: query sorted by name, `ignoring` names removed.
     /// Parameters of the same name keep the caller's order (a stable sort by name only): the
     /// upstream receives them in that order and may read the first or the last, so
     /// `?a=evil&a=good` and `?a=good&a=evil` are different requests.
     public func keyString(ignoring ignored: Set<String> = []) -> String {
+        if ignored.isEmpty, Self.isSortedByName(queryItems) { return absoluteString }
         let ignoredEncoded = Set(ignored.map(Self.encodeQueryComponent))
         let kept = queryItems.enumerated()
             .filter { !ignoredEncoded.contains($0.element.name) }
@@ -217,15 +212,43 @@ public struct UpstreamURL: Sendable, Equatable {
                 return lhs.offset < rhs.offset
             }
             .map(\.element)
-        var result = "\(scheme)://\(authority)\(path)"
-        if !kept.isEmpty {
-            result += "?" + kept.map(Self.render).joined(separator: "&")
-        }
-        return result
+        return text(query: kept)
     }
 
-    private static func render(_ item: QueryItem) -> String {
-        item.value.map { "\(item.name)=\($0)" } ?? item.name
+    /// Already in key order (the common case: none or one parameter), so the stable sort
+    /// would leave it as it is.
+    private static func isSortedByName(_ items: [QueryItem]) -> Bool {
+        guard items.count > 1 else { return true }
+        for index in 1..<items.count where items[index].name.utf8.lexicographicallyPrecedes(items[index - 1].name.utf8) {
+            return false
+        }
+        return true
+    }
+
+    /// scheme://authority path ?query, built in one reserved string (interpolations made a
+    /// string per part).
+    private func text(query items: [QueryItem]) -> String {
+        var length = scheme.utf8.count + 3 + host.utf8.count + 6 + path.utf8.count
+        for item in items { length += item.name.utf8.count + (item.value?.utf8.count ?? 0) + 2 }
+        var result = ""
+        result.reserveCapacity(length)
+        result += scheme
+        result += "://"
+        result += host
+        if let port {
+            result += ":"
+            result += String(port)
+        }
+        result += path
+        for (index, item) in items.enumerated() {
+            result += index == 0 ? "?" : "&"
+            result += item.name
+            if let value = item.value {
+                result += "="
+                result += value
+            }
+        }
+        return result
     }
 
     // MARK: - RFC 3986 normalisation

@@ -504,7 +504,7 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         if let partial = exchange.partial {
             // A resumed download: a 206 continuing exactly where the cut was completes it; a 200
             // (the representation changed, If-Range said so) replaces it.
-            if status == 206, let range = transfer.headers.values("content-range").first,
+            if status == 206, let range = transfer.headers.first(named: "content-range"),
                range.hasPrefix("bytes \(partial.body.count)-") {
                 return exchange.succeed(UpstreamResponse(status: 200, headers: partial.headers, body: partial.body + transfer.body,
                                                          requestTime: exchange.requestTime, responseTime: settings.clock.now()))
@@ -514,7 +514,7 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
             }
         }
         if exchange.request.followRedirects, [301, 302, 303, 307, 308].contains(status),
-           let location = transfer.headers.values("location").first {
+           let location = transfer.headers.first(named: "location") {
             return redirect(exchange, status: status, location: location)
         }
         exchange.succeed(UpstreamResponse(status: status, headers: transfer.headers, body: transfer.body,
@@ -530,8 +530,8 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
               result == CURLE_PARTIAL_FILE || result == CURLE_RECV_ERROR,
               status == 200 || (status == 206 && exchange.partial != nil), !transfer.body.isEmpty else { return nil }
         let headers = exchange.partial?.headers ?? transfer.headers
-        if let etag = headers.values("etag").first, !etag.hasPrefix("W/") { return etag }
-        return headers.values("last-modified").first
+        if let etag = headers.first(named: "etag"), !etag.hasPrefix("W/") { return etag }
+        return headers.first(named: "last-modified")
     }
 
     private func resume(_ exchange: Exchange, after transfer: Transfer, status: Int, validator: String) {

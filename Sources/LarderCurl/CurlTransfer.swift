@@ -156,11 +156,15 @@ final class Transfer {
             }
         }
         if !hasUserAgent { list = curl_slist_append(list, "User-Agent: \(userAgent)") }
-        // No "Expect: 100-continue" round trip for larger bodies.
-        list = curl_slist_append(list, "Expect:")
-        // libcurl labels a body it is given as a form (application/x-www-form-urlencoded);
-        // the body is the caller's, and so is its type, or lack of one.
-        if !hasContentType { list = curl_slist_append(list, "Content-Type:") }
+        // Only a request with a body needs these two, and each listed field is one more that
+        // libcurl formats and compares with its own on every request.
+        if exchange.method != .get, exchange.method != .head {
+            // No "Expect: 100-continue" round trip for larger bodies.
+            list = curl_slist_append(list, "Expect:")
+            // libcurl labels a body it is given as a form (application/x-www-form-urlencoded);
+            // the body is the caller's, and so is its type, or lack of one.
+            if !hasContentType { list = curl_slist_append(list, "Content-Type:") }
+        }
         headerList = list
         larder_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
     }
@@ -229,7 +233,7 @@ final class Transfer {
         guard !line.isEmpty else {
             // The end of a final response's header section: its announced length, for progress.
             if status == 200, exchange.partial == nil, let progress = exchange.request.progress,
-               let length = headers.values("content-length").first.flatMap({ Int($0.trimmingSpaces) }) {
+               let length = headers.first(named: "content-length").flatMap({ Int($0.trimmingSpaces) }) {
                 progress.add(expected: length)
             }
             return true

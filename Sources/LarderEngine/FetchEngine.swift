@@ -439,15 +439,15 @@ public final class FetchEngine: Sendable {
             let answer = CacheAnswer.served(ServedResponse(
                 status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
                 body: current.body, bodyKind: current.bodyKind, report: report, upstreamMs: upstreamMs,
-                etag: headers.values("etag").first, lastModified: headers.values("last-modified").first))
+                etag: headers.first(named: "etag"), lastModified: headers.first(named: "last-modified")))
             return land(flight, with: .notShareable) { reply(answer) }
         }
         var update = current
         update.headersJSON = ResponseHeaders.renderJSON(CacheRules.storableHeaders(headers, withholding: stored.withheldFields),
                                                         dropCookies: true)
         update.freshness = stored.entry(storedAt: now, version: options.version)
-        update.etag = headers.values("etag").first
-        update.lastModified = headers.values("last-modified").first
+        update.etag = headers.first(named: "etag")
+        update.lastModified = headers.first(named: "last-modified")
         let refreshed = update
         store.save(refreshed) { [self] saved in
             let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0,
@@ -510,7 +510,7 @@ public final class FetchEngine: Sendable {
         let upstreamMs = (response.responseTime - response.requestTime) * 1000
         // The proxy passes bodies on as they are: only the /fetch envelope needs the kind.
         let kind = request.shared ? BodyKind.binary
-            : BodyKind.classify(contentType: response.headers.values("content-type").first, body: response.body)
+            : BodyKind.classify(contentType: response.headers.first(named: "content-type"), body: response.body)
         let decision = CacheRules.store(policy: options.policy, method: request.method, ttl: options.ttl,
                                         partitioned: derived.partitioned, status: response.status,
                                         headers: response.headers, bodySize: response.body.count,
@@ -534,8 +534,8 @@ public final class FetchEngine: Sendable {
                                      stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
             let served = ServedResponse(status: response.status, headersJSON: liveHeaders, headers: response.headers,
                                         body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
-                                        etag: response.headers.values("etag").first,
-                                        lastModified: response.headers.values("last-modified").first)
+                                        etag: response.headers.first(named: "etag"),
+                                        lastModified: response.headers.first(named: "last-modified"))
             let stale = invalidatedURLs(request: request, response: response)
             guard !stale.isEmpty else {
                 return land(flight, with: .notShareable) { reply(.served(served)) }
@@ -569,7 +569,7 @@ public final class FetchEngine: Sendable {
     private func postResponseAsGetEntry(request: FetchRequest, response: UpstreamResponse, kind: BodyKind,
                                         arrivedAt: Double, sentAt: Double) -> StoredEntry? {
         guard request.shared, request.method == .post, Vary.names(in: response.headers)?.isEmpty == true,
-              let location = response.headers.values("content-location").first,
+              let location = response.headers.first(named: "content-location"),
               let target = request.url.resolving(location),
               CacheRules.postResponseAnswersGet(status: response.status, headers: response.headers,
                                                 contentLocationIsTarget: target.keyString() == request.url.keyString(),
@@ -605,8 +605,8 @@ public final class FetchEngine: Sendable {
             headersJSON: headers.json,
             body: response.body, bodyKind: kind, freshness: stored.entry(storedAt: time, version: request.cache.version),
             sensitiveFingerprint: derived.sensitiveFingerprint,
-            etag: response.headers.values("etag").first,
-            lastModified: response.headers.values("last-modified").first, headerFields: headers.fields)
+            etag: response.headers.first(named: "etag"),
+            lastModified: response.headers.first(named: "last-modified"), headerFields: headers.fields)
         entry.tags = CacheTags.merged(request.cache.tags, from: response.headers, headerNames: limits.tagHeaders)
         return entry
     }

@@ -18,7 +18,7 @@ extension FetchEngine {
         }
         let now = clock.now()
         let kind = request.shared ? BodyKind.binary
-            : BodyKind.classify(contentType: response.headers.values("content-type").first, body: response.body)
+            : BodyKind.classify(contentType: response.headers.first(named: "content-type"), body: response.body)
         // The policy is `protocol` for the decision: the caller asks to store, whatever policy
         // later requests read with.
         let decision = CacheRules.store(policy: .useProtocol, method: request.method, ttl: options.ttl,

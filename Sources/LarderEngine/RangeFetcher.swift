@@ -57,7 +57,7 @@ public struct RangeFetcher: Sendable {
     private func storedPart(_ prepared: PreparedFetch) -> (StoredEntry, StoredPart)? {
         guard let entry = engine.store.lookup(prepared.derived.key).first(where: { $0.status == 206 }),
               entry.freshness.version == prepared.request.cache.version,
-              let part = StoredPart(contentRange: entry.headerFields.values("content-range").first, bodyCount: entry.body.count)
+              let part = StoredPart(contentRange: entry.headerFields.first(named: "content-range"), bodyCount: entry.body.count)
         else { return nil }
         return (entry, part)
     }
@@ -115,7 +115,7 @@ public struct RangeFetcher: Sendable {
             let answer = passOn(response, for: prepared)
             answerPart = { reply(answer) }
         }
-        guard let part = StoredPart(contentRange: response.headers.values("content-range").first, bodyCount: response.body.count) else {
+        guard let part = StoredPart(contentRange: response.headers.first(named: "content-range"), bodyCount: response.body.count) else {
             return answerPart()
         }
         if let (entry, storedPart) = stored, part.first == storedPart.covered.upperBound, part.total == storedPart.total,
@@ -147,8 +147,8 @@ public struct RangeFetcher: Sendable {
             body: response.body, bodyKind: .binary,
             report: CacheReport(outcome: .miss, key: prepared.derived.key, age: 0, ttl: nil, version: prepared.request.cache.version,
                                 stored: false),
-            upstreamMs: (response.responseTime - response.requestTime) * 1000, etag: response.headers.values("etag").first,
-            lastModified: response.headers.values("last-modified").first))
+            upstreamMs: (response.responseTime - response.requestTime) * 1000, etag: response.headers.first(named: "etag"),
+            lastModified: response.headers.first(named: "last-modified")))
     }
 
     /// Keeps a 206 as the key's part when the response allows storing (a varying one is not kept).

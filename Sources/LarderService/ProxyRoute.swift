@@ -223,7 +223,7 @@ struct ProxyRoute: Sendable {
 
         if !conditions.isEmpty, method == .get || method == .head, served.status == 200,
            notModified(conditions: conditions, etag: served.etag,
-                       lastModified: served.lastModified ?? served.headers.values("date").first) {
+                       lastModified: served.lastModified ?? served.headers.first(named: "date")) {
             // §4.3.2 / RFC 9110 §15.4.5: the 304 carries the fields a 200 would, but no body.
             let kept: Set<String> = ["cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status", "last-modified"]
             return HTTPServerResponse(status: 304, headers: headers.filter { kept.contains($0.name.lowercasedASCII) }, body: [])
@@ -258,7 +258,7 @@ struct ProxyRoute: Sendable {
            served.status != 204, served.status != 304 {
             // The upstream's HEAD response: its Content-Length is the GET's (when it is one
             // plain number; otherwise libmicrohttpd's 0 stands, as before).
-            response.headContentLength = served.headers.values("content-length").first.flatMap { value in
+            response.headContentLength = served.headers.first(named: "content-length").flatMap { value in
                 Int(value.trimmingSpaces).flatMap { $0 >= 0 ? $0 : nil }
             }
         }
@@ -322,29 +322,4 @@ struct ProxyRoute: Sendable {
     static func errorResponse(_ error: LarderError) -> HTTPServerResponse {
         HTTPServerResponse(status: error.status, headers: [("Content-Type", "application/json")], body: error.jsonBody)
     }
-}
-
-/// Lower-case field names looked up for every field of every request or response: a name whose
-/// length none of them has is told apart without lower-casing or hashing it (most are: `date`,
-/// `etag`, `content-type`, `host`).
-struct FieldNames: Sendable {
-    let names: Set<String>
-    /// Bit n set when a name has n bytes (63 for 63 and more).
-    private let lengths: UInt64
-
-    init(_ names: Set<String>) {
-        self.names = names
-        lengths = names.reduce(0) { $0 | Self.bit($1) }
-    }
-
-    func contains(_ name: String) -> Bool {
-        lengths & Self.bit(name) != 0 && names.contains(name)
-    }
-
-    /// The same for a name in any case (lower-casing ASCII keeps the length).
-    func contains(anyCase name: String) -> Bool {
-        lengths & Self.bit(name) != 0 && names.contains(name.lowercasedASCII)
-    }
-
-    private static func bit(_ name: String) -> UInt64 { 1 << UInt64(min(name.utf8.count, 63)) }
 }

@@ -112,6 +112,17 @@ final class UpstreamURLTests: XCTestCase {
         XCTAssertEqual(try UpstreamURL(parsing: "http://[::1]:8080/p").authority, "[::1]:8080")
     }
 
+    func testKeyStringSortsByNameKeepingTheOrderWithinAName() throws {
+        // Already sorted (taken without sorting), unsorted, and repeated names.
+        XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?a=1&b=2").keyString(), "http://h.test/p?a=1&b=2")
+        XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?b=2&a=1").keyString(), "http://h.test/p?a=1&b=2")
+        XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?a=2&a=1&A=0").keyString(), "http://h.test/p?A=0&a=2&a=1")
+        XCTAssertEqual(try UpstreamURL(parsing: "http://h.test:8080/p?x").keyString(), "http://h.test:8080/p?x")
+        XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?a=&b").absoluteString, "http://h.test/p?a=&b")
+        XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?a=1&b=2").keyString(ignoring: ["a"]), "http://h.test/p?b=2")
+        XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?a=1").keyString(ignoring: ["a"]), "http://h.test/p")
+    }
+
     func testQueryMergeReplacesNamedParameters() throws {
         let url = try UpstreamURL(parsing: "http://x.test/p?a=1&b=2&a=3", mergingQuery: ["a": "new value", "c": "&"])
         XCTAssertEqual(url.absoluteString, "http://x.test/p?b=2&a=new%20value&c=%26")

@@ -209,6 +209,39 @@ final class TextHelperTests: XCTestCase {
         XCTAssertEqual(fast.count, 260 + 30 * 5 + 5 * 1)
     }
 
+    func testTrimmingSpacesRemovesOnlySpacesAndTabsAtTheEnds() {
+        XCTAssertEqual(" \t a b \t ".trimmingSpaces, "a b")
+        XCTAssertEqual("plain".trimmingSpaces, "plain")
+        XCTAssertEqual("   ".trimmingSpaces, "")
+        XCTAssertEqual("".trimmingSpaces, "")
+        XCTAssertEqual("\n x \r".trimmingSpaces, "\n x \r", "only OWS, not other whitespace")
+        XCTAssertEqual(" caf\u{E9} \u{1F600} ".trimmingSpaces, "caf\u{E9} \u{1F600}")
+        XCTAssertEqual("\u{A0}x\u{A0}".trimmingSpaces, "\u{A0}x\u{A0}", "a no-break space is not OWS")
+        // A substring trims within its own bounds; a string that is not contiguous UTF-8 takes
+        // the other path to the same result.
+        let line = "a:  v w\t;b"
+        let value = line[line.index(line.startIndex, offsetBy: 2)..<line.index(line.endIndex, offsetBy: -2)]
+        XCTAssertEqual(value.trimmingSpaces, "v w")
+        let bridged = String(decoding: Array("  x y ".utf16), as: UTF16.self)
+        XCTAssertEqual(bridged.trimmingSpaces, "x y")
+    }
+
+    func testHTTPDateNamesIgnoreASCIICaseOnly() {
+        let expected = 784_111_777.0
+        XCTAssertEqual(HTTPDate.parse("\tSun, 06 Nov 1994 08:49:37 GMT\t"), expected, "tabs are OWS too")
+        XCTAssertEqual(HTTPDate.parse("sUNDAY, 06-nOV-94 08:49:37 Gmt"), expected)
+        XCTAssertEqual(HTTPDate.parse("SUN NOV  6 08:49:37 1994"), expected)
+        for month in ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"].enumerated() {
+            let parsed = HTTPDate.parse("Mon, 01 \(month.element) 2029 00:00:00 GMT")
+            XCTAssertEqual(parsed.map(HTTPDate.format).map { String($0.dropFirst(8).prefix(3)) }, month.element)
+        }
+        for invalid in ["Sun, 06 N\u{D6}v 1994 08:49:37 GMT", "Sux, 06 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 GMX",
+                        "Sundax, 06-Nov-94 08:49:37 GMT", "Sun, 0x Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:3 GMT ",
+                        "Sun, 06 Nov 1994 08-49:37 GMT", "Sun Nov 6 08:49:37 1994", "Sun Nov  6 08:49:37 199", ",", "Sun,"] {
+            XCTAssertNil(HTTPDate.parse(invalid), invalid)
+        }
+    }
+
     func testASCIICaseHelpersLeaveOtherBytesAlone() {
         XCTAssertEqual("Content-Type".lowercasedASCII, "content-type")
         XCTAssertEqual("already-lower".lowercasedASCII, "already-lower")
