@@ -225,30 +225,30 @@ public struct UpstreamURL: Sendable, Equatable {
         return true
     }
 
-    /// scheme://authority path ?query, built in one reserved string (interpolations made a
-    /// string per part).
+    /// scheme://authority path ?query, built as bytes and made a string once (String's own
+    /// appends and interpolations cost a few hundred instructions each).
     private func text(query items: [QueryItem]) -> String {
         var length = scheme.utf8.count + 3 + host.utf8.count + 6 + path.utf8.count
         for item in items { length += item.name.utf8.count + (item.value?.utf8.count ?? 0) + 2 }
-        var result = ""
-        result.reserveCapacity(length)
-        result += scheme
-        result += "://"
-        result += host
+        var out: [UInt8] = []
+        out.reserveCapacity(length)
+        out.append(contentsOf: scheme.utf8)
+        out.append(contentsOf: "://".utf8)
+        out.append(contentsOf: host.utf8)
         if let port {
-            result += ":"
-            result += String(port)
+            out.append(UInt8(ascii: ":"))
+            out.append(contentsOf: String(port).utf8)
         }
-        result += path
+        out.append(contentsOf: path.utf8)
         for (index, item) in items.enumerated() {
-            result += index == 0 ? "?" : "&"
-            result += item.name
+            out.append(UInt8(ascii: index == 0 ? "?" : "&"))
+            out.append(contentsOf: item.name.utf8)
             if let value = item.value {
-                result += "="
-                result += value
+                out.append(UInt8(ascii: "="))
+                out.append(contentsOf: value.utf8)
             }
         }
-        return result
+        return String(decoding: out, as: UTF8.self)
     }
 
     // MARK: - RFC 3986 normalisation

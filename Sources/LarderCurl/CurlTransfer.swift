@@ -96,12 +96,12 @@ final class Transfer {
         let opaque = context.toOpaque()
         let request = exchange.request
         larder_curl_setopt_string(handle, CURLOPT_URL, exchange.url.absoluteString)
-        larder_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
-        larder_curl_setopt_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        larder_curl_setopt_string(handle, CURLOPT_PROTOCOLS_STR, cString("http,https"))
+        larder_curl_setopt_string(handle, CURLOPT_REDIR_PROTOCOLS_STR, cString("http,https"))
         larder_curl_setopt_long(handle, CURLOPT_FOLLOWLOCATION, 0)
         larder_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1)
         // Never through a proxy from the environment: the address checks apply to the origin.
-        larder_curl_setopt_string(handle, CURLOPT_PROXY, "")
+        larder_curl_setopt_string(handle, CURLOPT_PROXY, cString(""))
         if let resolve { larder_curl_setopt_pointer(handle, CURLOPT_RESOLVE, UnsafeMutableRawPointer(resolve)) }
         larder_curl_setopt_long(handle, CURLOPT_TIMEOUT_MS, timeoutMs)
         larder_curl_setopt_offset(handle, CURLOPT_MAXFILESIZE_LARGE, curl_off_t(request.maxBodyBytes))
@@ -144,18 +144,9 @@ final class Transfer {
             if field.name.caseInsensitiveEquals("user-agent") { hasUserAgent = true }
             if field.name.caseInsensitiveEquals("content-type") { hasContentType = true }
             // "Name:" alone would remove a libcurl default; "Name;" sends an empty value.
-            let line = field.value.isEmpty ? "\(field.name);" : "\(field.name): \(field.value)"
-            if FieldBytes.hasRawBytes(line) {
-                // Bytes that are not UTF-8 (obs-text) go out as they came in.
-                let raw = FieldBytes.bytes(line) + [0]
-                raw.withUnsafeBufferPointer { bytes in
-                    bytes.withMemoryRebound(to: CChar.self) { list = curl_slist_append(list, $0.baseAddress) }
-                }
-            } else {
-                list = curl_slist_append(list, line)
-            }
+            list = appendLine(to: list, name: field.name, value: field.value)
         }
-        if !hasUserAgent { list = curl_slist_append(list, "User-Agent: \(userAgent)") }
+        if !hasUserAgent { list = appendLine(to: list, name: "User-Agent", value: userAgent) }
         // Only a request with a body needs these two, and each listed field is one more that
         // libcurl formats and compares with its own on every request.
         if exchange.method != .get, exchange.method != .head {
@@ -167,6 +158,26 @@ final class Transfer {
         }
         headerList = list
         larder_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))
+    }
+
+    /// `name: value` (or `name;` for an empty value, which libcurl sends as empty) added to
+    /// `list`, built as bytes: field values that are not UTF-8 (obs-text) go out as they came
+    /// in (`FieldBytes`), and no String is interpolated and copied again as a C string.
+    private func appendLine(to list: UnsafeMutablePointer<curl_slist>?, name: String, value: String)
+        -> UnsafeMutablePointer<curl_slist>? {
+        var line: [UInt8] = []
+        line.reserveCapacity(name.utf8.count + value.utf8.count + 3)
+        line.append(contentsOf: name.utf8)
+        if value.isEmpty {
+            line.append(UInt8(ascii: ";"))
+        } else {
+            line.append(contentsOf: ": ".utf8)
+            if FieldBytes.hasRawBytes(value) { line.append(contentsOf: FieldBytes.bytes(value)) } else { line.append(contentsOf: value.utf8) }
+        }
+        line.append(0)
+        return line.withUnsafeBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { curl_slist_append(list, $0.baseAddress) }
+        }
     }
 
     /// Frees the handle and the header list, and drops the callbacks' reference.
@@ -312,4 +323,10 @@ let openSocketCallback: larder_curl_opensocket_callback = { context, purpose, ad
         return larder_curl_socket_bad()
     }
     return socket(family, address.pointee.socktype, address.pointee.protocol)
+}
+
+/// A literal as a C string without a copy (literals are stored with a terminating NUL); a
+/// String argument of fewer than 16 bytes is copied into a new array on every call.
+@inline(__always) func cString(_ literal: StaticString) -> UnsafePointer<CChar> {
+    UnsafeRawPointer(literal.utf8Start).assumingMemoryBound(to: CChar.self)
 }

@@ -69,6 +69,30 @@ final class SecurityReviewTests: IntegrationTestCase {
         }
     }
 
+    func testRequestFieldsGoUpstreamByteForByteAndNoLibcurlDefaultsAreAdded() throws {
+        // RFC 9110 §5.5: obs-text in a request field goes upstream as the byte that came in.
+        let raw = try RawOrigin(reply: Array("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".utf8))
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "raw", baseURL: "http://127.0.0.1:\(raw.port)")] }
+        let latin = Array("GET /proxy/raw/latin HTTP/1.1\r\nHost: x\r\nX-Note: abc".utf8) + [0xFC] + Array("\r\nX-Empty:\r\n\r\n".utf8)
+        XCTAssertEqual(try larder.connection().raw(latin).status, 200)
+        let sent = try XCTUnwrap(raw.requests.last)
+        let note = Array("\r\nX-Note: abc".utf8) + [0xFC, 0x0D, 0x0A]
+        XCTAssertTrue(sent.indices.contains { Array(sent[$0...].prefix(note.count)) == note }, String(decoding: sent, as: UTF8.self))
+        let text = String(decoding: sent, as: UTF8.self).lowercased()
+        XCTAssertTrue(text.contains("\r\nx-empty:\r\n") || text.contains("\r\nx-empty: \r\n"), "an empty value is sent empty: \(text)")
+        XCTAssertTrue(text.contains("\r\nuser-agent: "), text)
+        // A GET has no body: libcurl adds neither Expect nor a form Content-Type to it.
+        XCTAssertFalse(text.contains("\r\nexpect:"), text)
+        XCTAssertFalse(text.contains("\r\ncontent-type:"), text)
+        // A POST without a type gets none from libcurl (it would say x-www-form-urlencoded).
+        let post = Array("POST /proxy/raw/post HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello".utf8)
+        XCTAssertEqual(try larder.connection().raw(post).status, 200)
+        let posted = String(decoding: try XCTUnwrap(raw.requests.last), as: UTF8.self).lowercased()
+        XCTAssertTrue(posted.hasPrefix("post /"), posted)
+        XCTAssertFalse(posted.contains("content-type:"), posted)
+        XCTAssertFalse(posted.contains("expect:"), posted)
+    }
+
     func testAHeadAnsweredUpstreamPassesOnOnlyAPlainContentLength() throws {
         // RFC 9110 §8.6: a HEAD response's Content-Length is the GET's. An upstream's value
         // that is not one plain number is not passed on, and never breaks the server.
