@@ -201,7 +201,7 @@ public struct UpstreamURL: Sendable, Equatable {
     /// upstream receives them in that order and may read the first or the last, so
     /// `?a=evil&a=good` and `?a=good&a=evil` are different requests.
     public func keyString(ignoring ignored: Set<String> = []) -> String {
-        if ignored.isEmpty, Self.isSortedByName(queryItems) { return absoluteString }
+        if ignored.isEmpty, isInKeyOrder { return absoluteString }
         let ignoredEncoded = Set(ignored.map(Self.encodeQueryComponent))
         let kept = queryItems.enumerated()
             .filter { !ignoredEncoded.contains($0.element.name) }
@@ -215,11 +215,12 @@ public struct UpstreamURL: Sendable, Equatable {
         return text(query: kept)
     }
 
-    /// Already in key order (the common case: none or one parameter), so the stable sort
-    /// would leave it as it is.
-    private static func isSortedByName(_ items: [QueryItem]) -> Bool {
-        guard items.count > 1 else { return true }
-        for index in 1..<items.count where items[index].name.utf8.lexicographicallyPrecedes(items[index - 1].name.utf8) {
+    /// The query is already in key order (the common case: none or one parameter), so
+    /// `keyString()` is `absoluteString`: the stable sort would leave it as it is.
+    public var isInKeyOrder: Bool {
+        guard queryItems.count > 1 else { return true }
+        for index in 1..<queryItems.count
+        where queryItems[index].name.utf8.lexicographicallyPrecedes(queryItems[index - 1].name.utf8) {
             return false
         }
         return true

@@ -597,10 +597,13 @@ public final class FetchEngine: Sendable {
         let rowKey = fingerprint.map { CacheKey(hex: derived.key.hex + "." + $0.prefix(32)) } ?? derived.key
         let headers = ResponseHeaders.rendered(CacheRules.storableHeaders(response.headers, withholding: stored.withheldFields),
                                                dropCookies: true)
+        // A URL whose query is already in key order is its own key string: built and redacted once.
+        let url = limits.redaction.apply(request.url.absoluteString)
+        let urlKey = request.url.isInKeyOrder ? url : limits.redaction.apply(request.url.keyString())
         var entry = StoredEntry(
             key: rowKey, primaryKey: derived.key, varyNames: varyNames, variantFingerprint: fingerprint,
             namespace: request.cache.namespace, method: request.method,
-            url: limits.redaction.apply(request.url.absoluteString), urlKey: limits.redaction.apply(request.url.keyString()),
+            url: url, urlKey: urlKey,
             status: response.status,
             headersJSON: headers.json,
             body: response.body, bodyKind: kind, freshness: stored.entry(storedAt: time, version: request.cache.version),

@@ -121,6 +121,8 @@ final class UpstreamURLTests: XCTestCase {
         XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?a=&b").absoluteString, "http://h.test/p?a=&b")
         XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?a=1&b=2").keyString(ignoring: ["a"]), "http://h.test/p?b=2")
         XCTAssertEqual(try UpstreamURL(parsing: "http://h.test/p?a=1").keyString(ignoring: ["a"]), "http://h.test/p")
+        XCTAssertTrue(try UpstreamURL(parsing: "http://h.test/p?a=2&a=1&b").isInKeyOrder)
+        XCTAssertFalse(try UpstreamURL(parsing: "http://h.test/p?b&a").isInKeyOrder)
     }
 
     func testQueryMergeReplacesNamedParameters() throws {
