@@ -325,8 +325,10 @@ let openSocketCallback: larder_curl_opensocket_callback = { context, purpose, ad
     return socket(family, address.pointee.socktype, address.pointee.protocol)
 }
 
-/// A literal as a C string without a copy (literals are stored with a terminating NUL); a
-/// String argument of fewer than 16 bytes is copied into a new array on every call.
+/// A literal as a C string without a copy (string literals are stored with a terminating
+/// NUL); a String argument of fewer than 16 bytes is copied into a new array on every call.
+/// Only for literals of zero or several characters: a one-character literal may be stored as a
+/// scalar, without a pointer (`utf8Start` traps then).
 @inline(__always) func cString(_ literal: StaticString) -> UnsafePointer<CChar> {
     UnsafeRawPointer(literal.utf8Start).assumingMemoryBound(to: CChar.self)
 }
