@@ -176,9 +176,30 @@ final class OpenBodyFiles: Sendable {
 
     /// The random number that ends a file's name (`<key>-<hex>`, see `BodyFiles.write`); for
     /// any other name, its hash.
+    /// Read from the end of the bytes: it runs on every hit on a file (a search for the dash
+    /// and the standard library's parser of a substring cost 1.5k instructions). Any function
+    /// of the name would do (a match is checked by name), so long as it is the same each time.
     static func number(of name: String) -> UInt64 {
-        if let dash = name.utf8.lastIndex(of: UInt8(ascii: "-")),
-           let number = UInt64(name[name.index(after: dash)...], radix: 16) { return number }
+        let parsed = name.utf8.withContiguousStorageIfAvailable { bytes -> UInt64? in
+            var number: UInt64 = 0, shift: UInt64 = 0, index = bytes.count
+            while index > 0 {
+                index -= 1
+                let byte = bytes[index]
+                let digit: UInt8
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = byte - UInt8(ascii: "a") + 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = byte - UInt8(ascii: "A") + 10
+                case UInt8(ascii: "-"): return shift > 0 ? number : nil
+                default: return nil
+                }
+                guard shift < 64 else { return nil }
+                number |= UInt64(digit) << shift
+                shift += 4
+            }
+            return nil
+        }
+        if let parsed, let number = parsed { return number }
         return UInt64(bitPattern: Int64(name.hashValue))
     }
 
