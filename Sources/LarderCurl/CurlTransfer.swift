@@ -165,14 +165,17 @@ final class Transfer {
     /// in (`FieldBytes`), and no String is interpolated and copied again as a C string.
     private func appendLine(to list: UnsafeMutablePointer<curl_slist>?, name: String, value: String)
         -> UnsafeMutablePointer<curl_slist>? {
+        func append(_ text: String, to line: inout [UInt8]) {
+            if FieldBytes.hasRawBytes(text) { line.append(contentsOf: FieldBytes.bytes(text)) } else { line.append(contentsOf: text.utf8) }
+        }
         var line: [UInt8] = []
         line.reserveCapacity(name.utf8.count + value.utf8.count + 3)
-        line.append(contentsOf: name.utf8)
+        append(name, to: &line)
         if value.isEmpty {
             line.append(UInt8(ascii: ";"))
         } else {
             line.append(contentsOf: ": ".utf8)
-            if FieldBytes.hasRawBytes(value) { line.append(contentsOf: FieldBytes.bytes(value)) } else { line.append(contentsOf: value.utf8) }
+            append(value, to: &line)
         }
         line.append(0)
         return line.withUnsafeBufferPointer { bytes in
