@@ -90,13 +90,11 @@ public struct CacheControl: Sendable, Equatable {
     // Character walk segments graphemes. The delimiters are ASCII, and a quoted-pair escapes
     // one byte (RFC 9110 §5.6.4: VCHAR or obs-text).
     private mutating func parse(_ text: String) {
-        let space = UInt8(ascii: " "), tab = UInt8(ascii: "\t"), comma = UInt8(ascii: ","),
-            equals = UInt8(ascii: "="), quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
-        let isSpace = { (byte: UInt8) in byte == space || byte == tab }
+        let comma = UInt8(ascii: ","), equals = UInt8(ascii: "="), quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
         var bytes = text.utf8[...]
         while !bytes.isEmpty {
             // name
-            bytes = bytes.drop { isSpace($0) || $0 == comma }
+            bytes = bytes.drop { isOWS($0) || $0 == comma }
             guard !bytes.isEmpty else { break }
             let nameEnd = bytes.firstIndex { $0 == equals || $0 == comma } ?? bytes.endIndex
             let rawName = bytes[..<nameEnd]
@@ -107,10 +105,10 @@ public struct CacheControl: Sendable, Equatable {
             // `max-age =100` or `max-age= 100` is not a max-age, so the directive is dropped.
             var malformed = false
             if bytes.first == equals {
-                malformed = rawName.last.map(isSpace) ?? false
+                malformed = rawName.last.map(isOWS) ?? false
                 bytes = bytes.dropFirst()
-                if bytes.first.map(isSpace) ?? false { malformed = true }
-                bytes = bytes.drop(while: isSpace)
+                if bytes.first.map(isOWS) ?? false { malformed = true }
+                bytes = bytes.drop(while: isOWS)
                 if bytes.first == quote {
                     // quoted-string with quoted-pairs (RFC 9110 §5.6.4)
                     var result: [UInt8] = []

@@ -10,14 +10,8 @@ public enum HTTPDate {
     /// `Expires` means already expired (RFC 9111 §5.3).
     /// Over the value's bytes, without copying them: it runs on every response.
     public static func parse(_ text: String) -> Double? {
-        var text = text
-        return text.withUTF8 { all in
-            var start = 0, end = all.count
-            while start < end, all[start] == space || all[start] == tab { start += 1 }
-            while end > start, all[end - 1] == space || all[end - 1] == tab { end -= 1 }
-            let b = UnsafeBufferPointer(rebasing: all[start..<end])
-            return imfFixdate(b) ?? rfc850(b) ?? asctime(b)
-        }
+        var text = text.trimmingSpaces
+        return text.withUTF8 { b in imfFixdate(b) ?? rfc850(b) ?? asctime(b) }
     }
 
     private typealias Bytes = UnsafeBufferPointer<UInt8>
@@ -25,7 +19,7 @@ public enum HTTPDate {
     // Sun, 06 Nov 1994 08:49:37 GMT
     private static func imfFixdate(_ b: Bytes) -> Double? {
         guard b.count == 29, shortDay(b, 0) != nil, b[3] == UInt8(ascii: ","), b[4] == space, b[7] == space, b[11] == space,
-              b[16] == space, b[25] == space, matches(b, 26, "gmt") else { return nil }
+              b[16] == space, b[25] == space, matchesIgnoringASCIICase(b, at: 26, "gmt") else { return nil }
         return make(day: digits(b, 5, 2), month: month(b, 8), year: digits(b, 12, 4), time: b, at: 17)
     }
 
@@ -33,7 +27,7 @@ public enum HTTPDate {
     private static func rfc850(_ b: Bytes) -> Double? {
         guard let comma = b.firstIndex(of: UInt8(ascii: ",")), isLongDay(b, comma),
               b.count == comma + 24, b[comma + 1] == space, b[comma + 4] == UInt8(ascii: "-"), b[comma + 8] == UInt8(ascii: "-"),
-              b[comma + 11] == space, b[comma + 20] == space, matches(b, comma + 21, "gmt"),
+              b[comma + 11] == space, b[comma + 20] == space, matchesIgnoringASCIICase(b, at: comma + 21, "gmt"),
               let shortYear = digits(b, comma + 9, 2) else { return nil }
         // RFC 9110 §5.6.7: a two-digit year more than 50 years ahead is in the past century.
         let year = shortYear < 70 ? 2000 + shortYear : 1900 + shortYear
@@ -48,22 +42,12 @@ public enum HTTPDate {
     }
 
     private static let space = UInt8(ascii: " ")
-    private static let tab = UInt8(ascii: "\t")
 
     /// "jan" … "dec" and "mon" … "sun", three letters each.
     private static let monthNames = Array("janfebmaraprmayjunjulaugsepoctnovdec".utf8)
     private static let dayNames = Array("montuewedthufrisatsun".utf8)
     private static let longDayNames: [[UInt8]] = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
         .map { Array($0.utf8) }
-
-    /// The bytes at `offset` are `lowercase` (ASCII letters), ignoring case.
-    private static func matches(_ b: Bytes, _ offset: Int, _ lowercase: StaticString) -> Bool {
-        let count = lowercase.utf8CodeUnitCount
-        guard offset >= 0, offset + count <= b.count else { return false }
-        let expected = lowercase.utf8Start
-        for index in 0..<count where lowerASCII(b[offset + index]) != expected[index] { return false }
-        return true
-    }
 
     /// The index (0-based) of the three-letter name at `offset` in `names`.
     private static func name(_ b: Bytes, _ offset: Int, in names: [UInt8]) -> Int? {

@@ -145,19 +145,23 @@ public enum HopByHop {
     }
 }
 
+/// A space or a horizontal tab: HTTP's optional whitespace (RFC 9110 §5.6.3).
+@inline(__always) func isOWS(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
+
+/// The bytes at `offset` spell `lowercase` (ASCII), ignoring ASCII case.
+func matchesIgnoringASCIICase(_ bytes: UnsafeBufferPointer<UInt8>, at offset: Int, _ lowercase: StaticString) -> Bool {
+    let count = lowercase.utf8CodeUnitCount
+    guard offset >= 0, offset + count <= bytes.count else { return false }
+    let expected = lowercase.utf8Start
+    for index in 0..<count where lowerASCII(bytes[offset + index]) != expected[index] { return false }
+    return true
+}
+
 extension String {
     /// Starts with `lowercase` (ASCII), ignoring ASCII case.
-    public func hasPrefixIgnoringASCIICase(_ lowercase: StaticString) -> Bool {
-        let count = lowercase.utf8CodeUnitCount
-        let bytes = utf8
-        guard bytes.count >= count else { return false }
-        let expected = lowercase.utf8Start
-        var index = bytes.startIndex
-        for offset in 0..<count {
-            guard lowerASCII(bytes[index]) == expected[offset] else { return false }
-            index = bytes.index(after: index)
-        }
-        return true
+    func hasPrefixIgnoringASCIICase(_ lowercase: StaticString) -> Bool {
+        utf8.withContiguousStorageIfAvailable { matchesIgnoringASCIICase($0, at: 0, lowercase) }
+            ?? Array(utf8.prefix(lowercase.utf8CodeUnitCount)).withUnsafeBufferPointer { matchesIgnoringASCIICase($0, at: 0, lowercase) }
     }
 }
 
@@ -193,8 +197,8 @@ extension StringProtocol {
     public var trimmingSpaces: String {
         if let trimmed = utf8.withContiguousStorageIfAvailable({ bytes -> String in
             var start = 0, end = bytes.count
-            while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
-            while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
+            while start < end, isOWS(bytes[start]) { start += 1 }
+            while end > start, isOWS(bytes[end - 1]) { end -= 1 }
             if start == 0, end == bytes.count { return String(self) }
             return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
         }) { return trimmed }

@@ -151,10 +151,10 @@ final class Transfer {
         // libcurl formats and compares with its own on every request.
         if exchange.method != .get, exchange.method != .head {
             // No "Expect: 100-continue" round trip for larger bodies.
-            list = curl_slist_append(list, "Expect:")
+            list = curl_slist_append(list, cString("Expect:"))
             // libcurl labels a body it is given as a form (application/x-www-form-urlencoded);
             // the body is the caller's, and so is its type, or lack of one.
-            if !hasContentType { list = curl_slist_append(list, "Content-Type:") }
+            if !hasContentType { list = curl_slist_append(list, cString("Content-Type:")) }
         }
         headerList = list
         larder_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(list))

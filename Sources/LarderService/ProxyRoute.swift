@@ -176,7 +176,7 @@ struct ProxyRoute: Sendable {
         var headers: [HeaderField] = []
         for field in fields {
             let name = field.name.lowercasedASCII
-            if HopByHop.contains(name, nominatedBy: nominated) || name.hasPrefix("proxy-") || notForwarded.contains(name)
+            if HopByHop.contains(name, nominatedBy: nominated) || notForwarded.contains(name)
                 || unkeyedOverrides.contains(name) || name.hasPrefix("x-forwarded-") { continue }
             if cacheable, conditionals.contains(name) { continue }
             headers.append(field)
