@@ -248,6 +248,8 @@ public final class HTTPServer: @unchecked Sendable {
     let draining = Atomic<Bool>(false)
     /// Requests handed to the handler whose response has not been sent yet.
     let inFlight = Atomic<Int>(0)
+    /// Responses queued again instead of built (RecentResponses).
+    let reusedResponses = Atomic<Int>(0)
     private let drained = NSCondition()
     public private(set) var port: Int = 0
 
@@ -338,6 +340,8 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     public var pendingCount: Int { inFlight.load(ordering: .relaxed) }
+    /// Responses queued again to another connection instead of built anew; for tests.
+    public var reusedResponseCount: Int { reusedResponses.load(ordering: .relaxed) }
 
     /// Connections open now, and how many may be (`connectionLimit`, lowered at start to what
     /// the open-file limit allows); for metrics.
@@ -690,6 +694,12 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
 }
 
 private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer, server: HTTPServer) -> MHD_Result {
+    let recent = RecentResponses.mayKeep(response) ? server.loop(of: connection)?.recentResponses : nil
+    let now = recent == nil ? 0 : DispatchTime.now().uptimeNanoseconds
+    if let recent, let same = recent.find(response, now: now) {
+        server.reusedResponses.add(1, ordering: .relaxed)
+        return MHD_queue_response(connection, UInt32(response.status), same)
+    }
     let mhdResponse: OpaquePointer?
     if let stream = response.stream {
         stream.attach(RequestContext.ConnectionHandle(pointer: connection, loop: server.loop(of: connection)))
@@ -737,8 +747,77 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer,
         }
     }
     let result = MHD_queue_response(connection, UInt32(response.status), mhdResponse)
-    MHD_destroy_response(mhdResponse)
+    if let recent, result == MHD_Result.YES {
+        recent.keep(response, mhdResponse, now: now)
+    } else {
+        MHD_destroy_response(mhdResponse)
+    }
     return result
+}
+
+/// The last few responses one event loop handed to libmicrohttpd, queued again to a later
+/// connection whose answer is the same: the same status, the same fields in the same order, and
+/// the same body storage (kept here, so the same address is the same bytes). libmicrohttpd
+/// lets one response go to many connections (it counts its uses and adds the per-connection
+/// fields itself), and a hot URL's answer is the same for every hit within a second (its Age
+/// changes each second): building it again, the response and a copy of each field, was about
+/// an eighth of such a hit's instructions. Byte bodies only, up to `maxBodyBytes`, a few
+/// responses, each kept at most `keptNanoseconds`: it never holds much. Used on its loop's
+/// thread only.
+final class RecentResponses {
+    private struct Kept {
+        let status: Int
+        let headers: [(name: String, value: String)]
+        /// Kept so that its storage, which the response was compared by, cannot be reused.
+        let body: [UInt8]
+        let response: OpaquePointer
+        let keptAt: UInt64
+    }
+
+    static let capacity = 4
+    static let maxBodyBytes = 64 << 10
+    static let keptNanoseconds: UInt64 = 2_000_000_000
+    private var kept: [Kept] = []
+
+    /// Whether a response could be kept: a body of bytes (not a file, a stream or a HEAD's
+    /// announced length), small enough.
+    static func mayKeep(_ response: HTTPServerResponse) -> Bool {
+        response.stream == nil && response.file == nil && response.headContentLength == nil
+            && response.body.count <= maxBodyBytes
+    }
+
+    /// A kept response that is `response`, if any (kept no longer than `keptNanoseconds`).
+    func find(_ response: HTTPServerResponse, now: UInt64) -> OpaquePointer? {
+        for candidate in kept.reversed() where candidate.status == response.status
+            && candidate.headers.count == response.headers.count
+            && now &- candidate.keptAt < Self.keptNanoseconds
+            && Self.sameStorage(candidate.body, response.body) {
+            let sameFields = zip(candidate.headers, response.headers).allSatisfy { $0.name == $1.name && $0.value == $1.value }
+            if sameFields { return candidate.response }
+        }
+        return nil
+    }
+
+    /// Keeps `mhdResponse` (this reference to it) for `response`, letting go of the oldest and
+    /// of those kept too long.
+    func keep(_ response: HTTPServerResponse, _ mhdResponse: OpaquePointer, now: UInt64) {
+        kept.removeAll { old in
+            guard now &- old.keptAt >= Self.keptNanoseconds else { return false }
+            MHD_destroy_response(old.response)
+            return true
+        }
+        if kept.count >= Self.capacity { MHD_destroy_response(kept.removeFirst().response) }
+        kept.append(Kept(status: response.status, headers: response.headers, body: response.body,
+                         response: mhdResponse, keptAt: now))
+    }
+
+    private static func sameStorage(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        a.withUnsafeBufferPointer { a in b.withUnsafeBufferPointer { b in a.baseAddress == b.baseAddress && a.count == b.count } }
+    }
+
+    deinit {
+        for old in kept { MHD_destroy_response(old.response) }
+    }
 }
 
 private let streamReader: MHD_ContentReaderCallback = { context, _, buffer, max in
@@ -874,6 +953,8 @@ final class EventLoop: @unchecked Sendable {
     /// Woken from this loop's own thread (a connection resumed by an answer completed here, or
     /// companion work left for the next turn): run MHD_run now and do not wait in the next round.
     private var roundWanted = false
+    /// Responses this loop may queue again (see RecentResponses); its thread only.
+    let recentResponses = RecentResponses()
 
     init?(daemon: OpaquePointer, index: Int, companion: (any EventLoopCompanion)? = nil) {
         let epoll = larder_mhd_epoll_fd(daemon)
