@@ -248,8 +248,6 @@ public final class HTTPServer: @unchecked Sendable {
     let draining = Atomic<Bool>(false)
     /// Requests handed to the handler whose response has not been sent yet.
     let inFlight = Atomic<Int>(0)
-    /// Responses queued again instead of built (RecentResponses).
-    let reusedResponses = Atomic<Int>(0)
     private let drained = NSCondition()
     public private(set) var port: Int = 0
 
@@ -341,7 +339,7 @@ public final class HTTPServer: @unchecked Sendable {
 
     public var pendingCount: Int { inFlight.load(ordering: .relaxed) }
     /// Responses queued again to another connection instead of built anew; for tests.
-    public var reusedResponseCount: Int { reusedResponses.load(ordering: .relaxed) }
+    public var reusedResponseCount: Int { loops.reduce(0) { $0 + $1.recentResponses.reuses.load(ordering: .relaxed) } }
 
     /// Connections open now, and how many may be (`connectionLimit`, lowered at start to what
     /// the open-file limit allows); for metrics.
@@ -697,7 +695,6 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer,
     let recent = RecentResponses.mayKeep(response) ? server.loop(of: connection)?.recentResponses : nil
     let now = recent == nil ? 0 : DispatchTime.now().uptimeNanoseconds
     if let recent, let same = recent.find(response, now: now) {
-        server.reusedResponses.add(1, ordering: .relaxed)
         return MHD_queue_response(connection, UInt32(response.status), same)
     }
     let mhdResponse: OpaquePointer?
@@ -778,6 +775,9 @@ final class RecentResponses {
     static let maxBodyBytes = 64 << 10
     static let keptNanoseconds: UInt64 = 2_000_000_000
     private var kept: [Kept] = []
+    /// Responses queued again; this loop's own count (a count shared by the loops would move
+    /// between their cores on every hot hit), read by others for tests.
+    let reuses = Atomic<Int>(0)
 
     /// Whether a response could be kept: a body of bytes (not a file, a stream or a HEAD's
     /// announced length), small enough.
@@ -793,7 +793,10 @@ final class RecentResponses {
             && now &- candidate.keptAt < Self.keptNanoseconds
             && Self.sameStorage(candidate.body, response.body) {
             let sameFields = zip(candidate.headers, response.headers).allSatisfy { $0.name == $1.name && $0.value == $1.value }
-            if sameFields { return candidate.response }
+            if sameFields {
+                reuses.add(1, ordering: .relaxed)
+                return candidate.response
+            }
         }
         return nil
     }
