@@ -20,17 +20,7 @@ final class EventLoopTests: IntegrationTestCase {
     }
 
     private func startServer(_ configure: (inout HTTPServerConfiguration) -> Void = { _ in }) throws -> HTTPServer {
-        var configuration = HTTPServerConfiguration()
-        configuration.port = 0
-        configure(&configuration)
-        let server = HTTPServer(configuration: configuration, handler: LaterHandler())
-        try server.start()
-        addTeardownBlock {
-            server.stopAccepting()
-            server.waitForPending(timeout: 5)
-            server.stop()
-        }
-        return server
+        try startHTTPServer(handler: LaterHandler(), configure)
     }
 
     func testAnswersFromOtherThreadsReachEveryConnectionOnEveryLoop() throws {

@@ -18,17 +18,7 @@ final class ResponseReuseTests: IntegrationTestCase {
     }
 
     private func startServer(_ answer: @escaping @Sendable (String) -> HTTPServerResponse) throws -> HTTPServer {
-        var configuration = HTTPServerConfiguration()
-        configuration.port = 0
-        configuration.threads = 1
-        let server = HTTPServer(configuration: configuration, handler: ScriptedHandler(answer))
-        try server.start()
-        addTeardownBlock {
-            server.stopAccepting()
-            server.waitForPending(timeout: 5)
-            server.stop()
-        }
-        return server
+        try startHTTPServer(handler: ScriptedHandler(answer)) { $0.threads = 1 }
     }
 
     /// One stored body, as a cache hit passes it on: the same storage every time.

@@ -32,15 +32,7 @@ final class ServerLifecycleTests: XCTestCase {
 
     func testWorkRegisteredForAGoneClientIsReleasedWhenTheRequestCompletes() throws {
         let handler = Handler()
-        var configuration = HTTPServerConfiguration()
-        configuration.port = 0
-        let server = HTTPServer(configuration: configuration, handler: handler)
-        try server.start()
-        defer {
-            server.stopAccepting()
-            server.waitForPending(timeout: 5)
-            server.stop()
-        }
+        let server = try startHTTPServer(handler: handler)
         let client = try TestConnection(port: server.port)
         for _ in 0..<20 { XCTAssertEqual(try client.request("GET", "/").status, 200) }
         // Completion runs just after the answer is sent: wait for it (there is no event to await).

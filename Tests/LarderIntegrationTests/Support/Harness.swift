@@ -4,6 +4,7 @@
 import Foundation
 import LarderCore
 import LarderEngine
+import LarderHTTP
 import LarderService
 import Logging
 import LarderSync
@@ -224,5 +225,24 @@ struct CapturingLogHandler: LogHandler {
     func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
              function: String, line: UInt) {
         lines.append(message.description)
+    }
+}
+
+extension XCTestCase {
+    /// Starts the HTTP server alone on port 0 with `handler`, stopped (drained first) after the
+    /// test; `configure` adjusts the defaults.
+    func startHTTPServer(handler: any HTTPRequestHandler,
+                         _ configure: (inout HTTPServerConfiguration) -> Void = { _ in }) throws -> HTTPServer {
+        var configuration = HTTPServerConfiguration()
+        configuration.port = 0
+        configure(&configuration)
+        let server = HTTPServer(configuration: configuration, handler: handler)
+        try server.start()
+        addTeardownBlock {
+            server.stopAccepting()
+            server.waitForPending(timeout: 5)
+            server.stop()
+        }
+        return server
     }
 }
