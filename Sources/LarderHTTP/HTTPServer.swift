@@ -758,15 +758,14 @@ private func queue(_ response: HTTPServerResponse, on connection: OpaquePointer,
 /// lets one response go to many connections (it counts its uses and adds the per-connection
 /// fields itself), and a hot URL's answer is the same for every hit within a second (its Age
 /// changes each second): building it again, the response and a copy of each field, was about
-/// an eighth of such a hit's instructions. Byte bodies only, up to `maxBodyBytes`, a few
+/// a tenth of such a hit's instructions. Byte bodies only, up to `maxBodyBytes`, a few
 /// responses, each kept at most `keptNanoseconds`: it never holds much. Used on its loop's
 /// thread only.
 final class RecentResponses {
     private struct Kept {
-        let status: Int
-        let headers: [(name: String, value: String)]
-        /// Kept so that its storage, which the response was compared by, cannot be reused.
-        let body: [UInt8]
+        /// What it was built from; its body is kept too, so that the storage responses are
+        /// compared by cannot be reused meanwhile.
+        let answer: HTTPServerResponse
         let response: OpaquePointer
         let keptAt: UInt64
     }
@@ -788,11 +787,11 @@ final class RecentResponses {
 
     /// A kept response that is `response`, if any (kept no longer than `keptNanoseconds`).
     func find(_ response: HTTPServerResponse, now: UInt64) -> OpaquePointer? {
-        for candidate in kept.reversed() where candidate.status == response.status
-            && candidate.headers.count == response.headers.count
+        for candidate in kept.reversed() where candidate.answer.status == response.status
+            && candidate.answer.headers.count == response.headers.count
             && now &- candidate.keptAt < Self.keptNanoseconds
-            && Self.sameStorage(candidate.body, response.body) {
-            let sameFields = zip(candidate.headers, response.headers).allSatisfy { $0.name == $1.name && $0.value == $1.value }
+            && Self.sameStorage(candidate.answer.body, response.body) {
+            let sameFields = zip(candidate.answer.headers, response.headers).allSatisfy { $0.name == $1.name && $0.value == $1.value }
             if sameFields {
                 reuses.add(1, ordering: .relaxed)
                 return candidate.response
@@ -810,8 +809,7 @@ final class RecentResponses {
             return true
         }
         if kept.count >= Self.capacity { MHD_destroy_response(kept.removeFirst().response) }
-        kept.append(Kept(status: response.status, headers: response.headers, body: response.body,
-                         response: mhdResponse, keptAt: now))
+        kept.append(Kept(answer: response, response: mhdResponse, keptAt: now))
     }
 
     private static func sameStorage(_ a: [UInt8], _ b: [UInt8]) -> Bool {
