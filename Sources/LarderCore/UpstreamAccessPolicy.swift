@@ -1,8 +1,9 @@
 // Which upstreams Larder may reach. Larder fetches URLs for other services, so without this
-// it is a way into the hosts behind it (SSRF). Two checks, both applied on every redirect hop:
+// it is a way into the hosts behind it (SSRF). Three checks, all applied on every redirect hop:
 //  - the host name against `--allow-host` patterns (when any are given);
 //  - the address actually connected to (after DNS) against refused ranges. Checking the
-//    address, not the name, defeats names that resolve to internal addresses.
+//    address, not the name, defeats names that resolve to internal addresses;
+//  - that address and port against Larder's own listeners (OwnListeners), always.
 
 public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
     /// 4 bytes for IPv4, 16 for IPv6, network order.
@@ -87,10 +88,13 @@ public struct UpstreamAccessPolicy: Sendable {
     public let allowHosts: [String]
     /// Also refuse loopback, private, shared, multicast and unspecified ranges.
     public let denyPrivate: Bool
+    /// This process's listening sockets, never connected to (filled as the listeners start).
+    public let ownListeners: OwnListeners
 
-    public init(allowHosts: [String] = [], denyPrivate: Bool = false) {
+    public init(allowHosts: [String] = [], denyPrivate: Bool = false, ownListeners: OwnListeners = OwnListeners()) {
         self.allowHosts = allowHosts.map { $0.lowercasedASCII }
         self.denyPrivate = denyPrivate
+        self.ownListeners = ownListeners
     }
 
     /// Link-local and cloud metadata endpoints: always refused, whatever the configuration.
@@ -135,6 +139,14 @@ public struct UpstreamAccessPolicy: Sendable {
             }
         }
         return "host '\(host)' is not in the allowed hosts"
+    }
+
+    /// nil when `address`:`port` may be connected to, else the reason: one of Larder's own
+    /// listeners (whatever the configuration), or an address the ranges below refuse.
+    /// `isLocal` tells whether an address belongs to this machine (see OwnListeners).
+    public func refusal(forAddress address: IPAddress, port: Int, isLocal: (IPAddress) -> Bool) -> String? {
+        if let refusal = ownListeners.refusal(address: address, port: port, isLocal: isLocal) { return refusal }
+        return refusal(forAddress: address)
     }
 
     /// nil when the address may be connected to, else the reason. An IPv6 address that

@@ -306,26 +306,54 @@ let headerCallback: larder_curl_data_callback = { data, size, count, context in
 let openSocketCallback: larder_curl_opensocket_callback = { context, purpose, address in
     let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
     let family = address.pointee.family
-    let ip: IPAddress? = withUnsafeMutablePointer(to: &address.pointee.addr) { pointer in
+    let endpoint: (ip: IPAddress, port: Int)? = withUnsafeMutablePointer(to: &address.pointee.addr) { pointer in
         let raw = UnsafeRawPointer(pointer)
         if family == AF_INET {
             let sin = raw.assumingMemoryBound(to: sockaddr_in.self).pointee
-            return withUnsafeBytes(of: sin.sin_addr) { IPAddress(bytes: Array($0)) }
+            return withUnsafeBytes(of: sin.sin_addr) { IPAddress(bytes: Array($0)) }.map { ($0, Int(UInt16(bigEndian: sin.sin_port))) }
         } else if family == AF_INET6 {
             let sin6 = raw.assumingMemoryBound(to: sockaddr_in6.self).pointee
-            return withUnsafeBytes(of: sin6.sin6_addr) { IPAddress(bytes: Array($0)) }
+            return withUnsafeBytes(of: sin6.sin6_addr) { IPAddress(bytes: Array($0)) }.map { ($0, Int(UInt16(bigEndian: sin6.sin6_port))) }
         }
         return nil
     }
-    guard let ip else {
+    guard let endpoint else {
         transfer.refusal = "address family \(family) is not allowed"
         return larder_curl_socket_bad()
     }
-    if let refusal = transfer.policy.refusal(forAddress: ip) {
+    if let refusal = transfer.policy.refusal(forAddress: endpoint.ip, port: endpoint.port, isLocal: LocalAddresses.contains) {
         transfer.refusal = refusal
         return larder_curl_socket_bad()
     }
     return socket(family, address.pointee.socktype, address.pointee.protocol)
+}
+
+/// This machine's interface addresses, read when asked (interfaces come and go): only for a
+/// connection to the port of a Larder listener bound to a wildcard address (OwnListeners).
+enum LocalAddresses {
+    static func contains(_ address: IPAddress) -> Bool {
+        var list: UnsafeMutablePointer<ifaddrs>?
+        // Unreadable: every address counts as local, so the connection is refused, not let through.
+        guard getifaddrs(&list) == 0 else { return true }
+        defer { freeifaddrs(list) }
+        var entry = list
+        while let current = entry {
+            defer { entry = current.pointee.ifa_next }
+            guard let socketAddress = current.pointee.ifa_addr else { continue }
+            let raw = UnsafeRawPointer(socketAddress)
+            let local: IPAddress?
+            switch Int32(socketAddress.pointee.sa_family) {
+            case AF_INET:
+                local = withUnsafeBytes(of: raw.assumingMemoryBound(to: sockaddr_in.self).pointee.sin_addr) { IPAddress(bytes: Array($0)) }
+            case AF_INET6:
+                local = withUnsafeBytes(of: raw.assumingMemoryBound(to: sockaddr_in6.self).pointee.sin6_addr) { IPAddress(bytes: Array($0)) }
+            default:
+                local = nil
+            }
+            if let local, local.unmapped == address { return true }
+        }
+        return false
+    }
 }
 
 /// A literal as a C string without a copy (string literals are stored with a terminating

@@ -220,6 +220,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// Makes the companion of each event loop (the upstream transfers its requests start, run
     /// on the loop's thread; see EventLoopCompanion), or nil for none.
     public var loopCompanion: (@Sendable () -> any EventLoopCompanion)?
+    /// Told the address and port the listening socket is bound to, before any connection is
+    /// accepted (the upstream rules refuse Larder's own listeners: OwnListeners).
+    public var onListening: (@Sendable (_ address: IPAddress, _ port: Int) -> Void)?
     public init() {}
 }
 
@@ -266,9 +269,15 @@ public final class HTTPServer: @unchecked Sendable {
             throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (\(error.description))")
         }
         var boundPort = 0
+        var boundAddress: IPAddress?
+        let family = Int32(storage.ss_family)
         withUnsafeBytes(of: &storage) { raw in
             boundPort = Int(UInt16(bigEndian: raw.load(fromByteOffset: 2, as: UInt16.self)))
+            // sockaddr_in: the address at offset 4; sockaddr_in6: at offset 8 (after the flow label).
+            boundAddress = family == AF_INET6
+                ? IPAddress(bytes: Array(raw[8..<24])) : IPAddress(bytes: Array(raw[4..<8]))
         }
+        if let boundAddress { configuration.onListening?(boundAddress, boundPort) }
         let flags = UInt32(MHD_USE_EPOLL.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue
                            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
         let reference = Unmanaged.passRetained(self)

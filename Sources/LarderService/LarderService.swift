@@ -87,7 +87,11 @@ public final class LarderService: @unchecked Sendable {
         } else {
             secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
         }
-        let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate)
+        // Filled by the listeners below as each binds, before it accepts: no upstream connection
+        // may reach them, or a /fetch caller could drive this instance's own routes.
+        let ownListeners = OwnListeners()
+        let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate,
+                                          ownListeners: ownListeners)
         let redaction = QueryRedaction(names: configuration.redactQuery)
         let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
                                     maxTransfers: configuration.maxUpstreamTransfers,
@@ -170,17 +174,23 @@ public final class LarderService: @unchecked Sendable {
                 logger.info("\(AccessLog.escaped(method)) \(AccessLog.escaped(path)) \(status) \(status == 501 ? "not_implemented" : "invalid_request") -")
             }
         }
+        func registering(_ name: String) -> @Sendable (IPAddress, Int) -> Void {
+            { address, port in ownListeners.add(ListenerEndpoint(name: name, address: address, port: port)) }
+        }
+        serverConfiguration.onListening = registering("main")
         let server = HTTPServer(configuration: serverConfiguration, handler: router)
         var proxyServer: HTTPServer?
         if let root = configuration.proxyRoot {
             var proxyConfiguration = serverConfiguration
             proxyConfiguration.port = configuration.proxyPort
+            proxyConfiguration.onListening = registering("proxy")
             proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ProxyRootHandler(router: router, upstream: root))
         }
         var adminServer: HTTPServer?
         if let adminPort = configuration.adminPort {
             var adminConfiguration = serverConfiguration
             adminConfiguration.port = adminPort
+            adminConfiguration.onListening = registering("admin")
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
             adminServer = HTTPServer(configuration: adminConfiguration, handler: AdminListenerHandler(router: router))

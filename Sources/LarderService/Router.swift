@@ -79,7 +79,9 @@ final class Router: HTTPRequestHandler {
             // With --admin-port, each listener serves only its own routes (/healthz on both).
             return finish(request, error: LarderError(.notFound, "no route for \(request.path) on this port"), receivedAt: receivedAt)
         }
-        if request.path == "/fetch" || request.path == "/batch" || request.path == "/chain",
+        // The admin routes too: a request of this instance's own on /cache or /metrics came
+        // through an upstream path the address rules could not see (a forwarded port, a proxy).
+        if request.path == "/fetch" || request.path == "/batch" || request.path == "/chain" || Self.isAdminPath(request.path),
            let refusal = loopRefusal(request, receivedAt: receivedAt) { return refusal }
         switch request.path {
         case "/fetch":

@@ -180,20 +180,30 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
 /// RFC 8586 CDN-Loop: a request that comes back to the instance that sent it is refused at once.
 final class LoopDetectionTests: IntegrationTestCase {
     func testAnUpstreamPointingBackAtLarderIsRefusedAtOnce() throws {
-        let port = Self.freeLoopbackPort()
+        // A loop through another cache (here a second Larder), which the address rules cannot
+        // see: A forwards to B, B back to A. A pointing straight at itself is refused before
+        // any connection (its own listener: OwnListenerTests).
+        let port = Self.freeLoopbackPort(), otherPort = Self.freeLoopbackPort()
         let larder = try startLarder { configuration in
             configuration.port = port
-            configuration.upstreams = [NamedUpstream(name: "self", baseURL: "http://127.0.0.1:\(port)/proxy/self"),
+            configuration.upstreams = [NamedUpstream(name: "self", baseURL: "http://127.0.0.1:\(otherPort)/proxy/back"),
+                                       NamedUpstream(name: "direct", baseURL: "http://127.0.0.1:\(port)/proxy/direct"),
                                        NamedUpstream(name: "origin", baseURL: self.origin.base)]
+        }
+        _ = try startLarder { configuration in
+            configuration.port = otherPort
+            configuration.databasePath = self.directory.appendingPathComponent("other.sqlite").path
+            configuration.upstreams = [NamedUpstream(name: "back", baseURL: "http://127.0.0.1:\(port)/proxy/self")]
         }
         let client = try larder.connection()
         let started = Date()
         let proxied = try client.request("GET", "/proxy/self/x")
         XCTAssertEqual(proxied.status, 508, proxied.text)
         XCTAssertEqual(proxied.errorCode, "loop_detected")
-        let fetched = try client.fetch(["url": "http://127.0.0.1:\(port)/proxy/self/y"])
+        let fetched = try client.fetch(["url": "http://127.0.0.1:\(otherPort)/proxy/back/y"])
         XCTAssertEqual(fetched.json["status"] as? Int, 508, fetched.text)
         XCTAssertLessThan(Date().timeIntervalSince(started), 5, "answered at once, not after the upstream timeout")
+        XCTAssertEqual(try client.request("GET", "/proxy/direct/z").errorCode, "upstream_forbidden")
 
         // The token is this instance's: another cache's entry in CDN-Loop is no loop, and what
         // reaches the origin carries Larder's own token (the test origin keeps a field's last line).
