@@ -690,8 +690,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// entry per transaction, so one failing entry is dropped alone.
     private func commitPending() {
         // Bytes per transaction are bounded too, by a twentieth of the capacity: eviction runs
-        // after each commit, so what one commit adds is what the store can overshoot by.
-        let byteLimit = max(1 << 20, min(Self.pendingByteLimit, capacity.maxBytes / 20))
+        // after each commit, so what one commit adds is what the store can overshoot by. (A
+        // floor of 1 MiB let a 2 MiB store overshoot by half.) A group holds one entry at least.
+        let byteLimit = min(Self.pendingByteLimit, max(64 << 10, capacity.maxBytes / 20))
         let (batch, more) = pending.withLock { pending -> ([PendingWrite], Bool) in
             var count = 0, bytes = 0
             while count < min(pending.queue.count, Self.groupCommitLimit), count == 0 || bytes + pending.queue[count].size <= byteLimit {
