@@ -14,14 +14,16 @@ let package = Package(
     products: [
         .executable(name: "larder", targets: ["larder"]),
     ],
+    // Exact versions: the ones the machine's package mirror holds. Package.resolved is not
+    // committed (the mirror's commit ids are not GitHub's), so the pins live here.
     dependencies: [
-        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),
-        .package(url: "https://github.com/apple/swift-log.git", from: "1.6.0"),
-        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.0.0"),
-        .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.0"),
-        .package(url: "https://github.com/apple/swift-http-structured-headers.git", from: "1.0.0"),
-        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.4.1"),
-        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.0.0"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", exact: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", exact: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", exact: "3.12.3"),
+        .package(url: "https://github.com/jpsim/Yams.git", exact: "5.0.1"),
+        .package(url: "https://github.com/apple/swift-http-structured-headers.git", exact: "1.7.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
     ],
     targets: [
         // System libraries (Debian -dev packages) with thin shims for calls Swift cannot make.
