@@ -66,7 +66,7 @@ struct Serve: ParsableCommand {
     @Option(help: "Megabytes of upstream bodies received at once; more waits, except the oldest transfer (default 256).")
     var maxInflightMb: Int?
 
-    @Option(help: "Seconds a new connection may stay silent before its first request's headers are complete (default 10).")
+    @Option(help: "Seconds from accept within which a new connection's first request headers must be complete, however paced (default 10).")
     var headerTimeout: Int?
 
     @Option(name: .customLong("resolve"), help: "HOST:PORT:ADDRESS[,ADDRESS…]: resolve that name to those addresses instead of through DNS, as curl's --resolve (repeatable); the access rules still check each address.")

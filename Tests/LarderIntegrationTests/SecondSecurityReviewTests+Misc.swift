@@ -58,4 +58,116 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
         XCTAssertTrue(response.text.contains(#""n":12345678901234567890"#), response.text)
         XCTAssertTrue(response.text.contains(#""text":"n=12345678901234567890""#), response.text)
     }
+
+    // MARK: 9. The header section has a deadline, whatever the pace
+
+    func testHeaderLinesSentSlowerThanTheDeadlineButFasterThanTheIdleTimeoutAreCutAtTheDeadline() throws {
+        let larder = try startLarder { $0.headerTimeoutSeconds = 1 }
+        let slow = try SlowClient(port: larder.port)
+        try slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        let elapsed = slow.sendLinesUntilClosed(every: 0.3, giveUpAfter: 8)
+        let seconds = try XCTUnwrap(elapsed, "still open after 8 s of one header line every 0.3 s")
+        XCTAssertGreaterThanOrEqual(seconds, 0.9)
+        XCTAssertLessThan(seconds, 2.5, "closed at about the 1 s deadline, not by the idle timeout")
+
+        // A client that completes its header section in time is served, in pieces too, and
+        // its kept-alive connection then has the idle timeout, not the header deadline.
+        let normal = try SlowClient(port: larder.port)
+        try normal.send("GET /healthz HTTP/1.1\r\n")
+        XCTAssertFalse(normal.closed(within: 0.5))
+        try normal.send("Host: x\r\n\r\n")
+        XCTAssertTrue(try normal.readResponseHead().hasPrefix("HTTP/1.1 200"))
+        XCTAssertFalse(normal.closed(within: 1.5), "idle for longer than the header deadline, within the idle timeout")
+        try normal.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        XCTAssertTrue(try normal.readResponseHead().hasPrefix("HTTP/1.1 200"))
+    }
+
+    func testAKeptAliveConnectionHasTheIdleTimeoutPlusTheDeadlineForItsNextHeaderSection() throws {
+        let larder = try startLarder { configuration in
+            configuration.headerTimeoutSeconds = 1
+            configuration.clientTimeoutSeconds = 2
+        }
+        let slow = try SlowClient(port: larder.port)
+        try slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        XCTAssertTrue(try slow.readResponseHead().hasPrefix("HTTP/1.1 200"))
+        try slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        let elapsed = slow.sendLinesUntilClosed(every: 0.3, giveUpAfter: 10)
+        let seconds = try XCTUnwrap(elapsed, "still open after 10 s of one header line every 0.3 s")
+        // Due 3 s after the response (2 s idle + 1 s), stamped up to 1 s late.
+        XCTAssertGreaterThanOrEqual(seconds, 2.5)
+        XCTAssertLessThan(seconds, 6)
+    }
+}
+
+/// A client that writes raw bytes at its own pace and watches for the server's close.
+private final class SlowClient {
+    private let descriptor: Int32
+
+    init(port: Int) throws {
+        descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else {
+            close(descriptor)
+            throw TestClientError(description: "connect failed: errno \(errno)")
+        }
+    }
+
+    deinit { close(descriptor) }
+
+    func send(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        let sent = bytes.withUnsafeBytes { Glibc.send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard sent == bytes.count else { throw TestClientError(description: "send failed: errno \(errno)") }
+    }
+
+    /// Whether the server closes the connection within `seconds` (bytes that arrive are read
+    /// and dropped).
+    func closed(within seconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else { return false }
+            var descriptors = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
+            guard poll(&descriptors, 1, Int32(left * 1000) + 1) > 0 else { continue }
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            if count == 0 || (count < 0 && errno == ECONNRESET) { return true }
+        }
+    }
+
+    /// Sends one header line every `interval` seconds until the server closes the connection;
+    /// the seconds that took, or nil if it was still open after `limit`.
+    func sendLinesUntilClosed(every interval: Double, giveUpAfter limit: Double) -> Double? {
+        let start = Date()
+        var line = 0
+        while Date().timeIntervalSince(start) < limit {
+            if closed(within: interval) { return Date().timeIntervalSince(start) }
+            line += 1
+            // A send after the close may fail; the next wait sees the close.
+            try? send("X-Slow-\(line): 1\r\n")
+        }
+        return nil
+    }
+
+    /// Reads up to the end of a response's header section (the tests' responses are small).
+    func readResponseHead() throws -> String {
+        var received: [UInt8] = []
+        let deadline = Date().addingTimeInterval(10)
+        while !String(decoding: received, as: UTF8.self).contains("\r\n\r\n") {
+            guard deadline.timeIntervalSinceNow > 0 else { throw TestClientError(description: "no response head in 10 s") }
+            var descriptors = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
+            guard poll(&descriptors, 1, 1000) > 0 else { continue }
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let count = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
+            guard count > 0 else { throw TestClientError(description: "closed before a response") }
+            received += chunk[0..<count]
+        }
+        return String(decoding: received, as: UTF8.self)
+    }
 }
