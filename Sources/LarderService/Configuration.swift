@@ -141,7 +141,10 @@ public struct LarderConfiguration: Sendable {
             }
         }
         for (name, token) in [("admin", adminToken), ("metrics", metricsToken)] {
-            if let token, token.isEmpty || !token.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
+            if token?.isEmpty == true {
+                throw ConfigurationError("the \(name) token is empty: give a token, or leave the setting out to run without one")
+            }
+            if let token, !token.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
                 throw ConfigurationError("the \(name) token must be 1 or more printable ASCII characters, no spaces")
             }
         }

@@ -97,6 +97,52 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
         XCTAssertGreaterThanOrEqual(seconds, 2.5)
         XCTAssertLessThan(seconds, 6)
     }
+
+    // MARK: 10. An empty token is refused, whatever its source
+
+    func testAnEmptyTokenFromTheEnvironmentTheFlagOrTheConfigFileIsRefused() throws {
+        let config = directory.appendingPathComponent("empty-token.yaml").path
+        try "adminToken: \"\"\n".write(toFile: config, atomically: true, encoding: .utf8)
+        let serve = ["serve", "--port", "0", "--db", databasePath, "--no-access-log"]
+        let cases: [(String, [String], [String: String], String)] = [
+            ("env", serve, ["LARDER_ADMIN_TOKEN": ""], "LARDER_ADMIN_TOKEN is set but empty"),
+            ("env, metrics", serve, ["LARDER_METRICS_TOKEN": ""], "LARDER_METRICS_TOKEN is set but empty"),
+            ("flag", serve + ["--admin-token", ""], [:], "the admin token is empty"),
+            ("config file", serve + ["--config", config], [:], "the admin token is empty"),
+        ]
+        for (name, arguments, environment, expected) in cases {
+            let (process, errors) = try launch(arguments, environment: environment)
+            let exited = waitForExit(process)
+            if !exited { process.terminate(); _ = waitForExit(process) }
+            XCTAssertTrue(exited, "\(name): refused at start, not served with the admin routes open")
+            XCTAssertNotEqual(process.terminationStatus, 0, name)
+            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            XCTAssertTrue(message.contains(expected), "\(name): \(message)")
+        }
+        // A token that is set still starts.
+        let (process, errors) = try launch(serve, environment: ["LARDER_ADMIN_TOKEN": "s3cret"])
+        defer { process.terminate(); _ = waitForExit(process) }
+        let port = try waitForPort(errors)
+        XCTAssertEqual(try TestConnection(port: port).request("GET", "/cache/stats").status, 401)
+    }
+
+    /// Starts the executable with `environment` added to this process's (its tokens left out).
+    private func launch(_ arguments: [String], environment: [String: String]) throws -> (Process, Pipe) {
+        guard FileManager.default.isExecutableFile(atPath: binary.path) else {
+            throw XCTSkip("the larder executable is not built next to the tests (run scripts/test, or set LARDER_BINARY)")
+        }
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        var inherited = ProcessInfo.processInfo.environment
+        for name in ["LARDER_ADMIN_TOKEN", "LARDER_METRICS_TOKEN"] { inherited.removeValue(forKey: name) }
+        process.environment = inherited.merging(environment) { $1 }
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        return (process, errors)
+    }
 }
 
 /// A client that writes raw bytes at its own pace and watches for the server's close.
