@@ -143,6 +143,37 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
         try process.run()
         return (process, errors)
     }
+
+    // MARK: 11. Entries written by hand carry no framing
+
+    func testAnEntryWrittenWithFramingAndConnectionFieldsIsStoredAndServedWithoutThem() throws {
+        let larder = try startLarder()
+        let client = try larder.connection()
+        let path = uniquePath()
+        let given = ["Content-Length": "5", "content-length": "7", "Transfer-Encoding": "chunked", "Connection": "close, X-Named",
+                     "X-Named": "1", "Keep-Alive": "timeout=5", "TE": "trailers", "Trailer": "X-Sum", "Upgrade": "h2c",
+                     "Proxy-Authenticate": "Basic", "Proxy-Other": "x", "X-Kept": "yes"]
+        let written = try client.request("PUT", "/cache/entries", headers: ["Content-Type": "application/json"], body: Array(try JSONSerialization.data(withJSONObject: [
+            "request": ["url": url(path), "cache": ["ttl": 600]],
+            "response": ["status": 200, "headers": given, "bodyText": "hello world"],
+        ] as [String: Any])))
+        XCTAssertEqual(written.status, 201, written.text)
+        let key = try XCTUnwrap(written.json["key"] as? String)
+
+        let hit = try client.fetch(["url": url(path), "cache": ["ttl": 600]])
+        XCTAssertEqual(hit.outcome, "hit", hit.text)
+        XCTAssertEqual(hit.json["bodyText"] as? String, "hello world")
+        let headers = try XCTUnwrap(hit.json["headers"] as? [String: Any])
+        XCTAssertEqual(Set(headers.keys), ["x-kept"], "only the end-to-end field the caller gave is kept")
+        XCTAssertEqual(origin.count(path), 0)
+
+        let listed = try client.request("GET", "/cache/entries/\(key)")
+        XCTAssertEqual(listed.status, 200, listed.text)
+        XCTAssertFalse(listed.text.lowercased().contains("content-length"), listed.text)
+        XCTAssertFalse(listed.text.lowercased().contains("transfer-encoding"), listed.text)
+        // The connection still frames its next answer right.
+        XCTAssertEqual(try client.request("GET", "/healthz").status, 200)
+    }
 }
 
 /// A client that writes raw bytes at its own pace and watches for the server's close.
