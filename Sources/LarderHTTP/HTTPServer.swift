@@ -1044,7 +1044,7 @@ final class EventLoop: @unchecked Sendable {
             var timeout: UInt64 = 0
             // No timeout to keep: wait for an event; libmicrohttpd says 0 when work is pending.
             var wait = MHD_get_timeout(daemon, &timeout) == MHD_Result.YES ? Int32(min(timeout, 60_000)) : -1
-            if let check = headerDeadlines.millisecondsToNextCheck(now: HeaderDeadlines.now()) { wait = wait < 0 ? check : min(wait, check) }
+            if let check = headerDeadlines.millisecondsToNextCheck() { wait = wait < 0 ? check : min(wait, check) }
             if roundWanted { wait = 0 }
             for index in descriptors.indices { descriptors[index].revents = 0 }
             descriptors[2].fd = server.socketToAcceptOn
@@ -1059,7 +1059,7 @@ final class EventLoop: @unchecked Sendable {
             }
             if descriptors[2].revents != 0 { server.acceptConnections(onto: self) }
             // Late header sections: their sockets are shut down, and MHD_run closes them.
-            if headerDeadlines.check(now: HeaderDeadlines.now()) { roundWanted = true }
+            if headerDeadlines.check() { roundWanted = true }
             // Only the companion's sockets had events (an origin answered): libmicrohttpd has
             // nothing to do unless its timeout came, and then the next round's is 0.
             let serverIdle = companionReady && wait != 0 && !roundWanted && descriptors.allSatisfy { $0.revents == 0 }

@@ -68,8 +68,8 @@ final class HeaderDeadlines {
     private var watched: [ConnectionDeadline] = []
     /// When the next check is due (monotonic nanoseconds; .max: nothing to check).
     private(set) var nextCheck: UInt64 = .max
-    /// The loop's time at its latest round.
-    private var lastRound: UInt64 = 0
+    /// When `check` last read the clock (a stale value only makes the next stamping come sooner).
+    private var lastLook: UInt64 = 0
 
     /// `headerTimeout`: the first section's limit; `idleTimeout`: the daemon's idle timeout.
     init(headerTimeoutSeconds: Int, idleTimeoutSeconds: Int) {
@@ -101,12 +101,14 @@ final class HeaderDeadlines {
     }
 
     fileprivate func stampSoon() {
-        nextCheck = min(nextCheck, lastRound + Self.stampInterval)
+        nextCheck = min(nextCheck, lastLook + Self.stampInterval)
     }
 
-    /// Milliseconds until the next check, for the loop's wait (nil: none due).
-    func millisecondsToNextCheck(now: UInt64) -> Int32? {
+    /// Milliseconds until the next check, for the loop's wait (nil: none due). Reads the clock
+    /// only when a check is pending.
+    func millisecondsToNextCheck() -> Int32? {
         guard nextCheck != .max else { return nil }
+        let now = Self.now()
         guard nextCheck > now else { return 0 }
         return Int32(clamping: (nextCheck - now + 999_999) / 1_000_000)
     }
@@ -114,8 +116,10 @@ final class HeaderDeadlines {
     /// Called every loop round: when a check is due, shuts down the sockets whose header
     /// section is late and stamps the deadlines of connections waiting for their next request.
     /// Returns whether it shut any down.
-    func check(now: UInt64) -> Bool {
-        lastRound = now
+    func check() -> Bool {
+        guard nextCheck != .max else { return false }
+        let now = Self.now()
+        lastLook = now
         guard now >= nextCheck else { return false }
         var next = UInt64.max
         var shut = false
