@@ -57,21 +57,11 @@ static inline int larder_mhd_epoll_fd(struct MHD_Daemon *_Nonnull daemon) {
     return info == 0 ? -1 : info->epoll_fd;
 }
 
-// MHD_set_connection_option is variadic. Sets the connection's inactivity timeout. (In
-// 0.9.75 a connection whose timeout differs from the daemon's sits on a list that every poll
-// round walks, so only new connections get a different one, and only until their first
-// request's header section is complete: see `larder_mhd_restore_timeout`.)
-static inline void larder_mhd_set_connection_timeout(struct MHD_Connection *_Nonnull connection,
-                                                     unsigned int seconds) {
-    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
-}
-
-// Sets the timeout back to `seconds` (the daemon's) unless it already is: no lock on the
-// common path. MHD_get_connection_info is variadic.
-static inline void larder_mhd_restore_timeout(struct MHD_Connection *_Nonnull connection, unsigned int seconds) {
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_TIMEOUT);
-    if (info != 0 && info->connection_timeout == seconds) return;
-    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
+// MHD_get_connection_info is variadic. What the connection-notify callback stored for the
+// connection (its header deadline), or NULL.
+static inline void *_Nullable larder_mhd_socket_context(struct MHD_Connection *_Nonnull connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == 0 ? 0 : info->socket_context;
 }
 
 // MHD_get_connection_info is variadic. The connection's socket, or -1.

@@ -147,8 +147,7 @@ public indirect enum ChainCondition: Sendable, Equatable {
 
     private static func number(_ value: JSONValue) -> Double? {
         switch value {
-        case .int(let number): Double(number)
-        case .double(let number): number
+        case .number(let number): number.double
         default: nil
         }
     }

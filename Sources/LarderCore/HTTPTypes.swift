@@ -133,6 +133,16 @@ public enum HopByHop {
             || (!connection.isEmpty && connection.contains(name.lowercasedASCII))
     }
 
+    /// `headers` without framing (Content-Length, Transfer-Encoding) and connection-level fields:
+    /// for a response given by hand, whose framing is the server's to decide when it sends it
+    /// (a Content-Length that disagrees with the body would be stored and shown as the entry's).
+    public static func removingFraming(from headers: [HeaderField]) -> [HeaderField] {
+        let nominated = nominated(in: headers)
+        return headers.filter { field in
+            !field.name.caseInsensitiveEquals("content-length") && !contains(field.name, nominatedBy: nominated)
+        }
+    }
+
     public static func nominated(in headers: [HeaderField]) -> Set<String> {
         var result: Set<String> = []
         for value in headers.values("connection") {

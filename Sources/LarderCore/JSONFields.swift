@@ -77,11 +77,8 @@ public struct JSONFields: Sendable {
 
     public func number(_ name: String) throws(LarderError) -> Double? {
         guard let value = try typed(name) else { return nil }
-        switch value {
-        case .int(let number): return Double(number)
-        case .double(let number): return number
-        default: throw .invalid(path(name), "expected a number")
-        }
+        guard case .number(let number) = value else { throw .invalid(path(name), "expected a number") }
+        return number.double
     }
 
     public func integer(_ name: String) throws(LarderError) -> Int64? {
@@ -90,12 +87,12 @@ public struct JSONFields: Sendable {
     }
 
     public static func integer(_ value: JSONValue, path: String) throws(LarderError) -> Int64 {
-        switch value {
-        case .int(let number): return number
+        guard case .number(let number) = value else { throw .invalid(path, "expected an integer") }
+        if let integer = number.int64 { return integer }
         // An integral double within ±(2^53 − 1), where every integer is exact (1e3, 5.0).
-        case .double(let number) where number.rounded() == number && abs(number) <= 9_007_199_254_740_991: return Int64(number)
-        default: throw .invalid(path, "expected an integer")
-        }
+        let double = number.double
+        guard double.rounded() == double, abs(double) <= 9_007_199_254_740_991 else { throw .invalid(path, "expected an integer") }
+        return Int64(double)
     }
 
     public func object(_ name: String) throws(LarderError) -> JSONFields? {

@@ -241,9 +241,8 @@ public enum JSONParser {
             let start = index
             let integral = try scanNumber()
             let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-            if integral, let value = Int64(text) { return .int(value) }
             guard let value = Double(text), value.isFinite else { throw JSONParseError(message: "number out of range", offset: start) }
-            return .double(value)
+            return .number(JSONNumber(checkedText: text, double: value, int64: integral ? Int64(text) : nil))
         }
 
         // MARK: Validating without building

@@ -1,12 +1,11 @@
 // A JSON value as callers send it (`body`, `sensitive`), with a canonical rendering so that
-// equal values always hash the same (object keys sorted, numbers in one form). Read from bytes
-// by JSONParser.
+// equal values always hash the same (object keys sorted, no insignificant whitespace; numbers
+// keep their text, see JSONNumber). Read from bytes by JSONParser.
 
 public enum JSONValue: Sendable, Equatable, Hashable {
     case null
     case bool(Bool)
-    case int(Int64)
-    case double(Double)
+    case number(JSONNumber)
     case string(String)
     case array([JSONValue])
     case object([String: JSONValue])
@@ -14,7 +13,7 @@ public enum JSONValue: Sendable, Equatable, Hashable {
 
 extension JSONValue {
     /// Canonical UTF-8 rendering: keys sorted by their UTF-8 bytes, no insignificant whitespace,
-    /// integral doubles written as integers. Used for hashing and for sending `body` upstream.
+    /// numbers as written. Used for hashing and for sending `body` upstream.
     public var canonicalBytes: [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(64)
@@ -26,8 +25,7 @@ extension JSONValue {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let value): out.append(contentsOf: (value ? "true" : "false").utf8)
-        case .int(let value): out.append(contentsOf: String(value).utf8)
-        case .double(let value): JSONWriter.appendNumber(value, to: &out)
+        case .number(let number): out.append(contentsOf: number.text.utf8)
         case .string(let value): JSONWriter.appendString(value, to: &out)
         case .array(let values):
             out.append(UInt8(ascii: "["))

@@ -33,10 +33,10 @@ public enum JSONType: String, Sendable, CaseIterable {
     func matches(_ value: JSONValue) -> Bool {
         switch (self, value) {
         case (.any, _), (.string, .string), (.boolean, .bool), (.object, .object), (.array, .array), (.null, .null),
-             (.number, .int), (.number, .double), (.integer, .int):
+             (.number, .number):
             return true
-        case (.integer, .double(let number)):
-            return number.rounded() == number
+        case (.integer, .number(let number)):
+            return number.int64 != nil || number.double.rounded() == number.double
         default:
             return false
         }
@@ -46,8 +46,7 @@ public enum JSONType: String, Sendable, CaseIterable {
         switch value {
         case .null: "null"
         case .bool: "boolean"
-        case .int: "integer"
-        case .double: "number"
+        case .number(let number): number.int64 != nil ? "integer" : "number"
         case .string: "string"
         case .array: "array"
         case .object: "object"

@@ -212,7 +212,7 @@ public final class ChainRun: Sendable {
         var members: [String: JSONValue] = ["state": .string(outcome.state.rawValue)]
         switch outcome.answer {
         case .served(let served)?:
-            members["status"] = .int(Int64(served.status))
+            members["status"] = .number(JSONNumber(Int64(served.status)))
             if reading.contains("headers") {
                 members["headers"] = (try? JSONParser.parse(served.headersJSON, maxDepth: 4)) ?? .object([:])
             }

@@ -12,6 +12,8 @@ extension FetchEngine {
                       completion: @escaping @Sendable (Result<CacheKey, LarderError>) -> Void) {
         let prepared = namespaces.resolving(prepared)
         let request = prepared.request
+        var response = response
+        response.headers = HopByHop.removingFraming(from: response.headers)
         let options = request.cache
         guard CacheRules.isCacheable(method: request.method, ttl: options.ttl), options.policy != .noStore else {
             return completion(.failure(.invalid("request", "a \(request.method.rawValue) request with this policy is never stored; GET or HEAD, or a ttl, is needed")))

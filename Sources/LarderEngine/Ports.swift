@@ -419,7 +419,7 @@ public struct WarmJobRecord: Sendable, Equatable {
     public static func errors(fromJSON bytes: [UInt8]) -> [ItemError] {
         guard case .array(let items)? = try? JSONParser.parse(bytes) else { return [] }
         return items.compactMap { item in
-            guard case .object(let members) = item, case .int(let index)? = members["index"], case .string(let url)? = members["url"],
+            guard case .object(let members) = item, case .number(let number)? = members["index"], let index = number.int64, case .string(let url)? = members["url"],
                   case .string(let code)? = members["code"] else { return nil }
             return ItemError(index: Int(index), url: url, code: code)
         }

@@ -162,8 +162,8 @@ public enum FuzzTargets {
     static func chainReference(_ bytes: [UInt8]) {
         let raw = text(bytes)
         let documents: [String: JSONValue] = [
-            "input": .object(["id": .int(7), "list": .array([.string("a"), .string("b")])]),
-            "user": .object(["status": .int(200), "body": .object(["items": .array([.object(["id": .string("x/y")])])])]),
+            "input": .object(["id": .number(7), "list": .array([.string("a"), .string("b")])]),
+            "user": .object(["status": .number(200), "body": .object(["items": .array([.object(["id": .string("x/y")])])])]),
         ]
         if let reference = ChainReference(parsing: raw) {
             _ = reference.resolve(in: documents)

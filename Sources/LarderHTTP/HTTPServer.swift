@@ -190,8 +190,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var threads: Int = 2
     /// Idle keep-alive connections are closed after this many seconds.
     public var connectionTimeoutSeconds: Int = 60
-    /// A new connection that sends nothing for this many seconds before its first request's
-    /// header section is complete is closed (slow-header attacks); then the idle timeout applies.
+    /// A new connection whose first header section is not complete this many seconds after it
+    /// was accepted is closed, however fast it sends (slow-header attacks); a kept-alive one has
+    /// the idle timeout plus this for its next header section (see HeaderDeadlines).
     public var headerTimeoutSeconds: Int = 10
     /// Connections open at once; lowered at start to what the open-file limit allows.
     public var connectionLimit: Int = 16_384
@@ -286,9 +287,8 @@ public final class HTTPServer: @unchecked Sendable {
         admission.withLock { $0.limit = connectionLimit }
         var started: [EventLoop] = []
         for index in 0..<max(1, configuration.threads) {
-            // The daemon-wide timeout is the idle timeout. A new connection gets the (shorter)
-            // header timeout when it is accepted (connectionNotified), until its first header
-            // section is complete. Limits are kept here, across the loops (Admission).
+            // The daemon-wide timeout is the idle timeout; each loop keeps the header deadlines
+            // (HeaderDeadlines). Limits are kept here, across the loops (Admission).
             let daemon = withUnsafePointer(to: &storage) { pointer in
                 pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
                     larder_mhd_start_external(flags, address, UInt32(max(1, configuration.connectionTimeoutSeconds)),
@@ -297,7 +297,10 @@ public final class HTTPServer: @unchecked Sendable {
                                               connectionNotified, opaque)
                 }
             }
-            guard let daemon, let loop = EventLoop(daemon: daemon, index: index, companion: configuration.loopCompanion?()) else {
+            let deadlines = HeaderDeadlines(headerTimeoutSeconds: configuration.headerTimeoutSeconds,
+                                            idleTimeoutSeconds: configuration.connectionTimeoutSeconds)
+            guard let daemon, let loop = EventLoop(daemon: daemon, index: index, headerDeadlines: deadlines,
+                                                   companion: configuration.loopCompanion?()) else {
                 if let daemon { MHD_stop_daemon(daemon) }
                 for loop in started { loop.stop() }
                 close(listener)
@@ -482,9 +485,9 @@ public final class HTTPServer: @unchecked Sendable {
 // MARK: - Per-request state
 
 final class RequestContext: @unchecked Sendable {
-    // @unchecked Sendable: `rawTarget`, `phase` and `body` are used only by the loop thread
-    // that runs the handler for this connection (libmicrohttpd serialises calls per
-    // connection); the hand-over between the handler and `respond` goes through `state`.
+    // @unchecked Sendable: `rawTarget`, `phase`, `body` and `headerDeadline` are used only by
+    // the loop thread that runs the handler for this connection (libmicrohttpd serialises calls
+    // per connection); the hand-over between the handler and `respond` goes through `state`.
 
     enum Phase { case headers, body, dispatched, rejected }
 
@@ -515,6 +518,9 @@ final class RequestContext: @unchecked Sendable {
     }
 
     let rawTarget: String
+    /// The connection's header deadline (cleared when the header section is complete, set again
+    /// when the request completes); nil only if the connection was never announced.
+    let headerDeadline: ConnectionDeadline?
     /// The connection, set when the request is dispatched (valid until it completes).
     var dispatchedOn: ConnectionHandle?
     var phase: Phase = .headers
@@ -525,7 +531,10 @@ final class RequestContext: @unchecked Sendable {
     var inFlight = false
     let state = Locked(HandOver())
 
-    init(rawTarget: String) { self.rawTarget = rawTarget }
+    init(rawTarget: String, headerDeadline: ConnectionDeadline?) {
+        self.rawTarget = rawTarget
+        self.headerDeadline = headerDeadline
+    }
 
     func onClientGone(_ handler: @escaping @Sendable () -> Void, server: HTTPServer) {
         let register = state.withLock { handOver -> Bool in
@@ -585,24 +594,30 @@ final class RequestContext: @unchecked Sendable {
 
 // MARK: - C callbacks (capture nothing; context arrives through the void* slot)
 
-private let uriLogger: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>, OpaquePointer) -> UnsafeMutableRawPointer? = { _, uri, _ in
+private let uriLogger: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>, OpaquePointer) -> UnsafeMutableRawPointer? = { _, uri, connection in
+    let deadline = larder_mhd_socket_context(connection).map { Unmanaged<ConnectionDeadline>.fromOpaque($0).takeUnretainedValue() }
     // The value returned becomes the request's *con_cls; `requestCompleted` releases it.
-    Unmanaged.passRetained(RequestContext(rawTarget: String(cString: uri))).toOpaque()
+    return Unmanaged.passRetained(RequestContext(rawTarget: String(cString: uri), headerDeadline: deadline)).toOpaque()
 }
 
-/// A connection was accepted: it must complete its first header section without falling
-/// silent for the header timeout (slow-header attacks). Called after libmicrohttpd listed the
-/// connection for timeouts, so changing its timeout here is safe.
-private let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connection, _, event in
+/// A connection was accepted (on its loop's thread, inside MHD_add_connection): its first
+/// header section gets its deadline, kept in the connection's socket context until it closes.
+private let connectionNotified: MHD_NotifyConnectionCallback = { serverPointer, connection, socketContext, event in
     guard let serverPointer, let connection else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
-    guard event == .CONNECTION_NOTIFY_STARTED else {
-        if event == .CONNECTION_NOTIFY_CLOSED { server.connectionClosed(connection) }
-        return
-    }
-    let header = server.configuration.headerTimeoutSeconds
-    if header < server.configuration.connectionTimeoutSeconds {
-        larder_mhd_set_connection_timeout(connection, UInt32(max(1, header)))
+    switch event {
+    case .CONNECTION_NOTIFY_STARTED:
+        guard let socketContext, let loop = server.loop(of: connection) else { return }
+        let deadline = loop.headerDeadlines.add(fd: larder_mhd_connection_fd(connection))
+        socketContext.pointee = Unmanaged.passRetained(deadline).toOpaque()
+    case .CONNECTION_NOTIFY_CLOSED:
+        if let socketContext, let raw = socketContext.pointee {
+            socketContext.pointee = nil
+            Unmanaged<ConnectionDeadline>.fromOpaque(raw).takeRetainedValue().closed()
+        }
+        server.connectionClosed(connection)
+    default:
+        break
     }
 }
 
@@ -613,6 +628,7 @@ private let requestCompleted: MHD_RequestCompletedCallback = { serverPointer, _,
     guard let serverPointer else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
     if termination != .REQUEST_TERMINATED_COMPLETED_OK { context.clientGone() }
+    context.headerDeadline?.awaitNextRequest()
     if let watched = context.ended(server: server) { server.watcher.unwatch(watched.fd, id: watched.id) }
     if context.inFlight {
         server.completed()
@@ -628,6 +644,7 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
     case .headers:
         // First call: headers only. Never queue here (keep-alive would be lost) — except to
         // refuse a request, whose connection is closed anyway.
+        context.headerDeadline?.headerSectionComplete()
         let headers = collectHeaders(connection)
         if let rejection = RequestFraming.check(headers) {
             context.phase = .rejected
@@ -639,7 +656,6 @@ private let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connecti
         }
         context.headers = headers
         context.phase = .body
-        larder_mhd_restore_timeout(connection, UInt32(max(1, server.configuration.connectionTimeoutSeconds)))
         return MHD_Result.YES
     case .rejected:
         // Whatever else arrives is dropped; the connection closes after the refusal.
@@ -965,8 +981,10 @@ final class EventLoop: @unchecked Sendable {
     private var roundWanted = false
     /// Responses this loop may queue again (see RecentResponses); its thread only.
     let recentResponses = RecentResponses()
+    /// Its connections' header deadlines; its thread only.
+    let headerDeadlines: HeaderDeadlines
 
-    init?(daemon: OpaquePointer, index: Int, companion: (any EventLoopCompanion)? = nil) {
+    init?(daemon: OpaquePointer, index: Int, headerDeadlines: HeaderDeadlines, companion: (any EventLoopCompanion)? = nil) {
         let epoll = larder_mhd_epoll_fd(daemon)
         let wake = larder_wake_descriptor()
         guard epoll >= 0, wake >= 0 else {
@@ -975,6 +993,7 @@ final class EventLoop: @unchecked Sendable {
         }
         self.daemon = daemon
         self.index = index
+        self.headerDeadlines = headerDeadlines
         self.epollDescriptor = epoll
         self.wakeDescriptor = wake
         self.companion = companion
@@ -1034,6 +1053,7 @@ final class EventLoop: @unchecked Sendable {
             var timeout: UInt64 = 0
             // No timeout to keep: wait for an event; libmicrohttpd says 0 when work is pending.
             var wait = MHD_get_timeout(daemon, &timeout) == MHD_Result.YES ? Int32(min(timeout, 60_000)) : -1
+            if let check = headerDeadlines.millisecondsToNextCheck() { wait = wait < 0 ? check : min(wait, check) }
             if roundWanted { wait = 0 }
             for index in descriptors.indices { descriptors[index].revents = 0 }
             descriptors[2].fd = server.socketToAcceptOn
@@ -1047,6 +1067,8 @@ final class EventLoop: @unchecked Sendable {
                 _ = read(wakeDescriptor, &count, 8)
             }
             if descriptors[2].revents != 0 { server.acceptConnections(onto: self) }
+            // Late header sections: their sockets are shut down, and MHD_run closes them.
+            if headerDeadlines.check() { roundWanted = true }
             // Only the companion's sockets had events (an origin answered): libmicrohttpd has
             // nothing to do unless its timeout came, and then the next round's is 0.
             let serverIdle = companionReady && wait != 0 && !roundWanted && descriptors.allSatisfy { $0.revents == 0 }

@@ -51,7 +51,8 @@ public struct LarderConfiguration: Sendable {
     public var maxBatch: Int = 100
     /// Steps in one POST /chain.
     public var maxChainSteps: Int = 50
-    /// Seconds a new connection may stay silent before its first header section is complete.
+    /// Seconds from accept by which a new connection's first header section must be complete,
+    /// however it is paced (a kept-alive one has the client timeout plus this for its next).
     public var headerTimeoutSeconds: Int = 10
     /// Seconds a client connection may stay idle (no bytes received while Larder waits for
     /// them) before it is closed: slow or stalled clients do not hold a connection.
@@ -140,7 +141,10 @@ public struct LarderConfiguration: Sendable {
             }
         }
         for (name, token) in [("admin", adminToken), ("metrics", metricsToken)] {
-            if let token, token.isEmpty || !token.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
+            if token?.isEmpty == true {
+                throw ConfigurationError("the \(name) token is empty: give a token, or leave the setting out to run without one")
+            }
+            if let token, !token.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) {
                 throw ConfigurationError("the \(name) token must be 1 or more printable ASCII characters, no spaces")
             }
         }

@@ -66,7 +66,7 @@ struct Serve: ParsableCommand {
     @Option(help: "Megabytes of upstream bodies received at once; more waits, except the oldest transfer (default 256).")
     var maxInflightMb: Int?
 
-    @Option(help: "Seconds a new connection may stay silent before its first request's headers are complete (default 10).")
+    @Option(help: "Seconds from accept within which a new connection's first request headers must be complete, however paced (default 10).")
     var headerTimeout: Int?
 
     @Option(name: .customLong("resolve"), help: "HOST:PORT:ADDRESS[,ADDRESS…]: resolve that name to those addresses instead of through DNS, as curl's --resolve (repeatable); the access rules still check each address.")
@@ -173,8 +173,12 @@ struct Serve: ParsableCommand {
             configuration.port = port
         }
         if let raw = environment["LARDER_DB"] { configuration.databasePath = raw }
-        if let raw = environment["LARDER_ADMIN_TOKEN"], !raw.isEmpty { configuration.adminToken = raw }
-        if let raw = environment["LARDER_METRICS_TOKEN"], !raw.isEmpty { configuration.metricsToken = raw }
+        // Set but empty is refused, not read as unset: it would leave the routes open silently.
+        for (name, token) in [("LARDER_ADMIN_TOKEN", \LarderConfiguration.adminToken), ("LARDER_METRICS_TOKEN", \.metricsToken)] {
+            guard let raw = environment[name] else { continue }
+            guard !raw.isEmpty else { throw ValidationError("\(name) is set but empty: give a token, or unset it to run without one") }
+            configuration[keyPath: token] = raw
+        }
         if let host { configuration.host = host }
         if let port { configuration.port = port }
         if let db { configuration.databasePath = db }

@@ -66,17 +66,21 @@ final class CacheKeyTests: XCTestCase {
     }
 
     func testSensitiveValuesPartitionAndAreOnlyFingerprinted() throws {
-        let one = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["user": .int(1)]) })
-        let two = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["user": .int(2)]) })
+        let one = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["user": .number(1)]) })
+        let two = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["user": .number(2)]) })
         XCTAssertNotEqual(one.key, two.key)
         XCTAssertTrue(one.partitioned)
         let fingerprint = try XCTUnwrap(one.sensitiveFingerprint)
         XCTAssertEqual(fingerprint.count, 64)
         XCTAssertFalse(fingerprint.contains("user"))
-        // Canonical JSON: key order does not matter.
-        let a = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["a": .int(1), "b": .string("x")]) })
-        let b = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["b": .string("x"), "a": .double(1.0)]) })
+        // Canonical JSON: key order does not matter; a number's text does (1 and 1.0 may differ
+        // to whoever reads them).
+        let a = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["a": .number(1), "b": .string("x")]) })
+        let b = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["b": .string("x"), "a": .number(1)]) })
+        let oneWithAFraction = try XCTUnwrap(JSONNumber("1.0"))
+        let c = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["b": .string("x"), "a": .number(oneWithAFraction)]) })
         XCTAssertEqual(a.key, b.key)
+        XCTAssertNotEqual(a.key, c.key)
     }
 
     func testCredentialsPartitionTheKey() throws {

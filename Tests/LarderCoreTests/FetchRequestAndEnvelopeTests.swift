@@ -37,7 +37,7 @@ final class FetchRequestParsingTests: XCTestCase {
         XCTAssertEqual(request.cache.policy, .cacheElseLoad)
         XCTAssertEqual(request.cache.ttl, 1.5)
         XCTAssertEqual(request.cache.version, 7)
-        XCTAssertEqual(request.cache.sensitive, .object(["u": .int(1)]))
+        XCTAssertEqual(request.cache.sensitive, .object(["u": .number(1)]))
         XCTAssertEqual(request.cache.ignoreQuery, ["ts"])
         XCTAssertEqual(request.cache.namespace, "n")
     }

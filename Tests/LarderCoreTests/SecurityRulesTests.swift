@@ -51,9 +51,24 @@ final class RequestFramingTests: XCTestCase {
 final class JSONParserTests: XCTestCase {
     func testParsesEveryKind() throws {
         let value = try JSONParser.parse(Array(#" {"a":[1,-2.5,1e3,true,false,null,"x\u00e9\n\ud83d\ude00"],"b":{}} "#.utf8))
-        XCTAssertEqual(value, .object(["a": .array([.int(1), .double(-2.5), .double(1000), .bool(true), .bool(false), .null,
-                                                     .string("x\u{E9}\n\u{1F600}")]), "b": .object([:])]))
-        XCTAssertEqual(try JSONParser.parse(Array("9223372036854775808".utf8)), .double(9223372036854775808))
+        XCTAssertEqual(value, .object(["a": .array([.number(1), .number(try XCTUnwrap(JSONNumber("-2.5"))), .number(try XCTUnwrap(JSONNumber("1e3"))),
+                                                     .bool(true), .bool(false), .null, .string("x\u{E9}\n\u{1F600}")]), "b": .object([:])]))
+        guard case .number(let beyondInt64) = try JSONParser.parse(Array("9223372036854775808".utf8)) else { return XCTFail("not a number") }
+        XCTAssertNil(beyondInt64.int64)
+        XCTAssertEqual(beyondInt64.double, 9223372036854775808)
+    }
+
+    /// Issue 32 item 8: numbers keep their text in the canonical rendering, so neither the body
+    /// sent upstream nor the cache key changes a number a caller wrote.
+    func testCanonicalRenderingKeepsEachNumbersText() throws {
+        let written = #"{ "z" : [12345678901234567890, 0.1000000000000000055511151231257827, 1.0, 1e3, -0, 2E-7],"a":-9223372036854775809 }"#
+        XCTAssertEqual(String(decoding: try JSONParser.parse(Array(written.utf8)).canonicalBytes, as: UTF8.self),
+                       #"{"a":-9223372036854775809,"z":[12345678901234567890,0.1000000000000000055511151231257827,1.0,1e3,-0,2E-7]}"#)
+        XCTAssertNotEqual(try JSONParser.parse(Array("0.1".utf8)), try JSONParser.parse(Array("0.1000000000000000055511151231257827".utf8)))
+        XCTAssertEqual(JSONNumber("1.0")?.int64, nil)
+        XCTAssertEqual(JSONNumber("-12")?.int64, -12)
+        XCTAssertNil(JSONNumber("1e400"), "beyond Double's range is still refused")
+        XCTAssertNil(JSONNumber(" 1"))
     }
 
     func testRejectsMalformedDocuments() {
