@@ -271,6 +271,9 @@ public struct StoreFigures: Sendable, Equatable {
     public var lookupsSkipped = 0
     /// Body files whose descriptors are kept open between hits (SQLite's body files).
     public var bodyFilesOpen = 0
+    /// Stored values refused when read, removed and answered as misses (a shared store's values
+    /// that fail authentication or are malformed).
+    public var rejectedEntries = 0
     public init() {}
 }
 

@@ -36,7 +36,7 @@ struct Serve: ParsableCommand {
     @Option(help: "SQLite database file (env LARDER_DB; default data/larder.sqlite).")
     var db: String?
 
-    @Option(help: "File holding the 32-byte key secret (default: <db>.secret, created when absent).")
+    @Option(help: "File holding the key secret, at least 32 bytes (env LARDER_SECRET_FILE). Required with a shared store (--store redis…): the same file on every instance, made once with `head -c 32 /dev/urandom | base64 > larder.secret`. With SQLite, default <db>.secret, created when absent.")
     var secretFile: String?
 
     @Option(name: .customLong("upstream"), help: "A named upstream, NAME=URL (repeatable); use it from /fetch with \"upstream\" and \"path\".")
@@ -173,6 +173,7 @@ struct Serve: ParsableCommand {
             configuration.port = port
         }
         if let raw = environment["LARDER_DB"] { configuration.databasePath = raw }
+        if let raw = environment["LARDER_SECRET_FILE"], !raw.isEmpty { configuration.secretPath = raw }
         if let raw = environment["LARDER_ADMIN_TOKEN"], !raw.isEmpty { configuration.adminToken = raw }
         if let raw = environment["LARDER_METRICS_TOKEN"], !raw.isEmpty { configuration.metricsToken = raw }
         if let host { configuration.host = host }
