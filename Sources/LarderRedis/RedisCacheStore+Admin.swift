@@ -102,6 +102,7 @@ extension RedisCacheStore {
                 }
             } catch {
                 logger.error("purge on Redis failed", metadata: ["error": "\(error)"])
+                result.failed = true
             }
             publishForget(Array(result.primaryKeys))
             completion(result)
@@ -138,6 +139,7 @@ extension RedisCacheStore {
             }
         } catch {
             logger.error("remove on Redis failed", metadata: ["error": "\(error)"])
+            result.failed = true
         }
         publishForget(Array(result.primaryKeys))
         completion(result)

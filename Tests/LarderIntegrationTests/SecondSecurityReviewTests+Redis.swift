@@ -1,5 +1,6 @@
 // Regression tests for the second security review (issue 32), the shared store's items: values
-// planted in Redis (2), the instance secret on a shared store (5). Each runs real Larder instances on a redis-server of the test's own, and writes
+// planted in Redis (2), the instance secret on a shared store (5), admin writes while Redis
+// hangs (6). Each runs real Larder instances on a redis-server of the test's own, and writes
 // to Redis as an attacker would: straight to the socket.
 
 import CXXHash
@@ -210,5 +211,45 @@ final class SharedStoreSecurityTests: IntegrationTestCase {
         XCTAssertNotEqual(try own.connection().fetch(spec).cache["key"] as? String, key)
         XCTAssertFalse(FileManager.default.fileExists(atPath: database("one.sqlite") + ".secret"))
         XCTAssertTrue(FileManager.default.fileExists(atPath: database("own.sqlite") + ".secret"))
+    }
+
+    // MARK: - 6. Admin writes while Redis hangs
+
+    func testAdminWritesThatDoNotReachAHangingRedisAnswer503NeverASuccess() throws {
+        let larder = try startShared { $0.storeTimeoutMs = 200 }
+        let client = try larder.connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600, "namespace": "pages", "tags": ["t1"]]]
+        let key = try XCTUnwrap(try client.fetch(spec).cache["key"] as? String)
+        let json = ["Content-Type": "application/json"]
+        let writes: [(String, () throws -> TestResponse)] = [
+            ("DELETE /cache?all=true", { try client.request("DELETE", "/cache?all=true") }),
+            ("DELETE /cache?namespace=pages", { try client.request("DELETE", "/cache?namespace=pages") }),
+            ("DELETE /cache?tag=t1", { try client.request("DELETE", "/cache?tag=t1") }),
+            ("POST /cache/purge urls", {
+                try client.request("POST", "/cache/purge", headers: json,
+                                   body: Array(try JSONSerialization.data(withJSONObject: ["urls": [self.url(path)]])))
+            }),
+            ("POST /cache/purge tags", { try client.request("POST", "/cache/purge", headers: json, body: Array(#"{"tags":["t1"]}"#.utf8)) }),
+            ("DELETE /cache/entries/{key}", { try client.request("DELETE", "/cache/entries/\(key)") }),
+            ("PUT /cache/entries", {
+                try client.request("PUT", "/cache/entries", headers: json, body: Array(try JSONSerialization.data(withJSONObject: [
+                    "request": ["url": self.url("\(path)/seeded"), "cache": ["ttl": 600]], "response": ["bodyText": "x"]])))
+            }),
+            ("POST /cache/namespaces/pages/version", {
+                try client.request("POST", "/cache/namespaces/pages/version", headers: json, body: Array(#"{"bump":true}"#.utf8))
+            }),
+        ]
+        redis.pause()
+        defer { redis.resume() }
+        for (name, write) in writes {
+            let response = try write()
+            XCTAssertEqual(response.status, 503, "\(name): \(response.text)")
+            XCTAssertEqual(response.errorCode, "storage_failed", name)
+        }
+        redis.resume()
+        // Once Redis answers, the same purge succeeds, and the entry is gone for every instance.
+        XCTAssertEqual(try client.request("DELETE", "/cache?all=true").status, 200)
+        XCTAssertEqual(try startShared().connection().fetch(spec).outcome, "miss")
     }
 }
