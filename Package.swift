@@ -1,7 +1,8 @@
 // swift-tools-version:6.0
 // The map of Larder. Dependencies point inward:
 //   larder (executable) → LarderService → adapters (SQLite, Curl, HTTP) → LarderEngine → LarderCore.
-// Each C module is imported by exactly one adapter (libxxhash by the SQLite one, for its checksums).
+// Each C module is imported by exactly one adapter (libxxhash by the SQLite and Redis ones, for
+// checksums and key names; the Redis tests use it to forge the former checksum).
 import PackageDescription
 
 let strict: [SwiftSetting] = [
@@ -62,8 +63,10 @@ let package = Package(
                                                      .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
         .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
         .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", "LarderCore", "LarderSync"], swiftSettings: strict),
-        // The shared store (many instances on one Redis); XXH3 for its entries' checksums too.
-        .target(name: "LarderRedis", dependencies: ["CHiredis", "CXXHash", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")],
+        // The shared store (many instances on one Redis): XXH3 for its index keys' names, HMAC
+        // (Crypto) to authenticate its entries.
+        .target(name: "LarderRedis", dependencies: ["CHiredis", "CXXHash", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log"),
+                                                    .product(name: "Crypto", package: "swift-crypto")],
                 swiftSettings: strict),
         // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
         .target(
@@ -89,11 +92,11 @@ let package = Package(
         ),
         // Fuzz targets for the parsers of untrusted input: linked into libFuzzer by scripts/fuzz,
         // replayed over their corpora by LarderFuzzTests.
-        .target(name: "LarderFuzzing", dependencies: ["LarderCore", "LarderService"], swiftSettings: strict),
+        .target(name: "LarderFuzzing", dependencies: ["LarderCore", "LarderEngine", "LarderRedis", "LarderService"], swiftSettings: strict),
 
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
         .testTarget(name: "LarderFuzzTests", dependencies: ["LarderFuzzing"]),
-        .testTarget(name: "LarderRedisTests", dependencies: ["LarderRedis", "LarderEngine", "LarderCore"]),
+        .testTarget(name: "LarderRedisTests", dependencies: ["LarderRedis", "LarderEngine", "LarderCore", "CXXHash"]),
         .testTarget(
             name: "LarderEngineTests",
             dependencies: ["LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")]
@@ -102,7 +105,7 @@ let package = Package(
                                                              .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(
             name: "LarderIntegrationTests",
-            dependencies: ["LarderService", "LarderHTTP", "LarderCore", "LarderSync", "CMalloc"]
+            dependencies: ["LarderService", "LarderHTTP", "LarderCore", "LarderSync", "CMalloc", "LarderRedis", "LarderEngine", "CXXHash"]
         ),
     ]
 )

@@ -156,6 +156,20 @@ public enum ResponseHeaders {
     }
 }
 
+/// Seconds as whole numbers for headers and JSON (Age, ttl). An entry's times come from a store,
+/// and a store's values are not always Larder's own (a planted Redis value, an edited database):
+/// infinite, NaN or huge values must still render, never trap in the conversion to Int.
+public enum WholeSeconds {
+    /// Past this (some 31 million years) a value is shown as this.
+    public static let limit: Double = 1e15
+
+    /// `seconds` rounded by `rule`, clamped to ±`limit`; NaN is 0.
+    public static func of(_ seconds: Double, rounding rule: FloatingPointRoundingRule) -> Int {
+        guard !seconds.isNaN else { return 0 }
+        return Int(min(limit, max(-limit, seconds.rounded(rule))))
+    }
+}
+
 public enum Envelope {
     /// `{"status":…,"headers":{…},"body"|"bodyText"|"bodyBase64":…,"cache":{…},"timing":{…}}`
     /// plus, when an upstream failure was tolerated, nothing else: errors use LarderError.jsonBody.
@@ -170,11 +184,11 @@ public enum Envelope {
         out.append(contentsOf: #"","key":""#.utf8)
         out.append(contentsOf: cache.key.hex.utf8)
         out.append(contentsOf: #"","age":"#.utf8)
-        out.append(contentsOf: String(Int(cache.age.rounded(.down))).utf8)
+        out.append(contentsOf: String(WholeSeconds.of(cache.age, rounding: .down)).utf8)
         out.append(contentsOf: #","ttl":"#.utf8)
         if let ttl = cache.ttl {
             // Rounded up, as age is rounded down: the two add up to the lifetime.
-            out.append(contentsOf: String(Int(ttl.rounded(.up))).utf8)
+            out.append(contentsOf: String(WholeSeconds.of(ttl, rounding: .up)).utf8)
         } else {
             out.append(contentsOf: "null".utf8)
         }

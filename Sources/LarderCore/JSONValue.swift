@@ -98,6 +98,8 @@ public enum JSONWriter {
     }
 
     public static func appendNumber(_ value: Double, to out: inout [UInt8]) {
+        // JSON has no infinity or NaN.
+        guard value.isFinite else { return out.append(contentsOf: "null".utf8) }
         if value.rounded() == value, abs(value) < 9.0e15 {
             out.append(contentsOf: String(Int64(value)).utf8)
         } else {

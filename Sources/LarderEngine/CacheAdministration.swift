@@ -87,6 +87,9 @@ public struct PurgeResult: Sendable, Equatable {
     public var bytes = 0
     /// The primary keys whose rows were removed (for the memory tier).
     public var primaryKeys: Set<CacheKey> = []
+    /// The store failed before the end (unreachable, an error): what is counted went, but
+    /// entries the purge should have removed may remain.
+    public var failed = false
     public init() {}
 }
 
@@ -115,7 +118,8 @@ public protocol CacheAdministration: Sendable {
     /// Entries and bytes, overall and per namespace (committed and uncommitted alike).
     func statistics() -> StoredStatistics
     /// Removes every entry the filter matches, in batches that never hold the writer long;
-    /// calls back once all are gone (uncommitted entries included).
+    /// calls back once all are gone (uncommitted entries included), or with `failed` set when
+    /// the store failed before the end.
     func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void)
     /// Removes every row (all variants, any part) under a primary key.
     func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void)
@@ -271,6 +275,9 @@ public struct StoreFigures: Sendable, Equatable {
     public var lookupsSkipped = 0
     /// Body files whose descriptors are kept open between hits (SQLite's body files).
     public var bodyFilesOpen = 0
+    /// Stored values refused when read, removed and answered as misses (a shared store's values
+    /// that fail authentication or are malformed).
+    public var rejectedEntries = 0
     public init() {}
 }
 

@@ -10,6 +10,8 @@
 
 import Foundation
 import LarderCore
+import LarderEngine
+import LarderRedis
 import LarderService
 
 public enum FuzzTargets {
@@ -29,6 +31,7 @@ public enum FuzzTargets {
         "warm-request": warmRequest,
         "request-framing": requestFraming,
         "query-redaction": queryRedaction,
+        "entry-codec": entryCodec,
     ]
 
     public static var names: [String] { all.keys.sorted() }
@@ -201,6 +204,36 @@ public enum FuzzTargets {
         let redaction = QueryRedaction()
         let once = redaction.apply(text(bytes))
         require(redaction.apply(once) == once, "redaction not idempotent: \(once)")
+    }
+
+    // MARK: stored values
+
+    static let entryCodecUnderTest = EntryCodec(secret: Array(repeating: 7, count: 32))
+
+    /// A shared store's entry (EntryCodec) as a value planted in Redis is read. Without the
+    /// secret a writer is stopped at the HMAC, so the input is taken as a payload that did
+    /// authenticate, to reach every field check behind it; as a whole value it must not
+    /// authenticate. Whatever is accepted encodes to the same bytes, decodes again to the same
+    /// entry, and renders (the /fetch envelope, the proxy's Age and ttl) as valid JSON without
+    /// trapping.
+    static func entryCodec(_ bytes: [UInt8]) {
+        let codec = entryCodecUnderTest
+        require((try? codec.decode(bytes)) == nil, "unauthenticated bytes decoded")
+        guard let entry = EntryCodec.parse(payload: bytes) else { return }
+        let encoded = codec.encode(entry)
+        require(Array(encoded.dropLast(32)) == bytes, "an accepted payload encodes to other bytes")
+        require((try? codec.decode(encoded)) == entry, "an encoded entry does not decode to itself")
+        let freshness = entry.freshness
+        for now in [freshness.storedAt, freshness.storedAt + 1e9, 0] {
+            for ttl in [nil, 60.0] {
+                let report = CacheReport(outcome: .hit, key: entry.key, age: freshness.age(now: now, ttl: ttl),
+                                         ttl: freshness.remaining(now: now, ttl: ttl), version: freshness.version, stored: true)
+                let rendered = Envelope.render(status: entry.status, headersJSON: entry.headersJSON, body: entry.body,
+                                               kind: entry.bodyKind, cache: report, totalMs: 1, upstreamMs: nil)
+                require(JSONParser.isValid(rendered, maxDepth: 1024), "the envelope of an accepted entry is not JSON")
+                _ = WholeSeconds.of(report.age, rounding: .down)
+            }
+        }
     }
 
     // MARK: configuration

@@ -102,6 +102,7 @@ extension RedisCacheStore {
                 }
             } catch {
                 logger.error("purge on Redis failed", metadata: ["error": "\(error)"])
+                result.failed = true
             }
             publishForget(Array(result.primaryKeys))
             completion(result)
@@ -138,6 +139,7 @@ extension RedisCacheStore {
             }
         } catch {
             logger.error("remove on Redis failed", metadata: ["error": "\(error)"])
+            result.failed = true
         }
         publishForget(Array(result.primaryKeys))
         completion(result)
@@ -242,23 +244,46 @@ extension RedisCacheStore {
         return Array((try? JSONSerialization.data(withJSONObject: object)) ?? Data())
     }
 
+    /// A job record as `encode` wrote it; nil when any field is missing or out of its range (a
+    /// value planted in Redis must not drive a counter past its bounds).
     static func decodeJob(_ bytes: [UInt8]) -> WarmJobRecord? {
         guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
-              let id = object["id"] as? String, let state = (object["state"] as? String).flatMap(WarmJobRecord.State.init(rawValue:)),
-              let total = object["total"] as? Int, let concurrency = object["concurrency"] as? Int,
-              let createdAt = (object["createdAt"] as? Double) ?? (object["createdAt"] as? Int).map(Double.init) else { return nil }
+              let id = object["id"] as? String, (1...64).contains(id.utf8.count),
+              let state = (object["state"] as? String).flatMap(WarmJobRecord.State.init(rawValue:)),
+              let total = object["total"] as? Int, (0...WarmJobRequest.maxRequests).contains(total),
+              let concurrency = object["concurrency"] as? Int, (1...BatchRequest.maxConcurrency).contains(concurrency),
+              let createdAt = time(object["createdAt"]) else { return nil }
         var record = WarmJobRecord(id: id, state: state, total: total, concurrency: concurrency, createdAt: createdAt)
-        record.done = object["done"] as? Int ?? 0
-        record.failed = object["failed"] as? Int ?? 0
-        record.stored = object["stored"] as? Int ?? 0
-        record.bytes = object["bytes"] as? Int ?? 0
-        record.bytesExpected = object["bytesExpected"] as? Int ?? 0
-        record.startedAt = (object["startedAt"] as? Double) ?? (object["startedAt"] as? Int).map(Double.init)
-        record.finishedAt = (object["finishedAt"] as? Double) ?? (object["finishedAt"] as? Int).map(Double.init)
-        record.errors = (object["errors"] as? [[String: Any]] ?? []).compactMap { item in
-            guard let index = item["index"] as? Int, let url = item["url"] as? String, let code = item["code"] as? String else { return nil }
+        func count(_ name: String, upTo limit: Int) -> Int? {
+            guard let value = object[name] else { return 0 }
+            guard let number = value as? Int, (0...limit).contains(number) else { return nil }
+            return number
+        }
+        guard let done = count("done", upTo: total), let failed = count("failed", upTo: total - done),
+              let stored = count("stored", upTo: done),
+              let received = count("bytes", upTo: 1 << 53), let expected = count("bytesExpected", upTo: 1 << 53) else { return nil }
+        record.done = done
+        record.failed = failed
+        record.stored = stored
+        record.bytes = received
+        record.bytesExpected = expected
+        for (name, keyPath) in [("startedAt", \WarmJobRecord.startedAt), ("finishedAt", \WarmJobRecord.finishedAt)] {
+            guard let value = object[name] else { continue }
+            guard let seconds = time(value) else { return nil }
+            record[keyPath: keyPath] = seconds
+        }
+        record.errors = (object["errors"] as? [[String: Any]] ?? []).prefix(100).compactMap { item in
+            guard let index = item["index"] as? Int, (0..<max(1, total)).contains(index), let url = item["url"] as? String,
+                  let code = item["code"] as? String else { return nil }
             return .init(index: index, url: url, code: code)
         }
         return record
+    }
+
+    /// Seconds since 1970, finite and within the codec's bounds.
+    private static func time(_ value: Any?) -> Double? {
+        guard let seconds = (value as? Double) ?? (value as? Int).map(Double.init), seconds.isFinite,
+              (0...EntryCodec.maxSeconds).contains(seconds) else { return nil }
+        return seconds
     }
 }

@@ -11,10 +11,16 @@
 //   Pu:{<url hash>}         set of primary keys stored for a URL (invalidation, purge by URL)
 //   Pnsv                    hash: namespace → current version
 //   Pwarm:jobs, Pwarm:{<id>}:items   warm jobs
+//   Psecret-fingerprint     HMAC of a fixed label under the instance secret: instances with
+//                           another secret refuse to start (the secret itself is never here)
 //   Pevents                 pub/sub: forgets, namespace versions, finished leases
 // Every key expires with its entry's retention (freshness + stale windows + --retention), so
 // Redis's own eviction (maxmemory-policy allkeys-lru) bounds memory.
+//
+// Whoever can write to Redis can write any value: entries are authenticated (EntryCodec) and
+// every other value read back is checked before use, so a planted value is at worst a miss.
 
+import Crypto
 import CXXHash
 import Dispatch
 import Foundation
@@ -37,6 +43,14 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     let backend: any RedisBackend
     let settings: Settings
     let logger: Logger
+    let codec: EntryCodec
+    /// Hex HMAC-SHA-256 of a fixed label under the secret: the same on every instance that
+    /// has the same secret, and reveals nothing of it.
+    let secretFingerprint: String
+    /// Stored values refused when read (not authentic, malformed): a metric.
+    let rejectedEntries = Atomic<Int>(0)
+    private let rejectionLog = RateLimitedWarning()
+    private let fingerprintLog = RateLimitedWarning()
     /// This instance, in the messages it publishes.
     let instance = UUID().uuidString
     /// Hit counts not yet sent, sharded so that hits on different keys rarely share a lock.
@@ -51,22 +65,27 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     private let usageRefreshedAt = Atomic<UInt64>(0)
 
     /// Connects (failing when Redis cannot be reached, unless `requireConnection` is false).
-    public convenience init(address: RedisAddress, settings: Settings = Settings(), requireConnection: Bool = true, logger: Logger) throws {
-        try self.init(backend: RedisPool(address: address, timeoutMs: settings.timeoutMs), settings: settings,
+    /// `secret` is the instance secret every instance on the store shares (--secret-file).
+    public convenience init(address: RedisAddress, secret: [UInt8], settings: Settings = Settings(), requireConnection: Bool = true,
+                            logger: Logger) throws {
+        try self.init(backend: RedisPool(address: address, timeoutMs: settings.timeoutMs), secret: secret, settings: settings,
                       requireConnection: requireConnection, logger: logger)
     }
 
     /// On a Redis Cluster (`redis-cluster://host:port,host:port`).
-    public convenience init(clusterURL: String, settings: Settings = Settings(), requireConnection: Bool = true, logger: Logger) throws {
+    public convenience init(clusterURL: String, secret: [UInt8], settings: Settings = Settings(), requireConnection: Bool = true,
+                            logger: Logger) throws {
         let cluster = try RedisCluster(url: clusterURL, timeoutMs: settings.timeoutMs)
         if requireConnection { try cluster.discover() } else { try? cluster.discover() }
-        try self.init(backend: cluster, settings: settings, requireConnection: requireConnection, logger: logger)
+        try self.init(backend: cluster, secret: secret, settings: settings, requireConnection: requireConnection, logger: logger)
     }
 
-    public init(backend: any RedisBackend, settings: Settings, requireConnection: Bool, logger: Logger) throws {
+    public init(backend: any RedisBackend, secret: [UInt8], settings: Settings, requireConnection: Bool, logger: Logger) throws {
         self.backend = backend
         self.settings = settings
         self.logger = logger
+        codec = EntryCodec(secret: secret)
+        secretFingerprint = Self.fingerprint(of: secret)
         self.events = RedisEvents(addresses: { backend.subscriberAddresses() }, channel: settings.prefix + "events", logger: logger)
         if requireConnection {
             do throws(RedisError) {
@@ -79,7 +98,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         // Made only now: a dispatch source released before it was resumed traps.
         flushTimer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
         flushTimer.schedule(deadline: .now() + 10, repeating: 10)
-        flushTimer.setEventHandler { [weak self] in self?.flushHits() }
+        flushTimer.setEventHandler { [weak self] in
+            self?.flushHits()
+            self?.reassertSecret()
+        }
         flushTimer.resume()
         events.onMessage { [weak self] verb, argument in self?.received(verb, argument) }
         events.start()
@@ -103,6 +125,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         figures.entries = usage.entries
         figures.bytes = usage.bytes
         figures.failures = backend.failureCount
+        figures.rejectedEntries = rejectedEntries.load(ordering: .relaxed)
         return figures
     }
 
@@ -113,16 +136,46 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         backend.drain()
     }
 
-    /// The key secret every instance on this store shares: created once (SET NX) by the first
-    /// instance, read by the others. Like the SQLite store's secret file beside the database, it
-    /// lives with the entries it keys.
-    public func sharedSecret() throws(RedisError) -> [UInt8] {
-        var generator = SystemRandomNumberGenerator()
-        let fresh = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        let key = Array("\(settings.prefix)secret".utf8)
-        let replies = try backend.run([[Array("SET".utf8), key, fresh, Array("NX".utf8)], [Array("GET".utf8), key]])
-        guard let secret = replies[1].bytes, secret.count >= 32 else { throw RedisError("the shared secret in Redis is missing or too short") }
-        return secret
+    // MARK: - The secret's fingerprint
+
+    static func fingerprint(of secret: [UInt8]) -> String {
+        let code = HMAC<SHA256>.authenticationCode(for: Array("larder-secret-fingerprint/1".utf8), using: SymmetricKey(data: secret))
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: code.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
+    }
+
+    var fingerprintKey: String { "\(settings.prefix)secret-fingerprint" }
+
+    /// Makes sure every instance on this store has the same secret: the first to start records
+    /// the secret's fingerprint, each later one compares its own and refuses to run with
+    /// another (its keys would differ: the same request would be cached twice, and neither
+    /// instance could read the other's entries). Removes the secret an earlier version kept in
+    /// plain beside the entries (`<prefix>secret`).
+    public func claimSecret() throws(RedisError) {
+        let replies = try backend.run([["SET", fingerprintKey, secretFingerprint, "NX"].map { Array($0.utf8) },
+                                       ["GET", fingerprintKey].map { Array($0.utf8) },
+                                       ["DEL", "\(settings.prefix)secret"].map { Array($0.utf8) }])
+        if case .error(let message) = replies[0] { throw RedisError("cannot record the secret's fingerprint in Redis: \(message)") }
+        guard let recorded = replies[1].string else { throw RedisError("cannot read the secret's fingerprint back from Redis") }
+        guard recorded == secretFingerprint else { throw Self.otherSecret(recorded: recorded, key: fingerprintKey, store: backend.display) }
+    }
+
+    static func otherSecret(recorded: String, key: String, store: String) -> RedisError {
+        RedisError("the store at \(store) is used by instances with another secret (the fingerprint in \(key) is \(recorded.prefix(12))…, "
+            + "this secret's differs): give every instance the same --secret-file. To change the secret, stop every instance, "
+            + "delete \(key) and start them all with the new file (or use a new --store-prefix)")
+    }
+
+    /// Every 10 s: records the fingerprint again if Redis lost it (a restart without
+    /// persistence, an eviction), and says so loudly if an instance with another secret
+    /// recorded its own meanwhile.
+    func reassertSecret() {
+        guard let replies = try? backend.run([["SET", fingerprintKey, secretFingerprint, "NX"].map { Array($0.utf8) },
+                                              ["GET", fingerprintKey].map { Array($0.utf8) }]),
+              let recorded = replies[1].string, recorded != secretFingerprint else { return }
+        fingerprintLog.warn(logger, level: .error,
+                            "\(Self.otherSecret(recorded: recorded, key: fingerprintKey, store: backend.display).description); "
+                                + "this instance's entries and theirs are misses to each other")
     }
 
     // MARK: - Keys
@@ -157,19 +210,31 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         return entries(fromHash: reply.array, primaryKey: primaryKey)
     }
 
-    /// The entries among a hash's fields; damaged ones are removed and left out.
+    /// The entries among a hash's fields. A value that is not authentic or not valid (written by
+    /// someone without the secret, damaged, or in another format) is left out, removed,
+    /// counted, and logged at most once a minute (whoever can write one can write millions).
     func entries(fromHash fields: [RedisValue], primaryKey: CacheKey) -> [StoredEntry] {
         var entries: [StoredEntry] = []
         var index = 0
         while index + 1 < fields.count {
             defer { index += 2 }
             guard let name = fields[index].string, name.hasPrefix("e:"), let value = fields[index + 1].bytes else { continue }
-            guard let entry = EntryCodec.decode(value), entry.primaryKey == primaryKey else {
-                logger.warning("a stored entry in Redis fails its checksum; dropping it", metadata: ["key": "\(primaryKey)"])
-                _ = try? backend.run(["HDEL", entryKey(primaryKey), name])
-                continue
+            let rejection: EntryCodec.Rejection
+            do throws(EntryCodec.Rejection) {
+                let entry = try codec.decode(value)
+                // Authentic, but it must also be where it was written (not copied to another key).
+                if entry.primaryKey == primaryKey, name == "e:" + entry.key.hex {
+                    entries.append(entry)
+                    continue
+                }
+                rejection = .misplaced
+            } catch {
+                rejection = error
             }
-            entries.append(entry)
+            rejectedEntries.add(1, ordering: .relaxed)
+            rejectionLog.warn(logger, level: .warning, "a value in Redis \(rejection.rawValue); removed and answered as a miss",
+                              metadata: ["key": "\(entryKey(primaryKey))", "field": "\(name)"])
+            _ = try? backend.run(["HDEL", entryKey(primaryKey), name, "h:" + name.dropFirst(2)])
         }
         return entries
     }
@@ -188,7 +253,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let ttl = String(retentionMs(entry))
         var commands: [[[UInt8]]] = [
             ["EVAL", Self.saveScript, "1", entryKey(entry.primaryKey)].map { Array($0.utf8) }
-                + [Array(entry.key.hex.utf8), EntryCodec.encode(entry), Array(entry.varyNames.joined(separator: ",").utf8), Array(ttl.utf8)],
+                + [Array(entry.key.hex.utf8), codec.encode(entry), Array(entry.varyNames.joined(separator: ",").utf8), Array(ttl.utf8)],
         ]
         for index in entry.tags.map(tagKey) + [urlIndexKey(entry.urlKey)] {
             commands.append(["SADD", index, entry.primaryKey.hex].map { Array($0.utf8) })
@@ -247,7 +312,11 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         var versions: [String: Int64] = [:]
         let fields = reply.array
         for index in stride(from: 0, to: fields.count - 1, by: 2) {
-            if let name = fields[index].string, let version = fields[index + 1].string.flatMap({ Int64($0) }) { versions[name] = version }
+            // As any value read from Redis: used only when it is one the admin API could have set.
+            if let name = fields[index].string, let version = fields[index + 1].string.flatMap({ Int64($0) }),
+               CacheOptions.versions.contains(version) {
+                versions[name] = version
+            }
         }
         return versions
     }
@@ -317,7 +386,9 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             }
         case "version":
             let parts = argument.split(separator: " ", maxSplits: 1)
-            if parts.count == 2, let version = Int64(parts[0]) { versionHandler((namespace: String(parts[1]), version: version)) }
+            if parts.count == 2, let version = Int64(parts[0]), CacheOptions.versions.contains(version) {
+                versionHandler((namespace: String(parts[1]), version: version))
+            }
         case "done":
             let key = CacheKey(hex: argument)
             for wake in waiting.withLock({ $0.removeValue(forKey: key) ?? [] }) { DispatchQueue.global().async(execute: wake) }

@@ -86,6 +86,7 @@ extension SQLiteCacheStore: CacheAdministration {
             removed = rows.count
         } catch {
             logger.error("purge failed", metadata: ["error": "\(error)"])
+            total.failed = true
             return completion(total)
         }
         total.removed += removed

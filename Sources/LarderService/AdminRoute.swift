@@ -4,6 +4,7 @@
 //   DELETE /cache?all=true            everything
 //   POST   /cache/purge               {"urls": [...], "tags": [...]} → {"removed","bytes"}
 //   DELETE /cache/entries/{key}       one key, every variant → 204, or 404 not_found
+// A removal the store failed part way through answers 503 storage_failed, never a success.
 // and the listing, entry and namespace routes in AdminRoute+Entries.swift.
 // With an admin token configured, every /cache route (these and /cache/warm) requires
 // `Authorization: Bearer <token>`, compared in constant time.
@@ -109,6 +110,7 @@ struct AdminRoute: Sendable {
         case "DELETE":
             store.remove(primaryKey: primaryKey) { [tier] result in
                 tier.forget(primaryKey)
+                if result.failed { return responder.respond(finish(Self.storeFailure(result))) }
                 guard result.removed > 0 else {
                     let error = LarderError(.notFound, "no entry is stored under this key")
                     return responder.respond(finish(Self.json(404, error.jsonBody)))
@@ -143,9 +145,18 @@ struct AdminRoute: Sendable {
             var total = removed
             total.removed += result.removed
             total.bytes += result.bytes
+            // Never a success the store did not see: what was not removed would be served again.
+            if result.failed { return responder.respond(finish(Self.storeFailure(total))) }
             _ = purge(Array(filters.dropFirst()), removed: total, responder: responder, finish: finish)
         }
         return nil
+    }
+
+    /// 503 `storage_failed` for a removal the store failed part way through.
+    static func storeFailure(_ result: PurgeResult) -> HTTPServerResponse {
+        let error = LarderError(.storageFailed, "the store failed before the removal was complete (\(result.removed) entries removed); "
+            + "entries it should have removed may remain: retry")
+        return json(error.status, error.jsonBody)
     }
 
     // MARK: - Statistics

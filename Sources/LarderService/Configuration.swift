@@ -11,7 +11,10 @@ public struct LarderConfiguration: Sendable {
     public var port: Int = 8080
     /// The SQLite file (created with its directory when absent).
     public var databasePath: String = "data/larder.sqlite"
-    /// 32 random bytes keying the cache-key HMAC, created on first start; nil = `<database>.secret`.
+    /// The file holding the instance secret, which keys the cache-key HMAC, seals warm jobs and
+    /// authenticates a shared store's entries (at least 32 bytes; see `SecretFile`). Required
+    /// with a shared store, and never created then; with SQLite, nil = `<database>.secret`,
+    /// created on first start.
     public var secretPath: String?
     /// Named upstreams, usable from /fetch as `"upstream": NAME, "path": …`.
     public var upstreams: [NamedUpstream] = []
@@ -127,6 +130,13 @@ public struct LarderConfiguration: Sendable {
 
     public var resolvedSecretPath: String { secretPath ?? databasePath + ".secret" }
 
+    /// Whether the store is shared by many instances (Redis, Redis Cluster).
+    public var isSharedStore: Bool { store != "sqlite" }
+
+    static let sharedSecretRequired = "a shared store needs a secret file, the same for every instance and kept out of Redis: "
+        + "make one with `head -c 32 /dev/urandom | base64 > larder.secret` and give it with --secret-file larder.secret "
+        + "(or LARDER_SECRET_FILE, or secretFile in the config file)"
+
     /// Checks values a user typed; throws with the option at fault.
     public func validate() throws(ConfigurationError) {
         guard (0...65535).contains(port) else { throw ConfigurationError("port \(port) is out of range 0–65535") }
@@ -164,6 +174,8 @@ public struct LarderConfiguration: Sendable {
                 do { _ = try RedisAddress(url: store) } catch { throw ConfigurationError(error.description) }
             }
         }
+        if isSharedStore, secretPath == nil { throw ConfigurationError(Self.sharedSecretRequired) }
+        if let secretPath, secretPath.isEmpty { throw ConfigurationError("the secret file path is empty") }
         guard !storePrefix.isEmpty, storePrefix.utf8.count <= 64, !storePrefix.contains("{"), !storePrefix.contains("}") else {
             throw ConfigurationError("the store prefix must be 1 to 64 characters without braces")
         }

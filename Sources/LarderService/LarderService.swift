@@ -68,24 +68,20 @@ public final class LarderService: @unchecked Sendable {
         capacity.maxBytes = configuration.maxBytes
         capacity.retention = configuration.retentionSeconds
         capacity.keepStaleFor = configuration.staleOnErrorSeconds
-        let store = try Self.openStore(configuration, logger: logger)
-        // Instances on one shared store must derive the same keys: they share the secret the
-        // store keeps (unless the operator gives every instance the same --secret-file).
-        let secret: [UInt8]
-        if let redis = store as? RedisCacheStore, configuration.secretPath == nil {
+        let secret = try Self.secret(configuration)
+        let store = try Self.openStore(configuration, secret: secret, logger: logger)
+        if let redis = store as? RedisCacheStore {
+            // Instances on one shared store must have the same secret, or they would key the
+            // same request differently and split the cache: the first records its fingerprint,
+            // the others compare.
             do {
-                secret = try redis.sharedSecret()
-            } catch where configuration.storeFallbackPassThrough {
-                // Started without Redis: keys from the local secret until a restart with Redis
-                // there (until then this instance's entries are its own).
-                logger.warning("cannot read the shared key secret from Redis; using \(configuration.resolvedSecretPath) until restarted with Redis reachable")
-                secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
+                try redis.claimSecret()
+            } catch where configuration.storeFallbackPassThrough && !redis.storageHealthy {
+                logger.warning("cannot compare the secret's fingerprint with Redis's now; it is compared when Redis answers")
             } catch {
                 store.close()
-                throw ConfigurationError("cannot read or create the shared key secret in Redis: \(error)")
+                throw ConfigurationError("cannot start on \(redis.addressDisplay): \(error)")
             }
-        } else {
-            secret = try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
         }
         // Filled by the listeners below as each binds, before it accepts: no upstream connection
         // may reach them, or a /fetch caller could drive this instance's own routes.
@@ -229,8 +225,18 @@ public final class LarderService: @unchecked Sendable {
         }
     }
 
+    /// The instance secret. On a shared store it is the operator's (--secret-file, required
+    /// and never created: every instance needs the same one, and it must not live in the store
+    /// it protects). On SQLite it is `--secret-file` when given, else `<db>.secret`, created on
+    /// first start when absent.
+    static func secret(_ configuration: LarderConfiguration) throws -> [UInt8] {
+        guard configuration.isSharedStore else { return try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath) }
+        guard let path = configuration.secretPath else { throw ConfigurationError(LarderConfiguration.sharedSecretRequired) }
+        return try SecretFile.load(at: path)
+    }
+
     /// The configured store: SQLite (the default) or Redis (`--store redis://…`).
-    static func openStore(_ configuration: LarderConfiguration, logger: Logger) throws -> any OperatedStore {
+    static func openStore(_ configuration: LarderConfiguration, secret: [UInt8], logger: Logger) throws -> any OperatedStore {
         guard configuration.store != "sqlite" else {
             var capacity = StoreCapacity()
             capacity.maxBytes = configuration.maxBytes
@@ -263,9 +269,10 @@ public final class LarderService: @unchecked Sendable {
         settings.retention = configuration.retentionSeconds
         let require = !configuration.storeFallbackPassThrough
         let store = configuration.store.hasPrefix("redis-cluster://")
-            ? try RedisCacheStore(clusterURL: configuration.store, settings: settings, requireConnection: require, logger: logger)
-            : try RedisCacheStore(address: try RedisAddress(url: configuration.store), settings: settings, requireConnection: require,
+            ? try RedisCacheStore(clusterURL: configuration.store, secret: secret, settings: settings, requireConnection: require,
                                   logger: logger)
+            : try RedisCacheStore(address: try RedisAddress(url: configuration.store), secret: secret, settings: settings,
+                                  requireConnection: require, logger: logger)
         if !store.storageHealthy {
             logger.warning("Redis at \(store.addressDisplay) is unreachable; serving uncached until it returns (--store-fallback pass-through)")
         }
@@ -355,13 +362,42 @@ func requireWritableDatabase(at path: String) throws {
     }
 }
 
-/// The instance secret: 32 random bytes in a file readable by the owner only.
+/// The instance secret's file. One rule for reading every such file: its bytes, less one
+/// trailing newline when the rest is text (as `base64` writes it), so a file written with or
+/// without that newline gives the same secret; at least 32 bytes. Files Larder creates itself
+/// hold 32 random bytes (mode 0600).
 enum SecretFile {
-    static func loadOrCreate(at path: String) throws -> [UInt8] {
-        if let data = FileManager.default.contents(atPath: path) {
-            guard data.count >= 32 else { throw ConfigurationError("secret file \(path) is shorter than 32 bytes") }
-            return Array(data)
+    static let minimumBytes = 32
+
+    /// An operator's file, which must exist.
+    static func load(at path: String) throws -> [UInt8] {
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw ConfigurationError("the secret file \(path) does not exist; make it once with "
+                + "`head -c 32 /dev/urandom | base64 > \(path)` and give every instance the same file")
         }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ConfigurationError("cannot read the secret file \(path) (\(String(cString: strerror(errno))))")
+        }
+        return try secret(in: Array(data), path: path)
+    }
+
+    /// The bytes a file holds as a secret.
+    static func secret(in content: [UInt8], path: String) throws -> [UInt8] {
+        var bytes = content
+        if bytes.last == UInt8(ascii: "\n") {
+            var text = bytes.dropLast()
+            if text.last == UInt8(ascii: "\r") { text = text.dropLast() }
+            if text.allSatisfy({ (0x20...0x7E).contains($0) }) { bytes = Array(text) }
+        }
+        guard bytes.count >= minimumBytes else {
+            throw ConfigurationError("the secret file \(path) holds \(bytes.count) bytes; at least \(minimumBytes) are needed "
+                + "(make one with `head -c 32 /dev/urandom | base64 > \(path)`)")
+        }
+        return bytes
+    }
+
+    static func loadOrCreate(at path: String) throws -> [UInt8] {
+        if FileManager.default.fileExists(atPath: path) { return try load(at: path) }
         let directory = (path as NSString).deletingLastPathComponent
         if !directory.isEmpty {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -371,14 +407,14 @@ enum SecretFile {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         guard descriptor >= 0 else {
             // Another process created it first: use theirs.
-            if let data = FileManager.default.contents(atPath: path), data.count >= 32 { return Array(data) }
+            if FileManager.default.fileExists(atPath: path) { return try load(at: path) }
             throw ConfigurationError("cannot create secret file \(path): \(String(cString: strerror(errno)))")
         }
         defer { close(descriptor) }
         let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
         guard written == bytes.count else { throw ConfigurationError("cannot write secret file \(path)") }
         fsync(descriptor)
-        return bytes
+        return try secret(in: bytes, path: path)
     }
 }
 

@@ -33,7 +33,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let gauges = Locked<[Key: CoreMetrics.Gauge]>([:])
     private let namespaces = Locked<Set<String>>([])
     private let upstreams = Locked<[String: UpstreamMetrics]>([:])
-    private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int, skipped: Int)>((0, 0, 0, 0, 0))
+    private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int, skipped: Int, rejected: Int)>((0, 0, 0, 0, 0, 0))
 
     init(namespaceLimit: Int, startedAt: Double) {
         var factory = PrometheusMetricsFactory(registry: registry)
@@ -227,16 +227,21 @@ final class LarderMetrics: TrafficObserver, Sendable {
         gauge("larder_cache_capacity_bytes").record(figures.capacityBytes ?? 0)
         gauge("larder_storage_healthy").record(store.storageHealthy ? 1 : 0)
         // Counters kept by the store; Prometheus counters advance by what changed since.
-        let (evicted, expired, failed, shed, skipped) = reported.withLock { reported -> (Int, Int, Int, Int, Int) in
-            defer { reported = (figures.evictions, figures.expiredRemovals, figures.failures, figures.shedWrites, figures.lookupsSkipped) }
+        let (evicted, expired, failed, shed, skipped, rejected) = reported.withLock { reported -> (Int, Int, Int, Int, Int, Int) in
+            defer {
+                reported = (figures.evictions, figures.expiredRemovals, figures.failures, figures.shedWrites, figures.lookupsSkipped,
+                            figures.rejectedEntries)
+            }
             return (figures.evictions - reported.evictions, figures.expiredRemovals - reported.expired, figures.failures - reported.failures,
-                    figures.shedWrites - reported.shed, figures.lookupsSkipped - reported.skipped)
+                    figures.shedWrites - reported.shed, figures.lookupsSkipped - reported.skipped,
+                    figures.rejectedEntries - reported.rejected)
         }
         counter("larder_cache_evictions_total", []).increment(by: max(0, evicted))
         counter("larder_cache_expired_removals_total", []).increment(by: max(0, expired))
         counter("larder_store_errors_total", []).increment(by: max(0, failed))
         counter("larder_store_writes_shed_total", []).increment(by: max(0, shed))
         counter("larder_store_lookups_skipped_total", []).increment(by: max(0, skipped))
+        counter("larder_store_rejected_entries_total", []).increment(by: max(0, rejected))
         gauge("larder_memory_tier_bytes").record(tier.bytes)
         gauge("larder_body_files_open").record(figures.bodyFilesOpen)
         gauge("larder_request_memo_bytes").record(memoBytes)

@@ -218,7 +218,7 @@ struct ProxyRoute: Sendable {
             }
         }
         let report = served.report
-        headers.append(("Age", String(Int(report.age.rounded(.down)))))
+        headers.append(("Age", String(WholeSeconds.of(report.age, rounding: .down))))
         headers.append(("Cache-Status", cacheStatus(report, status: served.status, method: method)))
 
         if !conditions.isEmpty, method == .get || method == .head, served.status == 200,
@@ -284,17 +284,17 @@ struct ProxyRoute: Sendable {
     static func cacheStatus(_ report: CacheReport, status: Int, method: HTTPMethod) -> String {
         // The hot paths, without an array: a hit, and a miss stored.
         if report.outcome == .hit, !report.coalesced {
-            return "larder; hit; ttl=" + String(Int((report.ttl ?? 0).rounded(.up)))
+            return "larder; hit; ttl=" + String(WholeSeconds.of(report.ttl ?? 0, rounding: .up))
         }
         if report.outcome == .miss, report.stored, let ttl = report.ttl {
-            return "larder; fwd=uri-miss; fwd-status=" + String(status) + "; stored; ttl=" + String(Int(ttl.rounded(.up)))
+            return "larder; fwd=uri-miss; fwd-status=" + String(status) + "; stored; ttl=" + String(WholeSeconds.of(ttl, rounding: .up))
         }
         var parts = ["larder"]
         switch report.outcome {
         case .hit:
             parts.append("hit")
             if report.coalesced { parts.append("collapsed") }
-            parts.append("ttl=\(Int((report.ttl ?? 0).rounded(.up)))")
+            parts.append("ttl=\(WholeSeconds.of(report.ttl ?? 0, rounding: .up))")
         case .stale:
             parts.append("hit")
             parts.append("ttl=0")
@@ -304,13 +304,13 @@ struct ProxyRoute: Sendable {
             parts.append("fwd=stale")
             parts.append("fwd-status=304")
             if report.stored { parts.append("stored") }
-            if let ttl = report.ttl { parts.append("ttl=\(Int(ttl.rounded(.up)))") }
+            if let ttl = report.ttl { parts.append("ttl=\(WholeSeconds.of(ttl, rounding: .up))") }
         case .miss:
             parts.append("fwd=uri-miss")
             parts.append("fwd-status=\(status)")
             if report.stored {
                 parts.append("stored")
-                if let ttl = report.ttl { parts.append("ttl=\(Int(ttl.rounded(.up)))") }
+                if let ttl = report.ttl { parts.append("ttl=\(WholeSeconds.of(ttl, rounding: .up))") }
             }
         case .bypass:
             parts.append(CacheRules.isCacheable(method: method, ttl: nil) ? "fwd=bypass" : "fwd=method")

@@ -36,7 +36,7 @@ struct Serve: ParsableCommand {
     @Option(help: "SQLite database file (env LARDER_DB; default data/larder.sqlite).")
     var db: String?
 
-    @Option(help: "File holding the 32-byte key secret (default: <db>.secret, created when absent).")
+    @Option(help: "File holding the key secret, at least 32 bytes (env LARDER_SECRET_FILE). Required with a shared store (--store redis…): the same file on every instance, made once with `head -c 32 /dev/urandom | base64 > larder.secret`. With SQLite, default <db>.secret, created when absent.")
     var secretFile: String?
 
     @Option(name: .customLong("upstream"), help: "A named upstream, NAME=URL (repeatable); use it from /fetch with \"upstream\" and \"path\".")
@@ -174,10 +174,11 @@ struct Serve: ParsableCommand {
         }
         if let raw = environment["LARDER_DB"] { configuration.databasePath = raw }
         // Set but empty is refused, not read as unset: it would leave the routes open silently.
-        for (name, token) in [("LARDER_ADMIN_TOKEN", \LarderConfiguration.adminToken), ("LARDER_METRICS_TOKEN", \.metricsToken)] {
+        for (name, setting) in [("LARDER_ADMIN_TOKEN", \LarderConfiguration.adminToken), ("LARDER_METRICS_TOKEN", \.metricsToken),
+                              ("LARDER_SECRET_FILE", \.secretPath)] {
             guard let raw = environment[name] else { continue }
-            guard !raw.isEmpty else { throw ValidationError("\(name) is set but empty: give a token, or unset it to run without one") }
-            configuration[keyPath: token] = raw
+            guard !raw.isEmpty else { throw ValidationError("\(name) is set but empty: give a value, or unset it (an empty token would leave the routes open)") }
+            configuration[keyPath: setting] = raw
         }
         if let host { configuration.host = host }
         if let port { configuration.port = port }

@@ -10,10 +10,13 @@ import XCTest
 
 final class SharedStoreTests: IntegrationTestCase {
     private var redis: RedisServer!
+    /// The secret every instance of a test shares (--secret-file).
+    private var secretFile: String!
 
     override func setUpWithError() throws {
         try super.setUpWithError()
         redis = try RedisServer()
+        secretFile = try makeSecretFile()
     }
 
     override func tearDown() {
@@ -24,6 +27,7 @@ final class SharedStoreTests: IntegrationTestCase {
     private func startShared(_ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
         try startLarder { configuration in
             configuration.store = self.redis.url
+            configuration.secretPath = self.secretFile
             configuration.databasePath = self.directory.appendingPathComponent("unused-\(UUID().uuidString).sqlite").path
             configure(&configuration)
         }
@@ -142,9 +146,13 @@ final class SharedStoreTests: IntegrationTestCase {
     func testRedisDownAtStartFailsUnlessPassThroughIsChosen() throws {
         let port = redis.port
         redis.stop()
-        XCTAssertThrowsError(try startLarder { $0.store = "redis://127.0.0.1:\(port)" })
+        XCTAssertThrowsError(try startLarder { configuration in
+            configuration.store = "redis://127.0.0.1:\(port)"
+            configuration.secretPath = self.secretFile
+        })
         let larder = try startLarder { configuration in
             configuration.store = "redis://127.0.0.1:\(port)"
+            configuration.secretPath = self.secretFile
             configuration.storeFallbackPassThrough = true
         }
         let client = try larder.connection()
@@ -236,9 +244,12 @@ final class SharedStoreTests: IntegrationTestCase {
 final class RedisClusterTests: IntegrationTestCase {
     private var cluster: RedisClusterNodes!
 
+    private var secretFile: String!
+
     override func setUpWithError() throws {
         try super.setUpWithError()
         cluster = try RedisClusterNodes()
+        secretFile = try makeSecretFile()
     }
 
     override func tearDown() {
@@ -249,6 +260,7 @@ final class RedisClusterTests: IntegrationTestCase {
     private func startOnCluster() throws -> RunningLarder {
         try startLarder { configuration in
             configuration.store = self.cluster.url
+            configuration.secretPath = self.secretFile
             configuration.databasePath = self.directory.appendingPathComponent("unused-\(UUID().uuidString).sqlite").path
         }
     }

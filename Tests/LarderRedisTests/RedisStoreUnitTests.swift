@@ -1,7 +1,9 @@
-// The shared store's pure parts: the entry codec (round trip; damage and truncation are
-// refused), Redis Cluster key slots, command routing, and store addresses.
+// The shared store's pure parts: the entry codec (round trip; damage, truncation, values
+// written without the secret and hostile fields are refused, never a trap), Redis Cluster key
+// slots, command routing, and store addresses.
 
 @testable import LarderRedis
+import CXXHash
 import LarderCore
 import LarderEngine
 import XCTest
@@ -19,20 +21,141 @@ final class RedisStoreUnitTests: XCTestCase {
         return entry
     }
 
-    func testAnEntryRoundTripsThroughTheCodec() {
-        XCTAssertEqual(EntryCodec.decode(EntryCodec.encode(entry())), entry())
+    private let codec = EntryCodec(secret: Array(repeating: 1, count: 32))
+
+    func testAnEntryRoundTripsThroughTheCodec() throws {
+        XCTAssertEqual(try codec.decode(codec.encode(entry())), entry())
+        var text = entry()
+        text.body = Array("héllo\n".utf8)
+        text.bodyKind = .text
+        text.varyNames = []
+        text.key = text.primaryKey
+        XCTAssertEqual(try codec.decode(codec.encode(text)), text)
     }
 
     func testDamagedOrTruncatedValuesAreRefused() {
-        let encoded = EntryCodec.encode(entry())
+        let encoded = codec.encode(entry())
         for offset in [4, 100, encoded.count / 2, encoded.count - 1] {
             var damaged = encoded
             damaged[offset] ^= 0x01
-            XCTAssertNil(EntryCodec.decode(damaged), "a flipped bit at \(offset)")
+            XCTAssertThrowsError(try codec.decode(damaged), "a flipped bit at \(offset)")
         }
-        XCTAssertNil(EntryCodec.decode(Array(encoded.dropLast(10))))
-        XCTAssertNil(EntryCodec.decode(Array("LRD1".utf8)))
-        XCTAssertNil(EntryCodec.decode([]))
+        for length in 0..<encoded.count {
+            XCTAssertThrowsError(try codec.decode(Array(encoded.prefix(length))), "cut to \(length) bytes")
+        }
+        XCTAssertThrowsError(try codec.decode(encoded + [0]))
+        XCTAssertThrowsError(try codec.decode(Array("LRD2".utf8)))
+    }
+
+    // MARK: - Security review (issue 32, item 2): values written by someone else
+
+    func testAValueWrittenWithAnotherSecretOrWithAChecksumIsNotAuthentic() {
+        let other = EntryCodec(secret: Array(repeating: 2, count: 32))
+        XCTAssertThrowsError(try codec.decode(other.encode(entry()))) { XCTAssertEqual($0 as? EntryCodec.Rejection, .notAuthentic) }
+        // The former format (an XXH3-64 anyone can compute again) and a tag of the right size
+        // that is not the HMAC.
+        var payload = EntryCodec.payload(entry())
+        payload.replaceSubrange(0..<4, with: Array("LRD1".utf8))
+        let checksum = payload.withUnsafeBytes { XXH3_64bits($0.baseAddress, $0.count) }
+        XCTAssertThrowsError(try codec.decode(payload + withUnsafeBytes(of: checksum.littleEndian, Array.init)))
+        XCTAssertThrowsError(try codec.decode(EntryCodec.payload(entry()) + Array(repeating: 0xAB, count: 32))) {
+            XCTAssertEqual($0 as? EntryCodec.Rejection, .notAuthentic)
+        }
+    }
+
+    /// The entry's fields in the codec's order, to be altered one at a time.
+    private enum Field {
+        case string(String?), bytes([UInt8]), integer(Int64), double(Double)
+        /// A length prefix that says `length`, followed by `bytes`.
+        case lying(length: Int64, bytes: [UInt8])
+    }
+
+    private func fields() -> [Field] {
+        [.string("ab12.cd"), .string("ab12"), .string("accept-language"), .string("cd"), .string("ns"), .string("GET"),
+         .string("https://x.test/a?b=1"), .string("https://x.test/a?b=1"), .integer(203), .bytes(Array(#"{"a":"b"}"#.utf8)),
+         .bytes(Array(repeating: 7, count: 3000)), .integer(2), .double(1000.5), .double(60), .integer(3), .double(5), .double(9),
+         .integer(1), .double(2), .string(nil), .string("\"e\""), .string(nil), .integer(2), .string("t1"), .string("t2")]
+    }
+
+    private func payload(_ fields: [Field]) -> [UInt8] {
+        var out = Array("LRD2".utf8)
+        func integer(_ value: Int64) { withUnsafeBytes(of: value.littleEndian) { out.append(contentsOf: $0) } }
+        for field in fields {
+            switch field {
+            case .string(nil): integer(-1)
+            case .string(let text?): integer(Int64(text.utf8.count)); out += Array(text.utf8)
+            case .bytes(let bytes): integer(Int64(bytes.count)); out += bytes
+            case .integer(let value): integer(value)
+            case .double(let value): integer(Int64(bitPattern: value.bitPattern))
+            case .lying(let length, let bytes): integer(length); out += bytes
+            }
+        }
+        return out
+    }
+
+    /// `fields` with the one at `index` replaced, sealed with the right secret: what only a
+    /// holder of the secret could write, so that the field checks alone stand in the way.
+    private func authentic(_ index: Int, _ field: Field) -> [UInt8] {
+        var altered = fields()
+        altered[index] = field
+        return codec.sealed(payload(altered))
+    }
+
+    func testHostileFieldsInAnAuthenticValueAreRefusedWithoutTrapping() {
+        XCTAssertEqual(payload(fields()), EntryCodec.payload(entry()), "the test writes the codec's format")
+        XCTAssertNoThrow(try codec.decode(codec.sealed(payload(fields()))))
+        let huge = Int64.max
+        let hostile: [(String, Int, Field)] = [
+            ("a body length of 2^63-1", 10, .lying(length: huge, bytes: [])),
+            ("a header length of 2^63-1", 9, .lying(length: huge, bytes: [])),
+            ("a key length of 2^63-1", 0, .lying(length: huge, bytes: [])),
+            ("a body length one past the end", 10, .lying(length: 3000 + 200, bytes: Array(repeating: 7, count: 3000))),
+            ("a negative length", 10, .lying(length: -2, bytes: [])),
+            ("an absent key (-1)", 0, .string(nil)),
+            ("an infinite lifetime", 13, .double(.infinity)),
+            ("a NaN lifetime", 13, .double(.nan)),
+            ("a negative lifetime", 13, .double(-1)),
+            ("a huge lifetime", 13, .double(1e300)),
+            ("an infinite store time", 12, .double(.infinity)),
+            ("a NaN initial age", 18, .double(.nan)),
+            ("an infinite stale-if-error", 16, .double(-.infinity)),
+            ("a huge stale-while-revalidate", 15, .double(.greatestFiniteMagnitude)),
+            ("a status out of range", 8, .integer(Int64.min)),
+            ("a body kind out of range", 11, .integer(Int64.max)),
+            ("a must-revalidate flag of 2", 17, .integer(2)),
+            ("a version out of range", 14, .integer(Int64.max)),
+            ("a tag count of 2^63-1", 22, .integer(huge)),
+            ("a negative tag count", 22, .integer(-1)),
+            ("a method that is not a token", 5, .string("G T")),
+            ("headers that are not a JSON object", 9, .bytes(Array("[1]".utf8))),
+            ("a key that is not the primary key's", 0, .string("ffff.cd")),
+            ("a key with a quote", 0, .string("ab12.\"")),
+            ("a primary key that is not hex", 1, .string("{ab12}")),
+            ("a namespace of 1 MB", 4, .string(String(repeating: "n", count: 1 << 20))),
+            ("invalid UTF-8 in the URL", 6, .bytes([0x68, 0xFF, 0xFE])),
+            ("an invalid Vary name", 2, .string("accept language")),
+            ("an invalid tag", 23, .string("a,b")),
+        ]
+        for (name, index, field) in hostile {
+            XCTAssertThrowsError(try codec.decode(authentic(index, field)), name) {
+                XCTAssertEqual($0 as? EntryCodec.Rejection, .malformed, name)
+            }
+        }
+        // Body kinds whose bodies are embedded in answers must hold what they say.
+        var json = fields()
+        json[11] = .integer(0)
+        json[10] = .bytes(Array(#"{"a": [1, 2"#.utf8))
+        XCTAssertThrowsError(try codec.decode(codec.sealed(payload(json))), "a JSON body that is not JSON")
+        var text = fields()
+        text[11] = .integer(1)
+        text[10] = .bytes([0x61, 0xC3])
+        XCTAssertThrowsError(try codec.decode(codec.sealed(payload(text))), "a text body that is not UTF-8")
+        // Cut at every field boundary and inside every field, then sealed.
+        let whole = payload(fields())
+        for length in stride(from: 4, to: whole.count, by: 7) {
+            XCTAssertThrowsError(try codec.decode(codec.sealed(Array(whole.prefix(length)))), "cut to \(length) bytes")
+        }
+        XCTAssertThrowsError(try codec.decode(codec.sealed(whole + [0])), "a byte past the last field")
     }
 
     func testClusterSlotsFollowTheHashTag() {

@@ -44,11 +44,20 @@ final class RedisServer {
 
     func stop() {
         if process.isRunning {
+            // A stopped process (pause) would hold SIGTERM until continued.
+            resume()
             process.terminate()
             process.waitUntilExit()
         }
         try? FileManager.default.removeItem(at: directory)
     }
+
+    /// Freezes the server (SIGSTOP): connections stay open and nothing is answered, as with a
+    /// Redis that hangs. `resume` (or `stop`) undoes it.
+    func pause() { kill(process.processIdentifier, SIGSTOP) }
+
+    /// SIGCONT; harmless when not paused.
+    func resume() { kill(process.processIdentifier, SIGCONT) }
 
     deinit { stop() }
 
@@ -64,6 +73,64 @@ final class RedisServer {
 
     var isRunning: Bool { process.isRunning }
 
+    /// One command with binary arguments over a fresh connection, and its whole reply (what a
+    /// raw client, or an attacker with access to Redis, would send).
+    func send(_ arguments: [[UInt8]]) throws -> RESPValue {
+        let connection = try TestConnection(port: port, timeoutSeconds: 10)
+        var request = Array("*\(arguments.count)\r\n".utf8)
+        for argument in arguments { request += Array("$\(argument.count)\r\n".utf8) + argument + Array("\r\n".utf8) }
+        try connection.sendAll(request)
+        return try RESPValue.read(from: connection)
+    }
+
+    func send(_ arguments: [String]) throws -> RESPValue { try send(arguments.map { Array($0.utf8) }) }
+
+    /// Every key, by SCAN.
+    func allKeys() throws -> [String] {
+        var keys: [String] = []
+        var cursor = "0"
+        repeat {
+            let reply = try send(["SCAN", cursor, "COUNT", "1000"]).array
+            guard reply.count == 2, let next = reply[0].text else { throw TestClientError(description: "unexpected SCAN reply") }
+            keys += reply[1].array.compactMap(\.text)
+            cursor = next
+        } while cursor != "0"
+        return keys
+    }
+}
+
+/// A Redis reply (RESP2).
+enum RESPValue: Equatable {
+    case status(String)
+    case error(String)
+    case integer(Int)
+    case bytes([UInt8])
+    case null
+    case array([RESPValue])
+
+    var bytes: [UInt8]? { if case .bytes(let value) = self { value } else { nil } }
+    var text: String? { bytes.map { String(decoding: $0, as: UTF8.self) } }
+    var array: [RESPValue] { if case .array(let values) = self { values } else { [] } }
+
+    static func read(from connection: TestConnection) throws -> RESPValue {
+        let line = try connection.readLine()
+        guard let kind = line.first else { throw TestClientError(description: "empty RESP line") }
+        let rest = String(line.dropFirst())
+        switch kind {
+        case "+": return .status(rest)
+        case "-": return .error(rest)
+        case ":": return .integer(Int(rest) ?? 0)
+        case "$":
+            guard let count = Int(rest), count >= 0 else { return .null }
+            let value = try connection.readExactly(count + 2)
+            return .bytes(Array(value.dropLast(2)))
+        case "*":
+            guard let count = Int(rest), count >= 0 else { return .null }
+            return .array(try (0..<count).map { _ in try read(from: connection) })
+        default:
+            throw TestClientError(description: "unexpected RESP line \(line)")
+        }
+    }
 }
 
 /// A Redis Cluster of the test's own: 3 masters and 3 replicas on loopback ports, joined with
@@ -151,5 +218,17 @@ extension RedisServer {
         let data = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         return String(decoding: data, as: UTF8.self)
+    }
+}
+
+extension IntegrationTestCase {
+    /// A secret file as an operator makes one for a shared store
+    /// (`head -c 32 /dev/urandom | base64 > larder.secret`), in the test's directory.
+    func makeSecretFile(_ name: String = "larder.secret") throws -> String {
+        var generator = SystemRandomNumberGenerator()
+        let random = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let path = directory.appendingPathComponent(name).path
+        try Data((Data(random).base64EncodedString() + "\n").utf8).write(to: URL(fileURLWithPath: path))
+        return path
     }
 }

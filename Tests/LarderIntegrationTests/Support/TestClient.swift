@@ -168,6 +168,13 @@ final class TestConnection {
         }
     }
 
+    /// Exactly `count` bytes (binary line protocols: the Redis test helper).
+    func readExactly(_ count: Int) throws -> [UInt8] {
+        while buffer.count < count { try fill() }
+        defer { buffer.removeFirst(count) }
+        return Array(buffer[..<count])
+    }
+
     private func fill() throws {
         var chunk = [UInt8](repeating: 0, count: 65536)
         let received = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }

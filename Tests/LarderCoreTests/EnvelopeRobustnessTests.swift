@@ -1,0 +1,41 @@
+// Security review (issue 32, item 2), defence in depth: whatever times a stored entry holds (a
+// value planted in Redis, an edited database), the answer renders; no conversion traps.
+
+import LarderCore
+import XCTest
+
+final class EnvelopeRobustnessTests: XCTestCase {
+    private func render(age: Double, ttl: Double?) -> [String: Any]? {
+        let report = CacheReport(outcome: .hit, key: CacheKey(hex: "ab"), age: age, ttl: ttl, version: 0, stored: true)
+        let bytes = Envelope.render(status: 200, headersJSON: Array("{}".utf8), body: Array("x".utf8), kind: .text, cache: report,
+                                    totalMs: .nan, upstreamMs: .infinity)
+        guard case .object(let object)? = try? JSONParser.parse(bytes), case .object(let cache)? = object["cache"] else { return nil }
+        return cache.mapValues { value -> Any in
+            if case .int(let number) = value { return Int(number) }
+            return value
+        }
+    }
+
+    func testNonFiniteAndHugeSecondsRenderAsBoundedWholeNumbers() throws {
+        let cases: [(age: Double, ttl: Double?, shownAge: Int, shownTTL: Int?)] = [
+            (.infinity, .infinity, Int(WholeSeconds.limit), Int(WholeSeconds.limit)),
+            (.nan, .nan, 0, 0),
+            (-.infinity, -1e300, -Int(WholeSeconds.limit), -Int(WholeSeconds.limit)),
+            (1e300, .greatestFiniteMagnitude, Int(WholeSeconds.limit), Int(WholeSeconds.limit)),
+            (12.7, 47.2, 12, 48),
+        ]
+        for (age, ttl, shownAge, shownTTL) in cases {
+            let cache = try XCTUnwrap(render(age: age, ttl: ttl), "age \(age), ttl \(String(describing: ttl)): valid JSON")
+            XCTAssertEqual(cache["age"] as? Int, shownAge, "age \(age)")
+            XCTAssertEqual(cache["ttl"] as? Int, shownTTL, "ttl \(String(describing: ttl))")
+        }
+    }
+
+    func testJSONNumbersThatAreNotFiniteAreNull() {
+        for value in [Double.infinity, -.infinity, .nan] {
+            var out: [UInt8] = []
+            JSONWriter.appendNumber(value, to: &out)
+            XCTAssertEqual(String(decoding: out, as: UTF8.self), "null")
+        }
+    }
+}
