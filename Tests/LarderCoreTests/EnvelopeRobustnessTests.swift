@@ -11,7 +11,7 @@ final class EnvelopeRobustnessTests: XCTestCase {
                                     totalMs: .nan, upstreamMs: .infinity)
         guard case .object(let object)? = try? JSONParser.parse(bytes), case .object(let cache)? = object["cache"] else { return nil }
         return cache.mapValues { value -> Any in
-            if case .int(let number) = value { return Int(number) }
+            if case .number(let number) = value, let integer = number.int64 { return Int(integer) }
             return value
         }
     }
