@@ -434,8 +434,9 @@ public protocol WarmJobStore: Sendable {
     /// Marks one item finished (`done` or `failed`) and saves the job's counters, in one
     /// transaction, in the order of calls; then calls back.
     func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void)
-    /// Saves the job's state and counters, in the order of calls; then calls back.
-    func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable () -> Void)
+    /// Saves the job's state and counters, in the order of calls; then calls back with whether
+    /// the store took the write (a cancellation that was not saved must not be reported done).
+    func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable (_ saved: Bool) -> Void)
     /// Every job, with the sealed specs of its items not finished yet (index, spec).
     func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])]
 }

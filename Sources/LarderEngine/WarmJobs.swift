@@ -120,10 +120,14 @@ public final class WarmJobs: Sendable {
     /// Cancels a job: nothing more starts, transfers in flight are aborted. `completion` gets
     /// the job once the cancellation is durable (so a status read after it says `cancelled`),
     /// or nil when the job is unknown.
-    public func cancel(_ id: String, completion: @escaping @Sendable (WarmJobRecord?) -> Void) {
-        guard let job = jobs.withLock({ $0[id] }) else { return completion(nil) }
+    /// Cancels the job here at once; calls back with its record (nil: no such job) and whether
+    /// the cancellation was saved. One that was not (the store out of reach) is written again by
+    /// the next cancel, so that another instance does not resume the job.
+    public func cancel(_ id: String, completion: @escaping @Sendable (_ record: WarmJobRecord?, _ saved: Bool) -> Void) {
+        guard let job = jobs.withLock({ $0[id] }) else { return completion(nil, true) }
         let now = clock.now()
-        let changed = persist(job, then: { completion(job.snapshot) }) { record in
+        let changed = persist(job, then: { saved in completion(job.snapshot, saved) }) { record in
+            if record.state == .cancelled { return true }  // written again: the last write may have failed
             guard record.state == .queued || record.state == .running else { return false }
             record.state = .cancelled
             record.finishedAt = now
@@ -132,7 +136,7 @@ public final class WarmJobs: Sendable {
         if changed {
             job.run.withLock { $0 }?.cancel()
         } else {
-            completion(job.snapshot)
+            completion(job.snapshot, true)
         }
     }
 
@@ -194,18 +198,19 @@ public final class WarmJobs: Sendable {
 
     /// Changes the job with `change` (false: nothing to do) and writes it, with the item's new
     /// state when given, in one transaction; callers see the change once it is written.
-    /// `then` runs once the change is durable and visible (not when nothing changed).
-    private func persist(_ job: Job, item: (index: Int, state: String)? = nil, then: (@Sendable () -> Void)? = nil,
+    /// `then` runs once the change is visible (not when nothing changed), told whether the store
+    /// took it.
+    private func persist(_ job: Job, item: (index: Int, state: String)? = nil, then: (@Sendable (_ saved: Bool) -> Void)? = nil,
                          _ change: (inout WarmJobRecord) -> Bool) -> Bool {
         job.record.withLock { record -> Bool in
             guard change(&record) else { return false }
             let written = job.withLiveBytes(record)
-            let publish: @Sendable () -> Void = {
+            let publish: @Sendable (Bool) -> Void = { saved in
                 job.visible.withLock { $0 = written }
-                then?()
+                then?(saved)
             }
             if let item {
-                store.finishItem(item.index, state: item.state, job: written, completion: publish)
+                store.finishItem(item.index, state: item.state, job: written, completion: { publish(true) })
             } else {
                 store.updateJob(written, completion: publish)
             }

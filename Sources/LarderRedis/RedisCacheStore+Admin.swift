@@ -208,11 +208,10 @@ extension RedisCacheStore {
         completion()
     }
 
-    public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
+    public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable (_ saved: Bool) -> Void) {
         var commands: [[[UInt8]]] = [["HSET", warmJobsKey, record.id].map { Array($0.utf8) } + [Self.encode(record)]]
         if record.state == .done || record.state == .cancelled { commands.append(["DEL", warmItemsKey(record.id)].map { Array($0.utf8) }) }
-        _ = try? backend.run(commands)
-        completion()
+        completion((try? backend.run(commands)) != nil)
     }
 
     public func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] {

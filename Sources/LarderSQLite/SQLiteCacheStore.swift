@@ -1113,14 +1113,15 @@ extension SQLiteCacheStore: WarmJobStore {
         }
     }
 
-    public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
+    public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable (_ saved: Bool) -> Void) {
         writerQueue.async { [self] in
-            defer { completion() }
             commitAllPending()
             do {
                 try saveJob(record)
+                completion(true)
             } catch {
                 logger.error("cannot save warm job", metadata: ["job": "\(record.id)", "error": "\(error)"])
+                completion(false)
             }
         }
     }

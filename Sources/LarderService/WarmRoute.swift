@@ -61,9 +61,13 @@ struct WarmRoute: Sendable {
             guard let record = jobs.status(id) else { return fail(LarderError(.notFound, "no warm job '\(id)'"), nil) }
             return finish(Self.json(200, Self.render(record)))
         case "DELETE":
-            jobs.cancel(id) { record in
+            jobs.cancel(id) { record, saved in
                 guard let record else {
                     return responder.respond(finish(Self.json(404, LarderError(.notFound, "no warm job '\(id)'").jsonBody)))
+                }
+                guard saved else {
+                    let error = LarderError(.storageFailed, "the job was cancelled on this instance, but the store did not take the change: another instance could resume it; retry")
+                    return responder.respond(finish(Self.json(error.status, error.jsonBody)))
                 }
                 responder.respond(finish(Self.json(200, Self.render(record))))
             }

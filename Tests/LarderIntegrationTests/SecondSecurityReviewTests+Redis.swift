@@ -229,6 +229,11 @@ final class SharedStoreSecurityTests: IntegrationTestCase {
         let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600, "namespace": "pages", "tags": ["t1"]]]
         let key = try XCTUnwrap(try client.fetch(spec).cache["key"] as? String)
         let json = ["Content-Type": "application/json"]
+        // A warm job still running (its one item waits on the origin) when Redis hangs.
+        let warm = try client.request("POST", "/cache/warm", headers: json, body: Array(try JSONSerialization.data(withJSONObject: [
+            "requests": [["url": url("\(path)/slow", "delay=3000")]]])))
+        XCTAssertEqual(warm.status, 202, warm.text)
+        let job = try XCTUnwrap(warm.json["job"] as? String)
         let writes: [(String, () throws -> TestResponse)] = [
             ("DELETE /cache?all=true", { try client.request("DELETE", "/cache?all=true") }),
             ("DELETE /cache?namespace=pages", { try client.request("DELETE", "/cache?namespace=pages") }),
@@ -246,6 +251,7 @@ final class SharedStoreSecurityTests: IntegrationTestCase {
             ("POST /cache/namespaces/pages/version", {
                 try client.request("POST", "/cache/namespaces/pages/version", headers: json, body: Array(#"{"bump":true}"#.utf8))
             }),
+            ("DELETE /cache/warm/{id}", { try client.request("DELETE", "/cache/warm/\(job)") }),
         ]
         redis.pause()
         defer { redis.resume() }
@@ -257,6 +263,10 @@ final class SharedStoreSecurityTests: IntegrationTestCase {
         redis.resume()
         // Once Redis answers, the same purge succeeds, and the entry is gone for every instance.
         XCTAssertEqual(try client.request("DELETE", "/cache?all=true").status, 200)
-        XCTAssertEqual(try startShared().connection().fetch(spec).outcome, "miss")
+        let other = try startShared().connection()
+        XCTAssertEqual(try other.fetch(spec).outcome, "miss")
+        // The cancel, sent again, is saved: an instance started now finds the job cancelled.
+        XCTAssertEqual(try client.request("DELETE", "/cache/warm/\(job)").json["state"] as? String, "cancelled")
+        XCTAssertEqual(try startShared().connection().request("GET", "/cache/warm/\(job)").json["state"] as? String, "cancelled")
     }
 }
