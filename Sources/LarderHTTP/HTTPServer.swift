@@ -155,6 +155,9 @@ public final class HTTPResponseStream: Sendable {
         if now { taken?() }
     }
 
+    /// The connection is over: nothing written from now on will be sent.
+    public var isClosed: Bool { state.withLock { $0.closed } }
+
     /// Ends the body; call once, after the last `write`.
     public func finish() {
         state.withLock { state in

@@ -53,7 +53,8 @@ struct BatchRoute: Sendable {
         if ItemRendering.wantsNDJSON(request) {
             let stream = HTTPResponseStream()
             let sink = ItemSink(budget: budget, render: { outcome in
-                ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
+                // Nobody reads what is rendered for a client that left.
+                stream.isClosed ? [] : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
             }, write: { _, line, taken in
                 stream.write(line, taken: taken)
             })

@@ -122,29 +122,35 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let base = uniquePath()
         _ = try larder.connection().request("GET", "/healthz")
         let before = glibcHeapInUse()
-        let requests = (0..<20).map { ["url": url(base, "size=4000000&cc=no-store&i=\($0)")] as [String: Any] }
+        let requests = (0..<12).map { ["url": url(base, "size=8000000&cc=no-store&i=\($0)")] as [String: Any] }
         let body = Array(try JSONSerialization.data(withJSONObject: ["mode": "settle", "concurrency": 4, "requests": requests]))
         let leaver = try TestConnection(port: larder.port, receiveBufferBytes: 64 << 10)
         try leaver.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
         XCTAssertTrue(try leaver.readLine().hasPrefix("HTTP/1.1 200"), "the stream started")
-        XCTAssertTrue(origin.waitForCount(base, atLeast: 2))
+        XCTAssertTrue(origin.waitForCount(base, atLeast: 4))
+        func held() -> Int { glibcHeapInUse() - before }
+        func eventually(_ condition: () -> Bool) -> Bool {
+            let deadline = Date().addingTimeInterval(20)
+            while !condition(), Date() < deadline { usleep(10_000) } // no event marks an allocation or the last free
+            return condition()
+        }
+        // Leave while the batch holds several answered items: one waits for the socket, the
+        // others (fetched meanwhile) for it.
+        func answered() -> Int {
+            let stats = try? larder.connection().request("GET", "/cache/stats")
+            return (stats?.json["sinceStart"] as? [String: Any])?["requests"] as? Int ?? 0
+        }
+        XCTAssertTrue(eventually { answered() >= 4 })
+        if heapVisible { XCTAssertGreaterThan(held(), 24 << 20, "the batch holds its answered items") }
         leaver.closeSocket()
 
         // The server goes on serving, and a batch after it works.
         XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200)
         let after = try post(try larder.connection(), "/batch", ["requests": [["url": url(base + "-after")]]])
         XCTAssertEqual(after.json["ok"] as? Bool, true, after.text)
-        // Fetching stopped with the client; what the batch held is let go of.
-        XCTAssertLessThan(origin.count(base), 20, "the batch stopped fetching when its client left")
-        if heapVisible {
-            let deadline = Date().addingTimeInterval(20)
-            var held = glibcHeapInUse() - before
-            while held > 8 << 20, Date() < deadline { // no event marks the last free
-                usleep(20_000)
-                held = glibcHeapInUse() - before
-            }
-            XCTAssertLessThan(held, 8 << 20, "the abandoned batch's items were freed")
-        }
+        XCTAssertLessThan(origin.count(base), 12, "the batch stopped fetching when its client left")
+        // What the abandoned batch held is let go of: its run ends although nobody reads.
+        if heapVisible { XCTAssertTrue(eventually { held() < 8 << 20 }, "still held: \(held() >> 20) MiB") }
     }
 
     // MARK: 4. The answer's budget, and back-pressure
@@ -201,9 +207,10 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let client = try TestConnection(port: larder.port, receiveBufferBytes: 64 << 10)
         try client.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
         XCTAssertTrue(origin.waitForCount(base, atLeast: 2))
-        // The client reads nothing: what the sockets hold, one line waiting, and the fetches in
-        // flight — not the whole batch (which, unpaced, is fetched in well under a second).
-        XCTAssertFalse(origin.waitForCount(base, atLeast: 14, timeout: 3), "fetched \(origin.count(base)) of \(count) ahead of the client")
+        // The client reads nothing: what the sockets hold (a line or two), one line waiting, and
+        // the fetches in flight (measured: 4) — not the whole batch, which unpaced was fetched
+        // at once (15 within the 3 s, the stream's buffer being slow to grow).
+        XCTAssertFalse(origin.waitForCount(base, atLeast: 10, timeout: 3), "fetched \(origin.count(base)) of \(count) ahead of the client")
         var lines: [[String: Any]] = []
         let status = try client.readStreamedLines { line in
             lines.append((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:])
