@@ -375,6 +375,8 @@ public enum Template {
 
     public struct Unresolved: Error, Sendable {
         public let reference: String
+        /// What is wrong with it, after the reference in braces.
+        public var reason = "does not resolve"
     }
 
     /// Renders `value` with references resolved in `documents`. `encodeIn` names the members
@@ -399,6 +401,7 @@ public enum Template {
                 return asText || encoding ? .string(Self.text(resolved)) : resolved
             }
             var out = ""
+            var written: [(bytes: Range<Int>, reference: String)] = []
             for piece in pieces {
                 switch piece {
                 case .text(let literal):
@@ -409,8 +412,13 @@ public enum Template {
                         throw Unresolved(reference: raw.trimmingCharacters(in: .whitespaces))
                     }
                     let rendered = Self.text(resolved)
+                    let start = out.utf8.count
                     out += encoding ? Self.percentEncode(rendered) : rendered
+                    if encoding { written.append((start..<out.utf8.count, raw.trimmingCharacters(in: .whitespaces))) }
                 }
+            }
+            if let climbing = Self.dotSegment(in: out, writtenBy: written) {
+                throw Unresolved(reference: climbing, reason: "makes a path segment '.' or '..', which would leave its place in the path")
             }
             return .string(out)
         case .array(let elements):
@@ -429,6 +437,35 @@ public enum Template {
         default:
             return value
         }
+    }
+
+    /// The reference whose value makes a whole path segment `.` or `..` in the URL part `text`
+    /// (`/users/{{id}}/orders` with an id of `..` would reach `/orders`: RFC 3986 §5.2.4 removes
+    /// dot segments, and libcurl does before sending). Encoding the dots is no cure: `%2E%2E` is
+    /// a dot segment again for origins that decode before they normalise (WHATWG URL, nginx).
+    /// Values cannot write `/`, `?` or `#` (they are percent-encoded), so segments and the end of
+    /// the path are the template's own.
+    static func dotSegment(in text: String, writtenBy written: [(bytes: Range<Int>, reference: String)]) -> String? {
+        guard !written.isEmpty else { return nil }
+        var segmentStart = 0
+        var offset = 0
+        func check(_ segment: Range<Int>, dots: Int) -> String? {
+            guard dots == segment.count, dots == 1 || dots == 2 else { return nil }
+            return written.first { $0.bytes.overlaps(segment) }?.reference
+        }
+        var dots = 0
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#") { break }
+            if byte == UInt8(ascii: "/") {
+                if let found = check(segmentStart..<offset, dots: dots) { return found }
+                segmentStart = offset + 1
+                dots = 0
+            } else if byte == UInt8(ascii: ".") {
+                dots += 1
+            }
+            offset += 1
+        }
+        return check(segmentStart..<offset, dots: dots)
     }
 
     /// A value written into text: strings as they are, arrays joined with ",", objects as JSON.

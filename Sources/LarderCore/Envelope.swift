@@ -178,6 +178,16 @@ public enum Envelope {
         var out: [UInt8] = []
         out.reserveCapacity(body.count * (kind == .json ? 1 : 2) + headersJSON.count + 256)
         out.append(UInt8(ascii: "{"))
+        appendMembers(status: status, headersJSON: headersJSON, body: body, kind: kind, cache: cache, totalMs: totalMs,
+                      upstreamMs: upstreamMs, to: &out)
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    /// The envelope's members without its braces, appended to `out`: /batch and /chain write
+    /// their items' own members around them in one buffer (a large body is copied once).
+    public static func appendMembers(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind,
+                                     cache: CacheReport, totalMs: Double, upstreamMs: Double?, to out: inout [UInt8]) {
         appendResponse(status: status, headersJSON: headersJSON, body: body, kind: kind, to: &out)
         out.append(contentsOf: #","cache":{"outcome":""#.utf8)
         out.append(contentsOf: cache.outcome.rawValue.utf8)
@@ -216,8 +226,7 @@ public enum Envelope {
         } else {
             out.append(contentsOf: "null".utf8)
         }
-        out.append(contentsOf: "}}".utf8)
-        return out
+        out.append(UInt8(ascii: "}"))
     }
 
     /// `"status":…,"headers":{…},"body"|"bodyText"|"bodyBase64":…` (no braces): the response as

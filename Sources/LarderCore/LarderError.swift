@@ -23,6 +23,8 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case unauthorized = "unauthorized"
         case loopDetected = "loop_detected"
         case versionExhausted = "version_exhausted"
+        case upstreamStatus = "upstream_status"
+        case responseTooLarge = "response_too_large"
     }
 
     public let code: Code
@@ -46,6 +48,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notFound, .unknownUpstream: 404
         case .methodNotAllowed: 405
         case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects, .validationFailed: 502
+        case .upstreamStatus, .responseTooLarge: 502 // inside /batch and /chain results only
         case .notImplemented: 501
         case .referenceUnresolved: 422
         case .cancelled: 499 // inside /batch and /chain results only; nobody is left to answer

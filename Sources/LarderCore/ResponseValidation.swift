@@ -64,6 +64,20 @@ public struct ResponseValidation: Sendable, Equatable {
         self.json = json
     }
 
+    /// The statuses a /batch request or /chain step without `validate` accepts: outside them it
+    /// fails (`upstream_status`), as with YTKNetwork's default validator (200–299) and Graph's
+    /// JSON batching, where a request that depends on a failed one fails. A /fetch is not
+    /// judged: it reports the upstream's status as it is. 3xx passes: a caller sees one only as
+    /// a 304 it asked for or a redirect it chose not to follow.
+    public static let itemDefaultStatuses: ClosedRange<Int> = 200...399
+
+    /// Why a /batch item or /chain step that got `status` failed, if it did. With `validate`
+    /// the engine has judged the response already (a 404 passes `"status": [200, 404]`).
+    public static func itemFailure(status: Int, validation: ResponseValidation?) -> LarderError? {
+        guard validation == nil, !itemDefaultStatuses.contains(status) else { return nil }
+        return LarderError(.upstreamStatus, "the upstream answered \(status) (without validate, 200–399 succeed)")
+    }
+
     /// nil when the response passes, else the first mismatch (`$.data.items[3].id: expected
     /// number, got string`).
     public func failure(status: Int, body: [UInt8]) -> String? {

@@ -1,11 +1,17 @@
 // Runs a chain (POST /chain) through the engine. A step starts as soon as every step it
 // depends on has finished, so independent steps run concurrently (A → (B ∥ C) → D). A step
-// whose `when` is false is skipped, and so are the steps that depend on it. A failed step ends
-// the chain — running steps are aborted, the rest cancelled — unless it says
-// `continueOnError`, in which case its dependents run and can read its state and error.
+// whose `when` is false is skipped, and so are the steps that depend on it. A failed step — an
+// error, a failed validation, or without `validate` an upstream status outside 200–399 — ends
+// the chain: running steps are aborted, the rest cancelled; unless it says `continueOnError`,
+// in which case its dependents run and can read its state, error and response.
+//
+// Steps go out through an ItemDelivery (see BatchRun): one at a time, the chain's end after the
+// last of them; a step counts as finished (its dependents may start) once it was handed out,
+// and no step starts while one waits to be taken.
 //
 // Threading: as BatchRun. One lock guards the run's state; the engine's replies arrive on other
-// threads; `onStep` and `onFinish` are called outside the lock, `onFinish` once, last.
+// threads; the engine, the delivery and `onFinish` are called outside the lock, `onFinish`
+// once, last.
 
 import Dispatch
 import Foundation
@@ -13,6 +19,7 @@ public import LarderCore
 import LarderSync
 
 public struct ChainResult: Sendable {
+    /// The steps as handed out, without their responses.
     public let outcomes: [ItemOutcome?]
     /// Step indices in the order they finished.
     public let order: [Int]
@@ -22,7 +29,8 @@ public struct ChainResult: Sendable {
 }
 
 public final class ChainRun: Sendable {
-    private enum StepState { case pending, running, finished }
+    /// `ended`: its outcome is known and queued for delivery; `finished`: handed out.
+    private enum StepState { case pending, running, ended, finished }
 
     private struct State {
         var states: [StepState]
@@ -33,17 +41,19 @@ public final class ChainRun: Sendable {
         var stopped = false
         var finished = false
         var error: LarderError?
+        var advancing = false
+        var advanceAgain = false
     }
 
     private let engine: FetchEngine
     private let plan: ChainPlan
     private let clock: Clock
     private let prepare: @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch
-    private let onStep: @Sendable (ItemOutcome) -> Void
     private let onFinish: @Sendable (ChainResult) -> Void
     private let state: Locked<State>
     private let indexByID: [String: Int]
     private let deadline = Locked<Deadline?>(nil)
+    private let delivery = Locked<ItemDelivery?>(nil)
 
     /// Largest rendered step request: what a reference expansion may grow a request to.
     public static let maxRenderedRequestBytes = 1 << 20
@@ -52,17 +62,19 @@ public final class ChainRun: Sendable {
     /// service's, and it may remember specs it has seen).
     public init(engine: FetchEngine, plan: ChainPlan, clock: Clock,
                 prepare: @escaping @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch,
-                onStep: @escaping @Sendable (ItemOutcome) -> Void, onFinish: @escaping @Sendable (ChainResult) -> Void) {
+                sink: ItemSink, onFinish: @escaping @Sendable (ChainResult) -> Void) {
         self.engine = engine
         self.plan = plan
         self.clock = clock
         self.prepare = prepare
-        self.onStep = onStep
         self.onFinish = onFinish
         self.indexByID = Dictionary(uniqueKeysWithValues: plan.steps.enumerated().map { ($1.id, $0) })
         self.state = Locked(State(states: Array(repeating: .pending, count: plan.steps.count),
                                  outcomes: Array(repeating: nil, count: plan.steps.count),
                                  documents: ["input": plan.input]))
+        // A cycle until the last step is handed out, as in BatchRun.
+        let delivery = ItemDelivery(sink: sink, delivered: { [self] in delivered($0) }, idle: { [self] in advance() })
+        self.delivery.withLock { $0 = delivery }
     }
 
     public func start() {
@@ -83,44 +95,63 @@ public final class ChainRun: Sendable {
 
     private enum Decision {
         case launch(Int, Cancellation, [String: JSONValue])
-        case settle(ItemOutcome)
+        case skip(ItemOutcome)
     }
 
-    /// Starts or settles every step whose dependencies have all finished, until none is left.
+    /// Starts or skips every step whose dependencies have all finished, while the delivery has
+    /// nothing waiting. One thread at a time, as BatchRun's pump.
     private func advance() {
-        while true {
-            let decisions = state.withLock { state -> [Decision] in
-                guard !state.stopped else { return [] }
-                var decisions: [Decision] = []
-                for (index, step) in plan.steps.enumerated() where state.states[index] == .pending {
-                    let dependencies = step.dependencies.compactMap { indexByID[$0] }
-                    guard dependencies.allSatisfy({ state.states[$0] == .finished }) else { continue }
-                    let now = clock.now()
-                    let skipped = dependencies.contains { state.outcomes[$0]?.state == .skipped }
-                        || (step.when.map { !$0.holds(in: state.documents) } ?? false)
-                    if skipped {
-                        state.states[index] = .finished
-                        let outcome = ItemOutcome(index: index, state: .skipped, answer: nil, finishedAt: now)
-                        settle(outcome, in: &state)
-                        decisions.append(.settle(outcome))
-                    } else {
-                        state.states[index] = .running
-                        let cancellation = Cancellation()
-                        state.running[index] = cancellation
-                        decisions.append(.launch(index, cancellation, state.documents))
+        let enter = state.withLock { state -> Bool in
+            guard !state.advancing else {
+                state.advanceAgain = true
+                return false
+            }
+            state.advancing = true
+            return true
+        }
+        guard enter else { return }
+        repeat {
+            while delivery.withLock({ $0 })?.isIdle ?? false {
+                let decisions = decide()
+                guard !decisions.isEmpty else { break }
+                for decision in decisions {
+                    switch decision {
+                    case .skip(let outcome): delivery.withLock { $0 }?.enqueue(outcome)
+                    case .launch(let index, let cancellation, let documents): launch(index, cancellation: cancellation, documents: documents)
                     }
                 }
-                return decisions
             }
-            guard !decisions.isEmpty else { break }
-            for decision in decisions {
-                switch decision {
-                case .settle(let outcome): onStep(outcome)
-                case .launch(let index, let cancellation, let documents): launch(index, cancellation: cancellation, documents: documents)
+        } while state.withLock { state -> Bool in
+            guard state.advanceAgain else {
+                state.advancing = false
+                return false
+            }
+            state.advanceAgain = false
+            return true
+        }
+    }
+
+    private func decide() -> [Decision] {
+        state.withLock { state -> [Decision] in
+            guard !state.stopped else { return [] }
+            var decisions: [Decision] = []
+            for (index, step) in plan.steps.enumerated() where state.states[index] == .pending {
+                let dependencies = step.dependencies.compactMap { indexByID[$0] }
+                guard dependencies.allSatisfy({ state.states[$0] == .finished }) else { continue }
+                let skipped = dependencies.contains { state.outcomes[$0]?.state == .skipped }
+                    || (step.when.map { !$0.holds(in: state.documents) } ?? false)
+                if skipped {
+                    state.states[index] = .ended
+                    decisions.append(.skip(ItemOutcome(index: index, state: .skipped, finishedAt: clock.now())))
+                } else {
+                    state.states[index] = .running
+                    let cancellation = Cancellation()
+                    state.running[index] = cancellation
+                    decisions.append(.launch(index, cancellation, state.documents))
                 }
             }
+            return decisions
         }
-        finishIfDone()
     }
 
     private func launch(_ index: Int, cancellation: Cancellation, documents: [String: JSONValue]) {
@@ -131,66 +162,85 @@ public final class ChainRun: Sendable {
             let rendered = try Template.render(step.request, documents: documents, encodeIn: ["url", "path"],
                                                textIn: ["query", "headers", "method", "upstream", "bodyBase64"])
             guard rendered.canonicalBytes.count <= Self.maxRenderedRequestBytes else {
-                return finished(index, .failed(.invalid(path, "the request grows past \(Self.maxRenderedRequestBytes) bytes once its references are resolved")))
+                return ended(index, .failed(.invalid(path, "the request grows past \(Self.maxRenderedRequestBytes) bytes once its references are resolved")))
             }
             request = try prepare(rendered, path)
         } catch let unresolved as Template.Unresolved {
-            return finished(index, .failed(LarderError(.referenceUnresolved, "{{\(unresolved.reference)}} does not resolve", field: path)))
+            return ended(index, .failed(LarderError(.referenceUnresolved, "{{\(unresolved.reference)}} \(unresolved.reason)", field: path)))
         } catch let error as LarderError {
-            return finished(index, .failed(error))
+            return ended(index, .failed(error))
         } catch {
-            return finished(index, .failed(.invalid(path, "\(error)")))
+            return ended(index, .failed(.invalid(path, "\(error)")))
         }
+        let validation = request.request.validation
         let immediate = engine.fetch(request, cancellation: cancellation) { [self] answer in
-            finished(index, answer)
+            ended(index, answer, judgedBy: validation, elsewhere: true)
         }
-        if let immediate { finished(index, immediate) }
+        if let immediate { ended(index, immediate, judgedBy: validation) }
     }
 
-    private func finished(_ index: Int, _ answer: CacheAnswer) {
-        let outcome = ItemOutcome(index: index, answer: answer, finishedAt: clock.now())
-        let recorded = state.withLock { state -> Bool in
+    private func ended(_ index: Int, _ answer: CacheAnswer, judgedBy validation: ResponseValidation? = nil, elsewhere: Bool = false) {
+        let outcome = ItemOutcome(index: index, answer: answer, finishedAt: clock.now()).judged(by: validation)
+        let stopped = state.withLock { state -> Stopped? in
             state.running.removeValue(forKey: index)
-            guard state.outcomes[index] == nil else { return false }
-            state.states[index] = .finished
-            settle(outcome, in: &state)
-            return true
+            guard state.states[index] == .running else { return nil }
+            state.states[index] = .ended
+            // Decided with the step's end, so that no dependent starts in between.
+            guard outcome.state == .failed, !plan.steps[index].continueOnError, let error = outcome.error else { return Stopped() }
+            return stop(because: error, in: &state)
         }
-        guard recorded else { return }
-        onStep(outcome)
-        if outcome.state == .failed, !plan.steps[index].continueOnError, let error = outcome.error {
-            stop(because: error)
-        }
-        advance()
+        guard let stopped else { return }
+        let delivery = self.delivery.withLock { $0 }
+        delivery?.enqueue(outcome, elsewhere: elsewhere)
+        stopped.carryOut(delivery)
     }
 
-    /// Records a finished step and its result document (what later references read).
-    private func settle(_ outcome: ItemOutcome, in state: inout State) {
-        state.outcomes[outcome.index] = outcome
-        state.order.append(outcome.index)
+    /// A step was handed out: it is finished, and its result is what later references read.
+    private func delivered(_ outcome: ItemOutcome) {
         let id = plan.steps[outcome.index].id
-        state.documents[id] = Self.document(outcome, reading: plan.readMembers[id] ?? [])
+        let document = Self.document(outcome, reading: plan.readMembers[id] ?? [])
+        let stopped = state.withLock { state -> Stopped in
+            state.states[outcome.index] = .finished
+            state.outcomes[outcome.index] = outcome.handedOut
+            state.order.append(outcome.index)
+            state.documents[id] = document
+            // Refused by the budget as it was handed out: a failure like any other.
+            guard outcome.error?.code == .responseTooLarge, !plan.steps[outcome.index].continueOnError,
+                  let error = outcome.error else { return Stopped() }
+            return stop(because: error, in: &state)
+        }
+        stopped.carryOut(delivery.withLock { $0 })
+        finishIfDone()
+    }
+
+    /// What stopping leaves to do outside the lock: steps to hand out, transfers to abort.
+    private struct Stopped {
+        var cancelled: [ItemOutcome] = []
+        var running: [Cancellation] = []
+
+        func carryOut(_ delivery: ItemDelivery?) {
+            for outcome in cancelled { delivery?.enqueue(outcome) }
+            for cancellation in running { cancellation.cancel() }
+        }
+    }
+
+    private func stop(because error: LarderError) {
+        let stopped = state.withLock { stop(because: error, in: &$0) }
+        stopped.carryOut(delivery.withLock { $0 })
     }
 
     /// Nothing more starts; pending steps are cancelled and running ones aborted.
-    private func stop(because error: LarderError) {
-        let (cancelled, running) = state.withLock { state -> ([ItemOutcome], [Cancellation]) in
-            guard !state.stopped, !state.finished else { return ([], []) }
-            state.stopped = true
-            state.error = error
-            let now = clock.now()
-            var cancelled: [ItemOutcome] = []
-            for index in plan.steps.indices where state.states[index] == .pending {
-                state.states[index] = .finished
-                let outcome = ItemOutcome(index: index, state: .cancelled, answer: nil, finishedAt: now)
-                settle(outcome, in: &state)
-                cancelled.append(outcome)
-            }
-            return (cancelled, Array(state.running.values))
+    private func stop(because error: LarderError, in state: inout State) -> Stopped {
+        guard !state.stopped, !state.finished else { return Stopped() }
+        state.stopped = true
+        state.error = error
+        let now = clock.now()
+        var stopped = Stopped(running: Array(state.running.values))
+        for index in plan.steps.indices where state.states[index] == .pending {
+            state.states[index] = .ended
+            stopped.cancelled.append(ItemOutcome(index: index, state: .cancelled, finishedAt: now))
         }
-        for outcome in cancelled { onStep(outcome) }
-        for cancellation in running { cancellation.cancel() }
-        finishIfDone()
+        return stopped
     }
 
     private func finishIfDone() {
@@ -198,34 +248,34 @@ public final class ChainRun: Sendable {
             guard !state.finished, state.states.allSatisfy({ $0 == .finished }) else { return nil }
             state.finished = true
             let output = plan.output.map { (try? Template.render($0, documents: state.documents, lenient: true)) ?? .null }
+            defer { state.documents = [:] }
             return ChainResult(outcomes: state.outcomes, order: state.order, output: output, error: state.error)
         }
-        if let result {
-            deadline.withLock { $0 }?.cancel()
-            onFinish(result)
-        }
+        guard let result else { return }
+        deadline.withLock { $0 }?.cancel()
+        onFinish(result)
+        delivery.withLock { $0 = nil }
     }
 
     /// `{"state", "status", "headers", "body", "error"}`: what references to a step read. The
     /// headers and the body are parsed only when something reads them.
     static func document(_ outcome: ItemOutcome, reading: Set<String>) -> JSONValue {
         var members: [String: JSONValue] = ["state": .string(outcome.state.rawValue)]
-        switch outcome.answer {
-        case .served(let served)?:
+        if let served = outcome.response {
             members["status"] = .number(JSONNumber(Int64(served.status)))
             if reading.contains("headers") {
                 members["headers"] = (try? JSONParser.parse(served.headersJSON, maxDepth: 4)) ?? .object([:])
             }
-            guard reading.contains("body") else { break }
-            switch served.bodyKind {
-            case .json: members["body"] = (try? JSONParser.parse(served.body, maxDepth: 512)) ?? .null
-            case .text: members["body"] = .string(String(decoding: served.body, as: UTF8.self))
-            case .binary: members["body"] = .string(Data(served.body).base64EncodedString())
+            if reading.contains("body") {
+                switch served.bodyKind {
+                case .json: members["body"] = (try? JSONParser.parse(served.body, maxDepth: 512)) ?? .null
+                case .text: members["body"] = .string(String(decoding: served.body, as: UTF8.self))
+                case .binary: members["body"] = .string(Data(served.body).base64EncodedString())
+                }
             }
-        case .failed(let error)?:
+        }
+        if let error = outcome.error {
             members["error"] = .object(["code": .string(error.code.rawValue), "message": .string(error.message)])
-        case nil:
-            break
         }
         return .object(members)
     }

@@ -166,8 +166,10 @@ public final class WarmJobs: Sendable {
             request.resumable = true
             return engine.prepare(request)
         }
-        let run = BatchRun(engine: engine, items: prepared, mode: .settle, concurrency: concurrency, clock: clock,
-                           onItem: { [self] outcome in itemEnded(job, original: items[outcome.index], outcome: outcome) },
+        // A warm job records what it fetched, whatever the status (it is not a caller reading
+        // answers), and keeps no answer.
+        let run = BatchRun(engine: engine, items: prepared, mode: .settle, concurrency: concurrency, clock: clock, judgesStatus: false,
+                           sink: .watching { [self] outcome in itemEnded(job, original: items[outcome.index], outcome: outcome) },
                            onFinish: { [self] _ in jobEnded(job) })
         job.run.withLock { $0 = run }
         run.start()
@@ -184,7 +186,7 @@ public final class WarmJobs: Sendable {
         _ = persist(job, item: (original.index, state)) { record in
             if state == "done" {
                 record.done += 1
-                if case .served(let served)? = outcome.answer, served.report.stored { record.stored += 1 }
+                if outcome.response?.report.stored == true { record.stored += 1 }
             } else {
                 record.failed += 1
                 if record.errors.count < Self.maxRecordedErrors {

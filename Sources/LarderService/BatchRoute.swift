@@ -1,17 +1,22 @@
 // POST /batch: many /fetch specs in one call (see BatchRunner). Answers with one JSON
 // document in request order, or — with `Accept: application/x-ndjson` — streams one line per
 // request as it completes and a summary line last, so a caller sees the first results while
-// slow ones still run. A client that goes away cancels its batch.
+// slow ones still run (each line written before the next, all before the summary, and the
+// next only once the socket took the last). A client that goes away cancels its batch.
+// Either way the items the answer holds are bounded by `--max-batch-bytes`.
 
 import LarderCore
 import LarderEngine
 import LarderHTTP
+import LarderSync
 
 struct BatchRoute: Sendable {
     let engine: FetchEngine
     let upstreams: [String: NamedUpstream]
     let clock: Clock
     let maxRequests: Int
+    /// Bytes of rendered items one answer may hold (`--max-batch-bytes`).
+    let maxAnswerBytes: Int
     /// Parsed batches by body bytes: a repeated batch (a dashboard's 20 tiles) skips parsing
     /// and key derivation, as /fetch does.
     let memo: RequestMemo
@@ -42,31 +47,44 @@ struct BatchRoute: Sendable {
             }
             memo.insert(request.body, .batch(batch))
         }
-        let streaming = ItemRendering.wantsNDJSON(request)
         let clock = self.clock
         let ids = batch.ids
-        if streaming {
+        let budget = AnswerBudget(limit: maxAnswerBytes)
+        if ItemRendering.wantsNDJSON(request) {
             let stream = HTTPResponseStream()
+            let sink = ItemSink(budget: budget, render: { outcome in
+                // Nobody reads what is rendered for a client that left.
+                stream.isClosed ? [] : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
+            }, write: { _, line, taken in
+                stream.write(line, taken: taken)
+            })
             let run = BatchRun(engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
-                               timeoutMs: batch.timeoutMs,
-                               onItem: { outcome in
-                                   stream.write(ItemRendering.line(ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index,
-                                                                                      receivedAt: receivedAt)))
-                               },
+                               timeoutMs: batch.timeoutMs, sink: sink,
                                onFinish: { outcomes in
-                                   stream.write(ItemRendering.line(Self.summary(outcomes, ids: ids, responses: nil, receivedAt: receivedAt, clock: clock)))
+                                   var none: [[UInt8]]? = nil
+                                   stream.write(Self.summary(outcomes, ids: ids, responses: &none, receivedAt: receivedAt, clock: clock, line: true))
                                    stream.finish()
                                })
             responder.onClientGone { run.cancel() }
             run.start()
             return finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
+        // Each item is kept as rendered, in its place; the response goes out of the run's hands.
+        let rendered = Locked<[[UInt8]]>(Array(repeating: [], count: ids.count))
+        let sink = ItemSink(budget: budget, render: { outcome in
+            ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt)
+        }, write: { outcome, item, taken in
+            rendered.withLock { $0[outcome.index] = item }
+            taken()
+        })
         let run = BatchRun(engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
-                               timeoutMs: batch.timeoutMs,
-                           onItem: { _ in },
+                           timeoutMs: batch.timeoutMs, sink: sink,
                            onFinish: { outcomes in
-                               let responses = outcomes.map { ItemRendering.item($0, id: ids[$0.index], index: nil, receivedAt: receivedAt) }
-                               let body = Self.summary(outcomes, ids: ids, responses: responses, receivedAt: receivedAt, clock: clock)
+                               var responses: [[UInt8]]? = rendered.withLock { items in
+                                   defer { items = [] }
+                                   return items
+                               }
+                               let body = Self.summary(outcomes, ids: ids, responses: &responses, receivedAt: receivedAt, clock: clock)
                                responder.respond(finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)))
                            })
         responder.onClientGone { run.cancel() }
@@ -75,11 +93,14 @@ struct BatchRoute: Sendable {
     }
 
     /// `{"ok":…,"failed":[ids],"responses":[…],"timing":{"totalMs":…}}` (no `responses` in the
-    /// stream's last line).
-    static func summary(_ outcomes: [ItemOutcome], ids: [String], responses: [[UInt8]]?, receivedAt: Double, clock: Clock) -> [UInt8] {
+    /// stream's last line). The rendered responses are let go of as they are copied in.
+    static func summary(_ outcomes: [ItemOutcome], ids: [String], responses: inout [[UInt8]]?, receivedAt: Double, clock: Clock,
+                        line: Bool = false) -> [UInt8] {
         let failed = outcomes.filter { $0.state == .failed }.map { ids[$0.index] }
         let ok = outcomes.allSatisfy { $0.state == .done }
-        var out: [UInt8] = Array(#"{"ok":"#.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity((responses?.reduce(0) { $0 + $1.count + 1 } ?? 0) + 64 * ids.count + 128)
+        out.append(contentsOf: #"{"ok":"#.utf8)
         out.append(contentsOf: (ok ? "true" : "false").utf8)
         out.append(contentsOf: #","failed":["#.utf8)
         for (index, id) in failed.enumerated() {
@@ -87,17 +108,19 @@ struct BatchRoute: Sendable {
             JSONWriter.appendString(id, to: &out)
         }
         out.append(UInt8(ascii: "]"))
-        if let responses {
+        if responses != nil {
             out.append(contentsOf: #","responses":["#.utf8)
-            for (index, response) in responses.enumerated() {
+            for index in responses!.indices {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                out.append(contentsOf: response)
+                out.append(contentsOf: responses![index])
+                responses![index] = []
             }
             out.append(UInt8(ascii: "]"))
         }
         out.append(contentsOf: #","timing":{"totalMs":"#.utf8)
         JSONWriter.appendMilliseconds(max(0, (clock.now() - receivedAt) * 1000), to: &out)
         out.append(contentsOf: "}}".utf8)
+        if line { out.append(UInt8(ascii: "\n")) }
         return out
     }
 }
@@ -109,11 +132,17 @@ enum ItemRendering {
         request.headers.contains { $0.name.caseInsensitiveEquals("accept") && $0.value.lowercasedASCII.contains("application/x-ndjson") }
     }
 
-    static func line(_ object: [UInt8]) -> [UInt8] { object + [UInt8(ascii: "\n")] }
-
-    /// `{"id":…,"index":…,"state":…, …envelope or error…}`
-    static func item(_ outcome: ItemOutcome, id: String, index: Int?, receivedAt: Double) -> [UInt8] {
-        var out: [UInt8] = Array(#"{"id":"#.utf8)
+    /// `{"id":…,"index":…,"state":…, …envelope…, "error":{…}}`: a done item has the envelope, a
+    /// failed one the error — and the envelope too when the upstream's status failed it. `line`
+    /// ends it with a newline (NDJSON), in the same buffer.
+    static func item(_ outcome: ItemOutcome, id: String, index: Int?, receivedAt: Double, line: Bool = false) -> [UInt8] {
+        var out: [UInt8] = []
+        if let served = outcome.response {
+            // Room for the body as the envelope writes it (text escaped, binary in base64), so
+            // a large one is written into one buffer, once.
+            out.reserveCapacity(served.body.count * (served.bodyKind == .json ? 1 : 2) + served.headersJSON.count + 512)
+        }
+        out.append(contentsOf: #"{"id":"#.utf8)
         JSONWriter.appendString(id, to: &out)
         if let index {
             out.append(contentsOf: #","index":"#.utf8)
@@ -122,21 +151,18 @@ enum ItemRendering {
         out.append(contentsOf: #","state":""#.utf8)
         out.append(contentsOf: outcome.state.rawValue.utf8)
         out.append(UInt8(ascii: "\""))
-        switch outcome.answer {
-        case .served(let served)?:
-            let envelope = Envelope.render(status: served.status, headersJSON: served.headersJSON, body: served.body,
-                                           kind: served.bodyKind, cache: served.report,
-                                           totalMs: max(0, (outcome.finishedAt - receivedAt) * 1000), upstreamMs: served.upstreamMs)
+        if let served = outcome.response {
             out.append(UInt8(ascii: ","))
-            out.append(contentsOf: envelope.dropFirst())
-            return out
-        case .failed(let error)?:
-            out.append(UInt8(ascii: ","))
-            out.append(contentsOf: error.jsonBody.dropFirst())
-            return out
-        case nil:
-            out.append(UInt8(ascii: "}"))
-            return out
+            Envelope.appendMembers(status: served.status, headersJSON: served.headersJSON, body: served.body, kind: served.bodyKind,
+                                   cache: served.report, totalMs: max(0, (outcome.finishedAt - receivedAt) * 1000),
+                                   upstreamMs: served.upstreamMs, to: &out)
         }
+        if let error = outcome.error {
+            out.append(UInt8(ascii: ","))
+            out.append(contentsOf: error.jsonBody.dropFirst().dropLast())
+        }
+        out.append(UInt8(ascii: "}"))
+        if line { out.append(UInt8(ascii: "\n")) }
+        return out
     }
 }

@@ -1,16 +1,20 @@
 // POST /chain: dependent steps (see ChainPlan and ChainRun). Answers with every step's result
 // and the rendered `output`, or — with `Accept: application/x-ndjson` — one line per step as it
-// finishes and a summary line last. A client that goes away cancels its chain.
+// finishes and a summary line last (written as /batch writes its lines). A client that goes
+// away cancels its chain. The steps an answer holds are bounded by `--max-batch-bytes`.
 
 import LarderCore
 import LarderEngine
 import LarderHTTP
+import LarderSync
 
 struct ChainRoute: Sendable {
     let engine: FetchEngine
     let upstreams: [String: NamedUpstream]
     let clock: Clock
     let maxSteps: Int
+    /// Bytes of rendered steps one answer may hold (`--max-batch-bytes`).
+    let maxAnswerBytes: Int
     /// Parsed chains by body bytes, and prepared step requests by their rendered bytes: a
     /// repeated chain over fresh entries skips parsing and key derivation, as /fetch does.
     let memo: RequestMemo
@@ -43,25 +47,41 @@ struct ChainRoute: Sendable {
             steps.insert(bytes, .fetch(prepared))
             return prepared
         }
+        let budget = AnswerBudget(limit: maxAnswerBytes)
         if ItemRendering.wantsNDJSON(request) {
             let stream = HTTPResponseStream()
-            let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest,
-                               onStep: { outcome in
-                                   stream.write(ItemRendering.line(ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index,
-                                                                                      receivedAt: receivedAt)))
-                               },
+            let sink = ItemSink(budget: budget, render: { outcome in
+                // Nobody reads what is rendered for a client that left.
+                stream.isClosed ? [] : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
+            }, write: { _, line, taken in
+                stream.write(line, taken: taken)
+            })
+            let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
                                onFinish: { result in
-                                   stream.write(ItemRendering.line(Self.summary(result, plan: plan, includeSteps: false,
-                                                                                receivedAt: receivedAt, clock: clock)))
+                                   var none: [[UInt8]]? = nil
+                                   stream.write(Self.summary(result, plan: plan, steps: &none, receivedAt: receivedAt, clock: clock, line: true))
                                    stream.finish()
                                })
             responder.onClientGone { run.cancel() }
             run.start()
             return finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
-        let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest, onStep: { _ in },
+        // Each step as rendered, in its place: all of them, or with `include: output` the failed
+        // ones (every step is rendered and counted against the budget all the same).
+        let rendered = Locked<[[UInt8]]>(Array(repeating: [], count: ids.count))
+        let sink = ItemSink(budget: budget, render: { outcome in
+            ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt)
+        }, write: { outcome, item, taken in
+            if !plan.outputOnly || outcome.state == .failed { rendered.withLock { $0[outcome.index] = item } }
+            taken()
+        })
+        let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
                            onFinish: { result in
-                               let body = Self.summary(result, plan: plan, includeSteps: true, receivedAt: receivedAt, clock: clock)
+                               var renderedSteps: [[UInt8]]? = rendered.withLock { items in
+                                   defer { items = [] }
+                                   return items
+                               }
+                               let body = Self.summary(result, plan: plan, steps: &renderedSteps, receivedAt: receivedAt, clock: clock)
                                responder.respond(finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)))
                            })
         responder.onClientGone { run.cancel() }
@@ -70,11 +90,16 @@ struct ChainRoute: Sendable {
     }
 
     /// `{"ok", "output", "steps": {id: {…}}, "order": [ids], "failed": [ids], "error", "timing"}`;
-    /// with `include: "output"`, steps only for failures.
-    static func summary(_ result: ChainResult, plan: ChainPlan, includeSteps: Bool, receivedAt: Double, clock: Clock) -> [UInt8] {
+    /// with `include: "output"`, steps only for failures. `steps`: the steps as rendered, by
+    /// index (nil in the stream's last line, which has no `steps`), let go of as copied in.
+    static func summary(_ result: ChainResult, plan: ChainPlan, steps: inout [[UInt8]]?, receivedAt: Double, clock: Clock,
+                        line: Bool = false) -> [UInt8] {
         let ids = plan.steps.map(\.id)
         let failed = result.outcomes.compactMap { $0 }.filter { $0.state == .failed }
-        var out: [UInt8] = Array(#"{"ok":"#.utf8)
+        let includeSteps = steps != nil
+        var out: [UInt8] = []
+        out.reserveCapacity((steps?.reduce(0) { $0 + $1.count + 80 } ?? 0) + 256)
+        out.append(contentsOf: #"{"ok":"#.utf8)
         out.append(contentsOf: (result.error == nil ? "true" : "false").utf8)
         if let output = result.output {
             out.append(contentsOf: #","output":"#.utf8)
@@ -88,7 +113,8 @@ struct ChainRoute: Sendable {
                 first = false
                 JSONWriter.appendString(ids[outcome.index], to: &out)
                 out.append(UInt8(ascii: ":"))
-                out.append(contentsOf: ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt))
+                out.append(contentsOf: steps![outcome.index])
+                steps![outcome.index] = []
             }
             out.append(UInt8(ascii: "}"))
         }
@@ -113,6 +139,7 @@ struct ChainRoute: Sendable {
         out.append(contentsOf: #","timing":{"totalMs":"#.utf8)
         JSONWriter.appendMilliseconds(max(0, (clock.now() - receivedAt) * 1000), to: &out)
         out.append(contentsOf: "}}".utf8)
+        if line { out.append(UInt8(ascii: "\n")) }
         return out
     }
 }

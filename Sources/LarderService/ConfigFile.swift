@@ -9,6 +9,7 @@
 //   proxyRoot: api             proxyPort: 8081       maxVariants: 16
 //   maxUpstreamTransfers: 256  maxInflightMb: 256    headerTimeout: 10
 //   connectionsPerAddress: 1024 maxBatch: 100          maxChainSteps: 50
+//   maxBatchBytes: 64MiB
 //   bodyFileThreshold: 32768  adminToken: …
 //   maxBytes: 1GiB             maxObjectBytes: 50MB  retention: 7d
 //   upstreams:
@@ -136,7 +137,7 @@ public enum ConfigFile {
             let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
                                       "memoryMb", "requestMemoMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
                                       "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
-                                      "maxBatch", "maxChainSteps", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
+                                      "maxBatch", "maxChainSteps", "maxBatchBytes", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
                                       "bodyFileThreshold", "adminToken", "tagHeaders", "adminPort", "store", "storePrefix", "storeTimeoutMs", "storeFallback", "redactQuery", "clientTimeout", "maxConnections", "onCorrupt", "resolve", "maxBytes", "maxObjectBytes", "retention",
                                       "metricsToken", "metricsNamespaces"]
             try rejectUnknown(root, known: known, at: "")
@@ -159,6 +160,7 @@ public enum ConfigFile {
             }
             if let value = root["maxBatch"] { configuration.maxBatch = try integer(value, "maxBatch") }
             if let value = root["maxChainSteps"] { configuration.maxChainSteps = try integer(value, "maxChainSteps") }
+            if let value = root["maxBatchBytes"] { configuration.maxBatchBytes = try size(value, "maxBatchBytes") }
             if let value = root["headerTimeout"] { configuration.headerTimeoutSeconds = try integer(value, "headerTimeout") }
             if let value = root["connectionsPerAddress"] { configuration.connectionsPerAddress = try integer(value, "connectionsPerAddress") }
             if let value = root["shutdownGrace"] { configuration.shutdownGraceSeconds = try number(value, "shutdownGrace") }

@@ -54,6 +54,9 @@ public struct LarderConfiguration: Sendable {
     public var maxBatch: Int = 100
     /// Steps in one POST /chain.
     public var maxChainSteps: Int = 50
+    /// Bytes of rendered items one /batch or /chain answer may hold; past it, items fail with
+    /// `response_too_large` (AnswerBudget).
+    public var maxBatchBytes: Int = AnswerBudget.defaultLimit
     /// Seconds from accept by which a new connection's first header section must be complete,
     /// however it is paced (a kept-alive one has the client timeout plus this for its next).
     public var headerTimeoutSeconds: Int = 10
@@ -200,6 +203,7 @@ public struct LarderConfiguration: Sendable {
         guard rangeFetchOverBytes >= 0 else { throw ConfigurationError("range-fetch-over must be 0 or more bytes") }
         guard (1...10_000).contains(maxBatch) else { throw ConfigurationError("max batch must be 1 to 10000") }
         guard (1...1_000).contains(maxChainSteps) else { throw ConfigurationError("max chain steps must be 1 to 1000") }
+        guard maxBatchBytes >= 1 else { throw ConfigurationError("max batch bytes must be at least 1") }
         for entry in resolve {
             let parts = entry.split(separator: ":", maxSplits: 2)
             guard parts.count == 3, !parts[0].isEmpty, Int(parts[1]).map({ (1...65535).contains($0) }) == true, !parts[2].isEmpty else {

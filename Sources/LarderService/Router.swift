@@ -43,8 +43,10 @@ final class Router: HTTPRequestHandler {
         self.proxyRoute = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: budgets.proxy),
                                      stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)
         self.batchRoute = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch,
+                                     maxAnswerBytes: configuration.maxBatchBytes,
                                      memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.batch))
         self.chainRoute = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps,
+                                     maxAnswerBytes: configuration.maxBatchBytes,
                                      memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.chain),
                                      steps: RequestMemo(budgetBytes: budgets.chainSteps))
         self.warmRoute = warmJobs.map { WarmRoute(jobs: $0, upstreams: upstreams) }

@@ -99,6 +99,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Steps in one POST /chain (default 50).")
     var maxChainSteps: Int?
 
+    @Option(help: "Bytes of items one /batch or /chain answer may hold, e.g. 64MiB; past it, items fail with response_too_large (default 64MiB).")
+    var maxBatchBytes: String?
+
     @Option(help: "Variants kept per cache key for responses with Vary (default 16).")
     var maxVariants: Int?
 
@@ -208,6 +211,10 @@ struct Serve: ParsableCommand {
         if let rangeFetchOver { configuration.rangeFetchOverBytes = rangeFetchOver }
         if let maxBatch { configuration.maxBatch = maxBatch }
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
+        if let maxBatchBytes {
+            guard let value = Quantity.bytes(maxBatchBytes) else { throw ValidationError("--max-batch-bytes '\(maxBatchBytes)' is not a size (e.g. 64MiB)") }
+            configuration.maxBatchBytes = value
+        }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
         if let clientTimeout { configuration.clientTimeoutSeconds = clientTimeout }
         if !resolve.isEmpty { configuration.resolve = resolve }

@@ -173,7 +173,12 @@ final class RetainingUpstream: Upstream {
 }
 
 final class FinishedWorkTests: XCTestCase {
-    private final class Marker: Sendable {}
+    /// Signals when it is freed.
+    private final class Marker: Sendable {
+        let freed: DispatchSemaphore
+        init(_ freed: DispatchSemaphore) { self.freed = freed }
+        deinit { freed.signal() }
+    }
 
     /// A finished batch is not kept alive by whatever still holds its fetches' replies: the
     /// reply lets go of the run once called, so the answer it finished with (here a marker,
@@ -182,21 +187,23 @@ final class FinishedWorkTests: XCTestCase {
         let upstream = RetainingUpstream()
         let engine = FetchEngine(store: MemoryCacheStore(), upstream: upstream, keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)),
                                  clock: Clock { 1_000 }, logger: Logger(label: "engine-test"))
-        weak var released: Marker?
+        let freed = DispatchSemaphore(value: 0)
         let finished = Locked<Int>(0)
+        let ended = DispatchSemaphore(value: 0)
         do {
-            let marker = Marker()
-            released = marker
+            let marker = Marker(freed)
             let items = try ["a", "b"].map { engine.prepare(FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/\($0)"))) }
             let run = BatchRun(engine: engine, items: items, mode: .settle, concurrency: 4, clock: Clock { 1_000 },
-                               onItem: { _ in }, onFinish: { outcomes in
+                               sink: .watching { _ in }, onFinish: { outcomes in
                                    _ = marker
                                    finished.withLock { $0 = outcomes.filter { $0.state == .done }.count }
+                                   ended.signal()
                                })
             run.start()
         }
+        XCTAssertEqual(ended.wait(timeout: .now() + 10), .success)
         XCTAssertEqual(finished.withLock { $0 }, 2, "both items were fetched and the batch finished")
         XCTAssertEqual(upstream.kept.withLock { $0.count }, 2, "the upstream still holds both completions")
-        XCTAssertNil(released, "nothing keeps the finished batch's work alive")
+        XCTAssertEqual(freed.wait(timeout: .now() + 10), .success, "nothing keeps the finished batch's work alive")
     }
 }

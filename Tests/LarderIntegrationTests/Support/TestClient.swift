@@ -39,11 +39,16 @@ final class TestConnection {
     private var buffer: [UInt8] = []
 
     /// `from`: the loopback address to connect from (e.g. "127.0.0.2", another client address).
-    init(port: Int, timeoutSeconds: Int = 30, from source: String? = nil) throws {
+    /// `receiveBufferBytes`: a fixed socket receive buffer (the kernel's autotuning lets a
+    /// client that reads nothing take in tens of megabytes on loopback).
+    init(port: Int, timeoutSeconds: Int = 30, from source: String? = nil, receiveBufferBytes: Int? = nil) throws {
         descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw TestClientError(description: "socket failed") }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        if var size = receiveBufferBytes.map(Int32.init) {
+            setsockopt(descriptor, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         if let source {
             var local = sockaddr_in()
             local.sin_family = sa_family_t(AF_INET)
@@ -125,6 +130,11 @@ final class TestConnection {
         var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.count)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         try sendAll(Array((head + "\r\n").utf8) + body)
+        return try readStreamedLines(onLine: onLine)
+    }
+
+    /// Reads a chunked response (a request already sent) line by line, as `streamLines`.
+    func readStreamedLines(onLine: (String) -> Void) throws -> Int {
         while !buffer.containsSequence([13, 10, 13, 10]) { try fill() }
         let end = buffer.indexOfSequence([13, 10, 13, 10])!
         let headText = String(decoding: buffer[0..<end], as: UTF8.self)
@@ -138,13 +148,26 @@ final class TestConnection {
             let size = Int(String(decoding: buffer[0..<lineEnd], as: UTF8.self), radix: 16) ?? 0
             buffer.removeFirst(lineEnd + 2)
             while buffer.count < size + 2 { try fill() }
+            // Only the new bytes are searched for line ends: a line of many megabytes arrives
+            // in many chunks.
+            var searchFrom = pending.count
             pending.append(contentsOf: buffer[0..<size])
             buffer.removeFirst(size + 2)
-            while let newline = pending.firstIndex(of: 10) {
+            while let newline = Self.firstNewline(in: pending, from: searchFrom) {
                 onLine(String(decoding: pending[0..<newline], as: UTF8.self))
                 pending.removeFirst(newline + 1)
+                searchFrom = 0
             }
             if size == 0 { return status }
+        }
+    }
+
+    /// memchr: a test build is not optimised, and a byte-by-byte search of a long line is slow.
+    private static func firstNewline(in bytes: [UInt8], from start: Int) -> Int? {
+        guard start < bytes.count else { return nil }
+        return bytes.withUnsafeBytes { raw -> Int? in
+            guard let found = memchr(raw.baseAddress! + start, 10, raw.count - start) else { return nil }
+            return raw.baseAddress!.distance(to: UnsafeRawPointer(found))
         }
     }
 
