@@ -230,7 +230,11 @@ public final class LarderService: @unchecked Sendable {
     /// it protects). On SQLite it is `--secret-file` when given, else `<db>.secret`, created on
     /// first start when absent.
     static func secret(_ configuration: LarderConfiguration) throws -> [UInt8] {
-        guard configuration.isSharedStore else { return try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath) }
+        guard configuration.isSharedStore else {
+            // `<db>.secret` lives beside the database: an unwritable directory is told as such.
+            if configuration.secretPath == nil { try requireWritableDatabase(at: configuration.databasePath) }
+            return try SecretFile.loadOrCreate(at: configuration.resolvedSecretPath)
+        }
         guard let path = configuration.secretPath else { throw ConfigurationError(LarderConfiguration.sharedSecretRequired) }
         return try SecretFile.load(at: path)
     }

@@ -50,7 +50,9 @@ final class ItemDeliveryTests: XCTestCase {
             XCTAssertEqual(holding.written.withLock { $0.count }, handedOut, "one item at a time")
             XCTAssertLessThanOrEqual(upstream.kept.withLock { $0.count }, handedOut + 2,
                                      "no fetch beyond the slots while an item waits for the sink")
-            XCTAssertNil(finished.withLock { $0 }, "no end while an item is not handed out")
+            // The end may follow the last item as soon as it is handed out (it is written
+            // behind it); before that, an item waiting for the sink holds everything back.
+            if handedOut < 10 { XCTAssertNil(finished.withLock { $0 }, "no end while an item is not handed out") }
             holding.take()
         }
         XCTAssertEqual(ended.wait(timeout: .now() + 10), .success)
