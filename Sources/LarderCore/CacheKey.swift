@@ -1,4 +1,4 @@
-// The cache key (README "The cache key").
+// The cache key (docs/api.md, "The cache key").
 //
 // key = hex(HMAC-SHA-256(instanceSecret, encoding)), where `encoding` is the UTF-8 text
 //

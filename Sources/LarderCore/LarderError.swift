@@ -1,4 +1,4 @@
-// Expected failures that cross HTTP. Each has a stable code (documented in the README and the
+// Expected failures that cross HTTP. Each has a stable code (documented in docs/api.md and the
 // OpenAPI spec) and knows its status; the message is for humans and may change.
 
 public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -6,7 +6,7 @@
 // result is a pure function of the body bytes and the instance secret, so reusing it for
 // identical bytes is exact. Each memo has a budget in bytes, split over its shards; a shard
 // that would go over its share makes room by dropping entries chosen at random, so what the
-// memos hold is bounded however many distinct requests arrive (README "Memory"). Random
+// memos hold is bounded however many distinct requests arrive (docs/architecture.md, "Memory"). Random
 // replacement rather than LRU or emptying the shard: callers often cycle through a working set
 // somewhat larger than the memo (a list of URLs polled in turn), where LRU and emptying keep
 // nothing that comes back, and random replacement still keeps a share of it; it also needs no

@@ -24,7 +24,7 @@ struct Larder: ParsableCommand {
 struct Serve: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Serve POST /fetch from a persistent SQLite cache.")
 
-    @Option(help: "A YAML or JSON settings file (see the README); command-line options override it.")
+    @Option(help: "A YAML or JSON settings file (docs/larder.example.yaml has every key); command-line options override it.")
     var config: String?
 
     @Option(help: "Address to listen on (env LARDER_HOST; default 127.0.0.1).")

@@ -1,5 +1,5 @@
 // Keeps the process's resident memory near what Larder holds on purpose (the memory tier, the
-// write-behind queue, connection buffers), as README "Memory" promises:
+// write-behind queue, connection buffers), as docs/architecture.md ("Memory") promises:
 // - glibc gives each thread that allocates concurrently its own arena, up to 8 per core, and
 //   memory freed into one arena is not reused by another: two arenas serve Larder's few busy
 //   threads as well (measured: 19 MiB less after the benchmark's workloads);

@@ -163,14 +163,14 @@ final class EnvelopeTests: XCTestCase {
 }
 
 final class DocumentationTests: XCTestCase {
-    /// Every error code Larder can send is documented in the OpenAPI spec and the README.
+    /// Every error code Larder can send is documented in the OpenAPI spec and docs/api.md.
     func testEveryErrorCodeIsDocumented() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let spec = try String(contentsOf: root.appendingPathComponent("openapi/larder.yaml"), encoding: .utf8)
-        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        let readme = try String(contentsOf: root.appendingPathComponent("docs/api.md"), encoding: .utf8)
         for code in LarderError.Code.allCases {
             XCTAssertTrue(spec.contains(code.rawValue), "\(code.rawValue) missing from openapi/larder.yaml")
-            XCTAssertTrue(readme.contains("`\(code.rawValue)`"), "\(code.rawValue) missing from README.md")
+            XCTAssertTrue(readme.contains("`\(code.rawValue)`"), "\(code.rawValue) missing from docs/api.md")
         }
     }
 
