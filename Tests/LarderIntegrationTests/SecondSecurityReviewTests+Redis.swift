@@ -11,30 +11,7 @@ import LarderEngine
 import LarderService
 import XCTest
 
-final class SharedStoreSecurityTests: IntegrationTestCase {
-    private var redis: RedisServer!
-    private var secretFile: String!
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        redis = try RedisServer()
-        secretFile = try makeSecretFile()
-    }
-
-    override func tearDown() {
-        super.tearDown()
-        redis?.stop()
-    }
-
-    private func startShared(logLines: LogLines? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
-        try startLarder(logLines: logLines) { configuration in
-            configuration.store = self.redis.url
-            configuration.secretPath = self.secretFile
-            configuration.databasePath = self.directory.appendingPathComponent("unused-\(UUID().uuidString).sqlite").path
-            configure(&configuration)
-        }
-    }
-
+final class SharedStoreSecurityTests: SharedStoreTestCase {
     /// The secret as Larder reads it from the file: the base64 text, without its newline.
     private var secret: [UInt8] { Array(((try? Data(contentsOf: URL(fileURLWithPath: secretFile))) ?? Data()).dropLast()) }
 

@@ -8,31 +8,7 @@ import LarderService
 import LarderSync
 import XCTest
 
-final class SharedStoreTests: IntegrationTestCase {
-    private var redis: RedisServer!
-    /// The secret every instance of a test shares (--secret-file).
-    private var secretFile: String!
-
-    override func setUpWithError() throws {
-        try super.setUpWithError()
-        redis = try RedisServer()
-        secretFile = try makeSecretFile()
-    }
-
-    override func tearDown() {
-        super.tearDown()
-        redis?.stop()
-    }
-
-    private func startShared(_ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
-        try startLarder { configuration in
-            configuration.store = self.redis.url
-            configuration.secretPath = self.secretFile
-            configuration.databasePath = self.directory.appendingPathComponent("unused-\(UUID().uuidString).sqlite").path
-            configure(&configuration)
-        }
-    }
-
+final class SharedStoreTests: SharedStoreTestCase {
     /// Polls `condition` (a cheap request) until it holds or 10 s pass.
     private func eventually(_ condition: () throws -> Bool) rethrows -> Bool {
         let deadline = Date().addingTimeInterval(10)

@@ -2,6 +2,7 @@
 // redis-server; scripts/setup installs it with the test dependencies).
 
 import Foundation
+import LarderService
 import XCTest
 
 final class RedisServer {
@@ -230,5 +231,33 @@ extension IntegrationTestCase {
         let path = directory.appendingPathComponent(name).path
         try Data((Data(random).base64EncodedString() + "\n").utf8).write(to: URL(fileURLWithPath: path))
         return path
+    }
+}
+
+/// A test case whose Larders share one redis-server of its own and one operator's secret file.
+class SharedStoreTestCase: IntegrationTestCase {
+    var redis: RedisServer!
+    /// The secret every instance of a test shares (--secret-file).
+    var secretFile: String!
+
+    override func setUpWithError() throws {
+        try super.setUpWithError()
+        redis = try RedisServer()
+        secretFile = try makeSecretFile()
+    }
+
+    override func tearDown() {
+        super.tearDown()
+        redis?.stop()
+    }
+
+    /// A Larder on the test's Redis, with the shared secret and a database path of its own.
+    func startShared(logLines: LogLines? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+        try startLarder(logLines: logLines) { configuration in
+            configuration.store = self.redis.url
+            configuration.secretPath = self.secretFile
+            configuration.databasePath = self.directory.appendingPathComponent("unused-\(UUID().uuidString).sqlite").path
+            configure(&configuration)
+        }
     }
 }

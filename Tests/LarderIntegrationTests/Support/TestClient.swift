@@ -34,6 +34,21 @@ struct TestClientError: Error, CustomStringConvertible {
     let description: String
 }
 
+/// Connects `descriptor` to 127.0.0.1:`port`; closes it and throws when that fails.
+func connectLoopback(_ descriptor: Int32, port: Int) throws {
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let result = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard result == 0 else {
+        close(descriptor)
+        throw TestClientError(description: "connect to port \(port) failed: errno \(errno)")
+    }
+}
+
 final class TestConnection {
     private let descriptor: Int32
     private var buffer: [UInt8] = []
@@ -61,17 +76,7 @@ final class TestConnection {
                 throw TestClientError(description: "bind to \(source) failed: errno \(errno)")
             }
         }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else {
-            close(descriptor)
-            throw TestClientError(description: "connect to port \(port) failed: errno \(errno)")
-        }
+        try connectLoopback(descriptor, port: port)
     }
 
     private var closed = false
