@@ -78,6 +78,8 @@ public struct EntryRecord: Sendable, Equatable {
 public struct EntryPage: Sendable, Equatable {
     public var records: [EntryRecord] = []
     public var nextCursor: String?
+    /// The store could not be read (a shared Redis out of reach): the page is not the store's.
+    public var failed = false
     public init() {}
 }
 
@@ -111,6 +113,9 @@ public struct StoredStatistics: Sendable, Equatable {
     /// Entries evicted for capacity, and removed by the retention sweep, since start.
     public var evictions = 0
     public var expiredRemovals = 0
+    /// The store could not be read (a shared Redis out of reach, a database error): the figures
+    /// are not the store's, and an admin call answers `503 storage_failed` instead of them.
+    public var failed = false
     public init() {}
 }
 

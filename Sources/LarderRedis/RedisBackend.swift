@@ -24,6 +24,23 @@ extension RedisBackend {
     public func run(_ command: [String]) throws(RedisError) -> RedisValue {
         try run([command.map { Array($0.utf8) }])[0]
     }
+
+    /// Runs writes an admin call reports as done: an error reply (READONLY from a demoted
+    /// master, MISCONF, OOM, WRONGTYPE) fails the call like a lost connection, instead of
+    /// counting as done while nothing changed.
+    @discardableResult
+    func runWrites(_ commands: [[[UInt8]]]) throws(RedisError) -> [RedisValue] {
+        let replies = try run(commands)
+        try requireNoErrorReply(replies[...])
+        return replies
+    }
+}
+
+/// Throws when one of `replies` is an error reply (see `runWrites`).
+func requireNoErrorReply(_ replies: ArraySlice<RedisValue>) throws(RedisError) {
+    for reply in replies {
+        if case .error(let message) = reply { throw RedisError("Redis refused a write: \(message)") }
+    }
 }
 
 /// The key a command acts on (what Redis Cluster routes by); nil for commands any node answers.

@@ -74,6 +74,7 @@ extension RedisCacheStore {
             }
         } catch {
             logger.error("cannot read statistics from Redis", metadata: ["error": "\(error)"])
+            statistics.failed = true
         }
         statistics.namespaces = namespaces.values.sorted { $0.name < $1.name }
         usageCache.withLock { $0 = (statistics.entries, statistics.bytes) }
@@ -126,7 +127,7 @@ extension RedisCacheStore {
             result.primaryKeys.insert(key)
         }
         guard !commands.isEmpty else { return }
-        _ = try backend.run(commands)
+        try backend.runWrites(commands)
     }
 
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
@@ -163,6 +164,7 @@ extension RedisCacheStore {
             } while position != "0" && page.records.count < limit
         } catch {
             logger.error("listing Redis failed", metadata: ["error": "\(error)"])
+            page.failed = true
             return page
         }
         page.nextCursor = position == "0" ? nil : position
@@ -199,7 +201,7 @@ extension RedisCacheStore {
             for index in start..<min(start + 500, sealedSpecs.count) { command += [Array(String(index).utf8), sealedSpecs[index]] }
             commands.append(command)
         }
-        completion((try? backend.run(commands)) != nil)
+        completion((try? backend.runWrites(commands)) != nil)
     }
 
     public func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
@@ -211,7 +213,7 @@ extension RedisCacheStore {
     public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable (_ saved: Bool) -> Void) {
         var commands: [[[UInt8]]] = [["HSET", warmJobsKey, record.id].map { Array($0.utf8) } + [Self.encode(record)]]
         if record.state == .done || record.state == .cancelled { commands.append(["DEL", warmItemsKey(record.id)].map { Array($0.utf8) }) }
-        completion((try? backend.run(commands)) != nil)
+        completion((try? backend.runWrites(commands)) != nil)
     }
 
     public func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] {

@@ -207,7 +207,24 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             logger.debug("Redis lookup failed; answering as a miss", metadata: ["error": "\(error)"])
             return []
         }
+        if case .error(let message) = reply, message.hasPrefix("WRONGTYPE") {
+            // Not a hash, so not Larder's: left there, it would also fail every save of this key.
+            reject(field: nil, of: primaryKey, because: "is not an entry hash")
+        }
         return entries(fromHash: reply.array, primaryKey: primaryKey)
+    }
+
+    /// A value that is not Larder's own: counted, logged at most once a minute (whoever can
+    /// write one can write millions), and removed (the one field, or the whole key).
+    private func reject(field: String?, of primaryKey: CacheKey, because reason: String) {
+        rejectedEntries.add(1, ordering: .relaxed)
+        rejectionLog.warn(logger, level: .warning, "a value in Redis \(reason); removed and answered as a miss",
+                          metadata: ["key": "\(entryKey(primaryKey))", "field": "\(field ?? "-")"])
+        if let field {
+            _ = try? backend.run(["HDEL", entryKey(primaryKey), field, "h:" + field.dropFirst(2)])
+        } else {
+            _ = try? backend.run(["DEL", entryKey(primaryKey)])
+        }
     }
 
     /// The entries among a hash's fields. A value that is not authentic or not valid (written by
@@ -231,10 +248,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             } catch {
                 rejection = error
             }
-            rejectedEntries.add(1, ordering: .relaxed)
-            rejectionLog.warn(logger, level: .warning, "a value in Redis \(rejection.rawValue); removed and answered as a miss",
-                              metadata: ["key": "\(entryKey(primaryKey))", "field": "\(name)"])
-            _ = try? backend.run(["HDEL", entryKey(primaryKey), name, "h:" + name.dropFirst(2)])
+            reject(field: name, of: primaryKey, because: rejection.rawValue)
         }
         return entries
     }
@@ -306,6 +320,9 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         completion(removed)
     }
 
+    /// The longest namespace a request may name (FetchRequest); longer names in Redis are not Larder's.
+    static let maxNamespaceBytes = 256
+
     public func namespaceVersions() -> [String: Int64] {
         guard let reply = try? backend.run(["HGETALL", namespaceVersionsKey])
         else { return [:] }
@@ -313,8 +330,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let fields = reply.array
         for index in stride(from: 0, to: fields.count - 1, by: 2) {
             // As any value read from Redis: used only when it is one the admin API could have set.
-            if let name = fields[index].string, let version = fields[index + 1].string.flatMap({ Int64($0) }),
-               CacheOptions.versions.contains(version) {
+            if let name = fields[index].string, !name.isEmpty, name.utf8.count <= Self.maxNamespaceBytes,
+               let version = fields[index + 1].string.flatMap({ Int64($0) }), CacheOptions.versions.contains(version) {
                 versions[name] = version
             }
         }
@@ -346,13 +363,14 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         for chunk in stride(from: 0, to: keys.count, by: 500).map({ Array(keys[$0..<min($0 + 500, keys.count)]) }) {
             let sizes = try backend.run(chunk.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } }
                                         + chunk.map { ["DEL", entryKey($0)].map { Array($0.utf8) } })
+            try requireNoErrorReply(sizes[chunk.count...])
             for (index, key) in chunk.enumerated() {
                 let rows = Self.fields(of: sizes[index].array).sizes
                 if !rows.isEmpty { removed.append((key, rows.values.reduce(0, +), rows.count)) }
             }
         }
         if !extra.isEmpty {
-            _ = try backend.run(extra.map { ["DEL", $0].map { Array($0.utf8) } })
+            try backend.runWrites(extra.map { ["DEL", $0].map { Array($0.utf8) } })
         }
         return removed
     }
@@ -385,10 +403,15 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
                 for (namespace, version) in namespaceVersions() { handler((namespace, version)) }
             }
         case "version":
+            // The message is only a hint to look: the version applied is the one the hash holds,
+            // so a message alone (anyone who can PUBLISH) changes nothing and adds no namespace.
             let parts = argument.split(separator: " ", maxSplits: 1)
-            if parts.count == 2, let version = Int64(parts[0]), CacheOptions.versions.contains(version) {
-                versionHandler((namespace: String(parts[1]), version: version))
-            }
+            guard parts.count == 2, let version = Int64(parts[0]), CacheOptions.versions.contains(version),
+                  parts[1].utf8.count <= Self.maxNamespaceBytes,
+                  let stored = try? backend.run(["HGET", namespaceVersionsKey, String(parts[1])]).string.flatMap({ Int64($0) }),
+                  stored == version
+            else { return }
+            versionHandler((namespace: String(parts[1]), version: version))
         case "done":
             let key = CacheKey(hex: argument)
             for wake in waiting.withLock({ $0.removeValue(forKey: key) ?? [] }) { DispatchQueue.global().async(execute: wake) }

@@ -46,6 +46,7 @@ extension SQLiteCacheStore: CacheAdministration {
             }
         } catch {
             logger.error("cannot read statistics", metadata: ["error": "\(error)"])
+            statistics.failed = true
         }
         statistics.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
         statistics.evictions = evictionCount

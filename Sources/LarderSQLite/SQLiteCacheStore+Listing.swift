@@ -24,7 +24,11 @@ extension SQLiteCacheStore {
         guard let records = readRecords(sql, bind: { statement throws(SQLiteError) in
             try bind(statement)
             if let cursor { try statement.bind(cursorIndex, cursor) }
-        }) else { return EntryPage() }
+        }) else {
+            var failed = EntryPage()
+            failed.failed = true
+            return failed
+        }
         var page = EntryPage()
         page.records = Array(records.prefix(limit))
         if records.count > limit { page.nextCursor = page.records.last?.rowKey.hex }

@@ -40,6 +40,7 @@ extension AdminRoute {
             }
         }
         let page = store.list(filter, after: cursor, limit: limit)
+        guard !page.failed else { throw Self.unreadable }
         var out: [UInt8] = Array(#"{"entries":["#.utf8)
         for (index, record) in page.records.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
@@ -193,10 +194,14 @@ extension AdminRoute {
         return (status, headers, body)
     }
 
+    /// What a read of the store that failed answers: never an empty store that is not.
+    static let unreadable = LarderError(.storageFailed, "the store could not be read (a shared Redis out of reach or too slow, or a database error); retry")
+
     // MARK: - Namespaces
 
-    func listNamespaces() -> HTTPServerResponse {
+    func listNamespaces() throws(LarderError) -> HTTPServerResponse {
         let stored = store.statistics()
+        guard !stored.failed else { throw Self.unreadable }
         let versions = engine.namespaces.all
         var names = Set(stored.namespaces.map(\.name))
         names.formUnion(versions.keys)

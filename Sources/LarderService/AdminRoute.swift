@@ -74,7 +74,7 @@ struct AdminRoute: Sendable {
                 guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
                 namespace = value
             }
-            return finish(Self.json(200, statistics(namespace: namespace)))
+            return finish(Self.json(200, try statistics(namespace: namespace)))
         case "/cache", "/cache/":
             guard method == "DELETE" else { return fail(LarderError(.methodNotAllowed, "use DELETE for /cache"), "DELETE") }
             return purge(try Self.filter(query: Self.query(of: request.rawTarget), now: clock.now()), responder: responder, finish: finish)
@@ -90,7 +90,7 @@ struct AdminRoute: Sendable {
             }
         case "/cache/namespaces", "/cache/namespaces/":
             guard method == "GET" || method == "HEAD" else { return fail(LarderError(.methodNotAllowed, "use GET for /cache/namespaces"), "GET, HEAD") }
-            return finish(listNamespaces())
+            return finish(try listNamespaces())
         default:
             break
         }
@@ -161,8 +161,9 @@ struct AdminRoute: Sendable {
 
     // MARK: - Statistics
 
-    private func statistics(namespace: String?) -> [UInt8] {
+    private func statistics(namespace: String?) throws(LarderError) -> [UInt8] {
         var stored = store.statistics()
+        guard !stored.failed else { throw Self.unreadable }
         if let namespace {
             // Stored figures of one namespace; the traffic stays the whole instance's.
             stored.namespaces = stored.namespaces.filter { $0.name == namespace }

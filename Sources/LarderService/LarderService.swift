@@ -375,9 +375,16 @@ enum SecretFile {
 
     /// An operator's file, which must exist.
     static func load(at path: String) throws -> [UInt8] {
-        guard FileManager.default.fileExists(atPath: path) else {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             throw ConfigurationError("the secret file \(path) does not exist; make it once with "
                 + "`head -c 32 /dev/urandom | base64 > \(path)` and give every instance the same file")
+        }
+        // A directory or a device (/dev/zero) is no secret: say so, not "No such file".
+        // stat(2) follows links: orchestrators mount secrets as links to the file.
+        var status = stat()
+        guard !isDirectory.boolValue, stat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            throw ConfigurationError("the secret file \(path) is not a regular file")
         }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ConfigurationError("cannot read the secret file \(path) (\(String(cString: strerror(errno))))")

@@ -84,6 +84,82 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         XCTAssertEqual(logLines.all.filter { $0.contains("a value in Redis") }.count, 1, "logged once a minute: \(logLines.all)")
     }
 
+    func testAValueThatIsNotAHashIsRemovedAndCountedAndTheKeyIsStoredAgain() throws {
+        let client = try startShared { $0.memoryCapacityBytes = 0 }.connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600]]
+        let key = try XCTUnwrap(try client.fetch(spec).cache["key"] as? String)
+        // A string where Larder keeps a hash: every read and every save of the key would fail.
+        XCTAssertEqual(try redis.send(["SET", "larder:{\(key)}:e", "junk"]), .status("OK"))
+        XCTAssertEqual(try client.fetch(spec).outcome, "miss")
+        XCTAssertEqual(try metric("larder_store_rejected_entries_total", client), 1)
+        XCTAssertEqual(try client.fetch(spec).outcome, "hit", "removed, so the answer was stored again")
+        XCTAssertEqual(origin.count(path), 2)
+    }
+
+    func testAVersionMessageAloneChangesNothing() throws {
+        let client = try startShared().connection()
+        // Messages are heard once the instance has subscribed (a message before is lost).
+        let subscribed = Date().addingTimeInterval(10)
+        while Date() < subscribed, try redis.send(["PUBSUB", "NUMSUB", "larder:events"]) != .array([.bytes(Array("larder:events".utf8)), .integer(1)]) {
+            usleep(10_000)
+        }
+        // Anyone who can PUBLISH: the message names a version the store's hash does not hold.
+        _ = try redis.send(["PUBLISH", "larder:events", "version 5 planted"])
+        _ = try redis.send(["PUBLISH", "larder:events", "version 5 " + String(repeating: "n", count: 4000)])
+        // A real bump (the hash written, then the message) after them, on the same channel:
+        // once it is applied, the forged messages before it were handled too.
+        _ = try redis.send(["HSET", "larder:nsv", "real", "4"])
+        _ = try redis.send(["PUBLISH", "larder:events", "version 4 real"])
+        let deadline = Date().addingTimeInterval(10)
+        var listed = ""
+        while Date() < deadline {
+            listed = try client.request("GET", "/cache/namespaces").text
+            if listed.contains(#""version":4"#) { break }
+            usleep(20_000)
+        }
+        XCTAssertTrue(listed.contains(#""name":"real""#) && listed.contains(#""version":4"#), "a message the hash confirms is applied: \(listed)")
+        XCTAssertFalse(listed.contains("planted") || listed.contains("nnnn"), listed)
+    }
+
+    func testPurgesAndReadsAnswer503WhenRedisRefusesWritesOrHangs() throws {
+        let larder = try startShared { $0.storeTimeoutMs = 200 }
+        let client = try larder.connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600, "tags": ["ro"]]]
+        let key = try XCTUnwrap(try client.fetch(spec).cache["key"] as? String)
+        let json = ["Content-Type": "application/json"]
+        // A demoted master (after a failover) answers writes with READONLY.
+        XCTAssertEqual(try redis.send(["REPLICAOF", "127.0.0.1", "1"]), .status("OK"))
+        defer { _ = try? redis.send(["REPLICAOF", "NO", "ONE"]) }
+        let writes: [(String, () throws -> TestResponse)] = [
+            ("DELETE /cache?tag=ro", { try client.request("DELETE", "/cache?tag=ro") }),
+            ("DELETE /cache?all=true", { try client.request("DELETE", "/cache?all=true") }),
+            ("POST /cache/purge tags", { try client.request("POST", "/cache/purge", headers: json, body: Array(#"{"tags":["ro"]}"#.utf8)) }),
+            ("DELETE /cache/entries/{key}", { try client.request("DELETE", "/cache/entries/\(key)") }),
+            ("POST /cache/warm", {
+                try client.request("POST", "/cache/warm", headers: json, body: Array(try JSONSerialization.data(withJSONObject: [
+                    "requests": [["url": self.url("\(path)/warm")]]])))
+            }),
+        ]
+        for (name, write) in writes {
+            let response = try write()
+            XCTAssertEqual(response.status, 503, "\(name): \(response.text)")
+            XCTAssertEqual(response.errorCode, "storage_failed", name)
+        }
+        _ = try redis.send(["REPLICAOF", "NO", "ONE"])
+        XCTAssertEqual(try client.fetch(["url": url(path), "cache": ["ttl": 600, "policy": "cache-only"]]).outcome, "hit",
+                       "nothing was removed, and nothing was said to be")
+        // Reads of a store that does not answer are not an empty store.
+        redis.pause()
+        defer { redis.resume() }
+        for target in ["/cache/stats", "/cache/entries", "/cache/namespaces"] {
+            let response = try client.request("GET", target)
+            XCTAssertEqual(response.status, 503, "\(target): \(response.text)")
+            XCTAssertEqual(response.errorCode, "storage_failed", target)
+        }
+    }
+
     // MARK: - 5. The secret on a shared store
 
     func testAStartOnASharedStoreWithoutTheOperatorsSecretFileIsRefused() throws {
