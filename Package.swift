@@ -96,6 +96,9 @@ let package = Package(
 
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
         .testTarget(name: "LarderFuzzTests", dependencies: ["LarderFuzzing"]),
+        // The HTTP server's pure parts (request phases, hand-over, admission, header deadlines)
+        // and responders made without a socket.
+        .testTarget(name: "LarderHTTPTests", dependencies: ["LarderHTTP", "LarderCore"]),
         .testTarget(name: "LarderRedisTests", dependencies: ["LarderRedis", "LarderEngine", "LarderCore", "CXXHash"]),
         .testTarget(
             name: "LarderEngineTests",

@@ -15,7 +15,8 @@
 // While a request is being answered its connection has no deadline (the idle timeout and the
 // upstream deadlines apply). Everything here runs on the loop's thread: libmicrohttpd calls
 // back on the thread that runs its daemon (and, at stop, on the stopping thread after the loop
-// thread ended).
+// thread ended). The clock and shutdown(2) are passed in by the loop-facing calls, so the
+// bookkeeping runs in unit tests on a clock they move themselves.
 
 import Dispatch
 #if canImport(Glibc)
@@ -79,9 +80,8 @@ final class HeaderDeadlines {
 
     static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 
-    /// A connection was accepted.
-    func add(fd: Int32) -> ConnectionDeadline {
-        let now = Self.now()
+    /// A connection was accepted (`now`: monotonic nanoseconds).
+    func add(fd: Int32, now: UInt64 = HeaderDeadlines.now()) -> ConnectionDeadline {
         let deadline = ConnectionDeadline(fd: fd, owner: self, due: now + firstSection)
         deadline.slot = watched.count
         watched.append(deadline)
@@ -106,9 +106,9 @@ final class HeaderDeadlines {
 
     /// Milliseconds until the next check, for the loop's wait (nil: none due). Reads the clock
     /// only when a check is pending.
-    func millisecondsToNextCheck() -> Int32? {
+    func millisecondsToNextCheck(now clock: @autoclosure () -> UInt64 = HeaderDeadlines.now()) -> Int32? {
         guard nextCheck != .max else { return nil }
-        let now = Self.now()
+        let now = clock()
         guard nextCheck > now else { return 0 }
         return Int32(clamping: (nextCheck - now + 999_999) / 1_000_000)
     }
@@ -117,8 +117,14 @@ final class HeaderDeadlines {
     /// section is late and stamps the deadlines of connections waiting for their next request.
     /// Returns whether it shut any down.
     func check() -> Bool {
+        check(now: Self.now()) { shutdown($0, Int32(SHUT_RDWR)) }
+    }
+
+    /// `check` with its clock (read only when a check is pending) and its way of shutting a
+    /// socket down given.
+    func check(now clock: @autoclosure () -> UInt64, shutDown: (Int32) -> Void) -> Bool {
         guard nextCheck != .max else { return false }
-        let now = Self.now()
+        let now = clock()
         lastLook = now
         guard now >= nextCheck else { return false }
         var next = UInt64.max
@@ -128,7 +134,7 @@ final class HeaderDeadlines {
             if deadline.due <= now {
                 // libmicrohttpd reads the end of the stream in this round's MHD_run and closes
                 // the connection (the descriptor stays its own until then).
-                shutdown(deadline.fd, Int32(SHUT_RDWR))
+                shutDown(deadline.fd)
                 deadline.due = ConnectionDeadline.none
                 shut = true
             } else {

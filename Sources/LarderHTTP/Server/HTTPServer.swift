@@ -1,0 +1,291 @@
+// An HTTP/1.1 server over libmicrohttpd, independent of what Larder serves.
+//
+// Layers (folders of this module):
+//   Server/     HTTPServer (start, drain, stop, accepting), its configuration, Admission (limits)
+//   Request/    what a handler sees and answers with, and each request's state: RequestContext,
+//               with its pure decisions in RequestPhase (loop thread) and ResponseHandOver (the
+//               answer handed from any thread)
+//   EventLoop/  the loop threads, libmicrohttpd's callbacks, queueing responses (and reusing
+//               recent ones), header deadlines, the disconnect watcher
+//   Stream/     the streamed (chunked) response body
+//
+// Threading: a few event loops (`threads`, EventLoop), each a thread running its own
+// libmicrohttpd daemon in external epoll mode. They share one listening socket: each polls it
+// with its daemon's epoll descriptor and accepts in turn, under one lock that also keeps the
+// connection limits for all of them. The work per round is proportional to the connections that
+// have something to do, not to those open (libmicrohttpd's own poll-mode threads poll every
+// connection every round, so idle keep-alive connections slow every request). The handler
+// runs on a loop's thread. It either returns a response at once (cache hits: no suspension, no
+// hop) or returns nil and answers later through its `HTTPResponder` from any thread; the
+// connection is then suspended (MHD_ALLOW_SUSPEND_RESUME) and resumed when the answer arrives,
+// which also wakes its loop.
+//
+// libmicrohttpd calls the access handler several times per request: once with the headers,
+// once per chunk of body, and a last time with no data (RequestPhase). Responses are queued
+// only on a later call, never the first, or libmicrohttpd closes the connection after the
+// response and keep-alive is lost.
+//
+// Shutdown: drain (new requests are turned away with a 503 and their connections closed), let
+// the application finish or fail what is in flight, wait until every suspended connection was
+// resumed and completed, then stop the daemon (stopping with a suspended connection aborts the
+// process).
+
+import CMicroHTTPD
+import Dispatch
+import Foundation
+public import LarderCore
+public import LarderSync
+#if canImport(Glibc)
+import Glibc
+#endif
+
+public final class HTTPServer: @unchecked Sendable {
+    // @unchecked Sendable: `loops` and `listenSocket` are written in start and stop only (before
+    // the loop threads start and after they ended); the counters and the draining flag are
+    // atomics; `admission` is lock-protected.
+
+    public let configuration: HTTPServerConfiguration
+    let handler: any HTTPRequestHandler
+    private var loops: [EventLoop] = []
+    /// The listening socket, shared by the loops (each polls it and accepts in turn).
+    private var listenSocket: Int32 = -1
+    /// Connections open, in all and per client address, against the configured limits.
+    private let admission = Locked(Admission())
+    /// Set when a loop found every place taken; cleared when a connection closes.
+    private let atConnectionLimit = Atomic<Bool>(false)
+    private var selfReference: Unmanaged<HTTPServer>?
+    /// Watches the sockets of requests whose callers asked to learn that the client went away.
+    let watcher = DisconnectWatcher()
+    /// Set by `stopAccepting`: new requests get the drain response.
+    let draining = Atomic<Bool>(false)
+    /// Requests handed to the handler whose response has not been sent yet.
+    let inFlight = Atomic<Int>(0)
+    private let drained = NSCondition()
+    public private(set) var port: Int = 0
+
+    public init(configuration: HTTPServerConfiguration, handler: any HTTPRequestHandler) {
+        self.configuration = configuration
+        self.handler = handler
+    }
+
+    public func start() throws {
+        var storage = sockaddr_storage()
+        _ = try Self.resolve(configuration.host, port: configuration.port, into: &storage)
+        let listener: Int32
+        do {
+            listener = try Self.listen(on: &storage)
+        } catch {
+            throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (\(error.description))")
+        }
+        var boundPort = 0
+        var boundAddress: IPAddress?
+        let family = Int32(storage.ss_family)
+        withUnsafeBytes(of: &storage) { raw in
+            boundPort = Int(UInt16(bigEndian: raw.load(fromByteOffset: 2, as: UInt16.self)))
+            // sockaddr_in: the address at offset 4; sockaddr_in6: at offset 8 (after the flow label).
+            boundAddress = family == AF_INET6
+                ? IPAddress(bytes: Array(raw[8..<24])) : IPAddress(bytes: Array(raw[4..<8]))
+        }
+        if let boundAddress { configuration.onListening?(boundAddress, boundPort) }
+        let flags = UInt32(MHD_USE_EPOLL.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue
+                           | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
+        let reference = Unmanaged.passRetained(self)
+        let opaque = reference.toOpaque()
+        let connectionLimit = Self.affordableConnections(configuration.connectionLimit, reserved: configuration.reservedDescriptors)
+        admission.withLock { $0.limit = connectionLimit }
+        var started: [EventLoop] = []
+        for index in 0..<max(1, configuration.threads) {
+            // The daemon-wide timeout is the idle timeout; each loop keeps the header deadlines
+            // (HeaderDeadlines). Limits are kept here, across the loops (Admission).
+            let daemon = withUnsafePointer(to: &storage) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
+                    larder_mhd_start_external(flags, address, UInt32(max(1, configuration.connectionTimeoutSeconds)),
+                                              UInt32(connectionLimit), configuration.connectionMemoryBytes,
+                                              acceptAll, nil, accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque,
+                                              connectionNotified, opaque)
+                }
+            }
+            let deadlines = HeaderDeadlines(headerTimeoutSeconds: configuration.headerTimeoutSeconds,
+                                            idleTimeoutSeconds: configuration.connectionTimeoutSeconds)
+            guard let daemon, let loop = EventLoop(daemon: daemon, index: index, headerDeadlines: deadlines,
+                                                   companion: configuration.loopCompanion?()) else {
+                if let daemon { MHD_stop_daemon(daemon) }
+                for loop in started { loop.stop() }
+                close(listener)
+                reference.release()
+                throw HTTPServerError(description: "cannot start the HTTP server's event loop \(index)")
+            }
+            started.append(loop)
+        }
+        listenSocket = listener
+        loops = started
+        selfReference = reference
+        port = boundPort
+        for loop in started { loop.start(server: self) }
+    }
+
+    /// Starts draining: requests that arrive from now on are answered with
+    /// `configuration.drainResponse` and their connections closed; requests in flight carry on.
+    ///
+    /// Not MHD_quiesce_daemon: in libmicrohttpd 0.9.75 with a thread pool in epoll mode it
+    /// aborted the process when a worker had not yet registered the listening socket (a signal
+    /// right after start), and the socket it hands back must outlive the workers. Draining has
+    /// no such race, and callers learn why they were turned away.
+    public func stopAccepting() {
+        draining.store(true, ordering: .releasing)
+    }
+
+    /// Waits until every request handed to the handler has been answered and completed, up
+    /// to `timeout` seconds. Returns whether none is left. Woken by the last completion.
+    @discardableResult
+    public func waitForPending(timeout: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        drained.lock()
+        defer { drained.unlock() }
+        while inFlight.load(ordering: .acquiring) > 0 {
+            if !drained.wait(until: deadline) { return inFlight.load(ordering: .acquiring) == 0 }
+        }
+        return true
+    }
+
+    /// Called when a request completes; wakes `waitForPending` when none is left.
+    func completed() {
+        if inFlight.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
+            drained.lock()
+            drained.broadcast()
+            drained.unlock()
+        }
+    }
+
+    public var pendingCount: Int { inFlight.load(ordering: .relaxed) }
+    /// Responses queued again to another connection instead of built anew; for tests.
+    public var reusedResponseCount: Int { loops.reduce(0) { $0 + $1.recentResponses.reuses.load(ordering: .relaxed) } }
+
+    /// Connections open now, and how many may be (`connectionLimit`, lowered at start to what
+    /// the open-file limit allows); for metrics.
+    public var connections: (open: Int, limit: Int) { admission.withLock { ($0.open, $0.limit) } }
+
+    /// Stops the daemon. Call after `waitForPending` returned true.
+    public func stop() {
+        guard !loops.isEmpty else { return }
+        for loop in loops { loop.stop() }
+        loops = []
+        close(listenSocket)
+        listenSocket = -1
+        selfReference?.release()
+        selfReference = nil
+    }
+
+    /// Accepts up to a few waiting connections onto `loop`'s daemon (on that loop's thread, the
+    /// only one that may add connections to it). Accepting and counting happen under one lock, so
+    /// connections are admitted in the order they arrived, whichever loop takes them.
+    func acceptConnections(onto loop: EventLoop) {
+        for _ in 0..<4 {
+            var address = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let accepted = admission.withLock { admission -> (fd: Int32, admitted: Bool)? in
+                // At the limit, connections wait in the listen backlog (as with nginx's
+                // worker_connections) until one closes: the loops stop polling the socket.
+                guard admission.open < admission.limit else {
+                    atConnectionLimit.store(true, ordering: .releasing)
+                    return nil
+                }
+                let fd = withUnsafeMutablePointer(to: &address) { pointer in
+                    pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        larder_accept(listenSocket, $0, &length)
+                    }
+                }
+                guard fd >= 0 else { return nil }
+                return (fd, admission.admit(ClientAddress(address), perAddress: configuration.connectionsPerAddress))
+            }
+            guard let accepted else { return }
+            guard accepted.admitted else {
+                close(accepted.fd)
+                continue
+            }
+            let added = withUnsafePointer(to: &address) { pointer in
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { MHD_add_connection(loop.daemon, accepted.fd, $0, length) }
+            }
+            // libmicrohttpd closed the socket; it will never report it closed.
+            if added != MHD_Result.YES { release(ClientAddress(address)) }
+        }
+    }
+
+    /// The loop whose daemon runs `connection`.
+    func loop(of connection: OpaquePointer) -> EventLoop? {
+        let daemon = larder_mhd_connection_daemon(connection)
+        return loops.first { $0.daemon == daemon }
+    }
+
+    /// A connection libmicrohttpd took is gone: it no longer counts against the limits.
+    func connectionClosed(_ connection: OpaquePointer) {
+        guard let address = larder_mhd_client_address(connection) else { return }
+        release(ClientAddress(address))
+    }
+
+    private func release(_ client: ClientAddress) {
+        admission.withLock { $0.release(client) }
+        // A place is free: loops that stopped polling the listening socket take it up again.
+        if atConnectionLimit.exchange(false, ordering: .acquiringAndReleasing) {
+            for loop in loops { loop.wake() }
+        }
+    }
+
+    /// The listening socket while connections are accepted, -1 (ignored by poll) at the limit.
+    var socketToAcceptOn: Int32 {
+        atConnectionLimit.load(ordering: .acquiring) ? -1 : listenSocket
+    }
+
+    /// Opens the listening socket (non-blocking; SO_REUSEADDR, so a restart can bind while old
+    /// connections linger in TIME_WAIT) and writes the bound address back into `storage`.
+    private static func listen(on storage: inout sockaddr_storage) throws(HTTPServerError) -> Int32 {
+        let family = Int32(storage.ss_family)
+        let length = socklen_t(family == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+        let fd = socket(family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw HTTPServerError(description: "cannot create a socket: \(String(cString: strerror(errno)))") }
+        var on: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, socklen_t(MemoryLayout<Int32>.size))
+        if family == AF_INET6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &on, socklen_t(MemoryLayout<Int32>.size)) }
+        let bound = withUnsafeMutablePointer(to: &storage) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address -> Bool in
+                var size = length
+                return bind(fd, address, length) == 0 && Glibc.listen(fd, 4096) == 0 && getsockname(fd, address, &size) == 0
+            }
+        }
+        guard bound else {
+            close(fd)
+            throw HTTPServerError(description: "in use, or not an address of this machine")
+        }
+        return fd
+    }
+
+    /// Raises the soft open-file limit to the hard one and returns how many connections fit
+    /// in it, leaving room for the database, upstream connections and the rest.
+    private static func affordableConnections(_ wanted: Int, reserved: Int) -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return wanted }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        let available = limit.rlim_cur == rlim_t.max ? UInt64(Int32.max) : UInt64(limit.rlim_cur)
+        return max(16, min(wanted, Int(min(available, UInt64(Int32.max))) - max(0, reserved)))
+    }
+
+    /// Fills `storage` with the bind address; returns true for IPv6.
+    private static func resolve(_ host: String, port: Int, into storage: inout sockaddr_storage) throws -> Bool {
+        var hints = addrinfo()
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var result: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, String(port), &hints, &result) == 0, let first = result else {
+            throw HTTPServerError(description: "cannot resolve listen address '\(host)'")
+        }
+        defer { freeaddrinfo(result) }
+        withUnsafeMutableBytes(of: &storage) { destination in
+            destination.copyMemory(from: UnsafeRawBufferPointer(start: first.pointee.ai_addr, count: Int(first.pointee.ai_addrlen)))
+        }
+        return first.pointee.ai_family == AF_INET6
+    }
+}
