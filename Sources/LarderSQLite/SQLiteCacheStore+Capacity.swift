@@ -181,17 +181,12 @@ extension SQLiteCacheStore {
         throws(SQLiteError) -> [(primaryKey: CacheKey, bytes: Int)] {
         var removed: [(primaryKey: CacheKey, bytes: Int)] = []
         let delete = try writer.prepare("DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING primary_key, \(Self.entryBytesSQL)")
-        try writer.execute("BEGIN IMMEDIATE")
-        do {
+        try writer.immediateTransaction { () throws(SQLiteError) in
             try bind(delete)
             while try delete.step() {
                 removed.append((CacheKey(hex: delete.string(0) ?? ""), Int(delete.int64(1))))
             }
             delete.reset()
-            try writer.execute("COMMIT")
-        } catch {
-            try? writer.execute("ROLLBACK")
-            throw error
         }
         reapDeadFiles()
         return removed

@@ -59,9 +59,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     private let flushTimer: DispatchSourceTimer
     let pending = Locked(PendingWrites())
     let droppedHandler = CallbackSlot<CacheKey>()
-    private let beginImmediate: SQLiteStatement
-    private let commit: SQLiteStatement
-    private let rollback: SQLiteStatement
     private let journalsInMemory: SQLiteStatement
     private let journalsInFiles: SQLiteStatement
     private let commits = Atomic<Int>(0)
@@ -225,9 +222,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
               (SELECT key FROM entries WHERE \(Self.rowsOfPrimaryKey("?1")) ORDER BY stored_at DESC LIMIT CAST(?2 AS INTEGER))
             """)
         deleteByURL = try writer.prepare("DELETE FROM entries WHERE url_key = ?1")
-        beginImmediate = try writer.prepare("BEGIN IMMEDIATE")
-        commit = try writer.prepare("COMMIT")
-        rollback = try writer.prepare("ROLLBACK")
         journalsInMemory = try writer.prepare("PRAGMA temp_store = MEMORY")
         journalsInFiles = try writer.prepare("PRAGMA temp_store = DEFAULT")
         flushTimer = DispatchSource.makeTimerSource(queue: writerQueue)
@@ -423,16 +417,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             try connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
             try connection.execute("VACUUM")
         }
-        try connection.execute("BEGIN IMMEDIATE")
-        do {
+        try connection.immediateTransaction { () throws(SQLiteError) in
             for version in Int(current)..<migrations.count {
                 try connection.execute(migrations[version])
             }
             try connection.execute("PRAGMA user_version = \(migrations.count)")
-            try connection.execute("COMMIT")
-        } catch {
-            try? connection.execute("ROLLBACK")
-            throw error
         }
     }
 
@@ -756,20 +745,18 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             writtenFiles.removeAll()
             try? step(journalsInFiles)
         }
+        // The body runs only once BEGIN succeeded.
+        var begun = false
         do {
-            try step(beginImmediate)
-        } catch {
-            noteWriteFailure(error)
-            return .notBegun
-        }
-        do {
-            for write in writes { try self.write(write.entry, newPrimaryKey: write.newPrimaryKey) }
-            try step(commit)
+            try writer.immediateTransaction { () throws(SQLiteError) in
+                begun = true
+                for write in writes { try self.write(write.entry, newPrimaryKey: write.newPrimaryKey) }
+            }
             commits.add(1, ordering: .relaxed)
             return .committed
         } catch {
             noteWriteFailure(error)
-            try? step(rollback)
+            guard begun else { return .notBegun }
             for name in writtenFiles { files.remove(name) }
             return .failedInside
         }
@@ -791,19 +778,18 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             commitAllPending()
             var removed: [CacheKey] = []
             do {
-                try writer.execute("BEGIN IMMEDIATE")
-                for urlKey in Set(urlKeys) {
-                    defer { selectByURL.reset(); deleteByURL.reset() }
-                    try selectByURL.bind(1, urlKey)
-                    while try selectByURL.step() {
-                        if let key = selectByURL.string(0) { removed.append(CacheKey(hex: key)) }
+                try writer.immediateTransaction { () throws(SQLiteError) in
+                    for urlKey in Set(urlKeys) {
+                        defer { selectByURL.reset(); deleteByURL.reset() }
+                        try selectByURL.bind(1, urlKey)
+                        while try selectByURL.step() {
+                            if let key = selectByURL.string(0) { removed.append(CacheKey(hex: key)) }
+                        }
+                        try deleteByURL.bind(1, urlKey)
+                        _ = try deleteByURL.step()
                     }
-                    try deleteByURL.bind(1, urlKey)
-                    _ = try deleteByURL.step()
                 }
-                try writer.execute("COMMIT")
             } catch {
-                try? writer.execute("ROLLBACK")
                 logger.error("invalidation failed", metadata: ["error": "\(error)"])
                 removed = []
             }
@@ -946,15 +932,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         guard !names.isEmpty else { return }
         for name in names { files.remove(name) }
         do {
-            try writer.execute("BEGIN IMMEDIATE")
-            for name in names {
-                defer { deleteDeadFile.reset() }
-                try deleteDeadFile.bind(1, name)
-                _ = try deleteDeadFile.step()
+            try writer.immediateTransaction { () throws(SQLiteError) in
+                for name in names {
+                    defer { deleteDeadFile.reset() }
+                    try deleteDeadFile.bind(1, name)
+                    _ = try deleteDeadFile.step()
+                }
             }
-            try writer.execute("COMMIT")
         } catch {
-            try? writer.execute("ROLLBACK")
             logger.warning("cannot forget removed body files", metadata: ["error": "\(error)"])
         }
         if names.count == 1024 { reapDeadFiles() }
@@ -1033,17 +1018,16 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         }
         guard !batch.isEmpty else { return }
         do {
-            try writer.execute("BEGIN")
-            for (key, tally) in batch {
-                defer { addHits.reset() }
-                try addHits.bind(1, key)
-                try addHits.bind(2, tally.hits)
-                try addHits.bind(3, tally.lastAccess)
-                _ = try addHits.step()
+            try writer.transaction(.deferred) { () throws(SQLiteError) in
+                for (key, tally) in batch {
+                    defer { addHits.reset() }
+                    try addHits.bind(1, key)
+                    try addHits.bind(2, tally.hits)
+                    try addHits.bind(3, tally.lastAccess)
+                    _ = try addHits.step()
+                }
             }
-            try writer.execute("COMMIT")
         } catch {
-            try? writer.execute("ROLLBACK")
             logger.warning("cannot record hit counts", metadata: ["error": "\(error)"])
         }
     }
@@ -1067,8 +1051,7 @@ extension SQLiteCacheStore: WarmJobStore {
     public func createJob(_ record: WarmJobRecord, sealedSpecs: [[UInt8]], completion: @escaping @Sendable (Bool) -> Void) {
         writerQueue.async { [self] in
             do {
-                try writer.execute("BEGIN IMMEDIATE")
-                do {
+                try writer.immediateTransaction { () throws(SQLiteError) in
                     try saveJob(record)
                     let insert = try writer.prepare("INSERT INTO warm_items (job_id, idx, spec) VALUES (?1, ?2, ?3)")
                     for (index, spec) in sealedSpecs.enumerated() {
@@ -1078,10 +1061,6 @@ extension SQLiteCacheStore: WarmJobStore {
                         _ = try insert.step()
                         insert.reset()
                     }
-                    try writer.execute("COMMIT")
-                } catch {
-                    try? writer.execute("ROLLBACK")
-                    throw error
                 }
                 completion(true)
             } catch {
@@ -1098,16 +1077,15 @@ extension SQLiteCacheStore: WarmJobStore {
             // item is done when a crash could still lose what it stored.
             commitAllPending()
             do {
-                try writer.execute("BEGIN IMMEDIATE")
-                let update = try writer.prepare("UPDATE warm_items SET state = ?3 WHERE job_id = ?1 AND idx = ?2")
-                try update.bind(1, job.id)
-                try update.bind(2, Int64(index))
-                try update.bind(3, state)
-                _ = try update.step()
-                try saveJob(job)
-                try writer.execute("COMMIT")
+                try writer.immediateTransaction { () throws(SQLiteError) in
+                    let update = try writer.prepare("UPDATE warm_items SET state = ?3 WHERE job_id = ?1 AND idx = ?2")
+                    try update.bind(1, job.id)
+                    try update.bind(2, Int64(index))
+                    try update.bind(3, state)
+                    _ = try update.step()
+                    try saveJob(job)
+                }
             } catch {
-                try? writer.execute("ROLLBACK")
                 logger.error("cannot save warm job progress", metadata: ["job": "\(job.id)", "error": "\(error)"])
             }
         }
