@@ -149,7 +149,9 @@ final class SQLiteCacheStoreTests: XCTestCase {
         // A trigger refuses one row, as a full disk or an I/O error would.
         let editor = try SQLiteConnection(path: path)
         try editor.execute("PRAGMA busy_timeout = 5000")
-        try editor.execute("CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.key = 'doomed' BEGIN SELECT RAISE(ABORT, 'no space'); END")
+        try editor.execute("""
+            CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.key = 'doomed' BEGIN SELECT RAISE(ABORT, 'no space'); END
+            """)
         let release = try holdWriteLock()
         store.save(entry("first")) { _ in }
         store.save(entry("doomed")) { _ in }
@@ -177,7 +179,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         let second = Locked<Bool?>(nil)
         store.save(entry("b", body: String(repeating: "b", count: half))) { saved in second.withLock { $0 = saved } }
         XCTAssertEqual(second.withLock { $0 }, false, "answered at once, while the writer is still stuck, as not stored")
-        XCTAssertEqual(store.shedWrites.load(ordering: .relaxed), 1)
+        XCTAssertEqual(store.counters.shedWrites.load(ordering: .relaxed), 1)
         release()
         store.commitAndWait()
         XCTAssertNotNil(store.lookup(CacheKey(hex: "a")).first)
@@ -364,7 +366,8 @@ final class SQLiteCacheStoreTests: XCTestCase {
                     var buffer = [UInt8](repeating: 0, count: opened.size)
                     let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, opened.size, 0) }
                     close(descriptor)
-                    let whole = count == opened.size && buffer.allSatisfy { $0 == buffer[0] } && buffer.count == 2000 + Int(buffer[0] - UInt8(ascii: "a"))
+                    let whole = count == opened.size && buffer.allSatisfy { $0 == buffer[0] }
+                        && buffer.count == 2000 + Int(buffer[0] - UInt8(ascii: "a"))
                     if !whole { wrong.add(1, ordering: .relaxed) }
                     served.add(1, ordering: .relaxed)
                 }
@@ -561,7 +564,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(Set(store.records(primaryKey: CacheKey(hex: primary)).map(\.rowKey.hex)),
                        [primary + ".0f3a", primary + ".9c1d"], "the variants (the plain row was replaced by them)")
         let plan = try SQLiteConnection(path: path).prepare(
-            "EXPLAIN QUERY PLAN SELECT key FROM entries WHERE \(SQLiteCacheStore.rowsOfPrimaryKey("?1"))")
+            "EXPLAIN QUERY PLAN SELECT key FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1"))")
         XCTAssertTrue(try plan.step())
         XCTAssertTrue(plan.string(3)?.contains("sqlite_autoindex_entries_1") == true, plan.string(3) ?? "no plan")
         // A row whose key is not under its primary key is refused, not stored where no lookup finds it.
@@ -591,7 +594,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let old = try SQLiteConnection(path: path)
         try old.execute("PRAGMA journal_mode = WAL")
-        try old.execute(SQLiteCacheStore.migrations[0])
+        try old.execute(Schema.migrations[0])
         try old.execute("PRAGMA user_version = 1")
         try old.execute("""
             INSERT INTO entries (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
@@ -608,7 +611,8 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(migrated.freshness, EntryFreshness(storedAt: 5, freshnessLifetime: 60, version: 0))
         // New columns round-trip.
         var fresh = entry("new")
-        fresh.freshness = EntryFreshness(storedAt: 1, freshnessLifetime: 2, version: 3, staleWhileRevalidate: 4, staleIfError: 5, mustRevalidate: true)
+        fresh.freshness = EntryFreshness(storedAt: 1, freshnessLifetime: 2, version: 3, staleWhileRevalidate: 4, staleIfError: 5,
+                                         mustRevalidate: true)
         save(store, fresh)
         XCTAssertEqual(store.lookup(CacheKey(hex: "new")).first?.freshness, fresh.freshness)
     }

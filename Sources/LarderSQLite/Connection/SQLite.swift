@@ -16,6 +16,9 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
 /// of each connection guarantees that, so it is not Sendable.
 final class SQLiteConnection {
     let handle: OpaquePointer
+    /// BEGIN, COMMIT and ROLLBACK, prepared on first use so a transaction parses no SQL. Raw
+    /// handles, not SQLiteStatements: those keep their connection alive, and this one keeps them.
+    private var transactionStatements: [String: OpaquePointer] = [:]
 
     init(path: String, readOnly: Bool = false) throws(SQLiteError) {
         var handle: OpaquePointer?
@@ -31,6 +34,7 @@ final class SQLiteConnection {
     }
 
     deinit {
+        for statement in transactionStatements.values { sqlite3_finalize(statement) }
         sqlite3_close_v2(handle)
     }
 
@@ -63,6 +67,49 @@ final class SQLiteConnection {
     }
 
     var changes: Int { Int(sqlite3_changes(handle)) }
+
+    enum TransactionKind {
+        /// BEGIN IMMEDIATE: takes the write lock at once, so the body never fails half-way for
+        /// want of it (SQLITE_BUSY on the first write of a deferred transaction cannot wait).
+        case immediate
+        /// BEGIN: takes locks as the body needs them.
+        case deferred
+    }
+
+    /// Runs `body` in a transaction: BEGIN, the body, COMMIT. When the body or the COMMIT
+    /// throws, rolls back and throws that error; when BEGIN throws, the body does not run.
+    func transaction<T>(_ kind: TransactionKind = .immediate, _ body: () throws(SQLiteError) -> T) throws(SQLiteError) -> T {
+        try runCached(kind == .immediate ? "BEGIN IMMEDIATE" : "BEGIN")
+        do {
+            let result = try body()
+            try runCached("COMMIT")
+            return result
+        } catch {
+            // Some errors (SQLITE_FULL, I/O errors) have already rolled the transaction back;
+            // the ROLLBACK then fails, harmlessly.
+            try? runCached("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// `transaction(.immediate, body)`.
+    func immediateTransaction<T>(_ body: () throws(SQLiteError) -> T) throws(SQLiteError) -> T {
+        try transaction(.immediate, body)
+    }
+
+    private func runCached(_ sql: String) throws(SQLiteError) {
+        let statement: OpaquePointer
+        if let cached = transactionStatements[sql] {
+            statement = cached
+        } else {
+            var prepared: OpaquePointer?
+            try check(sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &prepared, nil), "prepare \(sql)")
+            statement = prepared!
+            transactionStatements[sql] = statement
+        }
+        defer { sqlite3_reset(statement) }
+        try check(sqlite3_step(statement), sql)
+    }
 }
 
 final class SQLiteStatement {
@@ -89,7 +136,8 @@ final class SQLiteStatement {
         guard let value else { return try connection.check(sqlite3_bind_null(handle, index), "bind null") }
         var copy = value
         let code = copy.withUTF8 { buffer in
-            larder_sqlite3_bind_text_transient(handle, index, UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self) , Int32(buffer.count))
+            larder_sqlite3_bind_text_transient(handle, index, UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
+                                               Int32(buffer.count))
         }
         try connection.check(code, "bind text")
     }

@@ -36,7 +36,7 @@ extension SQLiteCacheStore {
     }
 
     public func records(primaryKey: CacheKey) -> [EntryRecord] {
-        readRecords("SELECT \(Self.recordColumns) FROM entries WHERE \(Self.rowsOfPrimaryKey("?1")) ORDER BY stored_at",
+        readRecords("SELECT \(Self.recordColumns) FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) ORDER BY stored_at",
                     bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) }) ?? []
     }
 

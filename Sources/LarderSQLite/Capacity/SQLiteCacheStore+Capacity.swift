@@ -31,6 +31,15 @@ public struct StoreCapacity: Sendable, Equatable {
     public init() {}
 }
 
+/// Eviction and the retention sweep, on the writer queue only.
+struct Trimming {
+    /// An eviction or a sweep is under way.
+    var underWay = false
+    /// Where the age sweep goes on from at its next tick: the last rowid it looked at.
+    var sweepCursor: Int64 = 0
+    var sweepTimer: DispatchSourceTimer?
+}
+
 extension SQLiteCacheStore {
     static let evictionBatch = 256
     /// Rows the retention sweep looks at per writer turn, and turns per tick (a minute).
@@ -40,29 +49,29 @@ extension SQLiteCacheStore {
 
     /// Bytes held, from the usage table.
     func usedBytes() -> Int {
-        defer { selectUsedBytes.reset() }
-        guard (try? selectUsedBytes.step()) == true else { return 0 }
-        return Int(selectUsedBytes.int64(0))
+        defer { statements.selectUsedBytes.reset() }
+        guard (try? statements.selectUsedBytes.step()) == true else { return 0 }
+        return Int(statements.selectUsedBytes.int64(0))
     }
 
     /// Entries evicted for capacity since the store opened.
-    public var evictionCount: Int { evictions.load(ordering: .relaxed) }
+    public var evictionCount: Int { counters.evictions.load(ordering: .relaxed) }
     /// Entries removed by the retention sweep since the store opened.
-    public var expiredRemovalCount: Int { expiredRemovals.load(ordering: .relaxed) }
+    public var expiredRemovalCount: Int { counters.expiredRemovals.load(ordering: .relaxed) }
 
     /// On the writer queue, after a commit: over capacity, evicts at once down to it (in the
     /// writer's turn, so the next commit cannot add to an overfull store), then goes on to the
     /// low-water mark in background batches that let saves interleave.
     func enforceCapacity() {
-        guard capacity.maxBytes < Int.max, !trimming, usedBytes() > capacity.maxBytes else { return }
+        guard capacity.maxBytes < Int.max, !trimming.underWay, usedBytes() > capacity.maxBytes else { return }
         while !closed.load(ordering: .relaxed), usedBytes() > capacity.maxBytes, evictOnce() > 0 {}
-        trimming = true
+        trimming.underWay = true
         evictBatch()
     }
 
     private func evictBatch() {
         guard !closed.load(ordering: .relaxed), evictOnce() > 0 else {
-            trimming = false
+            trimming.underWay = false
             return vacuumStep()
         }
         writerQueue.async { [self] in evictBatch() }
@@ -71,23 +80,20 @@ extension SQLiteCacheStore {
     /// Evicts up to `evictionBatch` least recently used rows, as many as free what is over the
     /// low-water mark; returns how many went (0 when under it).
     private func evictOnce() -> Int {
-        let target = Int(Double(capacity.maxBytes) * capacity.lowWater)
-        let used = usedBytes()
-        guard used > target else { return 0 }
-        var rowids: [Int64] = []
+        var pass = EvictionPass(usedBytes: usedBytes(), capacity: capacity)
+        guard pass.wantsMore else { return 0 }
         do {
             let candidates = try writer.prepare(
                 "SELECT rowid, \(Self.entryBytesSQL) FROM entries ORDER BY last_access LIMIT \(Self.evictionBatch)")
-            var freed = 0
-            while freed < used - target, try candidates.step() {
-                rowids.append(candidates.int64(0))
-                freed += Int(candidates.int64(1))
+            while pass.wantsMore, try candidates.step() {
+                pass.take(rowid: candidates.int64(0), bytes: Int(candidates.int64(1)))
             }
         } catch {
             logger.error("cannot choose entries to evict", metadata: ["error": "\(error)"])
         }
+        let rowids = pass.rowids
         let removed = rowids.isEmpty ? 0 : deleteBatch(rowids.map(String.init).joined(separator: ","))
-        evictions.add(removed, ordering: .relaxed)
+        counters.evictions.add(removed, ordering: .relaxed)
         return removed
     }
 
@@ -96,7 +102,7 @@ extension SQLiteCacheStore {
         timer.schedule(deadline: .now() + capacity.sweepInterval, repeating: capacity.sweepInterval)
         timer.setEventHandler { [weak self] in self?.sweep(now: Date().timeIntervalSince1970) }
         timer.resume()
-        sweepTimer = timer
+        trimming.sweepTimer = timer
     }
 
     /// Runs the retention sweep now; for tests.
@@ -109,7 +115,7 @@ extension SQLiteCacheStore {
     /// the writer queue), committing what is pending first; for tests and tools.
     public func waitForTrimming() {
         commitAndWait()
-        while writerQueue.sync(execute: { trimming }) {}
+        while writerQueue.sync(execute: { trimming.underWay }) {}
         writerQueue.sync {}
     }
 
@@ -131,9 +137,9 @@ extension SQLiteCacheStore {
     /// On the writer queue: removes expired entries in batches, each its own short writer turn
     /// (group commits go between them).
     private func sweep(now: Double) {
-        guard !trimming, !closed.load(ordering: .relaxed) else { return }
+        guard !trimming.underWay, !closed.load(ordering: .relaxed) else { return }
         commitAllPending()
-        trimming = true
+        trimming.underWay = true
         sweepUnusable(now: now)
     }
 
@@ -141,14 +147,14 @@ extension SQLiteCacheStore {
     private func sweepUnusable(now: Double) {
         let removed = deleteBatch(
             "SELECT rowid FROM entries WHERE unusable_at <= \(now - capacity.keepStaleFor) LIMIT \(Self.evictionBatch)")
-        expiredRemovals.add(removed, ordering: .relaxed)
-        guard !closed.load(ordering: .relaxed) else { trimming = false; return }
+        counters.expiredRemovals.add(removed, ordering: .relaxed)
+        guard !closed.load(ordering: .relaxed) else { trimming.underWay = false; return }
         if removed == Self.evictionBatch {
             writerQueue.async { [self] in sweepUnusable(now: now) }
         } else if capacity.retention.isFinite {
             writerQueue.async { [self] in sweepOld(writtenBefore: now - capacity.retention, windowsLeft: Self.sweepWindowsPerTick) }
         } else {
-            trimming = false
+            trimming.underWay = false
             vacuumStep()
         }
     }
@@ -159,16 +165,16 @@ extension SQLiteCacheStore {
     /// per million (retention is counted in days). No index on stored_at: that would be one more
     /// B-tree on every write.
     private func sweepOld(writtenBefore: Double, windowsLeft: Int) {
-        let start = sweepCursor
+        let start = trimming.sweepCursor
         let end = start + Self.sweepWindow
         let removed = deleteBatch(
             "SELECT rowid FROM entries WHERE rowid > \(start) AND rowid <= \(end) AND stored_at < \(writtenBefore)")
-        expiredRemovals.add(removed, ordering: .relaxed)
+        counters.expiredRemovals.add(removed, ordering: .relaxed)
         let last = (try? writer.scalarInt("SELECT coalesce(max(rowid), 0) FROM entries")) ?? 0
         // Past the last row, the next pass starts again from the first.
-        sweepCursor = end < last ? end : 0
+        trimming.sweepCursor = end < last ? end : 0
         guard end < last, windowsLeft > 1, !closed.load(ordering: .relaxed) else {
-            trimming = false
+            trimming.underWay = false
             return vacuumStep()
         }
         writerQueue.async { [self] in sweepOld(writtenBefore: writtenBefore, windowsLeft: windowsLeft - 1) }
@@ -181,17 +187,12 @@ extension SQLiteCacheStore {
         throws(SQLiteError) -> [(primaryKey: CacheKey, bytes: Int)] {
         var removed: [(primaryKey: CacheKey, bytes: Int)] = []
         let delete = try writer.prepare("DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING primary_key, \(Self.entryBytesSQL)")
-        try writer.execute("BEGIN IMMEDIATE")
-        do {
+        try writer.immediateTransaction { () throws(SQLiteError) in
             try bind(delete)
             while try delete.step() {
                 removed.append((CacheKey(hex: delete.string(0) ?? ""), Int(delete.int64(1))))
             }
             delete.reset()
-            try writer.execute("COMMIT")
-        } catch {
-            try? writer.execute("ROLLBACK")
-            throw error
         }
         reapDeadFiles()
         return removed

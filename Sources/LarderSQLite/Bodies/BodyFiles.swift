@@ -131,10 +131,10 @@ struct BodyFiles: Sendable {
 
 /// Body files' descriptors kept open between hits, so a hit on a file costs one fcntl
 /// (F_DUPFD_CLOEXEC) and a stat instead of a path walk, an open, a stat and a close (the open
-/// was 12 % of a 64 KiB hit's CPU). Safe to reuse because a file never changes after its row commits and its
-/// name is never given to another file; a removed file's descriptor is closed here at once (or
-/// when the last hit duplicating it is done), so its space is not held. The server hands
-/// libmicrohttpd a duplicate (it closes what it gets).
+/// was a large share of a hit's CPU). Safe to reuse because a file never changes after its row
+/// commits and its name is never given to another file; a removed file's descriptor is closed
+/// here at once (or when the last hit duplicating it is done), so its space is not held. The
+/// server hands libmicrohttpd a duplicate (it closes what it gets).
 /// Bounded: when full, a new file replaces a kept one only now and then (1 in 16), so a working
 /// set larger than the capacity keeps a stable part open instead of churning descriptors.
 final class OpenBodyFiles: Sendable {

@@ -28,8 +28,8 @@ extension SQLiteCacheStore: CacheAdministration {
         writerQueue.sync { commitAllPending() }
         var statistics = StoredStatistics()
         do {
-            let reader = try takeReader()
-            defer { giveBack(reader) }
+            let reader = try readers.take()
+            defer { readers.giveBack(reader) }
             let namespaces = try reader.connection.prepare("""
                 SELECT namespace, count(*), sum(\(Self.entryBytesSQL)), min(stored_at), max(stored_at)
                 FROM entries GROUP BY namespace ORDER BY namespace
@@ -65,7 +65,8 @@ extension SQLiteCacheStore: CacheAdministration {
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
         writerQueue.async { [self] in
             commitAllPending()
-            purgeBatch(condition: Self.rowsOfPrimaryKey("?1"), bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
+            purgeBatch(condition: Schema.rowsOfPrimaryKey("?1"),
+                       bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
                        total: PurgeResult(),
                        completion: completion)
         }
@@ -198,8 +199,8 @@ extension SQLiteCacheStore: OperatedStore {
         figures.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
         figures.evictions = evictionCount
         figures.expiredRemovals = expiredRemovalCount
-        figures.failures = writeFailures.load(ordering: .relaxed)
-        figures.shedWrites = shedWrites.load(ordering: .relaxed)
+        figures.failures = health.failures.load(ordering: .relaxed)
+        figures.shedWrites = counters.shedWrites.load(ordering: .relaxed)
         figures.lookupsSkipped = lookupsSkippedByKeyFilter
         figures.bodyFilesOpen = keptBodyFiles
         return figures

@@ -1,8 +1,8 @@
 // A Bloom filter of the primary keys that have rows, so that a lookup for a key never stored
 // (every miss) is answered without SQLite. That lookup costs a read transaction (four fcntl
-// lock calls) and an index leaf rarely in the page cache: measured, skipping it made misses
-// about 10 % cheaper in CPU. The technique of LSM stores (RocksDB, Cassandra) for the same
-// reason: most lookups of an absent key never touch the disk.
+// lock calls) and an index leaf rarely in the page cache, a real share of a miss's CPU. The
+// technique of LSM stores (RocksDB, Cassandra) for the same reason: most lookups of an absent
+// key never touch the disk.
 //
 // - A key goes in when it is saved, before it can be committed, and never comes out: a
 //   removed key costs a false positive (one SQLite lookup), never a false negative.
@@ -70,8 +70,8 @@ final class KeyFilter: @unchecked Sendable {
     /// key itself.
     static func probes(forRowKey key: String) -> [Probe] {
         var probes = [probe(key)]
-        // Byte by byte: a rebuild reads every row's key, and walking Characters cost a quarter of
-        // the rebuild (profiled during a miss workload, where the filter is rebuilt as it grows).
+        // Byte by byte: a rebuild reads every row's key, and walking Characters was a large share
+        // of the rebuild's cost.
         let bytes = key.utf8
         var index = bytes.startIndex
         while let dot = bytes[index...].firstIndex(of: UInt8(ascii: ".")) {

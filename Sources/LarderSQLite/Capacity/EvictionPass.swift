@@ -1,0 +1,28 @@
+// Which rows one eviction pass removes: over `maxBytes`, the least recently used rows go, in
+// that order, until what they free brings the store down to the low-water mark. Pure: the
+// store feeds it candidate rows (oldest last_access first) and deletes the rowids it took.
+
+struct EvictionPass {
+    /// Bytes over the low-water mark (0 or less: nothing to evict).
+    let excess: Int
+    private(set) var rowids: [Int64] = []
+    private(set) var freed = 0
+
+    init(usedBytes: Int, capacity: StoreCapacity) {
+        excess = usedBytes - Self.lowWaterMark(capacity)
+    }
+
+    /// Bytes eviction goes down to.
+    static func lowWaterMark(_ capacity: StoreCapacity) -> Int {
+        Int(Double(capacity.maxBytes) * capacity.lowWater)
+    }
+
+    /// Whether the rows taken so far do not yet free the excess.
+    var wantsMore: Bool { freed < excess }
+
+    /// Takes the next candidate (the least recently used not taken yet).
+    mutating func take(rowid: Int64, bytes: Int) {
+        rowids.append(rowid)
+        freed += bytes
+    }
+}

@@ -1,0 +1,152 @@
+// The cache in one SQLite file.
+//
+// - WAL journal, set once when the file is created, so readers never wait for the writer and
+//   the writer never waits for readers. `synchronous=NORMAL`: in WAL mode every commit is
+//   atomic and consistent; a power cut may lose the last commits but never half-writes one.
+// - One writer connection, owned by a serial dispatch queue (its own thread, off Swift's
+//   cooperative pool). Each entry is written by one INSERT OR REPLACE inside a transaction:
+//   after a crash an entry is either wholly there or wholly absent.
+// - Write-behind: `save` makes an entry visible to lookups at once (from memory) and answers;
+//   the writer commits what has piled up in one transaction (a group commit), so a miss is
+//   answered without waiting for SQLite, and many misses share one commit: the writer takes
+//   everything queued each time it is free, and a group's first save waits at most
+//   `groupCommitDelayMs` for company. Acknowledged entries not yet committed (the last few
+//   milliseconds) are lost in a crash, as the last commits are with synchronous=NORMAL;
+//   none is ever half there. Past `pendingByteLimit` of uncommitted bytes, saves are not
+//   stored (counted), so a stalled disk costs hit ratio for a moment instead of memory or
+//   every caller's time.
+// - A pool of reader connections used from the server's worker threads; a hit takes one,
+//   runs a prepared point lookup, and gives it back. A key never stored (a miss) is answered
+//   by a Bloom filter of the stored keys without a reader (KeyFilter.swift).
+// - Each body carries a checksum (BodyChecksum) checked on read: a mismatch (disk damage, a
+//   hand edit) is a miss and the row is deleted.
+// - Hit counters are tallied in memory in shards and written in batches, so a hit costs no
+//   write transaction.
+// - Bodies of at least `bodyFileThreshold` bytes are kept as files beside the database and
+//   sent with sendfile (BodyFiles.swift says how they stay consistent with the rows).
+//
+// The folders: Connection/ (the SQLite wrapper and its transactions), Schema/ (tables and
+// migrations), Writes/ (saves, group commits, what is uncommitted, whether writes fail),
+// Reads/ (lookups, the reader pool, the key filter), Bodies/ (body files), HitCounts/,
+// Capacity/ (eviction and the retention sweep), Admin/ (statistics, purges, listings),
+// WarmJobs/ (warm jobs kept across restarts).
+
+import CSQLite
+public import LarderCore
+public import LarderEngine
+public import Logging
+import Dispatch
+import Foundation
+import LarderSync
+
+public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
+    // @unchecked Sendable: `writer`, its `statements`, `trimming` and `writtenFiles` are touched
+    // only on `writerQueue`; the reader pool, pending writes, hit counters, write health and
+    // counters are Sendable themselves. Nothing else is mutable.
+
+    public static var schemaVersion: Int64 { Int64(Schema.migrations.count) }
+
+    public let path: String
+    let logger: Logger
+    /// Variants kept per primary key (Vary); the oldest are replaced.
+    public let maxVariants: Int
+    /// Bodies at least this large are kept in files (whole responses only; parts stay inline).
+    public let bodyFileThreshold: Int
+    public let capacity: StoreCapacity
+    let files: BodyFiles
+
+    let writerQueue = DispatchQueue(label: "larder.sqlite.writer")
+    let writer: SQLiteConnection
+    let statements: WriterStatements
+    let readers: ReaderPool
+    let closed = Atomic<Bool>(false)
+
+    let pending = Locked(PendingWrites())
+    let hitCounters = HitCounters()
+    let health = WriteHealth()
+    let counters = StoreCounters()
+    let droppedHandler = CallbackSlot<CacheKey>()
+
+    /// The start-up sweep of orphaned body files, under way.
+    let orphanSweep = DispatchGroup()
+    /// A key filter (re)build under way (KeyFilter.swift).
+    let keyFilterBuild = DispatchGroup()
+    /// Called by a key filter rebuild after its scan, before lookups switch to it; for tests.
+    let keyFilterScanned = CallbackSlot<Void>()
+
+    /// Eviction and the retention sweep (writer queue only).
+    var trimming = Trimming()
+    /// Files written by the group commit under way (writer queue only), removed if it fails.
+    var writtenFiles: [String] = []
+
+    /// Body files kept open between hits, at most (a quarter of the open-file limit, at most
+    /// 16,384).
+    public var keptBodyFileCapacity: Int { files.openFiles.capacity }
+    /// Body files kept open now.
+    var keptBodyFiles: Int { files.openFiles.count }
+
+    /// Opens (creating when absent) the database at `path`, running migrations.
+    public init(path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, capacity: StoreCapacity = StoreCapacity(),
+                keptBodyFileCapacity: Int? = nil, logger: Logger) throws {
+        self.path = path
+        self.capacity = capacity
+        self.maxVariants = max(1, maxVariants)
+        self.bodyFileThreshold = max(1, bodyFileThreshold)
+        self.files = BodyFiles(databasePath: path, openFileCapacity: keptBodyFileCapacity ?? OpenBodyFiles.defaultCapacity)
+        self.logger = logger
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        writer = try SQLiteConnection(path: path)
+        try writer.execute("PRAGMA busy_timeout = 5000")
+        try Schema.migrate(writer)
+        try writer.execute("PRAGMA synchronous = NORMAL")
+        // A row deleted by INSERT OR REPLACE fires delete triggers only with this on (the
+        // trigger that records a deleted row's body file).
+        try writer.execute("PRAGMA recursive_triggers = ON")
+        // The WAL is truncated back to this after checkpoints, so disk use follows the data.
+        try writer.execute("PRAGMA journal_size_limit = 16777216")
+        // Checkpoint every 100 pages (400 KiB), not SQLite's 1,000: a checkpoint copies its
+        // pages on the writer in one burst, and a request thread that needs the core waits for
+        // it; smaller checkpoints keep that wait short, at the same throughput.
+        try writer.execute("PRAGMA wal_autocheckpoint = 100")
+        statements = try WriterStatements(writer)
+        readers = ReaderPool(path: path)
+        // Hit counts reach the database within 10 s: one UPDATE per key per 10 s however hot.
+        hitCounters.startFlushing(on: writerQueue, every: 1) { [weak self] in self?.flushHits(olderThan: 10) }
+        // Files of rows deleted just before a crash, then files whose rows never committed.
+        writerQueue.sync { reapDeadFiles() }
+        startSweeping()
+        let startedAt = Date().timeIntervalSince1970
+        orphanSweep.enter()
+        DispatchQueue.global(qos: .utility).async { [weak self] in
+            self?.sweepOrphanFiles(olderThan: startedAt - 2)
+            self?.orphanSweep.leave()
+        }
+        rebuildKeyFilterSoon()
+    }
+
+    /// Commits every save acknowledged so far, then returns; for tests and tools.
+    public func commitAndWait() {
+        writerQueue.sync { commitAllPending() }
+    }
+
+    /// Flushes counters and closes every connection. Idempotent.
+    public func close() {
+        guard !closed.exchange(true, ordering: .relaxed) else { return }
+        hitCounters.stopFlushing()
+        trimming.sweepTimer?.cancel()
+        writerQueue.sync {
+            commitAllPending()
+            flushHits(olderThan: nil)
+            try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        }
+        readers.close()
+        files.openFiles.closeAll()
+        keyFilterBuild.wait()
+        // Nothing of this store touches the file after close: the start-up sweep of orphan
+        // body files (its own connection) is let finish.
+        orphanSweep.wait()
+    }
+}

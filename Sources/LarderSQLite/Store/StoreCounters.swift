@@ -1,0 +1,15 @@
+// What the store counted since it opened, for metrics (OperatedStore.figures) and tests.
+
+import LarderSync
+
+final class StoreCounters: Sendable {
+    let groupCommits = Atomic<Int>(0)
+    /// Saves not stored because too much was waiting for its commit.
+    let shedWrites = Atomic<Int>(0)
+    /// Entries evicted for capacity.
+    let evictions = Atomic<Int>(0)
+    /// Entries removed by the retention sweep.
+    let expiredRemovals = Atomic<Int>(0)
+    /// Lookups the key filter answered without reading the database.
+    let lookupsSkipped = Atomic<Int>(0)
+}

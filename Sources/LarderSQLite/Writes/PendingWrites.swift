@@ -1,0 +1,102 @@
+// Saves acknowledged but not yet committed: the writer's queue, and what lookups overlay on the
+// committed rows until the commit. The decisions here (admit or shed a save, how large the next
+// group commit is) are pure and unit-tested; the store holds this under a lock and acts on them.
+
+import LarderCore
+import LarderEngine
+
+struct PendingWrite {
+    let entry: StoredEntry
+    let size: Int
+    /// Set only when the save waits for its commit (alone over `pendingByteLimit`).
+    let completion: (@Sendable (Bool) -> Void)?
+    /// The key filter had never seen the primary key when this was saved: no row of it
+    /// exists, so there are no other variants to delete.
+    let newPrimaryKey: Bool
+}
+
+struct PendingWrites {
+    /// Saves not yet taken by the writer, oldest first.
+    var queue: [PendingWrite] = []
+    /// Every save not yet committed, by primary key, oldest first: what lookups overlay.
+    var visible: [CacheKey: [StoredEntry]] = [:]
+    var bytes = 0
+    var flushScheduled = false
+    /// The filter lookups consult (nil until the first build from the database finished),
+    /// and the one a rebuild is filling; saves go into both.
+    var keyFilter: KeyFilter?
+    var rebuildingKeyFilter: KeyFilter?
+    var keyFilterRebuildScheduled = false
+
+    /// Whether the caller is the one to start a key filter rebuild (none is under way).
+    mutating func claimKeyFilterRebuild() -> Bool {
+        defer { keyFilterRebuildScheduled = true }
+        return !keyFilterRebuildScheduled
+    }
+
+    /// What the store does after a save was queued.
+    struct Admission: Equatable {
+        /// The first save since the writer last emptied the queue: schedule a commit.
+        var scheduleCommit: Bool
+        /// Alone over the limit: the caller is answered after the commit, not now.
+        var waitsForCommit: Bool
+        /// The key filter holds more keys than it was sized for, and no rebuild is under way.
+        var rebuildKeyFilter: Bool
+    }
+
+    /// Queues `entry` (of `size` bytes; `probe`: its primary key's in the key filter) and makes it
+    /// visible to lookups, or returns nil when it is shed: with uncommitted bytes past `byteLimit`
+    /// (the disk stalled), the entry is not stored and the caller is answered at once, since
+    /// waiting for the commit stalled every request with it. One entry alone over the limit is
+    /// stored, and answered after its commit.
+    mutating func admit(_ entry: StoredEntry, size: Int, probe: KeyFilter.Probe, byteLimit: Int,
+                        completion: @escaping @Sendable (Bool) -> Void) -> Admission? {
+        if bytes > 0, bytes + size > byteLimit { return nil }
+        let waits = size > byteLimit
+        // Asked before the insert below; nil (still being built) answers "maybe".
+        let newPrimaryKey = keyFilter.map { !$0.mayContain(probe) } ?? false
+        queue.append(PendingWrite(entry: entry, size: size, completion: waits ? completion : nil, newPrimaryKey: newPrimaryKey))
+        visible[entry.primaryKey, default: []].append(entry)
+        bytes += size
+        // In the filters before the writer can commit it.
+        keyFilter?.insert(probe)
+        rebuildingKeyFilter?.insert(probe)
+        var rebuild = false
+        if let filter = keyFilter, filter.insertedCount > filter.capacity {
+            rebuild = claimKeyFilterRebuild()
+        }
+        defer { flushScheduled = true }
+        return Admission(scheduleCommit: !flushScheduled, waitsForCommit: waits, rebuildKeyFilter: rebuild)
+    }
+
+    /// Takes the next group commit off the queue: the oldest saves, at most `entryLimit` of them
+    /// and `byteLimit` bytes, and one at least. `more`: saves are left for another group.
+    mutating func takeGroup(entryLimit: Int, byteLimit: Int) -> (group: [PendingWrite], more: Bool) {
+        var count = 0, groupBytes = 0
+        while count < min(queue.count, entryLimit), count == 0 || groupBytes + queue[count].size <= byteLimit {
+            groupBytes += queue[count].size
+            count += 1
+        }
+        let group = Array(queue.prefix(count))
+        queue.removeFirst(count)
+        if queue.isEmpty { flushScheduled = false }
+        return (group, !queue.isEmpty)
+    }
+
+    /// After `group` was committed (or failed): lookups read it from the database (or not at all).
+    mutating func finish(_ group: [PendingWrite]) {
+        for write in group {
+            let primaryKey = write.entry.primaryKey
+            visible[primaryKey]?.removeFirst()
+            if visible[primaryKey]?.isEmpty == true { visible.removeValue(forKey: primaryKey) }
+            bytes -= write.size
+        }
+    }
+
+    /// Bytes per group commit: a twentieth of the capacity, since eviction runs after each commit
+    /// and what one commit adds is what the store can overshoot by (a floor of 1 MiB let a 2 MiB
+    /// store overshoot by half); at least 64 KiB, at most the uncommitted limit.
+    static func groupByteLimit(maxBytes: Int, pendingByteLimit: Int) -> Int {
+        min(pendingByteLimit, max(64 << 10, maxBytes / 20))
+    }
+}

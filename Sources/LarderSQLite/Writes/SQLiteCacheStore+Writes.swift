@@ -1,0 +1,258 @@
+// Saves, group commits and invalidation, on the writer queue.
+
+import Dispatch
+import Foundation
+public import LarderCore
+public import LarderEngine
+
+extension SQLiteCacheStore {
+    /// Uncommitted bytes past which `save` answers only after the commit.
+    public static let pendingByteLimit = 32 << 20
+    /// Entries per group commit at most (a bound on one transaction's length).
+    static let groupCommitLimit = 512
+    /// How long the first save of a group waits for others to join it: long enough for company,
+    /// short enough that the commit's CPU burst stays short (a client thread woken on the writer's
+    /// core waits for it). Under load commits run back to back anyway.
+    static let groupCommitDelayMs = 1
+
+    /// Makes `entry` visible to lookups and calls back at once, on the caller's thread; the
+    /// writer commits it soon after. When too much is uncommitted it calls back at once with
+    /// false (not stored); one entry alone over that limit is answered after its commit.
+    public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
+        guard !closed.load(ordering: .relaxed) else { return completion(false) }
+        // Rows are found by a range of keys (rowsOfPrimaryKey): one outside it would be lost.
+        guard entry.key == entry.primaryKey || entry.key.hex.hasPrefix(entry.primaryKey.hex + ".") else {
+            logger.error("not storing a row whose key is not its primary key or under it", metadata: ["key": "\(entry.key)"])
+            return completion(false)
+        }
+        // While writes fail (the disk is full), responses pass through unstored; one save every
+        // 2 s goes ahead to find out whether space came back.
+        guard health.admitsSave(now: DispatchTime.now().uptimeNanoseconds) else { return completion(false) }
+        let size = entry.approximateBytes
+        let probe = KeyFilter.probe(entry.primaryKey.hex)
+        let admitted = pending.withLock { pending in
+            pending.admit(entry, size: size, probe: probe, byteLimit: Self.pendingByteLimit, completion: completion)
+        }
+        guard let admitted else {
+            counters.shedWrites.add(1, ordering: .relaxed)
+            return completion(false)
+        }
+        if admitted.scheduleCommit {
+            // The wait for company is a sleep on the writer's thread, not `asyncAfter`: a
+            // dispatch timer wakes libdispatch's manager thread (an eventfd write from the
+            // caller) and the manager then wakes the queue's thread, two wake-ups per group
+            // instead of one. Work queued meanwhile (an admin call) waits for the commit it would
+            // wait for anyway.
+            writerQueue.async { [self] in
+                usleep(UInt32(Self.groupCommitDelayMs * 1000))
+                commitPending()
+            }
+        }
+        if admitted.rebuildKeyFilter { scheduleKeyFilterRebuild() }
+        if !admitted.waitsForCommit { completion(true) }
+    }
+
+    /// Called with the primary key of an entry the store dropped on its own, so a tier above
+    /// can drop it too: acknowledged but not committed (disk full, I/O error), evicted for
+    /// capacity, or removed by the retention sweep.
+    public func onEntryDropped(_ handler: @escaping @Sendable (CacheKey) -> Void) {
+        droppedHandler.set(handler)
+    }
+
+    /// Group commits so far; for tests.
+    public var groupCommits: Int { counters.groupCommits.load(ordering: .relaxed) }
+
+    /// Entries saved but not committed yet; for tests.
+    public var uncommittedCount: Int { pending.withLock { $0.visible.values.reduce(0) { $0 + $1.count } } }
+
+    /// On the writer queue: one group commit of what is queued (at most `groupCommitLimit`
+    /// entries), then again while more is queued. A group that fails is written again one
+    /// entry per transaction, so one failing entry is dropped alone.
+    private func commitPending() {
+        let byteLimit = PendingWrites.groupByteLimit(maxBytes: capacity.maxBytes, pendingByteLimit: Self.pendingByteLimit)
+        let (batch, more) = pending.withLock { $0.takeGroup(entryLimit: Self.groupCommitLimit, byteLimit: byteLimit) }
+        guard !batch.isEmpty else { return }
+        var written: [Bool]
+        switch commitGroup(batch[...]) {
+        case .committed:
+            written = [Bool](repeating: true, count: batch.count)
+        case .failedInside where batch.count > 1:
+            written = batch.indices.map { commitGroup(batch[$0...$0]) == .committed }
+        case .failedInside, .notBegun:
+            written = [Bool](repeating: false, count: batch.count)
+        }
+        if written.contains(true) { noteWriteSuccess() }
+        reapDeadFiles()
+        enforceCapacity()
+        pending.withLock { $0.finish(batch) }
+        let dropped = droppedHandler.current
+        for (write, saved) in zip(batch, written) {
+            if !saved { dropped?(write.entry.primaryKey) }
+            write.completion?(saved)
+        }
+        if more { writerQueue.async { [self] in commitPending() } }
+    }
+
+    private enum GroupResult { case committed, failedInside, notBegun }
+
+    /// On the writer queue: `writes` in one transaction, all or none.
+    ///
+    /// The transaction keeps its statement journals in memory. An INSERT OR REPLACE (triggers,
+    /// six indexes, pointer-map pages) keeps the pages it changes in a statement journal until
+    /// it ends, in memory up to 64 KiB and in a temporary file beyond; one insert now and then
+    /// passed 64 KiB, the journal then stayed a file until the commit, and every later entry of
+    /// the group wrote each page it changed there too (two `pwrite`s a page). An entry's journal
+    /// is a few pages and freed when its statement ends. Only here: a purge's DELETE of 1,000
+    /// rows may journal megabytes, so other transactions keep SQLite's default. (Raising the
+    /// spill threshold instead made SQLite fail inserts with SQLITE_FULL now and then.)
+    ///
+    /// No savepoint per entry: SQLite rolls the whole transaction back on some errors
+    /// (SQLITE_FULL, I/O errors), so `ROLLBACK TO` failed and the whole group was lost; a group
+    /// that fails is written again one entry per transaction instead.
+    private func commitGroup(_ writes: ArraySlice<PendingWrite>) -> GroupResult {
+        try? step(statements.journalsInMemory)
+        defer {
+            writtenFiles.removeAll()
+            try? step(statements.journalsInFiles)
+        }
+        // The body runs only once BEGIN succeeded.
+        var begun = false
+        do {
+            try writer.immediateTransaction { () throws(SQLiteError) in
+                begun = true
+                for write in writes { try self.write(write.entry, newPrimaryKey: write.newPrimaryKey) }
+            }
+            counters.groupCommits.add(1, ordering: .relaxed)
+            return .committed
+        } catch {
+            noteWriteFailure(error)
+            guard begun else { return .notBegun }
+            for name in writtenFiles { files.remove(name) }
+            return .failedInside
+        }
+    }
+
+    /// On the writer queue: commits everything queued, before work that must see it.
+    func commitAllPending() {
+        while pending.withLock({ !$0.queue.isEmpty }) { commitPending() }
+    }
+
+    private func step(_ statement: SQLiteStatement) throws(SQLiteError) {
+        defer { statement.reset() }
+        _ = try statement.step()
+    }
+
+    public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        writerQueue.async { [self] in
+            guard !closed.load(ordering: .relaxed) else { return completion([]) }
+            commitAllPending()
+            var removed: [CacheKey] = []
+            do {
+                try writer.immediateTransaction { () throws(SQLiteError) in
+                    for urlKey in Set(urlKeys) {
+                        defer { statements.selectByURL.reset(); statements.deleteByURL.reset() }
+                        try statements.selectByURL.bind(1, urlKey)
+                        while try statements.selectByURL.step() {
+                            if let key = statements.selectByURL.string(0) { removed.append(CacheKey(hex: key)) }
+                        }
+                        try statements.deleteByURL.bind(1, urlKey)
+                        _ = try statements.deleteByURL.step()
+                    }
+                }
+            } catch {
+                logger.error("invalidation failed", metadata: ["error": "\(error)"])
+                removed = []
+            }
+            reapDeadFiles()
+            completion(removed)
+        }
+    }
+
+    /// Inside a transaction: drop the primary key's rows that vary on other fields (the
+    /// resource changed how it varies), replace the row, keep the newest `maxVariants` variants.
+    /// For a primary key the key filter had never seen, there is nothing to drop, and the
+    /// DELETE's index search, a real share of the writer's work on misses, is skipped.
+    private func write(_ entry: StoredEntry, newPrimaryKey: Bool) throws(SQLiteError) {
+        if !newPrimaryKey {
+            try run(statements.dropOtherVariants, entry.primaryKey.hex, entry.varyNames.joined(separator: ","))
+        }
+        try insertRow(entry)
+        if !entry.varyNames.isEmpty {
+            try run(statements.trimVariants, entry.primaryKey.hex, String(maxVariants))
+        }
+    }
+
+    private func run(_ statement: SQLiteStatement, _ first: String, _ second: String) throws(SQLiteError) {
+        defer { statement.reset() }
+        try statement.bind(1, first)
+        try statement.bind(2, second)
+        _ = try statement.step()
+    }
+
+    private func insertRow(_ entry: StoredEntry) throws(SQLiteError) {
+        // A large whole response goes to a file first; the row names it (parts stay inline:
+        // the range fetcher cuts them in memory).
+        var bodyFile: String?
+        if entry.body.count >= bodyFileThreshold, entry.status != 206 {
+            bodyFile = try files.write(entry.body, key: entry.key)
+            writtenFiles.append(bodyFile!)
+        }
+        let statement = statements.insert
+        defer { statement.reset() }
+        try statement.bind(24, bodyFile)
+        try statement.bind(25, Int64(entry.body.count))
+        try statement.bind(1, entry.key.hex)
+        try statement.bind(2, entry.namespace)
+        try statement.bind(3, entry.method.rawValue)
+        try statement.bind(4, entry.url)
+        try statement.bind(5, Int64(entry.status))
+        try statement.bind(6, entry.headersJSON)
+        try statement.bind(7, bodyFile == nil ? entry.body : [])
+        try statement.bind(8, Int64(entry.bodyKind.rawValue))
+        try statement.bind(9, BodyChecksum.compute(entry.body))
+        try statement.bind(10, entry.freshness.storedAt)
+        try statement.bind(11, entry.freshness.freshnessLifetime)
+        try statement.bind(12, entry.freshness.version)
+        try statement.bind(13, entry.sensitiveFingerprint)
+        try statement.bind(14, entry.etag)
+        try statement.bind(15, entry.lastModified)
+        try statement.bind(16, entry.freshness.staleWhileRevalidate)
+        try statement.bind(17, entry.freshness.staleIfError)
+        try statement.bind(18, Int64(entry.freshness.mustRevalidate ? 1 : 0))
+        try statement.bind(19, entry.freshness.initialAge)
+        try statement.bind(20, entry.urlKey)
+        try statement.bind(21, entry.primaryKey.hex)
+        try statement.bind(22, entry.varyNames.joined(separator: ","))
+        try statement.bind(23, entry.variantFingerprint)
+        try statement.bind(26, Self.tagsJSON(entry.tags))
+        _ = try statement.step()
+    }
+
+    /// Tags as the row keeps them: a JSON array of strings.
+    static func tagsJSON(_ tags: [String]) -> String {
+        tags.isEmpty ? "[]" : String(decoding: JSONValue.array(tags.map(JSONValue.string)).canonicalBytes, as: UTF8.self)
+    }
+
+    static func tags(fromJSON text: String?) -> [String] {
+        guard let text, text != "[]", case .array(let items)? = try? JSONParser.parse(Array(text.utf8)) else { return [] }
+        return items.compactMap { if case .string(let tag) = $0 { tag } else { nil } }
+    }
+
+    /// Whether writes succeed (false while the disk is full, say).
+    public var writesSucceed: Bool { health.writesSucceed }
+
+    /// Counts a failed write and logs it, once a minute at most (WriteHealth).
+    func noteWriteFailure(_ error: any Error) {
+        guard let count = health.recordFailure(now: DispatchTime.now().uptimeNanoseconds) else { return }
+        logger.error("""
+            cannot store responses: \(error) (\(count) failed writes since the last report); \
+            answering uncached until writes succeed again
+            """, metadata: ["database": "\(path)"])
+    }
+
+    /// A commit went through: storing works (again).
+    func noteWriteSuccess() {
+        guard health.recordSuccess() else { return }
+        logger.notice("storing responses again", metadata: ["database": "\(path)"])
+    }
+}
