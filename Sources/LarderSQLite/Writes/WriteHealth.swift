@@ -29,7 +29,9 @@ final class WriteHealth: Sendable {
     func admitsSave(now: UInt64) -> Bool {
         guard !writesSucceed else { return true }
         let last = lastProbe.load(ordering: .relaxed)
-        return now - last > Self.probeInterval && lastProbe.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
+        // `now` may be older than `last` (another thread stored a later time after this one read
+        // the clock): not due then, rather than a trap on unsigned overflow.
+        return now > last && now - last > Self.probeInterval && lastProbe.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
     }
 
     /// Counts a failed write at `now`. Returns how many failed since the last report when one is
@@ -39,7 +41,7 @@ final class WriteHealth: Sendable {
         failuresSinceReport.add(1, ordering: .relaxed)
         _ = failingSince.compareExchange(expected: 0, desired: now, ordering: .relaxed)
         let last = lastReport.load(ordering: .relaxed)
-        guard last == 0 || now - last > Self.reportInterval,
+        guard last == 0 || (now > last && now - last > Self.reportInterval),
               lastReport.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return nil }
         return failuresSinceReport.exchange(0, ordering: .relaxed)
     }
