@@ -117,12 +117,17 @@ public final class LarderService: @unchecked Sendable {
         let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let sealing = SpecSealing(secret: secret)
         let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
-                                makeRequest: { spec, path throws(LarderError) in try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName) },
+                                makeRequest: { spec, path throws(LarderError) in
+                                    try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName)
+                                },
                                 seal: { sealing.seal($0) }, open: { sealing.open($0) })
         let admin = AdminRoute(engine: engine, upstreams: upstreamsByName, store: store, tier: tier, traffic: engine.traffic,
                                clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
         if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
-            logger.warning("the /cache admin routes are open to anyone who can reach \(configuration.host): set --admin-token (or LARDER_ADMIN_TOKEN)")
+            logger.warning("""
+                the /cache admin routes are open to anyone who can reach \(configuration.host): \
+                set --admin-token (or LARDER_ADMIN_TOKEN)
+                """)
         }
         let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
         engine.traffic.observe(with: metrics)
@@ -155,6 +160,7 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.headerTimeoutSeconds = configuration.headerTimeoutSeconds
         serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
         serverConfiguration.connectionTimeoutSeconds = configuration.clientTimeoutSeconds
+        // Always set: the limit's default is LarderConfiguration's, not HTTPServerConfiguration's.
         serverConfiguration.connectionLimit = configuration.maxConnections
         // The body files the store keeps open come out of the connection budget too.
         serverConfiguration.reservedDescriptors += (store as? SQLiteCacheStore)?.keptBodyFileCapacity ?? 0
@@ -167,20 +173,21 @@ public final class LarderService: @unchecked Sendable {
         if configuration.accessLog {
             let logger = self.logger
             serverConfiguration.onReject = { method, path, status, _ in
-                logger.info("\(AccessLog.escaped(method)) \(AccessLog.escaped(path)) \(status) \(status == 501 ? "not_implemented" : "invalid_request") -")
+                let code = status == 501 ? "not_implemented" : "invalid_request"
+                logger.info("\(AccessLog.escaped(method)) \(AccessLog.escaped(path)) \(status) \(code) -")
             }
         }
         func registering(_ name: String) -> @Sendable (IPAddress, Int) -> Void {
             { address, port in ownListeners.add(ListenerEndpoint(name: name, address: address, port: port)) }
         }
         serverConfiguration.onListening = registering("main")
-        let server = HTTPServer(configuration: serverConfiguration, handler: router)
+        let server = HTTPServer(configuration: serverConfiguration, handler: ListenerHandler(router: router, listener: .main))
         var proxyServer: HTTPServer?
-        if let root = configuration.proxyRoot {
+        if configuration.proxyRoot != nil {
             var proxyConfiguration = serverConfiguration
             proxyConfiguration.port = configuration.proxyPort
             proxyConfiguration.onListening = registering("proxy")
-            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ProxyRootHandler(router: router, upstream: root))
+            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ListenerHandler(router: router, listener: .proxyRoot))
         }
         var adminServer: HTTPServer?
         if let adminPort = configuration.adminPort {
@@ -189,7 +196,7 @@ public final class LarderService: @unchecked Sendable {
             adminConfiguration.onListening = registering("admin")
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
-            adminServer = HTTPServer(configuration: adminConfiguration, handler: AdminListenerHandler(router: router))
+            adminServer = HTTPServer(configuration: adminConfiguration, handler: ListenerHandler(router: router, listener: .admin))
         }
         listeners.withLock { listeners in
             listeners = [("main", WeakServer(server))]
@@ -215,7 +222,8 @@ public final class LarderService: @unchecked Sendable {
         self.server = server
         self.proxyServer = proxyServer
         self.adminServer = adminServer
-        let where_ = redis.map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" } ?? "database \(configuration.databasePath)"
+        let where_ = redis.map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
+            ?? "database \(configuration.databasePath)"
         logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), \(where_)")
         if let proxyServer, let root = configuration.proxyRoot {
             logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
@@ -278,7 +286,10 @@ public final class LarderService: @unchecked Sendable {
             : try RedisCacheStore(address: try RedisAddress(url: configuration.store), secret: secret, settings: settings,
                                   requireConnection: require, logger: logger)
         if !store.storageHealthy {
-            logger.warning("Redis at \(store.addressDisplay) is unreachable; serving uncached until it returns (--store-fallback pass-through)")
+            logger.warning("""
+                Redis at \(store.addressDisplay) is unreachable; \
+                serving uncached until it returns (--store-fallback pass-through)
+                """)
         }
         return store
     }
@@ -419,25 +430,6 @@ enum SecretFile {
         guard written == bytes.count else { throw ConfigurationError("cannot write secret file \(path)") }
         fsync(descriptor)
         return try secret(in: bytes, path: path)
-    }
-}
-
-/// The proxy-root listener: every request is proxied to one upstream, path and query as they are.
-struct ProxyRootHandler: HTTPRequestHandler {
-    let router: Router
-    let upstream: String
-
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
-        router.proxy(request, upstream: upstream, target: request.rawTarget, responder: responder, receivedAt: router.clock.now())
-    }
-}
-
-/// The --admin-port listener: the /cache admin routes, /metrics and /healthz only.
-struct AdminListenerHandler: HTTPRequestHandler {
-    let router: Router
-
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
-        router.handle(request, responder: responder, onAdminListener: true)
     }
 }
 

@@ -15,66 +15,59 @@ struct WarmRoute: Sendable {
 
     static let prefix = "/cache/warm"
 
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder, fail: (LarderError, String?) -> HTTPServerResponse,
-                finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
-        let rest = request.path.dropFirst(Self.prefix.count)
-        if rest.isEmpty || rest == "/" {
-            switch request.method {
-            case "POST":
-                if request.bodyTooLarge { return fail(.invalid("body", "request body is larger than the limit"), nil) }
-                let parsed: WarmJobRequest
-                do {
-                    parsed = try WarmJobRequest.parse(json: request.body, upstreams: upstreams)
-                } catch {
-                    return fail(error, nil)
-                }
-                jobs.create(parsed) { record in
-                    guard let record else {
-                        let error = LarderError(.storageFailed, "the job could not be saved to the database")
-                        return responder.respond(finish(Self.json(error.status, error.jsonBody)))
-                    }
-                    var body: [UInt8] = Array(#"{"job":"#.utf8)
-                    JSONWriter.appendString(record.id, to: &body)
-                    body.append(contentsOf: #","total":"#.utf8)
-                    body.append(contentsOf: String(record.total).utf8)
-                    body.append(UInt8(ascii: "}"))
-                    var response = Self.json(202, body)
-                    response.headers.append(("Location", "\(Self.prefix)/\(record.id)"))
-                    responder.respond(finish(response))
-                }
-                return nil
-            case "GET", "HEAD":
-                var body: [UInt8] = Array(#"{"jobs":["#.utf8)
-                for (index, record) in jobs.list().enumerated() {
-                    if index > 0 { body.append(UInt8(ascii: ",")) }
-                    body.append(contentsOf: Self.render(record))
-                }
-                body.append(contentsOf: "]}".utf8)
-                return finish(Self.json(200, body))
-            default:
-                return fail(LarderError(.methodNotAllowed, "use POST or GET for \(Self.prefix)"), "GET, HEAD, POST")
+    /// POST /cache/warm
+    func create(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        if request.http.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+        let parsed = try WarmJobRequest.parse(json: request.http.body, upstreams: upstreams)
+        jobs.create(parsed) { record in
+            guard let record else {
+                let error = LarderError(.storageFailed, "the job could not be saved to the database")
+                return request.respond(Self.json(error.status, error.jsonBody))
             }
+            var body: [UInt8] = Array(#"{"job":"#.utf8)
+            JSONWriter.appendString(record.id, to: &body)
+            body.append(contentsOf: #","total":"#.utf8)
+            body.append(contentsOf: String(record.total).utf8)
+            body.append(UInt8(ascii: "}"))
+            var response = Self.json(202, body)
+            response.headers.append(("Location", "\(Self.prefix)/\(record.id)"))
+            request.respond(response)
         }
-        let id = String(rest.dropFirst())
-        switch request.method {
-        case "GET", "HEAD":
-            guard let record = jobs.status(id) else { return fail(LarderError(.notFound, "no warm job '\(id)'"), nil) }
-            return finish(Self.json(200, Self.render(record)))
-        case "DELETE":
-            jobs.cancel(id) { record, saved in
-                guard let record else {
-                    return responder.respond(finish(Self.json(404, LarderError(.notFound, "no warm job '\(id)'").jsonBody)))
-                }
-                guard saved else {
-                    let error = LarderError(.storageFailed, "the job was cancelled on this instance, but the store did not take the change: another instance could resume it; retry")
-                    return responder.respond(finish(Self.json(error.status, error.jsonBody)))
-                }
-                responder.respond(finish(Self.json(200, Self.render(record))))
+        return nil
+    }
+
+    /// GET /cache/warm
+    func list() -> RouteAnswer? {
+        var body: [UInt8] = Array(#"{"jobs":["#.utf8)
+        for (index, record) in jobs.list().enumerated() {
+            if index > 0 { body.append(UInt8(ascii: ",")) }
+            body.append(contentsOf: Self.render(record))
+        }
+        body.append(contentsOf: "]}".utf8)
+        return RouteAnswer(Self.json(200, body))
+    }
+
+    /// GET /cache/warm/{id}
+    func status(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        guard let record = jobs.status(request.parameter) else { throw LarderError(.notFound, "no warm job '\(request.parameter)'") }
+        return RouteAnswer(Self.json(200, Self.render(record)))
+    }
+
+    /// DELETE /cache/warm/{id}: cancels the job (transfers in flight aborted).
+    func cancel(_ request: RouteRequest) -> RouteAnswer? {
+        let id = request.parameter
+        jobs.cancel(id) { record, saved in
+            guard let record else {
+                return request.respond(Self.json(404, LarderError(.notFound, "no warm job '\(id)'").jsonBody))
             }
-            return nil
-        default:
-            return fail(LarderError(.methodNotAllowed, "use GET or DELETE for a warm job"), "GET, HEAD, DELETE")
+            guard saved else {
+                let error = LarderError(.storageFailed, "the job was cancelled on this instance, but the store did not take the change: "
+                    + "another instance could resume it; retry")
+                return request.respond(Self.json(error.status, error.jsonBody))
+            }
+            request.respond(Self.json(200, Self.render(record)))
         }
+        return nil
     }
 
     static func json(_ status: Int, _ body: [UInt8]) -> HTTPServerResponse {
@@ -91,7 +84,8 @@ struct WarmRoute: Sendable {
                               ("bytes", record.bytes), ("bytesExpected", record.bytesExpected)] {
             out.append(contentsOf: ",\"\(name)\":\(value)".utf8)
         }
-        for (name, time) in [("createdAt", Optional(record.createdAt)), ("startedAt", record.startedAt), ("finishedAt", record.finishedAt)] {
+        let times = [("createdAt", Optional(record.createdAt)), ("startedAt", record.startedAt), ("finishedAt", record.finishedAt)]
+        for (name, time) in times {
             out.append(contentsOf: ",\"\(name)\":".utf8)
             if let time {
                 JSONWriter.appendString(ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: time)), to: &out)
