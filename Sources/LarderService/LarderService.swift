@@ -1,7 +1,6 @@
 // Wires the adapters together and runs them: SQLite store, libcurl upstream, fetch engine,
 // libmicrohttpd server. Used by the `larder` executable and by the integration tests.
 
-import Crypto
 import Dispatch
 import Foundation
 import LarderCore
@@ -117,12 +116,17 @@ public final class LarderService: @unchecked Sendable {
         let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let sealing = SpecSealing(secret: secret)
         let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
-                                makeRequest: { spec, path throws(LarderError) in try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName) },
+                                makeRequest: { spec, path throws(LarderError) in
+                                    try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName)
+                                },
                                 seal: { sealing.seal($0) }, open: { sealing.open($0) })
         let admin = AdminRoute(engine: engine, upstreams: upstreamsByName, store: store, tier: tier, traffic: engine.traffic,
                                clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
         if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
-            logger.warning("the /cache admin routes are open to anyone who can reach \(configuration.host): set --admin-token (or LARDER_ADMIN_TOKEN)")
+            logger.warning("""
+                the /cache admin routes are open to anyone who can reach \(configuration.host): \
+                set --admin-token (or LARDER_ADMIN_TOKEN)
+                """)
         }
         let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
         engine.traffic.observe(with: metrics)
@@ -155,6 +159,7 @@ public final class LarderService: @unchecked Sendable {
         serverConfiguration.headerTimeoutSeconds = configuration.headerTimeoutSeconds
         serverConfiguration.connectionsPerAddress = configuration.connectionsPerAddress
         serverConfiguration.connectionTimeoutSeconds = configuration.clientTimeoutSeconds
+        // Always set: the limit's default is LarderConfiguration's, not HTTPServerConfiguration's.
         serverConfiguration.connectionLimit = configuration.maxConnections
         // The body files the store keeps open come out of the connection budget too.
         serverConfiguration.reservedDescriptors += (store as? SQLiteCacheStore)?.keptBodyFileCapacity ?? 0
@@ -167,20 +172,21 @@ public final class LarderService: @unchecked Sendable {
         if configuration.accessLog {
             let logger = self.logger
             serverConfiguration.onReject = { method, path, status, _ in
-                logger.info("\(AccessLog.escaped(method)) \(AccessLog.escaped(path)) \(status) \(status == 501 ? "not_implemented" : "invalid_request") -")
+                let code = status == 501 ? "not_implemented" : "invalid_request"
+                logger.info("\(AccessLog.escaped(method)) \(AccessLog.escaped(path)) \(status) \(code) -")
             }
         }
         func registering(_ name: String) -> @Sendable (IPAddress, Int) -> Void {
             { address, port in ownListeners.add(ListenerEndpoint(name: name, address: address, port: port)) }
         }
         serverConfiguration.onListening = registering("main")
-        let server = HTTPServer(configuration: serverConfiguration, handler: router)
+        let server = HTTPServer(configuration: serverConfiguration, handler: ListenerHandler(router: router, listener: .main))
         var proxyServer: HTTPServer?
-        if let root = configuration.proxyRoot {
+        if configuration.proxyRoot != nil {
             var proxyConfiguration = serverConfiguration
             proxyConfiguration.port = configuration.proxyPort
             proxyConfiguration.onListening = registering("proxy")
-            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ProxyRootHandler(router: router, upstream: root))
+            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ListenerHandler(router: router, listener: .proxyRoot))
         }
         var adminServer: HTTPServer?
         if let adminPort = configuration.adminPort {
@@ -189,7 +195,7 @@ public final class LarderService: @unchecked Sendable {
             adminConfiguration.onListening = registering("admin")
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
-            adminServer = HTTPServer(configuration: adminConfiguration, handler: AdminListenerHandler(router: router))
+            adminServer = HTTPServer(configuration: adminConfiguration, handler: ListenerHandler(router: router, listener: .admin))
         }
         listeners.withLock { listeners in
             listeners = [("main", WeakServer(server))]
@@ -215,7 +221,8 @@ public final class LarderService: @unchecked Sendable {
         self.server = server
         self.proxyServer = proxyServer
         self.adminServer = adminServer
-        let where_ = redis.map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" } ?? "database \(configuration.databasePath)"
+        let where_ = redis.map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
+            ?? "database \(configuration.databasePath)"
         logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), \(where_)")
         if let proxyServer, let root = configuration.proxyRoot {
             logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
@@ -278,7 +285,10 @@ public final class LarderService: @unchecked Sendable {
             : try RedisCacheStore(address: try RedisAddress(url: configuration.store), secret: secret, settings: settings,
                                   requireConnection: require, logger: logger)
         if !store.storageHealthy {
-            logger.warning("Redis at \(store.addressDisplay) is unreachable; serving uncached until it returns (--store-fallback pass-through)")
+            logger.warning("""
+                Redis at \(store.addressDisplay) is unreachable; \
+                serving uncached until it returns (--store-fallback pass-through)
+                """)
         }
         return store
     }
@@ -311,146 +321,4 @@ public final class LarderService: @unchecked Sendable {
         self.store = nil
         logger.info("larder stopped")
     }
-}
-
-/// Seals warm-job specs at rest (they may carry Authorization, cookies or `sensitive` values):
-/// AES-GCM under a key derived from the instance secret with HKDF.
-struct SpecSealing: Sendable {
-    private let keyBytes: [UInt8]
-
-    init(secret: [UInt8]) {
-        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: secret), info: Array("larder-warm-jobs/1".utf8),
-                                          outputByteCount: 32)
-        keyBytes = key.withUnsafeBytes { Array($0) }
-    }
-
-    func seal(_ bytes: [UInt8]) -> [UInt8] {
-        // AES-GCM with a random nonce cannot fail for in-memory input of this size.
-        guard let box = try? AES.GCM.seal(bytes, using: SymmetricKey(data: keyBytes)), let combined = box.combined else { return [] }
-        return Array(combined)
-    }
-
-    func open(_ bytes: [UInt8]) -> [UInt8]? {
-        guard let box = try? AES.GCM.SealedBox(combined: bytes),
-              let opened = try? AES.GCM.open(box, using: SymmetricKey(data: keyBytes)) else { return nil }
-        return Array(opened)
-    }
-}
-
-/// Fails with the reason when the database's directory cannot be made or written, or the file
-/// itself cannot be read and written: SQLite would only say "unable to open database file".
-/// (`access` reports a read-only file system to root too.)
-func requireWritableDatabase(at path: String) throws {
-    let directory = (path as NSString).deletingLastPathComponent.isEmpty ? "." : (path as NSString).deletingLastPathComponent
-    if !FileManager.default.fileExists(atPath: directory) {
-        var existing = directory
-        while !FileManager.default.fileExists(atPath: existing), existing != "/", !existing.isEmpty {
-            existing = (existing as NSString).deletingLastPathComponent
-        }
-        guard access(existing.isEmpty ? "." : existing, W_OK | X_OK) == 0 else {
-            throw ConfigurationError("cannot create the database directory \(directory): \(existing) is not writable "
-                + "(\(String(cString: strerror(errno))))")
-        }
-        do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        } catch {
-            throw ConfigurationError("cannot create the database directory \(directory): \(error.localizedDescription)")
-        }
-    }
-    guard access(directory, W_OK | X_OK) == 0 else {
-        throw ConfigurationError("the database directory \(directory) is not writable (\(String(cString: strerror(errno)))); "
-            + "Larder writes the database, its write-ahead log and body files there: choose another --db or make it writable")
-    }
-    if FileManager.default.fileExists(atPath: path), access(path, R_OK | W_OK) != 0 {
-        throw ConfigurationError("the database \(path) cannot be read and written (\(String(cString: strerror(errno))))")
-    }
-}
-
-/// The instance secret's file. One rule for reading every such file: its bytes, less one
-/// trailing newline when the rest is text (as `base64` writes it), so a file written with or
-/// without that newline gives the same secret; at least 32 bytes. Files Larder creates itself
-/// hold 32 random bytes (mode 0600).
-enum SecretFile {
-    static let minimumBytes = 32
-
-    /// An operator's file, which must exist.
-    static func load(at path: String) throws -> [UInt8] {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw ConfigurationError("the secret file \(path) does not exist; make it once with "
-                + "`head -c 32 /dev/urandom | base64 > \(path)` and give every instance the same file")
-        }
-        // A directory or a device (/dev/zero) is no secret: say so, not "No such file".
-        // stat(2) follows links: orchestrators mount secrets as links to the file.
-        var status = stat()
-        guard !isDirectory.boolValue, stat(path, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
-            throw ConfigurationError("the secret file \(path) is not a regular file")
-        }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ConfigurationError("cannot read the secret file \(path) (\(String(cString: strerror(errno))))")
-        }
-        return try secret(in: Array(data), path: path)
-    }
-
-    /// The bytes a file holds as a secret.
-    static func secret(in content: [UInt8], path: String) throws -> [UInt8] {
-        var bytes = content
-        if bytes.last == UInt8(ascii: "\n") {
-            var text = bytes.dropLast()
-            if text.last == UInt8(ascii: "\r") { text = text.dropLast() }
-            if text.allSatisfy({ (0x20...0x7E).contains($0) }) { bytes = Array(text) }
-        }
-        guard bytes.count >= minimumBytes else {
-            throw ConfigurationError("the secret file \(path) holds \(bytes.count) bytes; at least \(minimumBytes) are needed "
-                + "(make one with `head -c 32 /dev/urandom | base64 > \(path)`)")
-        }
-        return bytes
-    }
-
-    static func loadOrCreate(at path: String) throws -> [UInt8] {
-        if FileManager.default.fileExists(atPath: path) { return try load(at: path) }
-        let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        }
-        var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard descriptor >= 0 else {
-            // Another process created it first: use theirs.
-            if FileManager.default.fileExists(atPath: path) { return try load(at: path) }
-            throw ConfigurationError("cannot create secret file \(path): \(String(cString: strerror(errno)))")
-        }
-        defer { close(descriptor) }
-        let written = bytes.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-        guard written == bytes.count else { throw ConfigurationError("cannot write secret file \(path)") }
-        fsync(descriptor)
-        return try secret(in: bytes, path: path)
-    }
-}
-
-/// The proxy-root listener: every request is proxied to one upstream, path and query as they are.
-struct ProxyRootHandler: HTTPRequestHandler {
-    let router: Router
-    let upstream: String
-
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
-        router.proxy(request, upstream: upstream, target: request.rawTarget, responder: responder, receivedAt: router.clock.now())
-    }
-}
-
-/// The --admin-port listener: the /cache admin routes, /metrics and /healthz only.
-struct AdminListenerHandler: HTTPRequestHandler {
-    let router: Router
-
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
-        router.handle(request, responder: responder, onAdminListener: true)
-    }
-}
-
-/// A listener the metrics read without keeping it alive.
-struct WeakServer: @unchecked Sendable {
-    // @unchecked Sendable: HTTPServer is Sendable; `weak` alone makes the compiler unsure.
-    weak var server: HTTPServer?
-    init(_ server: HTTPServer) { self.server = server }
 }

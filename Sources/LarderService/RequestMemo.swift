@@ -14,8 +14,8 @@
 //
 // A request is remembered the second time it is seen, not the first (a doorkeeper, as in
 // TinyLFU): most one-off requests (misses on unique URLs, a crawler's scan) would only push out
-// requests that come back, and remembering one costs a miss about 4 % of its CPU (evicting
-// another entry frees its parsed request). The doorkeeper is a Bloom filter of two bits per
+// requests that come back, and remembering one adds to the cost of a miss (evicting another
+// entry frees its parsed request). The doorkeeper is a Bloom filter of two bits per
 // request, cleared after an eighth of its size in requests, so it is bounded too (2 KiB a
 // shard) and wrongly says "seen before" for at most 5 % of new requests (2 % on average).
 
@@ -41,8 +41,8 @@ enum Memoized: Sendable {
 }
 
 /// How `--request-memo-mb` is shared among the memos, in thirtieths (the default 30 MiB gives
-/// 8 MiB to /fetch bodies, 16 MiB to proxy requests — a 10,000-URL set polled in turn ran 1.17×
-/// faster with 16 than with 8 — and 2 MiB each to /batch bodies, /chain bodies and chain steps).
+/// 8 MiB to /fetch bodies, 16 MiB to proxy requests, whose sets of URLs polled in turn are the
+/// largest, and 2 MiB each to /batch bodies, /chain bodies and chain steps).
 struct RequestMemoBudgets: Sendable {
     let fetch: Int, proxy: Int, batch: Int, chain: Int, chainSteps: Int
 

@@ -15,15 +15,18 @@ extension AdminRoute {
 
     // MARK: - GET /cache/entries
 
-    func listEntries(_ request: HTTPServerRequest) throws(LarderError) -> HTTPServerResponse {
+    func listEntries(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
         var filter = PurgeFilter()
         var limit = 100
         var cursor: String?
-        try Self.readQuery(Self.query(of: request.rawTarget), allowed: Self.listNames, kind: "listing filter") { name, value throws(LarderError) in
+        let query = Self.query(of: request.http.rawTarget)
+        try Self.readQuery(query, allowed: Self.listNames, kind: "listing filter") { name, value throws(LarderError) in
             if try Self.applyShared(name, value, to: &filter) { return }
             switch name {
             case "status":
-                guard let status = Int(value), (100...599).contains(status) else { throw .invalid(name, "must be an HTTP status, 100 to 599") }
+                guard let status = Int(value), (100...599).contains(status) else {
+                    throw .invalid(name, "must be an HTTP status, 100 to 599")
+                }
                 filter.status = status
             case "expired":
                 switch value {
@@ -49,14 +52,15 @@ extension AdminRoute {
         out.append(contentsOf: #"],"nextCursor":"#.utf8)
         if let next = page.nextCursor { JSONWriter.appendString(next, to: &out) } else { out.append(contentsOf: "null".utf8) }
         out.append(UInt8(ascii: "}"))
-        return Self.json(200, out)
+        return RouteAnswer(Self.json(200, out))
     }
 
     // MARK: - GET /cache/entries/{key}
 
-    func showEntry(_ key: CacheKey, request: HTTPServerRequest) throws(LarderError) -> HTTPServerResponse {
+    func showEntry(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        let key = try Self.key(request)
         var withBody = false
-        for (name, value) in Self.query(of: request.rawTarget) {
+        for (name, value) in Self.query(of: request.http.rawTarget) {
             guard name == "body" else { throw .invalid(name, "is not an option here (body)") }
             guard value == "true" || value == "false" else { throw .invalid(name, "must be true or false") }
             withBody = value == "true"
@@ -78,7 +82,7 @@ extension AdminRoute {
             out.append(UInt8(ascii: "}"))
         }
         out.append(contentsOf: "]}".utf8)
-        return Self.json(200, out)
+        return RouteAnswer(Self.json(200, out))
     }
 
     /// One record as a JSON object (left open when `closing` is false, for more members).
@@ -126,10 +130,9 @@ extension AdminRoute {
 
     // MARK: - PUT /cache/entries
 
-    func writeEntry(_ request: HTTPServerRequest, responder: HTTPResponder,
-                    finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) throws(LarderError) -> HTTPServerResponse? {
-        if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
-        let fields = try JSONFields(try JSONFields.parseBody(request.body), path: "")
+    func writeEntry(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        if request.http.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+        let fields = try JSONFields(try JSONFields.parseBody(request.http.body), path: "")
         try fields.rejectUnknown(["request", "response", "cache"])
         guard case .object(var spec)? = fields.value("request") else { throw .invalid("request", "is required: a /fetch spec") }
         if let cache = try fields.typed("cache") {
@@ -151,9 +154,9 @@ extension AdminRoute {
                 var out: [UInt8] = Array(#"{"key":"#.utf8)
                 JSONWriter.appendString(key.hex, to: &out)
                 out.append(UInt8(ascii: "}"))
-                responder.respond(finish(Self.json(201, out)))
+                request.respond(Self.json(201, out))
             case .failure(let error):
-                responder.respond(finish(Self.json(error.status, error.jsonBody)))
+                request.respond(Self.json(error.status, error.jsonBody))
             }
         }
         return nil
@@ -199,7 +202,7 @@ extension AdminRoute {
 
     // MARK: - Namespaces
 
-    func listNamespaces() throws(LarderError) -> HTTPServerResponse {
+    func listNamespaces() throws(LarderError) -> RouteAnswer? {
         let stored = store.statistics()
         guard !stored.failed else { throw Self.unreadable }
         let versions = engine.namespaces.all
@@ -211,17 +214,21 @@ extension AdminRoute {
             let figures = stored.namespaces.first { $0.name == name }
             out.append(contentsOf: #"{"name":"#.utf8)
             JSONWriter.appendString(name, to: &out)
-            out.append(contentsOf: #","entries":\#(figures?.entries ?? 0),"bytes":\#(figures?.bytes ?? 0),"version":\#(versions[name] ?? 0)}"#.utf8)
+            out.append(contentsOf: #","entries":\#(figures?.entries ?? 0),"bytes":\#(figures?.bytes ?? 0),"#.utf8)
+            out.append(contentsOf: #""version":\#(versions[name] ?? 0)}"#.utf8)
         }
         out.append(contentsOf: "]}".utf8)
-        return Self.json(200, out)
+        return RouteAnswer(Self.json(200, out))
     }
 
-    func setVersion(_ namespace: String, request: HTTPServerRequest, responder: HTTPResponder,
-                    finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) throws(LarderError) -> HTTPServerResponse? {
+    /// POST /cache/namespaces/{ns}/version
+    func setVersion(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        guard let namespace = request.parameter.removingPercentEncoding else {
+            throw .invalid("namespace", "is not percent-encoded correctly")
+        }
         guard !namespace.isEmpty, namespace.utf8.count <= 256 else { throw .invalid("namespace", "must be 1 to 256 bytes") }
-        if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
-        let fields = try JSONFields(try JSONFields.parseBody(request.body), path: "")
+        if request.http.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+        let fields = try JSONFields(try JSONFields.parseBody(request.http.body), path: "")
         try fields.rejectUnknown(["version", "bump"])
         let previous = engine.namespaces.current(namespace) ?? 0
         let version: Int64
@@ -231,7 +238,8 @@ extension AdminRoute {
             version = explicit
         case (nil, true?):
             guard previous < CacheOptions.versions.upperBound else {
-                throw LarderError(.versionExhausted, "namespace '\(namespace)' is at the highest version; set a lower one explicitly", field: "bump")
+                throw LarderError(.versionExhausted, "namespace '\(namespace)' is at the highest version; set a lower one explicitly",
+                                  field: "bump")
             }
             version = previous + 1
         default:
@@ -240,7 +248,7 @@ extension AdminRoute {
         store.setNamespaceVersion(namespace, to: version) { [engine, store, tier] recorded in
             guard recorded else {
                 let error = LarderError(.storageFailed, "the version could not be recorded")
-                return responder.respond(finish(Self.json(error.status, error.jsonBody)))
+                return request.respond(Self.json(error.status, error.jsonBody))
             }
             // From here requests without their own version use the new one: the namespace's
             // entries under other versions are never served again, and go in the background.
@@ -254,7 +262,7 @@ extension AdminRoute {
             var out: [UInt8] = Array(#"{"namespace":"#.utf8)
             JSONWriter.appendString(namespace, to: &out)
             out.append(contentsOf: #","version":\#(version),"previous":\#(previous)}"#.utf8)
-            responder.respond(finish(Self.json(200, out)))
+            request.respond(Self.json(200, out))
         }
         return nil
     }

@@ -5,7 +5,8 @@
 //   POST   /cache/purge               {"urls": [...], "tags": [...]} → {"removed","bytes"}
 //   DELETE /cache/entries/{key}       one key, every variant → 204, or 404 not_found
 // A removal the store failed part way through answers 503 storage_failed, never a success.
-// and the listing, entry and namespace routes in AdminRoute+Entries.swift.
+// and the listing, entry and namespace routes in AdminRoute+Entries.swift. Each is one entry of
+// the route table (Router+Routes.swift), which checks the method and the token.
 // With an admin token configured, every /cache route (these and /cache/warm) requires
 // `Authorization: Bearer <token>`, compared in constant time.
 
@@ -39,7 +40,8 @@ struct AdminRoute: Sendable {
             ? Array(presented.utf8.dropFirst(7)) : []
         guard !constantTimeEquals(credential, token) else { return nil }
         let error = LarderError(.unauthorized, "this route requires Authorization: Bearer <token>")
-        return HTTPServerResponse(status: 401, headers: [("Content-Type", "application/json"), ("WWW-Authenticate", #"Bearer realm="larder""#)],
+        return HTTPServerResponse(status: 401,
+                                  headers: [("Content-Type", "application/json"), ("WWW-Authenticate", #"Bearer realm="larder""#)],
                                   body: error.jsonBody)
     }
 
@@ -53,86 +55,55 @@ struct AdminRoute: Sendable {
         return difference == 0
     }
 
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder, fail: (LarderError, String?) -> HTTPServerResponse,
-                finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
-        do throws(LarderError) {
-            return try route(request, responder: responder, fail: fail, finish: finish)
-        } catch {
-            return fail(error, nil)
+    // MARK: - Routes (see Router+Routes.swift)
+
+    /// GET /cache/stats[?namespace=]
+    func statistics(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        var namespace: String?
+        for (name, value) in Self.query(of: request.http.rawTarget) {
+            guard name == "namespace" else { throw .invalid(name, "is not an option here (namespace)") }
+            guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
+            namespace = value
         }
+        return RouteAnswer(Self.json(200, try statistics(namespace: namespace)))
     }
 
-    private func route(_ request: HTTPServerRequest, responder: HTTPResponder, fail: (LarderError, String?) -> HTTPServerResponse,
-                       finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) throws(LarderError) -> HTTPServerResponse? {
-        let method = request.method
-        switch request.path {
-        case "/cache/stats":
-            guard method == "GET" || method == "HEAD" else { return fail(LarderError(.methodNotAllowed, "use GET for /cache/stats"), "GET, HEAD") }
-            var namespace: String?
-            for (name, value) in Self.query(of: request.rawTarget) {
-                guard name == "namespace" else { throw .invalid(name, "is not an option here (namespace)") }
-                guard !value.isEmpty else { throw .invalid(name, "must not be empty") }
-                namespace = value
-            }
-            return finish(Self.json(200, try statistics(namespace: namespace)))
-        case "/cache", "/cache/":
-            guard method == "DELETE" else { return fail(LarderError(.methodNotAllowed, "use DELETE for /cache"), "DELETE") }
-            return purge(try Self.filter(query: Self.query(of: request.rawTarget), now: clock.now()), responder: responder, finish: finish)
-        case "/cache/purge":
-            guard method == "POST" else { return fail(LarderError(.methodNotAllowed, "use POST for /cache/purge"), "POST") }
-            if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
-            return purge(try Self.purgeBody(request.body, redaction: engine.redaction), responder: responder, finish: finish)
-        case "/cache/entries", "/cache/entries/":
-            switch method {
-            case "GET", "HEAD": return finish(try listEntries(request))
-            case "PUT": return try writeEntry(request, responder: responder, finish: finish)
-            default: return fail(LarderError(.methodNotAllowed, "use GET or PUT for /cache/entries"), "GET, HEAD, PUT")
-            }
-        case "/cache/namespaces", "/cache/namespaces/":
-            guard method == "GET" || method == "HEAD" else { return fail(LarderError(.methodNotAllowed, "use GET for /cache/namespaces"), "GET, HEAD") }
-            return finish(try listNamespaces())
-        default:
-            break
-        }
-        if request.path.hasPrefix("/cache/namespaces/"), request.path.hasSuffix("/version") {
-            guard method == "POST" else { return fail(LarderError(.methodNotAllowed, "use POST for /cache/namespaces/{ns}/version"), "POST") }
-            let encoded = request.path.dropFirst("/cache/namespaces/".count).dropLast("/version".count)
-            guard let namespace = String(encoded).removingPercentEncoding else { throw .invalid("namespace", "is not percent-encoded correctly") }
-            return try setVersion(namespace, request: request, responder: responder, finish: finish)
-        }
-        guard request.path.hasPrefix("/cache/entries/") else { throw LarderError(.notFound, "no route for \(request.path)") }
-        let key = String(request.path.dropFirst("/cache/entries/".count))
-        guard Self.isKey(key) else { throw .invalid("key", "must be a cache key as /fetch reports it") }
-        let primaryKey = CacheKey(hex: key)
-        switch method {
-        case "GET", "HEAD":
-            return finish(try showEntry(primaryKey, request: request))
-        case "DELETE":
-            store.remove(primaryKey: primaryKey) { [tier] result in
-                tier.forget(primaryKey)
-                if result.failed { return responder.respond(finish(Self.storeFailure(result))) }
-                guard result.removed > 0 else {
-                    let error = LarderError(.notFound, "no entry is stored under this key")
-                    return responder.respond(finish(Self.json(404, error.jsonBody)))
-                }
-                responder.respond(finish(HTTPServerResponse(status: 204)))
-            }
-            return nil
-        default:
-            return fail(LarderError(.methodNotAllowed, "use GET or DELETE for /cache/entries/{key}"), "GET, HEAD, DELETE")
-        }
+    /// DELETE /cache?…
+    func purgeByQuery(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        purge([try Self.filter(query: Self.query(of: request.http.rawTarget), now: clock.now())], request: request)
     }
 
-    private func purge(_ filter: PurgeFilter, responder: HTTPResponder,
-                       finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
-        purge([filter], responder: responder, finish: finish)
+    /// POST /cache/purge
+    func purgeByBody(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        if request.http.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+        return purge(try Self.purgeBody(request.http.body, redaction: engine.redaction), request: request)
+    }
+
+    /// DELETE /cache/entries/{key}: every variant → 204, or 404.
+    func removeEntry(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        let primaryKey = try Self.key(request)
+        store.remove(primaryKey: primaryKey) { [tier] result in
+            tier.forget(primaryKey)
+            if result.failed { return request.respond(Self.storeFailure(result)) }
+            guard result.removed > 0 else {
+                let error = LarderError(.notFound, "no entry is stored under this key")
+                return request.respond(Self.json(404, error.jsonBody))
+            }
+            request.respond(HTTPServerResponse(status: 204))
+        }
+        return nil
+    }
+
+    /// The {key} of /cache/entries/{key}.
+    static func key(_ request: RouteRequest) throws(LarderError) -> CacheKey {
+        guard isKey(request.parameter) else { throw .invalid("key", "must be a cache key as /fetch reports it") }
+        return CacheKey(hex: request.parameter)
     }
 
     /// Runs the filters one after the other and answers with the sum.
-    private func purge(_ filters: [PurgeFilter], removed: PurgeResult = PurgeResult(), responder: HTTPResponder,
-                       finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
+    private func purge(_ filters: [PurgeFilter], removed: PurgeResult = PurgeResult(), request: RouteRequest) -> RouteAnswer? {
         guard let filter = filters.first else {
-            responder.respond(finish(Self.json(200, Array(#"{"removed":\#(removed.removed),"bytes":\#(removed.bytes)}"#.utf8))))
+            request.respond(Self.json(200, Array(#"{"removed":\#(removed.removed),"bytes":\#(removed.bytes)}"#.utf8)))
             return nil
         }
         store.purge(filter) { [self] result in
@@ -146,8 +117,8 @@ struct AdminRoute: Sendable {
             total.removed += result.removed
             total.bytes += result.bytes
             // Never a success the store did not see: what was not removed would be served again.
-            if result.failed { return responder.respond(finish(Self.storeFailure(total))) }
-            _ = purge(Array(filters.dropFirst()), removed: total, responder: responder, finish: finish)
+            if result.failed { return request.respond(Self.storeFailure(total)) }
+            _ = purge(Array(filters.dropFirst()), removed: total, request: request)
         }
         return nil
     }
@@ -176,9 +147,11 @@ struct AdminRoute: Sendable {
             guard let value else { return "null" }
             return value == value.rounded() && abs(value) < 1e15 ? String(Int(value)) : String(value)
         }
-        out.append(contentsOf: #"{"stored":{"entries":\#(stored.entries),"bytes":\#(stored.bytes),"capacityBytes":\#(number(stored.capacityBytes.map(Double.init))),"#.utf8)
+        out.append(contentsOf: #"{"stored":{"entries":\#(stored.entries),"bytes":\#(stored.bytes),"#.utf8)
+        out.append(contentsOf: #""capacityBytes":\#(number(stored.capacityBytes.map(Double.init))),"#.utf8)
         out.append(contentsOf: #""evictions":\#(stored.evictions),"expiredRemovals":\#(stored.expiredRemovals),"#.utf8)
-        out.append(contentsOf: #""oldestStoredAt":\#(number(stored.oldestStoredAt)),"newestStoredAt":\#(number(stored.newestStoredAt)),"namespaces":{"#.utf8)
+        out.append(contentsOf: #""oldestStoredAt":\#(number(stored.oldestStoredAt)),"#.utf8)
+        out.append(contentsOf: #""newestStoredAt":\#(number(stored.newestStoredAt)),"namespaces":{"#.utf8)
         for (index, namespace) in stored.namespaces.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             JSONWriter.appendString(namespace.name, to: &out)
@@ -186,8 +159,9 @@ struct AdminRoute: Sendable {
         }
         out.append(contentsOf: #"}},"memoryTier":{"bytes":\#(tier.bytes),"capacityBytes":\#(tier.capacityBytes)},"#.utf8)
         out.append(contentsOf: #""sinceStart":{"startedAt":\#(number(traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
-        out.append(contentsOf: #""hits":\#(counts.hits),"misses":\#(counts.misses),"stale":\#(counts.stale),"revalidated":\#(counts.revalidated),"#.utf8)
-        out.append(contentsOf: #""bypass":\#(counts.bypassed),"coalesced":\#(counts.coalesced),"hitRatio":\#(number(counts.hitRatio)),"errors":{"#.utf8)
+        out.append(contentsOf: #""hits":\#(counts.hits),"misses":\#(counts.misses),"stale":\#(counts.stale),"#.utf8)
+        out.append(contentsOf: #""revalidated":\#(counts.revalidated),"bypass":\#(counts.bypassed),"coalesced":\#(counts.coalesced),"#.utf8)
+        out.append(contentsOf: #""hitRatio":\#(number(counts.hitRatio)),"errors":{"#.utf8)
         for (index, (code, count)) in counts.errors.sorted(by: { $0.key < $1.key }).enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             JSONWriter.appendString(code, to: &out)
@@ -204,7 +178,9 @@ struct AdminRoute: Sendable {
         guard let mark = target.firstIndex(of: "?") else { return [] }
         return target[target.index(after: mark)...].split(separator: "&").map { pair in
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let decode = { (text: Substring) in String(text).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String(text) }
+            let decode = { (text: Substring) in
+                String(text).replacingOccurrences(of: "+", with: " ").removingPercentEncoding ?? String(text)
+            }
             return (decode(parts[0]), parts.count > 1 ? decode(parts[1]) : "")
         }
     }
@@ -243,10 +219,14 @@ struct AdminRoute: Sendable {
             if try applyShared(name, value, to: &filter) { return }
             switch name {
             case "olderThan":
-                guard let seconds = Double(value), seconds.isFinite, seconds >= 0 else { throw .invalid(name, "must be a number of seconds, 0 or more") }
+                guard let seconds = Double(value), seconds.isFinite, seconds >= 0 else {
+                    throw .invalid(name, "must be a number of seconds, 0 or more")
+                }
                 filter.storedBefore = now - seconds
             case "versionBelow":
-                guard let version = Int64(value), CacheOptions.versions.contains(version) else { throw .invalid(name, CacheOptions.versionRule) }
+                guard let version = Int64(value), CacheOptions.versions.contains(version) else {
+                    throw .invalid(name, CacheOptions.versionRule)
+                }
                 filter.versionBelow = version
             case "expired":
                 guard value == "true" else { throw .invalid(name, "must be true when given") }
@@ -258,7 +238,8 @@ struct AdminRoute: Sendable {
         }
         if filter.all, query.count > 1 { throw .invalid("all", "clears everything and takes no other filter") }
         guard !filter.isEmpty else {
-            throw .invalid("query", "name at least one filter (namespace, urlPrefix, host, tag, olderThan, versionBelow, expired), or all=true")
+            throw .invalid("query",
+                           "name at least one filter (namespace, urlPrefix, host, tag, olderThan, versionBelow, expired), or all=true")
         }
         return filter
     }

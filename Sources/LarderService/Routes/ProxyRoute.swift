@@ -61,21 +61,21 @@ struct ProxyRoute: Sendable {
     }
 
     /// Answers a proxied request for `target` (path and query, as received) on upstream `name`.
-    func handle(_ request: HTTPServerRequest, upstream name: String, target: String, responder: HTTPResponder,
-                finish: @escaping @Sendable (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse? {
+    func handle(_ routeRequest: RouteRequest, upstream name: String, target: String) -> RouteAnswer? {
+        let request = routeRequest.http
         guard let upstream = upstreams[name] else {
             let error = LarderError(.unknownUpstream, "no upstream named '\(name)'")
-            return finish(Self.errorResponse(error), nil, error.code.rawValue)
+            return RouteAnswer(Self.errorResponse(error), errorCode: error.code.rawValue)
         }
         guard !request.bodyTooLarge else {
             let error = LarderError.invalid("body", "request body is larger than the limit (1 MiB)")
-            return finish(Self.errorResponse(error), nil, error.code.rawValue)
+            return RouteAnswer(Self.errorResponse(error), errorCode: error.code.rawValue)
         }
         // MHD accepts only token methods, so this holds; any method is forwarded (§4.4 treats
         // one Larder does not know as unsafe).
         guard let method = HTTPMethod(rawValue: request.method) else {
             let error = LarderError.invalid("method", "is not a token")
-            return finish(Self.errorResponse(error), nil, error.code.rawValue)
+            return RouteAnswer(Self.errorResponse(error), errorCode: error.code.rawValue)
         }
         var memoKey: [UInt8] = []
         if method == .get, request.body.isEmpty {
@@ -86,49 +86,49 @@ struct ProxyRoute: Sendable {
                 memoKey.append(contentsOf: header.value.utf8); memoKey.append(0)
             }
             if case .fetch(let prepared)? = memo.lookup(memoKey) {
-                return answerGet(prepared, request: request, responder: responder, finish: finish)
+                return answerGet(prepared, request: routeRequest)
             }
         }
         let fetch: FetchRequest
         do {
             fetch = try Self.forwardedRequest(request, method: method, upstream: upstream, target: target)
         } catch {
-            return finish(Self.errorResponse(error), nil, error.code.rawValue)
+            return RouteAnswer(Self.errorResponse(error), errorCode: error.code.rawValue)
         }
         if method == .get {
             let prepared = engine.prepare(fetch)
             if !memoKey.isEmpty { memo.insert(memoKey, .fetch(prepared)) }
-            return answerGet(prepared, request: request, responder: responder, finish: finish)
+            return answerGet(prepared, request: routeRequest)
         }
 
         if method == .head {
             // RFC 9111 §4.3.5 / §4: a HEAD can be answered from a stored GET; only when nothing
             // usable is stored does the HEAD go upstream (and is not stored).
             if let stored = engine.storedGet(for: fetch, keepingBody: true) {
-                return Self.deliver(stored, method: method, request: request, withheld: withheld, finish: finish)
+                return Self.deliver(stored, method: method, request: request, withheld: withheld)
             }
             var forward = fetch
             forward.cache.policy = .noStore
-            return answer(engine.prepare(forward), method: method, request: request, responder: responder, finish: finish)
+            return answer(engine.prepare(forward), method: method, request: routeRequest)
         }
-        return answer(engine.prepare(fetch), method: method, request: request, responder: responder, finish: finish)
+        return answer(engine.prepare(fetch), method: method, request: routeRequest)
     }
 
     /// A GET: a single byte range that no stored whole response answers goes to the range
     /// fetcher (stored parts, or only that range from the upstream); anything else as usual.
-    private func answerGet(_ prepared: PreparedFetch, request: HTTPServerRequest, responder: HTTPResponder,
-                           finish: @escaping @Sendable (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse? {
+    private func answerGet(_ prepared: PreparedFetch, request routeRequest: RouteRequest) -> RouteAnswer? {
+        let request = routeRequest.http
         guard let range = Self.singleRange(request.headers) else {
-            return answer(prepared, method: .get, request: request, responder: responder, finish: finish)
+            return answer(prepared, method: .get, request: routeRequest)
         }
         let withheld = withheld
         if let whole = engine.cachedAnswer(for: prepared) {
-            return Self.deliver(whole, method: .get, request: request, withheld: withheld, finish: finish)
+            return Self.deliver(whole, method: .get, request: request, withheld: withheld)
         }
         let immediate = engine.ranges.fetch(prepared, range: range) { answer in
-            responder.respond(Self.deliver(answer, method: .get, request: request, withheld: withheld, finish: finish))
+            routeRequest.respond(Self.deliver(answer, method: .get, request: request, withheld: withheld))
         }
-        return immediate.map { Self.deliver($0, method: .get, request: request, withheld: withheld, finish: finish) }
+        return immediate.map { Self.deliver($0, method: .get, request: request, withheld: withheld) }
     }
 
     /// The request's Range when it is one byte range Larder serves, without If-Range (a client's
@@ -146,22 +146,22 @@ struct ProxyRoute: Sendable {
         return range
     }
 
-    private func answer(_ prepared: PreparedFetch, method: HTTPMethod, request: HTTPServerRequest, responder: HTTPResponder,
-                        finish: @escaping @Sendable (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse? {
+    private func answer(_ prepared: PreparedFetch, method: HTTPMethod, request routeRequest: RouteRequest) -> RouteAnswer? {
+        let request = routeRequest.http
         let withheld = withheld
         let immediate = engine.fetch(prepared) { answer in
-            responder.respond(Self.deliver(answer, method: method, request: request, withheld: withheld, finish: finish))
+            routeRequest.respond(Self.deliver(answer, method: method, request: request, withheld: withheld))
         }
-        return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld, finish: finish) }
+        return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld) }
     }
 
-    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest, withheld: FieldNames,
-                                finish: (HTTPServerResponse, CacheOutcome?, String?) -> HTTPServerResponse) -> HTTPServerResponse {
+    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest,
+                                withheld: FieldNames) -> RouteAnswer {
         let conditions = request.headers.filter { conditionals.contains(anyCase: $0.name) }
         let response = render(answer, method: method, conditions: conditions, withheld: withheld)
         var errorCode: String?
         if case .failed(let error) = answer { errorCode = error.code.rawValue }
-        return finish(response, answer.outcome, errorCode)
+        return RouteAnswer(response, outcome: answer.outcome, errorCode: errorCode)
     }
 
     /// The request as it goes upstream: the client's method, path, query, fields and body.
@@ -225,7 +225,8 @@ struct ProxyRoute: Sendable {
            notModified(conditions: conditions, etag: served.etag,
                        lastModified: served.lastModified ?? served.headers.first(named: "date")) {
             // §4.3.2 / RFC 9110 §15.4.5: the 304 carries the fields a 200 would, but no body.
-            let kept: Set<String> = ["cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status", "last-modified"]
+            let kept: Set<String> = ["cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status",
+                                     "last-modified"]
             return HTTPServerResponse(status: 304, headers: headers.filter { kept.contains($0.name.lowercasedASCII) }, body: [])
         }
         if !conditions.isEmpty, method == .get, served.status == 200 {
@@ -239,7 +240,8 @@ struct ProxyRoute: Sendable {
             case .partial(let bytes):
                 headers.append(("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(length)"))
                 if let file = served.openedBody {
-                    return HTTPServerResponse(status: 206, headers: headers, file: HTTPFileBody(file, offset: bytes.lowerBound, length: bytes.count))
+                    return HTTPServerResponse(status: 206, headers: headers,
+                                              file: HTTPFileBody(file, offset: bytes.lowerBound, length: bytes.count))
                 }
                 return HTTPServerResponse(status: 206, headers: headers, body: Array(served.body[bytes]))
             case .unsatisfiable:

@@ -20,19 +20,15 @@ struct ChainRoute: Sendable {
     let memo: RequestMemo
     let steps: RequestMemo
 
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder, receivedAt: Double,
-                fail: (LarderError) -> HTTPServerResponse,
-                finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
-        if request.bodyTooLarge { return fail(.invalid("body", "request body is larger than the limit")) }
+    func handle(_ routeRequest: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        let request = routeRequest.http
+        let receivedAt = routeRequest.receivedAt
+        if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
         let plan: ChainPlan
         if case .chain(let known)? = memo.lookup(request.body) {
             plan = known
         } else {
-            do {
-                plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps)
-            } catch {
-                return fail(error)
-            }
+            plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps)
             memo.insert(request.body, .chain(plan))
         }
         let upstreams = self.upstreams
@@ -52,19 +48,21 @@ struct ChainRoute: Sendable {
             let stream = HTTPResponseStream()
             let sink = ItemSink(budget: budget, render: { outcome in
                 // Nobody reads what is rendered for a client that left.
-                stream.isClosed ? [] : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
+                stream.isClosed ? []
+                    : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
             }, write: { _, line, taken in
                 stream.write(line, taken: taken)
             })
             let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
                                onFinish: { result in
                                    var none: [[UInt8]]? = nil
-                                   stream.write(Self.summary(result, plan: plan, steps: &none, receivedAt: receivedAt, clock: clock, line: true))
+                                   stream.write(Self.summary(result, plan: plan, steps: &none, receivedAt: receivedAt, clock: clock,
+                                                             line: true))
                                    stream.finish()
                                })
-            responder.onClientGone { run.cancel() }
+            routeRequest.onClientGone { run.cancel() }
             run.start()
-            return finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
+            return RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
         // Each step as rendered, in its place: all of them, or with `include: output` the failed
         // ones (every step is rendered and counted against the budget all the same).
@@ -82,9 +80,9 @@ struct ChainRoute: Sendable {
                                    return items
                                }
                                let body = Self.summary(result, plan: plan, steps: &renderedSteps, receivedAt: receivedAt, clock: clock)
-                               responder.respond(finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)))
+                               routeRequest.respond(AdminRoute.json(200, body))
                            })
-        responder.onClientGone { run.cancel() }
+        routeRequest.onClientGone { run.cancel() }
         run.start()
         return nil
     }

@@ -2,16 +2,13 @@
 // upstreams, in YAML or JSON (YAML is a superset of JSON). Unknown keys are errors, so a typo
 // never silently falls back to a default. Every error names the file, the key and the reason.
 //
-//   host: 127.0.0.1            port: 8080            db: data/larder.sqlite
-//   secretFile: …              allowHosts: [api.example.com, "*.cdn.example.com"]
-//   denyPrivate: false         threads: 2            maxBodyBytes: 67108864
-//   memoryMb: 64               shutdownGrace: 10     accessLog: true
-//   proxyRoot: api             proxyPort: 8081       maxVariants: 16
-//   maxUpstreamTransfers: 256  maxInflightMb: 256    headerTimeout: 10
-//   connectionsPerAddress: 1024 maxBatch: 100          maxChainSteps: 50
-//   maxBatchBytes: 64MiB
-//   bodyFileThreshold: 32768  adminToken: …
-//   maxBytes: 1GiB             maxObjectBytes: 50MB  retention: 7d
+// Every key is in `settings` below, which names the field it sets (see LarderConfiguration
+// for each default and unit). For example:
+//
+//   host: 127.0.0.1
+//   port: 8080
+//   maxBytes: 1GiB
+//   retention: 7d
 //   upstreams:
 //     - name: api
 //       baseUrl: https://api.example.com/v1
@@ -126,7 +123,91 @@ public enum ConfigFile {
         }
     }
 
-    private struct Reader {
+    /// Every key of the file and the field it sets, applied in this order; the key names the
+    /// setting in errors. (ConfigFileKeyTests checks that each one changes its field.)
+    static let settings: [Setting] = [
+        Setting("host") { $1.host = try $0.string() },
+        Setting("port") { $1.port = try $0.integer() },
+        Setting("db") { $1.databasePath = try $0.string() },
+        Setting("secretFile") { $1.secretPath = try $0.string() },
+        Setting("allowHosts") { $1.allowHosts = try $0.strings() },
+        Setting("denyPrivate") { $1.denyPrivate = try $0.boolean() },
+        Setting("threads") { $1.serverThreads = try $0.integer() },
+        Setting("maxBodyBytes") { $1.maxUpstreamBodyBytes = try $0.integer() },
+        Setting("memoryMb") { $1.memoryCapacityBytes = try $0.megabytes() },
+        Setting("requestMemoMb") { $1.requestMemoBytes = try $0.megabytes() },
+        Setting("maxUpstreamTransfers") { $1.maxUpstreamTransfers = try $0.integer() },
+        Setting("maxInflightMb") { $1.maxInflightBodyBytes = try $0.megabytes() },
+        Setting("rangeFetchOver") { $1.rangeFetchOverBytes = try $0.integer() },
+        Setting("staleOnError") { $1.staleOnErrorSeconds = try $0.number() },
+        Setting("stripTargetedCacheControl") { $1.stripTargetedCacheControl = try $0.boolean() },
+        Setting("maxBatch") { $1.maxBatch = try $0.integer() },
+        Setting("maxChainSteps") { $1.maxChainSteps = try $0.integer() },
+        Setting("maxBatchBytes") { $1.maxBatchBytes = try $0.size() },
+        Setting("headerTimeout") { $1.headerTimeoutSeconds = try $0.integer() },
+        Setting("connectionsPerAddress") { $1.connectionsPerAddress = try $0.integer() },
+        Setting("shutdownGrace") { $1.shutdownGraceSeconds = try $0.number() },
+        Setting("accessLog") { $1.accessLog = try $0.boolean() },
+        Setting("proxyRoot") { $1.proxyRoot = try $0.string() },
+        Setting("proxyPort") { $1.proxyPort = try $0.integer() },
+        Setting("maxVariants") { $1.maxVariants = try $0.integer() },
+        Setting("adminToken") { $1.adminToken = try $0.string() },
+        Setting("metricsToken") { $1.metricsToken = try $0.string() },
+        Setting("metricsNamespaces") { $1.metricsNamespaces = try $0.integer() },
+        Setting("maxBytes") { $1.maxBytes = try $0.size() },
+        Setting("maxObjectBytes") { $1.maxObjectBytes = try $0.size() },
+        Setting("retention") { $1.retentionSeconds = try $0.duration() },
+        Setting("tagHeaders") { $1.tagHeaders = try $0.strings().map { name in name.lowercased() } },
+        Setting("resolve") { $1.resolve = try $0.strings() },
+        Setting("onCorrupt") { $1.renameCorruptDatabase = try $0.either("fail", or: "rename") },
+        Setting("clientTimeout") { $1.clientTimeoutSeconds = try $0.integer() },
+        Setting("maxConnections") { $1.maxConnections = try $0.integer() },
+        Setting("redactQuery") { $1.redactQuery = try $0.strings() },
+        Setting("store") { $1.store = try $0.string() },
+        Setting("storePrefix") { $1.storePrefix = try $0.string() },
+        Setting("storeTimeoutMs") { $1.storeTimeoutMs = try $0.integer() },
+        Setting("storeFallback") { $1.storeFallbackPassThrough = try $0.either("fail", or: "pass-through") },
+        Setting("adminPort") { $1.adminPort = try $0.integer() },
+        Setting("bodyFileThreshold") { $1.bodyFileThresholdBytes = try $0.integer() },
+        Setting("upstreams") { $1.upstreams = try $0.upstreams() },
+    ]
+
+    /// One key of the file and how it sets its field.
+    struct Setting: Sendable {
+        let key: String
+        let apply: @Sendable (Value, inout LarderConfiguration) throws -> Void
+
+        init(_ key: String, _ apply: @escaping @Sendable (Value, inout LarderConfiguration) throws -> Void) {
+            self.key = key
+            self.apply = apply
+        }
+    }
+
+    /// A value in the file under its key, read as the type its setting needs.
+    struct Value {
+        fileprivate let reader: Reader
+        let raw: Any
+        let key: String
+
+        func string() throws(ConfigurationError) -> String { try reader.string(raw, key) }
+        func strings() throws(ConfigurationError) -> [String] { try reader.strings(raw, key) }
+        func integer() throws(ConfigurationError) -> Int { try reader.integer(raw, key) }
+        func number() throws(ConfigurationError) -> Double { try reader.number(raw, key) }
+        func boolean() throws(ConfigurationError) -> Bool { try reader.boolean(raw, key) }
+        /// Bytes: a count, or like 1GiB, 100MB.
+        func size() throws(ConfigurationError) -> Int { try reader.size(raw, key) }
+        /// A count of megabytes, in bytes.
+        func megabytes() throws(ConfigurationError) -> Int { try reader.megabytes(raw, key) }
+        /// Seconds: a number, or like 7d, 12h.
+        func duration() throws(ConfigurationError) -> Double { try reader.duration(raw, key) }
+        /// One of two words: false for the first, true for the second.
+        func either(_ first: String, or second: String) throws(ConfigurationError) -> Bool {
+            try reader.either(raw, key, first, or: second)
+        }
+        func upstreams() throws(ConfigurationError) -> [NamedUpstream] { try reader.upstreams(raw, key) }
+    }
+
+    fileprivate struct Reader {
         let file: String
 
         func error(_ key: String, _ reason: String) -> ConfigurationError {
@@ -134,80 +215,41 @@ public enum ConfigFile {
         }
 
         func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
-            let known: Set<String> = ["host", "port", "db", "secretFile", "allowHosts", "denyPrivate", "threads", "maxBodyBytes",
-                                      "memoryMb", "requestMemoMb", "shutdownGrace", "accessLog", "upstreams", "proxyRoot", "proxyPort", "maxVariants",
-                                      "maxUpstreamTransfers", "maxInflightMb", "headerTimeout", "connectionsPerAddress",
-                                      "maxBatch", "maxChainSteps", "maxBatchBytes", "stripTargetedCacheControl", "staleOnError", "rangeFetchOver",
-                                      "bodyFileThreshold", "adminToken", "tagHeaders", "adminPort", "store", "storePrefix", "storeTimeoutMs", "storeFallback", "redactQuery", "clientTimeout", "maxConnections", "onCorrupt", "resolve", "maxBytes", "maxObjectBytes", "retention",
-                                      "metricsToken", "metricsNamespaces"]
-            try rejectUnknown(root, known: known, at: "")
-            if let value = root["host"] { configuration.host = try string(value, "host") }
-            if let value = root["port"] { configuration.port = try integer(value, "port") }
-            if let value = root["db"] { configuration.databasePath = try string(value, "db") }
-            if let value = root["secretFile"] { configuration.secretPath = try string(value, "secretFile") }
-            if let value = root["allowHosts"] { configuration.allowHosts = try strings(value, "allowHosts") }
-            if let value = root["denyPrivate"] { configuration.denyPrivate = try boolean(value, "denyPrivate") }
-            if let value = root["threads"] { configuration.serverThreads = try integer(value, "threads") }
-            if let value = root["maxBodyBytes"] { configuration.maxUpstreamBodyBytes = try integer(value, "maxBodyBytes") }
-            if let value = root["memoryMb"] { configuration.memoryCapacityBytes = try megabytes(value, "memoryMb") }
-            if let value = root["requestMemoMb"] { configuration.requestMemoBytes = try megabytes(value, "requestMemoMb") }
-            if let value = root["maxUpstreamTransfers"] { configuration.maxUpstreamTransfers = try integer(value, "maxUpstreamTransfers") }
-            if let value = root["maxInflightMb"] { configuration.maxInflightBodyBytes = try megabytes(value, "maxInflightMb") }
-            if let value = root["rangeFetchOver"] { configuration.rangeFetchOverBytes = try integer(value, "rangeFetchOver") }
-            if let value = root["staleOnError"] { configuration.staleOnErrorSeconds = try number(value, "staleOnError") }
-            if let value = root["stripTargetedCacheControl"] {
-                configuration.stripTargetedCacheControl = try boolean(value, "stripTargetedCacheControl")
-            }
-            if let value = root["maxBatch"] { configuration.maxBatch = try integer(value, "maxBatch") }
-            if let value = root["maxChainSteps"] { configuration.maxChainSteps = try integer(value, "maxChainSteps") }
-            if let value = root["maxBatchBytes"] { configuration.maxBatchBytes = try size(value, "maxBatchBytes") }
-            if let value = root["headerTimeout"] { configuration.headerTimeoutSeconds = try integer(value, "headerTimeout") }
-            if let value = root["connectionsPerAddress"] { configuration.connectionsPerAddress = try integer(value, "connectionsPerAddress") }
-            if let value = root["shutdownGrace"] { configuration.shutdownGraceSeconds = try number(value, "shutdownGrace") }
-            if let value = root["accessLog"] { configuration.accessLog = try boolean(value, "accessLog") }
-            if let value = root["proxyRoot"] { configuration.proxyRoot = try string(value, "proxyRoot") }
-            if let value = root["proxyPort"] { configuration.proxyPort = try integer(value, "proxyPort") }
-            if let value = root["maxVariants"] { configuration.maxVariants = try integer(value, "maxVariants") }
-            if let value = root["adminToken"] { configuration.adminToken = try string(value, "adminToken") }
-            if let value = root["metricsToken"] { configuration.metricsToken = try string(value, "metricsToken") }
-            if let value = root["metricsNamespaces"] { configuration.metricsNamespaces = try integer(value, "metricsNamespaces") }
-            if let value = root["maxBytes"] { configuration.maxBytes = try size(value, "maxBytes") }
-            if let value = root["maxObjectBytes"] { configuration.maxObjectBytes = try size(value, "maxObjectBytes") }
-            if let value = root["retention"] {
-                guard let seconds = (value as? Int).map(Double.init) ?? (value as? Double) ?? (value as? String).flatMap(Quantity.seconds) else {
-                    throw error("retention", "must be a duration in seconds or like 7d, 12h")
-                }
-                configuration.retentionSeconds = seconds
-            }
-            if let value = root["tagHeaders"] { configuration.tagHeaders = try strings(value, "tagHeaders").map { $0.lowercased() } }
-            if let value = root["resolve"] { configuration.resolve = try strings(value, "resolve") }
-            if let value = root["onCorrupt"] { configuration.renameCorruptDatabase = try either(value, "onCorrupt", "fail", or: "rename") }
-            if let value = root["clientTimeout"] { configuration.clientTimeoutSeconds = try integer(value, "clientTimeout") }
-            if let value = root["maxConnections"] { configuration.maxConnections = try integer(value, "maxConnections") }
-            if let value = root["redactQuery"] { configuration.redactQuery = try strings(value, "redactQuery") }
-            if let value = root["store"] { configuration.store = try string(value, "store") }
-            if let value = root["storePrefix"] { configuration.storePrefix = try string(value, "storePrefix") }
-            if let value = root["storeTimeoutMs"] { configuration.storeTimeoutMs = try integer(value, "storeTimeoutMs") }
-            if let value = root["storeFallback"] {
-                configuration.storeFallbackPassThrough = try either(value, "storeFallback", "fail", or: "pass-through")
-            }
-            if let value = root["adminPort"] { configuration.adminPort = try integer(value, "adminPort") }
-            if let value = root["bodyFileThreshold"] { configuration.bodyFileThresholdBytes = try integer(value, "bodyFileThreshold") }
-            if let value = root["upstreams"] {
-                guard let list = value as? [Any] else { throw error("upstreams", "must be a list") }
-                configuration.upstreams = try list.enumerated().map { index, item throws(ConfigurationError) in
-                    try upstream(item, at: "upstreams[\(index)]")
+            try rejectUnknown(root, known: Set(ConfigFile.settings.map(\.key)), at: "")
+            for setting in ConfigFile.settings {
+                guard let raw = root[setting.key] else { continue }
+                do {
+                    try setting.apply(Value(reader: self, raw: raw, key: setting.key), &configuration)
+                } catch let error as ConfigurationError {
+                    throw error
+                } catch {
+                    throw self.error(setting.key, "\(error)")
                 }
             }
         }
 
-        private func size(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
+        func upstreams(_ value: Any, _ key: String) throws(ConfigurationError) -> [NamedUpstream] {
+            guard let list = value as? [Any] else { throw error(key, "must be a list") }
+            return try list.enumerated().map { index, item throws(ConfigurationError) in
+                try upstream(item, at: "\(key)[\(index)]")
+            }
+        }
+
+        func duration(_ value: Any, _ key: String) throws(ConfigurationError) -> Double {
+            let given = (value as? Int).map(Double.init) ?? (value as? Double) ?? (value as? String).flatMap(Quantity.seconds)
+            guard let seconds = given else {
+                throw error(key, "must be a duration in seconds or like 7d, 12h")
+            }
+            return seconds
+        }
+
+        func size(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
             if let count = value as? Int, count >= 0 { return count }
             if let text = value as? String, let count = Quantity.bytes(text) { return count }
             throw error(key, "must be a size in bytes or like 1GiB, 100MB")
         }
 
-        private func megabytes(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
+        func megabytes(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
             let count = try integer(value, key)
             guard (0...(1 << 30)).contains(count) else { throw error(key, "is out of range") }
             return count << 20
@@ -235,7 +277,8 @@ public enum ConfigFile {
                 if let value = cache["policy"] {
                     let raw = try string(value, "\(key).cache.policy")
                     guard let policy = CachePolicy(rawValue: raw) else {
-                        throw error("\(key).cache.policy", "'\(raw)' is not one of \(CachePolicy.allCases.map(\.rawValue).joined(separator: ", "))")
+                        let policies = CachePolicy.allCases.map(\.rawValue).joined(separator: ", ")
+                        throw error("\(key).cache.policy", "'\(raw)' is not one of \(policies)")
                     }
                     upstream.cache.policy = policy
                 }
@@ -254,35 +297,35 @@ public enum ConfigFile {
             }
         }
 
-        private func string(_ value: Any, _ key: String) throws(ConfigurationError) -> String {
+        func string(_ value: Any, _ key: String) throws(ConfigurationError) -> String {
             guard let text = value as? String else { throw error(key, "must be a string") }
             return text
         }
 
         /// One of two words: false for the first, true for the second.
-        private func either(_ value: Any, _ key: String, _ first: String, or second: String) throws(ConfigurationError) -> Bool {
+        func either(_ value: Any, _ key: String, _ first: String, or second: String) throws(ConfigurationError) -> Bool {
             let word = try string(value, key)
             guard word == first || word == second else { throw error(key, "must be \(first) or \(second)") }
             return word == second
         }
 
-        private func integer(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
+        func integer(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
             guard let number = value as? Int else { throw error(key, "must be an integer") }
             return number
         }
 
-        private func number(_ value: Any, _ key: String) throws(ConfigurationError) -> Double {
+        func number(_ value: Any, _ key: String) throws(ConfigurationError) -> Double {
             if let number = value as? Int { return Double(number) }
             guard let number = value as? Double else { throw error(key, "must be a number") }
             return number
         }
 
-        private func boolean(_ value: Any, _ key: String) throws(ConfigurationError) -> Bool {
+        func boolean(_ value: Any, _ key: String) throws(ConfigurationError) -> Bool {
             guard let flag = value as? Bool else { throw error(key, "must be true or false") }
             return flag
         }
 
-        private func strings(_ value: Any, _ key: String) throws(ConfigurationError) -> [String] {
+        func strings(_ value: Any, _ key: String) throws(ConfigurationError) -> [String] {
             guard let list = value as? [Any] else { throw error(key, "must be a list of strings") }
             return try list.enumerated().map { index, item throws(ConfigurationError) in try string(item, "\(key)[\(index)]") }
         }

@@ -29,22 +29,17 @@ struct BatchRoute: Sendable {
         let timeoutMs: Int
     }
 
-    /// `fail` renders (and logs) an error; `finish` logs the final answer.
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder, receivedAt: Double,
-                fail: (LarderError) -> HTTPServerResponse,
-                finish: @escaping @Sendable (HTTPServerResponse) -> HTTPServerResponse) -> HTTPServerResponse? {
-        if request.bodyTooLarge { return fail(.invalid("body", "request body is larger than the limit")) }
+    func handle(_ routeRequest: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        let request = routeRequest.http
+        let receivedAt = routeRequest.receivedAt
+        if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
         let batch: PreparedBatch
         if case .batch(let known)? = memo.lookup(request.body) {
             batch = known
         } else {
-            do {
-                let parsed = try BatchRequest.parse(json: request.body, upstreams: upstreams, maxRequests: maxRequests)
-                batch = PreparedBatch(ids: parsed.items.map(\.id), items: parsed.items.map { engine.prepare($0.request) },
-                                      mode: parsed.mode, concurrency: parsed.concurrency, timeoutMs: parsed.timeoutMs)
-            } catch {
-                return fail(error)
-            }
+            let parsed = try BatchRequest.parse(json: request.body, upstreams: upstreams, maxRequests: maxRequests)
+            batch = PreparedBatch(ids: parsed.items.map(\.id), items: parsed.items.map { engine.prepare($0.request) },
+                                  mode: parsed.mode, concurrency: parsed.concurrency, timeoutMs: parsed.timeoutMs)
             memo.insert(request.body, .batch(batch))
         }
         let clock = self.clock
@@ -54,7 +49,8 @@ struct BatchRoute: Sendable {
             let stream = HTTPResponseStream()
             let sink = ItemSink(budget: budget, render: { outcome in
                 // Nobody reads what is rendered for a client that left.
-                stream.isClosed ? [] : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
+                stream.isClosed ? []
+                    : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
             }, write: { _, line, taken in
                 stream.write(line, taken: taken)
             })
@@ -62,12 +58,13 @@ struct BatchRoute: Sendable {
                                timeoutMs: batch.timeoutMs, sink: sink,
                                onFinish: { outcomes in
                                    var none: [[UInt8]]? = nil
-                                   stream.write(Self.summary(outcomes, ids: ids, responses: &none, receivedAt: receivedAt, clock: clock, line: true))
+                                   stream.write(Self.summary(outcomes, ids: ids, responses: &none, receivedAt: receivedAt, clock: clock,
+                                                             line: true))
                                    stream.finish()
                                })
-            responder.onClientGone { run.cancel() }
+            routeRequest.onClientGone { run.cancel() }
             run.start()
-            return finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
+            return RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
         // Each item is kept as rendered, in its place; the response goes out of the run's hands.
         let rendered = Locked<[[UInt8]]>(Array(repeating: [], count: ids.count))
@@ -85,9 +82,9 @@ struct BatchRoute: Sendable {
                                    return items
                                }
                                let body = Self.summary(outcomes, ids: ids, responses: &responses, receivedAt: receivedAt, clock: clock)
-                               responder.respond(finish(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/json")], body: body)))
+                               routeRequest.respond(AdminRoute.json(200, body))
                            })
-        responder.onClientGone { run.cancel() }
+        routeRequest.onClientGone { run.cancel() }
         run.start()
         return nil
     }

@@ -63,7 +63,9 @@ public struct LarderConfiguration: Sendable {
     /// Seconds a client connection may stay idle (no bytes received while Larder waits for
     /// them) before it is closed: slow or stalled clients do not hold a connection.
     public var clientTimeoutSeconds: Int = 30
-    /// Connections open at once; more are closed as soon as they are accepted.
+    /// Connections open at once on each listener (lowered at start to what the open-file limit
+    /// allows); more wait in the listen backlog until one closes. This is the one default: the
+    /// service always passes it to the server, whose own `connectionLimit` default is not used.
     public var maxConnections: Int = 10_000
     /// Connections open at once from one client address (0 = no limit).
     public var connectionsPerAddress: Int = 1024
@@ -199,7 +201,9 @@ public struct LarderConfiguration: Sendable {
         guard (1...65_536).contains(maxUpstreamTransfers) else { throw ConfigurationError("max upstream transfers must be 1 to 65536") }
         guard maxInflightBodyBytes >= 1 << 20 else { throw ConfigurationError("max in-flight body bytes must be at least 1 MiB") }
         guard (1...3600).contains(headerTimeoutSeconds) else { throw ConfigurationError("header timeout must be 1 to 3600 seconds") }
-        guard staleOnErrorSeconds.isFinite, staleOnErrorSeconds >= 0 else { throw ConfigurationError("stale-on-error must be 0 or more seconds") }
+        guard staleOnErrorSeconds.isFinite, staleOnErrorSeconds >= 0 else {
+            throw ConfigurationError("stale-on-error must be 0 or more seconds")
+        }
         guard rangeFetchOverBytes >= 0 else { throw ConfigurationError("range-fetch-over must be 0 or more bytes") }
         guard (1...10_000).contains(maxBatch) else { throw ConfigurationError("max batch must be 1 to 10000") }
         guard (1...1_000).contains(maxChainSteps) else { throw ConfigurationError("max chain steps must be 1 to 1000") }

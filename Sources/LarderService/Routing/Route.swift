@@ -1,0 +1,103 @@
+// One entry of the route table: where it matches, the methods it takes, who may call it and on
+// which listener, and its handler. Every route's handler has the same shape, as Hummingbird's
+// router gives each route a request and a context: `RouteRequest` in, `RouteAnswer` out (or nil
+// when it answers later through `RouteRequest.respond`), expected failures thrown as
+// `LarderError`. The access log and the request metrics are written by the router around every
+// route (`Router.finish`), never by a route itself.
+
+import LarderCore
+import LarderHTTP
+
+struct Route: Sendable {
+    typealias Handler = @Sendable (RouteRequest) throws(LarderError) -> RouteAnswer?
+
+    /// The listener a route is served on when the admin routes have their own (--admin-port);
+    /// without one the main listener serves every route.
+    enum Listener: Sendable {
+        case main, admin, both
+    }
+
+    /// Who may call a route. The admin token guards the whole /cache tree as one, before the
+    /// method is looked at (a caller without it learns nothing of the routes, not even 405s);
+    /// the metrics token guards GET /metrics alone, after its method.
+    enum Access: Sendable {
+        case open, adminToken, metricsToken
+    }
+
+    let pattern: RoutePattern
+    /// The methods it answers; nil for any (the handler decides, as the proxy forwards any).
+    let methods: [String]?
+    let listener: Listener
+    let access: Access
+    /// 508 for a request carrying this instance's own CDN-Loop token: those that may fetch
+    /// (waiting on itself), and the admin routes and metrics (reached through an upstream path
+    /// the address rules could not see, such as a forwarded port).
+    let refusesLoops: Bool
+    /// The metrics' route label for the handler's answers, when the path does not say it (the
+    /// proxy-root listener serves any path).
+    let metricsRoute: String?
+    let handler: Handler
+
+    init(_ pattern: RoutePattern, _ methods: [String]?, listener: Listener = .main, access: Access = .open,
+         refusesLoops: Bool = false, metricsRoute: String? = nil, handler: @escaping Handler) {
+        self.pattern = pattern
+        self.methods = methods
+        self.listener = listener
+        self.access = access
+        self.refusesLoops = refusesLoops
+        self.metricsRoute = metricsRoute
+        self.handler = handler
+    }
+
+    func accepts(_ method: String) -> Bool {
+        methods?.contains(method) ?? true
+    }
+}
+
+/// Where a route matches. Matching is on the decoded path, except for the proxy, whose upstream
+/// target is passed on as received.
+enum RoutePattern: Sendable, Equatable {
+    /// Any of these paths.
+    case exact([String])
+    /// `prefix`, the rest of the path the parameter (`/cache/entries/{key}`).
+    case parameter(prefix: String, name: String)
+    /// `prefix{name}suffix`, the parameter between them (`/cache/namespaces/{ns}/version`).
+    case enclosed(prefix: String, name: String, suffix: String)
+    /// Every path equal to `area` or under it: what is left of a tree once its routes are matched.
+    case area(String)
+    /// A raw request target starting with `prefix`, the rest the parameter (`/proxy/{name}/…`).
+    case targetPrefix(String)
+    /// Every request (the proxy-root listener).
+    case any
+
+    /// The parameter when the request matches ("" when the pattern has none); nil when not.
+    func match(path: String, rawTarget: String) -> String? {
+        switch self {
+        case .exact(let paths):
+            return paths.contains(path) ? "" : nil
+        case .parameter(let prefix, _):
+            return path.hasPrefix(prefix) ? String(path.dropFirst(prefix.count)) : nil
+        case .enclosed(let prefix, _, let suffix):
+            guard path.hasPrefix(prefix), path.hasSuffix(suffix) else { return nil }
+            return String(path.dropFirst(prefix.count).dropLast(suffix.count))
+        case .area(let area):
+            return path == area || path.hasPrefix(area + "/") ? "" : nil
+        case .targetPrefix(let prefix):
+            return rawTarget.hasPrefix(prefix) ? String(rawTarget.dropFirst(prefix.count)) : nil
+        case .any:
+            return rawTarget
+        }
+    }
+
+    /// How the 405 message names it.
+    var display: String {
+        switch self {
+        case .exact(let paths): paths.first ?? "/"
+        case .parameter(let prefix, let name): "\(prefix){\(name)}"
+        case .enclosed(let prefix, let name, let suffix): "\(prefix){\(name)}\(suffix)"
+        case .area(let area): area
+        case .targetPrefix(let prefix): "\(prefix)…"
+        case .any: "this listener"
+        }
+    }
+}

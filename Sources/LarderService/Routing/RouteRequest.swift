@@ -1,0 +1,70 @@
+// What a route's handler is given: the request, the part of the path its pattern captured, and
+// the way to answer later. Answers given later pass through the same access log and metrics as
+// those returned at once.
+
+import LarderCore
+import LarderHTTP
+
+struct RouteRequest: Sendable {
+    let http: HTTPServerRequest
+    /// What the route's pattern captured ({key}, {id}, {ns}, the proxy's rest of the target);
+    /// "" for a fixed path.
+    let parameter: String
+    /// When the router took the request (the clock the service was given).
+    let receivedAt: Double
+    private let responder: any RouteResponder
+    private let finish: @Sendable (RouteAnswer) -> HTTPServerResponse
+
+    init(_ http: HTTPServerRequest, parameter: String, receivedAt: Double, responder: any RouteResponder,
+         finish: @escaping @Sendable (RouteAnswer) -> HTTPServerResponse) {
+        self.http = http
+        self.parameter = parameter
+        self.receivedAt = receivedAt
+        self.responder = responder
+        self.finish = finish
+    }
+
+    /// Answers a request whose handler returned nil; exactly once.
+    func respond(_ answer: RouteAnswer) {
+        responder.respond(finish(answer))
+    }
+
+    func respond(_ response: HTTPServerResponse) {
+        respond(RouteAnswer(response))
+    }
+
+    /// Calls `handler` once if the client goes away before the request is answered.
+    func onClientGone(_ handler: @escaping @Sendable () -> Void) {
+        responder.onClientGone(handler)
+    }
+}
+
+/// A route's answer, with what its access-log line says besides the status.
+struct RouteAnswer: Sendable {
+    var response: HTTPServerResponse
+    /// The cache's outcome (/fetch, /proxy), logged in place of the error code.
+    var outcome: CacheOutcome?
+    var errorCode: String?
+
+    init(_ response: HTTPServerResponse, outcome: CacheOutcome? = nil, errorCode: String? = nil) {
+        self.response = response
+        self.outcome = outcome
+        self.errorCode = errorCode
+    }
+
+    /// The error as JSON with its status, and `Allow` for a 405.
+    init(error: LarderError, allow: String? = nil) {
+        var headers: [(name: String, value: String)] = [("Content-Type", "application/json")]
+        if let allow { headers.append(("Allow", allow)) }
+        self.init(HTTPServerResponse(status: error.status, headers: headers, body: error.jsonBody), errorCode: error.code.rawValue)
+    }
+}
+
+/// Where a request answered later is answered: the server's `HTTPResponder`, or a test's
+/// recorder (the router is driven without a socket in RouteTableTests).
+protocol RouteResponder: Sendable {
+    func respond(_ response: HTTPServerResponse)
+    func onClientGone(_ handler: @escaping @Sendable () -> Void)
+}
+
+extension HTTPResponder: RouteResponder {}

@@ -1,0 +1,81 @@
+// The route table: every route once, with its path, methods, listener and guards. Order
+// matters where patterns overlap: fixed paths before the parameters under them, and the /cache
+// tree's own 404 last among the admin routes.
+
+import LarderCore
+import LarderEngine
+import LarderHTTP
+
+extension Router {
+    static func routes(fetch: FetchRoute, batch: BatchRoute, chain: ChainRoute, proxy: ProxyRoute, warm: WarmRoute,
+                       admin: AdminRoute, health: (any StorageHealth)?, scrape: (@Sendable () -> [UInt8])?) -> [Route] {
+        /// An admin route: on the admin listener when there is one, behind the admin token.
+        func adminRoute(_ pattern: RoutePattern, _ methods: [String]?, _ handler: @escaping Route.Handler) -> Route {
+            Route(pattern, methods, listener: .admin, access: .adminToken, refusesLoops: true, handler: handler)
+        }
+        let read = ["GET", "HEAD"]
+        let warmJobs = RoutePattern.exact([WarmRoute.prefix, WarmRoute.prefix + "/"])
+        let warmJob = RoutePattern.parameter(prefix: WarmRoute.prefix + "/", name: "id")
+        let entries = RoutePattern.exact(["/cache/entries", "/cache/entries/"])
+        let entry = RoutePattern.parameter(prefix: "/cache/entries/", name: "key")
+        return [
+            Route(.exact(["/fetch"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try fetch.handle(request) },
+            Route(.exact(["/batch"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try batch.handle(request) },
+            Route(.exact(["/chain"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try chain.handle(request) },
+            Route(.exact(["/healthz"]), read, listener: .both) { _ in
+                // Degraded storage still answers 200: requests pass through uncached, correctly.
+                let storage = health?.storageHealthy == false ? "degraded" : "ok"
+                return RouteAnswer(AdminRoute.json(200, Array(#"{"status":"ok","storage":"\#(storage)"}"#.utf8)))
+            },
+            metricsRoute(scrape),
+
+            adminRoute(warmJobs, read) { _ in warm.list() },
+            adminRoute(warmJobs, ["POST"]) { request throws(LarderError) in try warm.create(request) },
+            adminRoute(warmJob, read) { request throws(LarderError) in try warm.status(request) },
+            adminRoute(warmJob, ["DELETE"]) { request in warm.cancel(request) },
+
+            adminRoute(.exact(["/cache/stats"]), read) { request throws(LarderError) in try admin.statistics(request) },
+            adminRoute(.exact([AdminRoute.prefix, AdminRoute.prefix + "/"]), ["DELETE"]) { request throws(LarderError) in
+                try admin.purgeByQuery(request)
+            },
+            adminRoute(.exact(["/cache/purge"]), ["POST"]) { request throws(LarderError) in try admin.purgeByBody(request) },
+            adminRoute(entries, read) { request throws(LarderError) in try admin.listEntries(request) },
+            adminRoute(entries, ["PUT"]) { request throws(LarderError) in try admin.writeEntry(request) },
+            adminRoute(.exact(["/cache/namespaces", "/cache/namespaces/"]), read) { _ throws(LarderError) in try admin.listNamespaces() },
+            adminRoute(.enclosed(prefix: "/cache/namespaces/", name: "ns", suffix: "/version"), ["POST"]) { request throws(LarderError) in
+                try admin.setVersion(request)
+            },
+            adminRoute(entry, read) { request throws(LarderError) in try admin.showEntry(request) },
+            adminRoute(entry, ["DELETE"]) { request throws(LarderError) in try admin.removeEntry(request) },
+            adminRoute(.area(AdminRoute.prefix), nil) { request throws(LarderError) in
+                throw LarderError(.notFound, "no route for \(request.http.path)")
+            },
+
+            Route(.targetPrefix("/proxy/"), nil, refusesLoops: true, metricsRoute: "proxy") { request in
+                let rest = request.parameter
+                let end = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
+                return proxy.handle(request, upstream: String(rest[..<end]), target: String(rest[end...]))
+            },
+        ]
+    }
+
+    /// GET /metrics, or a 404 for every method when metrics are off.
+    private static func metricsRoute(_ scrape: (@Sendable () -> [UInt8])?) -> Route {
+        guard let scrape else {
+            return Route(.exact(["/metrics"]), nil, listener: .admin, refusesLoops: true) { _ throws(LarderError) in
+                throw LarderError(.notFound, "metrics are off")
+            }
+        }
+        return Route(.exact(["/metrics"]), ["GET", "HEAD"], listener: .admin, access: .metricsToken, refusesLoops: true) { _ in
+            RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                                           body: scrape()))
+        }
+    }
+
+    /// The proxy-root listener: every request proxied to `upstream`, path and query as they are.
+    static func proxyRootRoutes(proxy: ProxyRoute, upstream: String) -> [Route] {
+        [Route(.any, nil, refusesLoops: true, metricsRoute: "proxy") { request in
+            proxy.handle(request, upstream: upstream, target: request.parameter)
+        }]
+    }
+}

@@ -1,0 +1,147 @@
+// Answers every request of every listener from a route table (Router+Routes.swift), and writes
+// the access log and the request metrics around every route in one place (`finish`). Before a
+// route's handler runs, in this order: the listener split (with --admin-port each listener
+// serves only its own routes), the loop refusal (508), the admin token, the method (405 with
+// `Allow` from the table) and the metrics token.
+
+import LarderCore
+import LarderEngine
+import LarderHTTP
+import Logging
+
+final class Router: Sendable {
+    /// The listener a request came in on.
+    enum Listener: Sendable {
+        case main
+        /// --admin-port: the /cache routes, /metrics and /healthz.
+        case admin
+        /// --proxy-root: every path proxied to one upstream.
+        case proxyRoot
+    }
+
+    let clock: Clock
+    let logger: Logger
+    let accessLog: Bool
+    let metrics: LarderMetrics?
+    let fetchRoute: FetchRoute
+    let proxyRoute: ProxyRoute
+    let batchRoute: BatchRoute
+    let chainRoute: ChainRoute
+    let adminRoute: AdminRoute
+    let metricsToken: [UInt8]?
+    /// With --admin-port: /cache… and /metrics are served only there, nothing else is.
+    let adminOnOwnListener: Bool
+    /// This instance's CDN-Loop token: a request carrying it is one of its own, come back.
+    let loop: LoopDetection?
+    private let memos: [RequestMemo]
+    /// The main and admin listeners' routes.
+    let table: RouteTable
+    /// The proxy-root listener's one route, when there is that listener.
+    let proxyRootTable: RouteTable?
+
+    init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
+         upstreams: [String: NamedUpstream], warmJobs: WarmJobs, admin: AdminRoute,
+         metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, loop: LoopDetection? = nil,
+         scrape: (@Sendable (_ memoBytes: Int) -> [UInt8])? = nil) {
+        self.clock = clock
+        self.logger = logger
+        self.accessLog = configuration.accessLog
+        let budgets = RequestMemoBudgets(totalBytes: configuration.effectiveRequestMemoBytes)
+        let fetch = FetchRoute(engine: engine, upstreams: upstreams, clock: clock, memo: RequestMemo(budgetBytes: budgets.fetch))
+        let proxy = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: budgets.proxy),
+                               stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)
+        let batch = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch,
+                               maxAnswerBytes: configuration.maxBatchBytes,
+                               memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.batch))
+        let chain = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps,
+                               maxAnswerBytes: configuration.maxBatchBytes,
+                               memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.chain),
+                               steps: RequestMemo(budgetBytes: budgets.chainSteps))
+        let memos = [fetch.memo, proxy.memo, batch.memo, chain.memo, chain.steps]
+        self.memos = memos
+        self.fetchRoute = fetch
+        self.proxyRoute = proxy
+        self.batchRoute = batch
+        self.chainRoute = chain
+        self.adminRoute = admin
+        self.metrics = metrics
+        self.metricsToken = configuration.metricsToken.map { Array($0.utf8) }
+        self.adminOnOwnListener = configuration.adminPort != nil
+        self.loop = loop
+        let scrapeNow: (@Sendable () -> [UInt8])? = scrape.map { scrape in { @Sendable in scrape(Self.bytes(of: memos)) } }
+        self.table = RouteTable(Self.routes(fetch: fetch, batch: batch, chain: chain, proxy: proxy,
+                                            warm: WarmRoute(jobs: warmJobs, upstreams: upstreams), admin: admin, health: health,
+                                            scrape: scrapeNow))
+        self.proxyRootTable = configuration.proxyRoot.map { RouteTable(Self.proxyRootRoutes(proxy: proxy, upstream: $0)) }
+    }
+
+    /// What the request memos hold, in their estimated bytes (each is bounded by its budget).
+    var memoBytes: Int { Self.bytes(of: memos) }
+
+    private static func bytes(of memos: [RequestMemo]) -> Int {
+        memos.reduce(0) { $0 + $1.usage.bytes }
+    }
+
+    /// Answers `request` now, or returns nil and answers later through `responder`.
+    func respond(to request: HTTPServerRequest, on listener: Listener, responder: any RouteResponder) -> HTTPServerResponse? {
+        let receivedAt = clock.now()
+        let table = listener == .proxyRoot ? proxyRootTable ?? RouteTable([]) : table
+        guard let (routes, parameter) = table.match(path: request.path, rawTarget: request.rawTarget), let first = routes.first else {
+            let onThisPort = adminOnOwnListener && listener == .admin ? " on this port" : ""
+            return finish(request, RouteAnswer(error: LarderError(.notFound, "no route for \(request.path)\(onThisPort)")), receivedAt)
+        }
+        if !serves(first, on: listener) {
+            return finish(request, RouteAnswer(error: LarderError(.notFound, "no route for \(request.path) on this port")), receivedAt)
+        }
+        if first.refusesLoops, let loop, loop.isLoop(request.headers) {
+            // Answered at once: waiting on it would wait on itself (coalesced with its own flight).
+            let error = LarderError(.loopDetected, "this request was sent by this Larder instance and came back to it (CDN-Loop)")
+            return finish(request, RouteAnswer(error: error), receivedAt)
+        }
+        if first.access == .adminToken, let refusal = adminRoute.refusal(request) {
+            return finish(request, RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue), receivedAt)
+        }
+        guard let route = routes.first(where: { $0.accepts(request.method) }) else {
+            return finish(request, RouteTable.methodNotAllowed(routes), receivedAt)
+        }
+        if route.access == .metricsToken, let metricsToken, let refusal = AdminRoute.refusal(request, token: metricsToken) {
+            return finish(request, RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue), receivedAt)
+        }
+        let label = route.metricsRoute
+        let routeRequest = RouteRequest(request, parameter: parameter, receivedAt: receivedAt, responder: responder) { [self] answer in
+            finish(request, answer, receivedAt, metricsRoute: label)
+        }
+        do {
+            return try route.handler(routeRequest).map { finish(request, $0, receivedAt, metricsRoute: label) }
+        } catch {
+            return finish(request, RouteAnswer(error: error), receivedAt, metricsRoute: label)
+        }
+    }
+
+    /// With --admin-port, the main listener serves no admin route and the admin listener only
+    /// those (and both /healthz).
+    private func serves(_ route: Route, on listener: Listener) -> Bool {
+        switch (listener, route.listener) {
+        case (.proxyRoot, _), (_, .both): true
+        case (.main, .main): true
+        case (.main, .admin): !adminOnOwnListener
+        case (.admin, .admin): true
+        case (.admin, .main): false
+        }
+    }
+
+    /// The access-log line and the request metrics of every answer, given now or later.
+    private func finish(_ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double,
+                        metricsRoute: String? = nil) -> HTTPServerResponse {
+        let response = answer.response
+        let seconds = clock.now() - receivedAt
+        metrics?.requestFinished(route: metricsRoute ?? LarderMetrics.route(for: request.path), status: response.status, seconds: seconds)
+        if accessLog {
+            let milliseconds = seconds * 1000
+            let rounded = (milliseconds * 100).rounded() / 100
+            let said = answer.outcome?.rawValue ?? answer.errorCode ?? "-"
+            logger.info("\(AccessLog.escaped(request.method)) \(AccessLog.escaped(request.path)) \(response.status) \(said) \(rounded)ms")
+        }
+        return response
+    }
+}

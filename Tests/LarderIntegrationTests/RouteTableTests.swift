@@ -1,0 +1,185 @@
+// The route table and the router in front of it, driven without a server: requests are built
+// in memory and answered through `Router.respond(to:on:responder:)`.
+
+import Foundation
+import LarderCore
+import LarderEngine
+import LarderHTTP
+@testable import LarderService
+import LarderSQLite
+import LarderSync
+import Logging
+import XCTest
+
+final class RouteTableTests: XCTestCase {
+    private var directory: URL!
+    private var store: SQLiteCacheStore?
+
+    override func setUpWithError() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("route-table-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDownWithError() throws {
+        store?.close()
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    func testEveryRouteAnswers405WithTheAllowOfItsPattern() throws {
+        let router = try makeRouter()
+        var patterns: [RoutePattern] = []
+        for route in router.table.routes where route.methods != nil && !patterns.contains(route.pattern) {
+            patterns.append(route.pattern)
+        }
+        XCTAssertGreaterThan(patterns.count, 10)
+        for pattern in patterns {
+            let routes = router.table.routes.filter { $0.pattern == pattern }
+            let allowed = routes.flatMap { $0.methods ?? [] }
+            let path = pattern.display.replacingOccurrences(of: #"\{[a-z]+\}"#, with: "x", options: .regularExpression)
+            for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] where !allowed.contains(method) {
+                let response = answer(router, method, path)
+                XCTAssertEqual(response.status, 405, "\(method) \(path)")
+                XCTAssertEqual(code(response), "method_not_allowed", "\(method) \(path)")
+                XCTAssertEqual(header("Allow", response), RouteTable.allowed(routes).joined(separator: ", "), "\(method) \(path)")
+            }
+        }
+    }
+
+    func testAllowValuesAreTheDocumentedOnes() throws {
+        let router = try makeRouter()
+        for (method, path, allow) in [("GET", "/fetch", "POST"), ("GET", "/batch", "POST"), ("GET", "/chain", "POST"),
+                                      ("POST", "/healthz", "GET, HEAD"), ("POST", "/metrics", "GET, HEAD"),
+                                      ("POST", "/cache/stats", "GET, HEAD"), ("GET", "/cache", "DELETE"), ("GET", "/cache/", "DELETE"),
+                                      ("GET", "/cache/purge", "POST"), ("DELETE", "/cache/entries", "GET, HEAD, PUT"),
+                                      ("PUT", "/cache/entries/abc", "GET, HEAD, DELETE"), ("PUT", "/cache/namespaces", "GET, HEAD"),
+                                      ("GET", "/cache/namespaces/ns/version", "POST"), ("DELETE", "/cache/warm", "GET, HEAD, POST"),
+                                      ("PUT", "/cache/warm/job", "GET, HEAD, DELETE")] {
+            let response = answer(router, method, path)
+            XCTAssertEqual(response.status, 405, "\(method) \(path)")
+            XCTAssertEqual(header("Allow", response), allow, "\(method) \(path)")
+        }
+    }
+
+    func testUnknownPathsAre404() throws {
+        let router = try makeRouter()
+        for path in ["/", "/nope", "/fetch/", "/metrics/", "/cachex", "/cache/nope", "/cache/warmth", "/proxy"] {
+            let response = answer(router, "GET", path)
+            XCTAssertEqual(response.status, 404, path)
+            XCTAssertEqual(code(response), "not_found", path)
+        }
+        // The proxy route answers for any method; an upstream it does not know is its own 404.
+        let proxied = answer(router, "PATCH", "/proxy/nobody/x")
+        XCTAssertEqual(proxied.status, 404)
+        XCTAssertEqual(code(proxied), "unknown_upstream")
+    }
+
+    func testAdminPortServesOnlyTheAdminRoutesAndEachListenerOnlyItsOwn() throws {
+        var configuration = LarderConfiguration()
+        configuration.adminPort = 0
+        let router = try makeRouter(configuration)
+        for path in ["/cache/stats", "/cache/namespaces", "/cache/warm", "/metrics"] {
+            XCTAssertEqual(answer(router, "GET", path, on: .admin).status, 200, path)
+            let elsewhere = answer(router, "GET", path, on: .main)
+            XCTAssertEqual(elsewhere.status, 404, path)
+            XCTAssertTrue(message(elsewhere).hasSuffix("on this port"), path)
+        }
+        for (method, path) in [("POST", "/fetch"), ("POST", "/batch"), ("GET", "/proxy/api/x"), ("GET", "/nope")] {
+            let response = answer(router, method, path, on: .admin)
+            XCTAssertEqual(response.status, 404, path)
+            XCTAssertTrue(message(response).hasSuffix("on this port"), path)
+        }
+        XCTAssertEqual(answer(router, "GET", "/healthz", on: .main).status, 200)
+        XCTAssertEqual(answer(router, "GET", "/healthz", on: .admin).status, 200)
+
+        // Without an admin port the main listener serves everything.
+        let single = try makeRouter()
+        XCTAssertEqual(answer(single, "GET", "/cache/stats").status, 200)
+        XCTAssertEqual(answer(single, "GET", "/metrics").status, 200)
+    }
+
+    func testTheAdminTokenComesBeforeTheMethodAndTheMetricsTokenAfterIt() throws {
+        var configuration = LarderConfiguration()
+        configuration.adminToken = String(repeating: "a", count: 32)
+        configuration.metricsToken = String(repeating: "m", count: 32)
+        let router = try makeRouter(configuration)
+        XCTAssertEqual(answer(router, "PATCH", "/cache/stats").status, 401)
+        XCTAssertEqual(answer(router, "GET", "/cache/nope").status, 401)
+        let admin = [(name: "Authorization", value: "Bearer " + configuration.adminToken!)]
+        XCTAssertEqual(answer(router, "GET", "/cache/stats", headers: admin).status, 200)
+        XCTAssertEqual(answer(router, "POST", "/metrics").status, 405)
+        XCTAssertEqual(answer(router, "GET", "/metrics").status, 401)
+        let metrics = [(name: "Authorization", value: "Bearer " + configuration.metricsToken!)]
+        XCTAssertEqual(answer(router, "GET", "/metrics", headers: metrics).status, 200)
+    }
+
+    func testItsOwnRequestsComingBackAre508OnTheRoutesThatRefuseLoops() throws {
+        let loop = LoopDetection(token: "larder-test")
+        let router = try makeRouter(loop: loop)
+        let looped = [(name: "CDN-Loop", value: "other, larder-test")]
+        for (method, path) in [("POST", "/fetch"), ("POST", "/batch"), ("POST", "/chain"), ("GET", "/cache/stats"), ("GET", "/metrics"),
+                               ("GET", "/proxy/api/x"), ("PATCH", "/cache/nope")] {
+            let response = answer(router, method, path, headers: looped)
+            XCTAssertEqual(response.status, 508, path)
+            XCTAssertEqual(code(response), "loop_detected", path)
+        }
+        XCTAssertEqual(answer(router, "GET", "/healthz", headers: looped).status, 200)
+    }
+
+    // MARK: - Support
+
+    private func makeRouter(_ configuration: LarderConfiguration = LarderConfiguration(), loop: LoopDetection? = nil) throws -> Router {
+        let clock = Clock { 1_000_000 }
+        let logger = Logger(label: "route-table-tests")
+        let store = try SQLiteCacheStore(path: directory.appendingPathComponent("larder-\(UUID().uuidString).sqlite").path, logger: logger)
+        self.store?.close()
+        self.store = store
+        let tier = MemoryTier(backing: store, capacityBytes: 1 << 20)
+        let upstreams = ["api": NamedUpstream(name: "api", baseURL: "http://127.0.0.1:9/")]
+        let engine = FetchEngine(store: tier, upstream: NoUpstream(), keys: CacheKeyBuilder(secret: Array(repeating: 7, count: 32)),
+                                 clock: clock, limits: FetchEngine.Limits(), sharedFlights: nil, logger: logger)
+        let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
+                                makeRequest: { spec, path throws(LarderError) in
+                                    try FetchRequest.parse(spec, path: path, upstreams: upstreams)
+                                },
+                                seal: { $0 }, open: { $0 })
+        let admin = AdminRoute(engine: engine, upstreams: upstreams, store: store, tier: tier, traffic: engine.traffic, clock: clock,
+                               token: configuration.adminToken.map { Array($0.utf8) })
+        return Router(engine: engine, clock: clock, logger: logger, configuration: configuration, upstreams: upstreams,
+                      warmJobs: warmJobs, admin: admin, metrics: nil, health: store, loop: loop, scrape: { _ in Array("up 1\n".utf8) })
+    }
+
+    /// The answer given now (every request here is answered without waiting on anything).
+    private func answer(_ router: Router, _ method: String, _ path: String, headers: [(name: String, value: String)] = [],
+                        on listener: Router.Listener = .main) -> HTTPServerResponse {
+        let request = HTTPServerRequest(method: method, path: path, rawTarget: path, headers: headers, body: [], bodyTooLarge: false)
+        let recorder = RecordingResponder()
+        if let now = router.respond(to: request, on: listener, responder: recorder) { return now }
+        return recorder.responses.withLock { $0.first } ?? HTTPServerResponse(status: 0)
+    }
+
+    private func header(_ name: String, _ response: HTTPServerResponse) -> String? {
+        response.headers.first { $0.name.lowercased() == name.lowercased() }?.value
+    }
+
+    private func error(_ response: HTTPServerResponse) -> [String: Any] {
+        let json = try? JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any]
+        return json?["error"] as? [String: Any] ?? [:]
+    }
+
+    private func code(_ response: HTTPServerResponse) -> String? { error(response)["code"] as? String }
+    private func message(_ response: HTTPServerResponse) -> String { error(response)["message"] as? String ?? "" }
+}
+
+/// Answers later, into a list.
+private final class RecordingResponder: RouteResponder {
+    let responses = Locked<[HTTPServerResponse]>([])
+    func respond(_ response: HTTPServerResponse) { responses.withLock { $0.append(response) } }
+    func onClientGone(_ handler: @escaping @Sendable () -> Void) {}
+}
+
+/// An upstream no request here reaches.
+private struct NoUpstream: Upstream {
+    func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+        completion(.failure(LarderError(.upstreamUnreachable, "no upstream in these tests")))
+    }
+}
