@@ -4,10 +4,9 @@
 //
 // libcurl is driven by events (`curl_multi_socket_action`): it names the sockets to watch and
 // when to handle its timeouts (callbacks), and each turn hands it only the sockets that had
-// events, then its timeouts when due. `curl_multi_perform` ran every transfer on every turn,
-// each with a poll(2) of its own socket, and `curl_multi_poll` rebuilt its descriptor list on
-// every wait: a fifth of a loop's CPU at 64 connections of misses went to libcurl's own code
-// (perf, DWARF call graphs).
+// events, then its timeouts when due. `curl_multi_perform` would run every transfer on every
+// turn, each with a poll(2) of its own socket, and `curl_multi_poll` rebuilds its descriptor
+// list on every wait: both cost in proportion to all transfers, not to those with events.
 //
 // Only that thread touches the multi handle and the easy handles. Other threads reach the
 // driver through its inbox (new exchanges, cancellations, stopping) under a lock and wake it:
@@ -49,10 +48,8 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
     private var budgetSeen = 0
     /// Easy handles of finished transfers, reset and kept for the next ones (libcurl keeps
     /// connections in the multi handle's cache; reusing handles saves their set-up too). A reset
-    /// handle still holds about 48 KiB (measured: 64 kept by each of two loops' drivers held
-    /// 5.6 MiB more heap after misses at 64 connections than 8 each), so each driver keeps at
-    /// most 32: with the default two loops, the 64 one upstream thread kept before. Keeping 8
-    /// cost 7-12 % of misses per second at 64 connections; 32 and 64 were level within the noise.
+    /// handle still holds tens of KiB, so each driver keeps a bounded number: enough that busy
+    /// loops rarely create handles, few enough that idle ones do not hold much memory.
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private static let idleHandleLimit = 32
     /// Wakes the driver's thread (set once, before it runs).
@@ -513,9 +510,21 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
                 return exchange.fail(LarderError(.upstreamError, "\(exchange.url.authority) answered \(status) when a cut download was resumed"))
             }
         }
-        if exchange.request.followRedirects, [301, 302, 303, 307, 308].contains(status),
-           let location = transfer.headers.first(named: "location") {
-            return redirect(exchange, status: status, location: location)
+        let hop = RedirectPolicy.Hop(method: exchange.method, url: exchange.url, headers: exchange.headers, body: exchange.body)
+        switch RedirectPolicy.next(after: hop, status: status, location: transfer.headers.first(named: "location"),
+                                   hops: exchange.hops, following: exchange.request.followRedirects,
+                                   originBound: exchange.request.originBoundHeaders) {
+        case .deliver:
+            break
+        case .follow(let next):
+            exchange.hops += 1
+            exchange.method = next.method
+            exchange.url = next.url
+            exchange.headers = next.headers
+            exchange.body = next.body
+            return begin(exchange)
+        case .fail(let error):
+            return exchange.fail(error)
         }
         exchange.succeed(UpstreamResponse(status: status, headers: transfer.headers, body: transfer.body,
                                           requestTime: exchange.requestTime, responseTime: settings.clock.now()))
@@ -545,41 +554,6 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         exchange.headers.append(HeaderField("Range", "bytes=\(exchange.partial!.body.count)-"))
         exchange.headers.append(HeaderField("If-Range", validator))
         settings.logger.debug("resuming a cut download", metadata: ["url": "\(settings.redaction.apply(exchange.url.absoluteString))", "from": "\(exchange.partial!.body.count)"])
-        begin(exchange)
-    }
-
-    /// RFC 9110 §15.4: follow with the method the status calls for.
-    private func redirect(_ exchange: Exchange, status: Int, location: String) {
-        guard exchange.hops < CurlUpstream.maxRedirects else {
-            return exchange.fail(LarderError(.tooManyRedirects, "more than \(CurlUpstream.maxRedirects) redirects"))
-        }
-        guard let resolved = URL(string: location, relativeTo: URL(string: exchange.url.absoluteString))?.absoluteString else {
-            return exchange.fail(LarderError(.upstreamError, "redirect to an invalid location"))
-        }
-        let next: UpstreamURL
-        do {
-            // Parsed (not just resolved) so that a scheme other than http(s) is refused by name.
-            next = try UpstreamURL(parsing: resolved, field: "location")
-        } catch {
-            return exchange.fail(LarderError(.upstreamForbidden, "redirect refused: \(error.message)"))
-        }
-        exchange.hops += 1
-        // 303 turns anything but HEAD into GET; 301 and 302 turn POST into GET (as browsers do).
-        if (status == 303 && exchange.method != .head) || ((status == 301 || status == 302) && exchange.method == .post) {
-            exchange.method = .get
-            exchange.body = nil
-            exchange.headers.removeAll { $0.name.caseInsensitiveEquals("content-type") }
-        }
-        // Credentials never follow a redirect to another origin, nor do the fields a named
-        // upstream's configuration added (an API key is a credential by another name).
-        if !next.isSameOrigin(as: exchange.url) {
-            let bound = exchange.request.originBoundHeaders
-            exchange.headers.removeAll { field in
-                field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie")
-                    || bound.contains(field.name.lowercasedASCII)
-            }
-        }
-        exchange.url = next
         begin(exchange)
     }
 

@@ -1,11 +1,13 @@
 // The /fetch pipeline: derive the key → look up → decide → (fetch → decide to store → store)
 // → render the envelope.
 //
-// Threading: `fetch` runs on the server's worker thread. When the answer comes from the cache
-// it is returned directly (no suspension, no hop). Otherwise `fetch` returns nil, the request
-// goes to the upstream's thread, and `reply` is called from there as soon as the response is
-// complete and handed to the store (which commits it afterwards, off the request's path). No
-// lock is taken on the hit path beyond what the store needs.
+// Threading: `fetch` runs on the thread that handles the HTTP request. When the answer comes
+// from the cache it is returned directly (no suspension, no hop). Otherwise `fetch` returns nil,
+// the request goes to the upstream adapter, and `reply` is called from the thread that completes
+// the transfer (one of the adapter's drivers: an HTTP event loop's thread, or a thread of its
+// own; a large body is handled on a global queue instead) as soon as the response is complete
+// and handed to the store (which commits it afterwards, off the request's path). No lock is
+// taken on the hit path beyond what the store needs.
 
 import Dispatch
 public import LarderCore
@@ -96,36 +98,23 @@ public final class FetchEngine: Sendable {
     public var redaction: QueryRedaction { limits.redaction }
     /// Each namespace's current version, used by requests that name none.
     public let namespaces: NamespaceVersions
-    private let flights = Locked<[FlightKey: Flight]>([:])
-    private let nextID = Atomic<UInt64>(0)
-    private let coalesced = Atomic<Int>(0)
+    /// Concurrent misses on one key wait on the first one's upstream request.
+    let flights = FlightTable<FlightKey, Waiter>()
 
     /// Requests coalesce when they share the key and the version (the version decides whether
     /// a stored entry may be served, so it is part of what is being waited for).
-    struct FlightKey: Hashable {
+    struct FlightKey: Hashable, Sendable {
         let key: CacheKey
         let version: Int64
     }
 
-    private struct Waiter {
-        let id: UInt64
+    /// A request waiting on another's flight.
+    struct Waiter: Sendable {
         let prepared: PreparedFetch
         let reply: @Sendable (CacheAnswer) -> Void
     }
 
-    /// One upstream request that others wait on. The id tells this flight from a later one for
-    /// the same key (a cancelled leader removes its flight; another may start at once).
-    private struct Flight {
-        let id: UInt64
-        var waiters: [Waiter] = []
-    }
-
-    struct FlightToken: Sendable {
-        let key: FlightKey
-        let id: UInt64
-    }
-
-    private func newID() -> UInt64 { nextID.add(1, ordering: .relaxed).newValue }
+    typealias FlightToken = FlightTable<FlightKey, Waiter>.Token
 
     public init(store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
                 limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, logger: Logger) {
@@ -226,26 +215,17 @@ public final class FetchEngine: Sendable {
         var leading: FlightToken?
         if mayCoalesce, outcome == .miss, options.policy != .reload {
             let key = FlightKey(key: derived.key, version: options.version)
-            let id = newID()
-            let waiter = Waiter(id: id, prepared: prepared, reply: reply)
-            let joined = flights.withLock { flights -> Bool in
-                if flights[key] != nil {
-                    flights[key]!.waiters.append(waiter)
-                    return true
-                }
-                flights[key] = Flight(id: id)
-                return false
-            }
-            if joined {
-                coalesced.add(1, ordering: .relaxed)
+            switch flights.join(key, as: Waiter(prepared: prepared, reply: reply)) {
+            case .waiting(let waiter):
                 // A cancelled waiter leaves the flight; the flight goes on for the others.
                 cancellation?.onCancel { [self] in
-                    flights.withLock { $0[key]?.waiters.removeAll { $0.id == id } }
+                    flights.leave(key, waiter: waiter)
                     reply(.failed(Self.cancelledError))
                 }
                 return nil
+            case .leading(let token):
+                leading = token
             }
-            leading = FlightToken(key: key, id: id)
             // A flight for this key may have landed between the lookup above and taking the
             // lead (its entry is stored before its flight ends): answer from that entry.
             if let landed = freshlyStored(prepared), let leading {
@@ -316,60 +296,24 @@ public final class FetchEngine: Sendable {
                               conditional: Bool = true, cancellation: Cancellation? = nil,
                               reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
-        var headers = request.headers
-        // RFC 9111 §4.3.1: revalidate a stored entry with its validators instead of
-        // re-downloading it — unless the caller sent its own conditions (then the answer is theirs).
-        var condition: StoredEntry?
-        if conditional, let fallback, request.cache.policy == .useProtocol,
-           headers.values("if-none-match").isEmpty, headers.values("if-modified-since").isEmpty,
-           fallback.etag != nil || fallback.lastModified != nil {
-            if let etag = fallback.etag { headers.append(HeaderField("If-None-Match", etag)) }
-            if let lastModified = fallback.lastModified { headers.append(HeaderField("If-Modified-Since", lastModified)) }
-            condition = fallback
-        }
-        let validating = condition
-        // RFC 8586: say this instance handled the request, so that it can tell when the request
-        // comes back to it (a named upstream pointing at Larder, directly or through other caches).
-        if let token = limits.loopToken { headers.append(HeaderField("CDN-Loop", token)) }
-        var upstreamRequest = UpstreamRequest(method: request.method, url: request.url, headers: headers,
-                                              body: request.body, timeoutMs: request.timeoutMs,
-                                              maxBodyBytes: limits.maxUpstreamBodyBytes)
-        upstreamRequest.followRedirects = !request.shared
-        upstreamRequest.originBoundHeaders = request.originBoundHeaders
-        upstreamRequest.progress = request.progress
-        upstreamRequest.resumable = request.resumable
+        let validating = conditional ? Self.revalidating(fallback, for: request) : nil
+        var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating))
         if let cancellation {
             // The leader's caller gave up: abort the transfer unless others wait on it. Removing
             // the flight under the lock means nobody can join it after that decision.
             let transfer = Cancellation()
             upstreamRequest.cancellation = transfer
             cancellation.onCancel { [self] in
-                let abort = flight.map { flight in
-                    flights.withLock { flights -> Bool in
-                        guard let current = flights[flight.key], current.id == flight.id else { return true }
-                        guard current.waiters.isEmpty else { return false }
-                        flights.removeValue(forKey: flight.key)
-                        return true
-                    }
-                } ?? true
+                let abort = flight.map(flights.abandon) ?? true
                 if abort { transfer.cancel() }
                 reply(.failed(Self.cancelledError))
             }
         }
         let sentAt = clock.now()
-        let namespace = request.cache.namespace
-        let upstreamName = namespace.hasPrefix(FetchRequest.reservedNamespacePrefix)
-            ? String(namespace.dropFirst(FetchRequest.reservedNamespacePrefix.count)) : "fetch"
-        upstream.send(upstreamRequest) { [self] result in
-            switch result {
-            case .success(let response):
-                traffic.exchanged(upstream: upstreamName, status: response.status, errorCode: nil,
-                                  seconds: response.responseTime - response.requestTime)
-            case .failure(let error):
-                traffic.exchanged(upstream: upstreamName, status: nil, errorCode: error.code.rawValue, seconds: 0)
-            }
-            // Completions arrive on the upstream's single thread; a large body's checks (UTF-8,
-            // JSON) and copies happen elsewhere, so other transfers are not held up behind them.
+        exchange(upstreamRequest, for: request) { [self] result in
+            // Completions arrive on an upstream driver's thread, which runs other transfers too;
+            // a large body's checks (UTF-8, JSON) and copies happen elsewhere, so they are not
+            // held up behind them.
             if case .success(let response) = result, response.body.count > Self.offloadBodyBytes {
                 DispatchQueue.global(qos: .userInitiated).async { [self] in
                     received(result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
@@ -379,6 +323,74 @@ public final class FetchEngine: Sendable {
                 received(result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
                          validating: validating, sentAt: sentAt, reply: reply)
             }
+        }
+    }
+
+    /// What the engine asks the upstream for, besides the caller's own request.
+    enum UpstreamAsk {
+        /// The representation; with an entry, conditionally on its validators (RFC 9111 §4.3.1).
+        case whole(revalidating: StoredEntry?)
+        /// A byte range of a GET (RFC 9110 §14.2), the caller's Range and If-Range replaced by these.
+        case range(String?, ifRange: String?)
+    }
+
+    /// The one way a request goes upstream: the caller's request with what `ask` adds, this
+    /// instance's CDN-Loop token, the engine's limits, and how redirects are treated.
+    func upstreamRequest(for request: FetchRequest, _ ask: UpstreamAsk) -> UpstreamRequest {
+        var headers = request.headers
+        var method = request.method
+        var body = request.body
+        switch ask {
+        case .whole(let validating):
+            if let etag = validating?.etag { headers.append(HeaderField("If-None-Match", etag)) }
+            if let lastModified = validating?.lastModified { headers.append(HeaderField("If-Modified-Since", lastModified)) }
+        case .range(let range, let ifRange):
+            headers.removeAll { $0.name.caseInsensitiveEquals("range") || $0.name.caseInsensitiveEquals("if-range") }
+            if let range { headers.append(HeaderField("Range", range)) }
+            if let ifRange { headers.append(HeaderField("If-Range", ifRange)) }
+            method = .get
+            body = nil
+        }
+        // RFC 8586: say this instance handled the request, so that it can tell when the request
+        // comes back to it (a named upstream pointing at Larder, directly or through other caches).
+        if let token = limits.loopToken { headers.append(HeaderField("CDN-Loop", token)) }
+        var upstreamRequest = UpstreamRequest(method: method, url: request.url, headers: headers, body: body,
+                                              timeoutMs: request.timeoutMs, maxBodyBytes: limits.maxUpstreamBodyBytes)
+        // /fetch follows redirects for its caller; the proxy passes them on.
+        upstreamRequest.followRedirects = !request.shared
+        upstreamRequest.originBoundHeaders = request.originBoundHeaders
+        upstreamRequest.progress = request.progress
+        // A resumed download sends a Range of its own, which would replace the one asked for.
+        if case .whole = ask { upstreamRequest.resumable = request.resumable }
+        return upstreamRequest
+    }
+
+    /// RFC 9111 §4.3.1: the stored entry to revalidate with its validators instead of
+    /// re-downloading it; nil when there is none, or the caller sent its own conditions (then
+    /// the answer is theirs).
+    static func revalidating(_ fallback: StoredEntry?, for request: FetchRequest) -> StoredEntry? {
+        guard let fallback, request.cache.policy == .useProtocol,
+              request.headers.values("if-none-match").isEmpty, request.headers.values("if-modified-since").isEmpty,
+              fallback.etag != nil || fallback.lastModified != nil else { return nil }
+        return fallback
+    }
+
+    /// Sends `upstreamRequest`, counting the exchange under `request`'s upstream (a named one,
+    /// or "fetch" for a URL) for the metrics.
+    func exchange(_ upstreamRequest: UpstreamRequest, for request: FetchRequest,
+                  completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+        let namespace = request.cache.namespace
+        let upstreamName = namespace.hasPrefix(FetchRequest.reservedNamespacePrefix)
+            ? String(namespace.dropFirst(FetchRequest.reservedNamespacePrefix.count)) : "fetch"
+        upstream.send(upstreamRequest) { [traffic] result in
+            switch result {
+            case .success(let response):
+                traffic.exchanged(upstream: upstreamName, status: response.status, errorCode: nil,
+                                  seconds: response.responseTime - response.requestTime)
+            case .failure(let error):
+                traffic.exchanged(upstream: upstreamName, status: nil, errorCode: error.code.rawValue, seconds: 0)
+            }
+            completion(result)
         }
     }
 
@@ -427,12 +439,9 @@ public final class FetchEngine: Sendable {
         let now = clock.now()
         let headers = ResponseHeaders.updated(current.headerFields, with: notModified.headers)
         let upstreamMs = (notModified.responseTime - notModified.requestTime) * 1000
-        let decision = CacheRules.store(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
-                                        partitioned: prepared.derived.partitioned, status: current.status, headers: headers,
-                                        bodySize: current.body.count, maxBodySize: limits.maxStoredBodyBytes,
-                                        requestTime: sentAt, responseTime: now, directives: prepared.request.directives,
-                                        sharedWithCredentials: prepared.request.shared && prepared.request.hasCredentials,
-                                        shared: prepared.request.shared)
+        let decision = CacheRules.store(storeInputs(prepared.request, partitioned: prepared.derived.partitioned,
+                                                    status: current.status, headers: headers, bodySize: current.body.count,
+                                                    sentAt: sentAt, arrivedAt: now))
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version, stored: false)
@@ -489,15 +498,9 @@ public final class FetchEngine: Sendable {
     /// flight, and a flight already under way for the key is the refresh.
     private func refreshInBackground(_ prepared: PreparedFetch) {
         let key = FlightKey(key: prepared.derived.key, version: prepared.request.cache.version)
-        let id = newID()
-        let started = flights.withLock { flights -> Bool in
-            guard flights[key] == nil else { return false }
-            flights[key] = Flight(id: id)
-            return true
-        }
-        guard started else { return }
+        guard let flight = flights.lead(key) else { return }
         let fallback = variant(for: prepared)
-        sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: FlightToken(key: key, id: id)) { _ in }
+        sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: flight) { _ in }
     }
 
     func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
@@ -511,12 +514,9 @@ public final class FetchEngine: Sendable {
         // The proxy passes bodies on as they are: only the /fetch envelope needs the kind.
         let kind = request.shared ? BodyKind.binary
             : BodyKind.classify(contentType: response.headers.first(named: "content-type"), body: response.body)
-        let decision = CacheRules.store(policy: options.policy, method: request.method, ttl: options.ttl,
-                                        partitioned: derived.partitioned, status: response.status,
-                                        headers: response.headers, bodySize: response.body.count,
-                                        maxBodySize: limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: arrivedAt,
-                                        directives: request.directives,
-                                        sharedWithCredentials: request.shared && request.hasCredentials, shared: request.shared)
+        let decision = CacheRules.store(storeInputs(request, partitioned: derived.partitioned, status: response.status,
+                                                    headers: response.headers, bodySize: response.body.count,
+                                                    sentAt: sentAt, arrivedAt: arrivedAt))
         // The /fetch envelope shows the headers as JSON; the proxy sends the fields as they are.
         let liveHeaders = request.shared ? [] : ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         if let validation = request.validation, let failure = validation.failure(status: response.status, body: response.body) {
@@ -579,12 +579,22 @@ public final class FetchEngine: Sendable {
         get.method = .get
         get.body = nil
         let derived = keys.derive(for: get)
-        guard case .store(let stored) = CacheRules.store(
-            policy: get.cache.policy, method: .get, ttl: nil, partitioned: derived.partitioned, status: response.status,
-            headers: response.headers, bodySize: response.body.count, maxBodySize: limits.maxStoredBodyBytes,
-            requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
-            sharedWithCredentials: request.hasCredentials, shared: true) else { return nil }
+        var inputs = storeInputs(get, partitioned: derived.partitioned, status: response.status, headers: response.headers,
+                                 bodySize: response.body.count, sentAt: sentAt, arrivedAt: arrivedAt)
+        // The POST's ttl is not the GET's: the response's own freshness decides (it has some).
+        inputs.ttl = nil
+        guard case .store(let stored) = CacheRules.store(inputs) else { return nil }
         return entry(storing: response, for: get, derived: derived, kind: kind, stored: stored, at: arrivedAt)
+    }
+
+    /// What `CacheRules.store` is asked about a response to `request`, everywhere the engine
+    /// stores; a caller changes only what differs in its case, and says why.
+    func storeInputs(_ request: FetchRequest, partitioned: Bool, status: Int, headers: [HeaderField], bodySize: Int,
+                     sentAt: Double, arrivedAt: Double) -> StoreInputs {
+        StoreInputs(policy: request.cache.policy, method: request.method, ttl: request.cache.ttl, partitioned: partitioned,
+                    status: status, headers: headers, bodySize: bodySize, maxBodySize: limits.maxStoredBodyBytes,
+                    requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
+                    sharedWithCredentials: request.shared && request.hasCredentials, shared: request.shared)
     }
 
     /// The entry that keeps `response` for `request` under `derived`, stored at `time`: a
@@ -645,12 +655,7 @@ public final class FetchEngine: Sendable {
     private func land(_ flight: FlightToken?, with landing: Landing, answerLeader: () -> Void) {
         // Other instances waiting on this key may read the stored entry now.
         if let flight { sharedFlights?.release(flight.key.key) }
-        let waiters = flight.map { flight in
-            flights.withLock { flights -> [Waiter] in
-                guard let current = flights[flight.key], current.id == flight.id else { return [] }
-                return flights.removeValue(forKey: flight.key)?.waiters ?? []
-            }
-        } ?? []
+        let waiters = flight.map(flights.land) ?? []
         answerLeader()
         guard !waiters.isEmpty else { return }
         let now = clock.now()
@@ -776,7 +781,7 @@ public final class FetchEngine: Sendable {
     public var ranges: RangeFetcher { RangeFetcher(engine: self, rangeFetchOver: limits.rangeFetchOver) }
 
     /// Requests that joined another request's upstream fetch instead of sending their own.
-    public var coalescedCount: Int { coalesced.load(ordering: .relaxed) }
+    public var coalescedCount: Int { flights.joinedCount }
 
 }
 

@@ -308,7 +308,8 @@ public struct UpstreamResponse: Sendable {
     }
 }
 
-/// Sends requests upstream. Completions arrive on the upstream's own thread.
+/// Sends requests upstream. Completions arrive on a thread of the upstream's (a driver's), not
+/// necessarily the caller's.
 public protocol Upstream: Sendable {
     func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void)
 }
