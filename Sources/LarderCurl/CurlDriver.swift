@@ -412,7 +412,8 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         let now = settings.clock.now()
         waiting.removeAll { exchange in
             guard exchange.deadline <= now else { return false }
-            exchange.fail(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms (waited for a transfer slot)"))
+            exchange.fail(LarderError(.upstreamTimeout,
+                                      "upstream did not answer within \(exchange.request.timeoutMs) ms (waited for a transfer slot)"))
             return true
         }
     }
@@ -507,7 +508,8 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
                                                          requestTime: exchange.requestTime, responseTime: settings.clock.now()))
             }
             guard status == 200 else {
-                return exchange.fail(LarderError(.upstreamError, "\(exchange.url.authority) answered \(status) when a cut download was resumed"))
+                return exchange.fail(LarderError(.upstreamError,
+                                                 "\(exchange.url.authority) answered \(status) when a cut download was resumed"))
             }
         }
         let hop = RedirectPolicy.Hop(method: exchange.method, url: exchange.url, headers: exchange.headers, body: exchange.body)
@@ -553,7 +555,8 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         exchange.headers.removeAll { $0.name.caseInsensitiveEquals("range") || $0.name.caseInsensitiveEquals("if-range") }
         exchange.headers.append(HeaderField("Range", "bytes=\(exchange.partial!.body.count)-"))
         exchange.headers.append(HeaderField("If-Range", validator))
-        settings.logger.debug("resuming a cut download", metadata: ["url": "\(settings.redaction.apply(exchange.url.absoluteString))", "from": "\(exchange.partial!.body.count)"])
+        settings.logger.debug("resuming a cut download", metadata: ["url": "\(settings.redaction.apply(exchange.url.absoluteString))",
+                                                                   "from": "\(exchange.partial!.body.count)"])
         begin(exchange)
     }
 

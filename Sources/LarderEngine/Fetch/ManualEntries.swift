@@ -16,7 +16,8 @@ extension FetchEngine {
         response.headers = HopByHop.removingFraming(from: response.headers)
         let options = request.cache
         guard CacheRules.isCacheable(method: request.method, ttl: options.ttl), options.policy != .noStore else {
-            return completion(.failure(.invalid("request", "a \(request.method.rawValue) request with this policy is never stored; GET or HEAD, or a ttl, is needed")))
+            return completion(.failure(.invalid("request", "a \(request.method.rawValue) request with this policy is never stored; "
+                                                + "GET or HEAD, or a ttl, is needed")))
         }
         let now = clock.now()
         let kind = request.shared ? BodyKind.binary
@@ -31,7 +32,8 @@ extension FetchEngine {
         let decision = CacheRules.store(inputs)
         guard case .store(let stored) = decision else {
             if case .refuse(let reason) = decision {
-                return completion(.failure(.invalid("response", "not storable (\(reason.rawValue)); give cache.ttl to store it for that long")))
+                return completion(.failure(.invalid("response",
+                                                    "not storable (\(reason.rawValue)); give cache.ttl to store it for that long")))
             }
             return
         }

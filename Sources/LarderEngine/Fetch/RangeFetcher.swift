@@ -14,7 +14,7 @@
 // to the key's other rows; FetchEngine's lookups never take it for a whole response.
 
 import Foundation
-public import LarderCore
+import LarderCore
 
 public struct RangeFetcher: Sendable {
     let engine: FetchEngine
@@ -63,7 +63,8 @@ public struct RangeFetcher: Sendable {
     }
 
     /// A 206 with `wanted` cut from the stored part.
-    private func slice(_ entry: StoredEntry, part: StoredPart, _ wanted: ClosedRange<Int>, now: Double, outcome: CacheOutcome) -> CacheAnswer {
+    private func slice(_ entry: StoredEntry, part: StoredPart, _ wanted: ClosedRange<Int>, now: Double,
+                       outcome: CacheOutcome) -> CacheAnswer {
         let offset = wanted.lowerBound - part.first
         let body = Array(entry.body[offset..<(offset + wanted.count)])
         var headers = entry.headerFields.filter { !$0.name.caseInsensitiveEquals("content-range") }
