@@ -209,16 +209,9 @@ public enum CacheRules {
     public static let heuristicCap: Double = 86_400
 
     /// Whether and how to store a response (RFC 9111 §3, §4.2).
-    /// - `partitioned`: the key carries a per-caller part (`sensitive` or credentials), so the
-    ///   entry is private to that caller and `Cache-Control: private` does not forbid storing.
-    /// - `requestTime`, `responseTime`: when the request was sent and the response arrived, on
-    ///   the cache's clock (§4.2.3).
-    public static func store(policy: CachePolicy, method: HTTPMethod, ttl: Double?, partitioned: Bool,
-                             status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
-                             requestTime: Double, responseTime: Double,
-                             directives: RequestDirectives = RequestDirectives(),
-                             sharedWithCredentials: Bool = false, shared: Bool = false,
-                             partial: Bool = false) -> StoreDecision {
+    public static func store(_ inputs: StoreInputs) -> StoreDecision {
+        let policy = inputs.policy, method = inputs.method, ttl = inputs.ttl, status = inputs.status, headers = inputs.headers
+        let directives = inputs.directives, shared = inputs.shared
         if policy == .noStore { return .refuse(.policyNoStore) }
         if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
@@ -231,7 +224,7 @@ public enum CacheRules {
         // response says it may be shared. A Cookie is treated alike: a response to it may be
         // that user's page (a 2xx without freshness would otherwise be stored and, through
         // max-stale, served to anyone).
-        if sharedWithCredentials,
+        if inputs.sharedWithCredentials,
            !(cacheControl.has("public") || cacheControl.has("s-maxage") || cacheControl.has("must-revalidate")) {
             return .refuse(.authorizedRequest)
         }
@@ -240,21 +233,21 @@ public enum CacheRules {
         // §5.2.2.7: a shared cache must not store a private response. Larder stores it only
         // inside a per-caller partition of the key. `private="field"` only keeps that field
         // out of the store (see storableHeaders).
-        if cacheControl.hasUnqualified("private"), !partitioned { return .refuse(.responsePrivate) }
+        if cacheControl.hasUnqualified("private"), !inputs.partitioned { return .refuse(.responsePrivate) }
         // §4.1: `Vary: *` never matches a later request, so storing it would be useless.
         if Vary.names(in: headers) == nil { return .refuse(.responseVaries) }
-        let freshness = freshnessLifetime(status: status, cacheControl: cacheControl, headers: headers, receivedAt: responseTime)
+        let freshness = freshnessLifetime(status: status, cacheControl: cacheControl, headers: headers, receivedAt: inputs.responseTime)
         // 2xx is stored (206 partial content only once ranges are handled). Other final
         // statuses only when the response itself makes them fresh (§3: explicitly or
         // heuristically cacheable) and the caller did not impose a ttl (a ttl never keeps errors).
         let storable: Bool
         switch status {
-        case 200...299: storable = status != 206 || partial // a 206 only as a stored part (§3.4)
+        case 200...299: storable = status != 206 || inputs.partial // a 206 only as a stored part (§3.4)
         case 300...599: storable = ttl == nil && status != 304 && freshness.seconds > 0
         default: storable = false // 1xx interim responses are never stored
         }
         guard storable else { return .refuse(.statusNotCacheable) }
-        guard bodySize <= maxBodySize else { return .refuse(.objectTooLarge) }
+        guard inputs.bodySize <= inputs.maxBodySize else { return .refuse(.objectTooLarge) }
         func seconds(_ name: String) -> Double {
             if case .value(let value) = cacheControl.seconds(name) { return value }
             return 0
@@ -268,7 +261,7 @@ public enum CacheRules {
             // shared cache s-maxage (which carries proxy-revalidate's meaning, §5.2.2.10).
             mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")
                 || cacheControl.hasUnqualified("no-cache") || (shared && cacheControl.has("s-maxage")),
-            initialAge: initialAge(headers: headers, requestTime: requestTime, responseTime: responseTime),
+            initialAge: initialAge(headers: headers, requestTime: inputs.requestTime, responseTime: inputs.responseTime),
             withheldFields: cacheControl.fieldsNotToStore))
     }
 

@@ -4,10 +4,9 @@
 //
 // libcurl is driven by events (`curl_multi_socket_action`): it names the sockets to watch and
 // when to handle its timeouts (callbacks), and each turn hands it only the sockets that had
-// events, then its timeouts when due. `curl_multi_perform` ran every transfer on every turn,
-// each with a poll(2) of its own socket, and `curl_multi_poll` rebuilt its descriptor list on
-// every wait: a fifth of a loop's CPU at 64 connections of misses went to libcurl's own code
-// (perf, DWARF call graphs).
+// events, then its timeouts when due. `curl_multi_perform` would run every transfer on every
+// turn, each with a poll(2) of its own socket, and `curl_multi_poll` rebuilds its descriptor
+// list on every wait: both cost in proportion to all transfers, not to those with events.
 //
 // Only that thread touches the multi handle and the easy handles. Other threads reach the
 // driver through its inbox (new exchanges, cancellations, stopping) under a lock and wake it:
@@ -49,10 +48,8 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
     private var budgetSeen = 0
     /// Easy handles of finished transfers, reset and kept for the next ones (libcurl keeps
     /// connections in the multi handle's cache; reusing handles saves their set-up too). A reset
-    /// handle still holds about 48 KiB (measured: 64 kept by each of two loops' drivers held
-    /// 5.6 MiB more heap after misses at 64 connections than 8 each), so each driver keeps at
-    /// most 32: with the default two loops, the 64 one upstream thread kept before. Keeping 8
-    /// cost 7-12 % of misses per second at 64 connections; 32 and 64 were level within the noise.
+    /// handle still holds tens of KiB, so each driver keeps a bounded number: enough that busy
+    /// loops rarely create handles, few enough that idle ones do not hold much memory.
     private var idleHandles: [UnsafeMutableRawPointer] = []
     private static let idleHandleLimit = 32
     /// Wakes the driver's thread (set once, before it runs).
@@ -415,7 +412,8 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         let now = settings.clock.now()
         waiting.removeAll { exchange in
             guard exchange.deadline <= now else { return false }
-            exchange.fail(LarderError(.upstreamTimeout, "upstream did not answer within \(exchange.request.timeoutMs) ms (waited for a transfer slot)"))
+            exchange.fail(LarderError(.upstreamTimeout,
+                                      "upstream did not answer within \(exchange.request.timeoutMs) ms (waited for a transfer slot)"))
             return true
         }
     }
@@ -448,7 +446,7 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
     }
 
     /// Starts the exchange's current hop, or queues it when every transfer slot is taken.
-    private func begin(_ exchange: Exchange) {
+    func begin(_ exchange: Exchange) {
         guard waiting.isEmpty, let sequence = bounds.acquireSlot(waiter: identity, wake: wakeUp) else {
             // In arrival order: behind those already waiting.
             waiting.append(exchange)
@@ -480,7 +478,7 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
     }
 
     /// Frees what a finished transfer holds; its handle is reset and kept for another.
-    private func retire(_ transfer: Transfer) {
+    func retire(_ transfer: Transfer) {
         transfer.release()
         if idleHandles.count < Self.idleHandleLimit {
             curl_easy_reset(transfer.handle)
@@ -488,99 +486,6 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         } else {
             curl_easy_cleanup(transfer.handle)
         }
-    }
-
-    private func finish(_ transfer: Transfer, result: CURLcode) {
-        defer { retire(transfer) }
-        let exchange = transfer.exchange
-        var status = 0
-        larder_curl_getinfo_long(transfer.handle, CURLINFO_RESPONSE_CODE, &status)
-        guard result == CURLE_OK else {
-            if let validator = resumeValidator(exchange, transfer, status: status, result: result) {
-                return resume(exchange, after: transfer, status: status, validator: validator)
-            }
-            return exchange.fail(transfer.error(for: result, timeoutMs: exchange.request.timeoutMs))
-        }
-        if let partial = exchange.partial {
-            // A resumed download: a 206 continuing exactly where the cut was completes it; a 200
-            // (the representation changed, If-Range said so) replaces it.
-            if status == 206, let range = transfer.headers.first(named: "content-range"),
-               range.hasPrefix("bytes \(partial.body.count)-") {
-                return exchange.succeed(UpstreamResponse(status: 200, headers: partial.headers, body: partial.body + transfer.body,
-                                                         requestTime: exchange.requestTime, responseTime: settings.clock.now()))
-            }
-            guard status == 200 else {
-                return exchange.fail(LarderError(.upstreamError, "\(exchange.url.authority) answered \(status) when a cut download was resumed"))
-            }
-        }
-        if exchange.request.followRedirects, [301, 302, 303, 307, 308].contains(status),
-           let location = transfer.headers.first(named: "location") {
-            return redirect(exchange, status: status, location: location)
-        }
-        exchange.succeed(UpstreamResponse(status: status, headers: transfer.headers, body: transfer.body,
-                                          requestTime: exchange.requestTime, responseTime: settings.clock.now()))
-    }
-
-    /// Resuming a cut download (YTKNetwork's resumable downloads, RFC 9110 §14.2 and §13.1.5):
-    /// only for exchanges that ask for it, a GET whose 200 (or resumed 206) was cut mid-body,
-    /// at most 3 times, and only with a validator that makes If-Range safe: a strong ETag, or
-    /// Last-Modified. Returns that validator.
-    private func resumeValidator(_ exchange: Exchange, _ transfer: Transfer, status: Int, result: CURLcode) -> String? {
-        guard exchange.request.resumable, exchange.method == .get, exchange.resumes < 3,
-              result == CURLE_PARTIAL_FILE || result == CURLE_RECV_ERROR,
-              status == 200 || (status == 206 && exchange.partial != nil), !transfer.body.isEmpty else { return nil }
-        let headers = exchange.partial?.headers ?? transfer.headers
-        if let etag = headers.first(named: "etag"), !etag.hasPrefix("W/") { return etag }
-        return headers.first(named: "last-modified")
-    }
-
-    private func resume(_ exchange: Exchange, after transfer: Transfer, status: Int, validator: String) {
-        if status == 206, let partial = exchange.partial {
-            exchange.partial = (partial.headers, partial.body + transfer.body)
-        } else {
-            exchange.partial = (transfer.headers, transfer.body)
-        }
-        exchange.resumes += 1
-        exchange.headers.removeAll { $0.name.caseInsensitiveEquals("range") || $0.name.caseInsensitiveEquals("if-range") }
-        exchange.headers.append(HeaderField("Range", "bytes=\(exchange.partial!.body.count)-"))
-        exchange.headers.append(HeaderField("If-Range", validator))
-        settings.logger.debug("resuming a cut download", metadata: ["url": "\(settings.redaction.apply(exchange.url.absoluteString))", "from": "\(exchange.partial!.body.count)"])
-        begin(exchange)
-    }
-
-    /// RFC 9110 §15.4: follow with the method the status calls for.
-    private func redirect(_ exchange: Exchange, status: Int, location: String) {
-        guard exchange.hops < CurlUpstream.maxRedirects else {
-            return exchange.fail(LarderError(.tooManyRedirects, "more than \(CurlUpstream.maxRedirects) redirects"))
-        }
-        guard let resolved = URL(string: location, relativeTo: URL(string: exchange.url.absoluteString))?.absoluteString else {
-            return exchange.fail(LarderError(.upstreamError, "redirect to an invalid location"))
-        }
-        let next: UpstreamURL
-        do {
-            // Parsed (not just resolved) so that a scheme other than http(s) is refused by name.
-            next = try UpstreamURL(parsing: resolved, field: "location")
-        } catch {
-            return exchange.fail(LarderError(.upstreamForbidden, "redirect refused: \(error.message)"))
-        }
-        exchange.hops += 1
-        // 303 turns anything but HEAD into GET; 301 and 302 turn POST into GET (as browsers do).
-        if (status == 303 && exchange.method != .head) || ((status == 301 || status == 302) && exchange.method == .post) {
-            exchange.method = .get
-            exchange.body = nil
-            exchange.headers.removeAll { $0.name.caseInsensitiveEquals("content-type") }
-        }
-        // Credentials never follow a redirect to another origin, nor do the fields a named
-        // upstream's configuration added (an API key is a credential by another name).
-        if !next.isSameOrigin(as: exchange.url) {
-            let bound = exchange.request.originBoundHeaders
-            exchange.headers.removeAll { field in
-                field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie")
-                    || bound.contains(field.name.lowercasedASCII)
-            }
-        }
-        exchange.url = next
-        begin(exchange)
     }
 
     // MARK: - The driver of this thread

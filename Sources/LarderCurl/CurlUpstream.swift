@@ -38,7 +38,7 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
     }
 
-    public static let maxRedirects = 5
+    public static let maxRedirects = RedirectPolicy.maxHops
 
     private let settings: CurlSettings
     private let bounds: TransferBounds

@@ -9,7 +9,8 @@ final class FreshnessTests: XCTestCase {
 
     private func lifetime(_ headers: [(String, String)]) -> Double {
         let fields = headers.map { HeaderField($0.0, $0.1) }
-        return CacheRules.freshnessLifetime(cacheControl: CacheControl(fields.values("cache-control")), headers: fields, receivedAt: now).seconds
+        return CacheRules.freshnessLifetime(cacheControl: CacheControl(fields.values("cache-control")), headers: fields,
+                                            receivedAt: now).seconds
     }
 
     func testSMaxAgeOverMaxAgeOverExpires() {
@@ -32,7 +33,8 @@ final class FreshnessTests: XCTestCase {
         let fields = [HeaderField("Date", date), HeaderField("Last-Modified", HTTPDate.format(now - 10_000))]
         XCTAssertEqual(CacheRules.freshnessLifetime(status: 302, cacheControl: CacheControl([]), headers: fields, receivedAt: now).source,
                        .none, "302 is not heuristically cacheable")
-        XCTAssertEqual(CacheRules.freshnessLifetime(status: 302, cacheControl: CacheControl(["public"]), headers: fields, receivedAt: now).seconds,
+        XCTAssertEqual(CacheRules.freshnessLifetime(status: 302, cacheControl: CacheControl(["public"]), headers: fields,
+                                                    receivedAt: now).seconds,
                        1_000, "unless marked public")
         XCTAssertEqual(CacheRules.freshnessLifetime(status: 404, cacheControl: CacheControl([]), headers: fields, receivedAt: now).source,
                        .heuristic)
@@ -49,7 +51,8 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "7, 9")], requestTime: now, responseTime: now), 7)
         XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "-5")], requestTime: now, responseTime: now), 0)
         XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "soon")], requestTime: now - 3, responseTime: now), 3)
-        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Date", HTTPDate.format(now + 60))], requestTime: now, responseTime: now), 0,
+        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Date", HTTPDate.format(now + 60))], requestTime: now,
+                                             responseTime: now), 0,
                        "a Date in the future gives no negative age")
     }
 
@@ -78,8 +81,8 @@ final class FreshnessTests: XCTestCase {
         let headers = [HeaderField("Cache-Control", "max-age=60, no-cache=\"X-A\", private=\"x-b, X-C\""),
                        HeaderField("X-A", "1"), HeaderField("x-b", "2"), HeaderField("X-C", "3"), HeaderField("X-D", "4")]
         XCTAssertEqual(CacheRules.storableHeaders(headers).map(\.name), ["Cache-Control", "X-D"])
-        let decision = CacheRules.store(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200,
-                                        headers: headers, bodySize: 1, maxBodySize: 10, requestTime: now, responseTime: now)
+        let decision = CacheRules.store(StoreInputs(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200,
+                                                    headers: headers, bodySize: 1, maxBodySize: 10, requestTime: now, responseTime: now))
         guard case .store(let stored) = decision else { return XCTFail("a qualified private is stored: \(decision)") }
         XCTAssertEqual(stored.lifetime, 60)
         XCTAssertTrue(CacheControl(["private"]).hasUnqualified("private"))
@@ -129,8 +132,11 @@ final class FreshnessTests: XCTestCase {
 
         // The effective directives: a valid CDN-Cache-Control replaces Cache-Control, an invalid one does not.
         let noStore = [("Cache-Control", "no-store")]
-        XCTAssertFalse(CacheRules.effectiveCacheControl([HeaderField("CDN-Cache-Control", "max-age=60"), HeaderField("Cache-Control", "no-store")]).has("no-store"))
-        XCTAssertTrue(CacheRules.effectiveCacheControl([HeaderField("CDN-Cache-Control", "max-age=60, &&&"), HeaderField("Cache-Control", "no-store")]).has("no-store"))
+        func effective(cdn: String) -> CacheControl {
+            CacheRules.effectiveCacheControl([HeaderField("CDN-Cache-Control", cdn), HeaderField("Cache-Control", "no-store")])
+        }
+        XCTAssertFalse(effective(cdn: "max-age=60").has("no-store"))
+        XCTAssertTrue(effective(cdn: "max-age=60, &&&").has("no-store"))
         XCTAssertNotNil(targeted("max-age=60", noStore))
     }
 
@@ -159,9 +165,9 @@ final class FreshnessTests: XCTestCase {
 final class StoreDecisionTests: XCTestCase {
     private func decide(policy: CachePolicy = .useProtocol, method: HTTPMethod = .get, ttl: Double? = nil, partitioned: Bool = false,
                         status: Int = 200, headers: [(String, String)] = [], size: Int = 10) -> StoreDecision {
-        CacheRules.store(policy: policy, method: method, ttl: ttl, partitioned: partitioned, status: status,
-                         headers: headers.map { HeaderField($0.0, $0.1) }, bodySize: size, maxBodySize: 100,
-                         requestTime: 0, responseTime: 0)
+        CacheRules.store(StoreInputs(policy: policy, method: method, ttl: ttl, partitioned: partitioned, status: status,
+                                     headers: headers.map { HeaderField($0.0, $0.1) }, bodySize: size, maxBodySize: 100,
+                                     requestTime: 0, responseTime: 0))
     }
 
     func testEachRefusalHasItsRule() {
@@ -175,10 +181,19 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(size: 101), .refuse(.objectTooLarge))
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "Accept-Language")]), .store(StoredFreshness(lifetime: 5)))
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "*")]), .refuse(.responseVaries))
-        XCTAssertEqual(CacheRules.store(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: [],
-                                        bodySize: 1, maxBodySize: 10, requestTime: 0, responseTime: 0,
-                                        directives: RequestDirectives(headers: [HeaderField("Cache-Control", "no-store")])),
-                       .refuse(.requestNoStore))
+        var asked = StoreInputs(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: [],
+                                bodySize: 1, maxBodySize: 10, requestTime: 0, responseTime: 0)
+        asked.directives = RequestDirectives(headers: [HeaderField("Cache-Control", "no-store")])
+        XCTAssertEqual(CacheRules.store(asked), .refuse(.requestNoStore))
+    }
+
+    func testA206IsStoredOnlyAsAPart() {
+        var part = StoreInputs(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 206,
+                               headers: [HeaderField("Cache-Control", "max-age=30")], bodySize: 1, maxBodySize: 10,
+                               requestTime: 0, responseTime: 0)
+        XCTAssertEqual(CacheRules.store(part), .refuse(.statusNotCacheable))
+        part.partial = true
+        XCTAssertEqual(CacheRules.store(part), .store(StoredFreshness(lifetime: 30)))
     }
 
     func testStaleAllowancesAreRecorded() {
@@ -221,8 +236,8 @@ final class StoreDecisionTests: XCTestCase {
     func testSMaxageForbidsStaleOnlyInASharedCache() {
         let headers = [HeaderField("Cache-Control", "s-maxage=5")]
         func decision(shared: Bool) -> StoreDecision {
-            CacheRules.store(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: headers,
-                             bodySize: 1, maxBodySize: 100, requestTime: 0, responseTime: 0, shared: shared)
+            CacheRules.store(StoreInputs(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: headers,
+                                         bodySize: 1, maxBodySize: 100, requestTime: 0, responseTime: 0, shared: shared))
         }
         XCTAssertEqual(decision(shared: true), .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
         XCTAssertEqual(decision(shared: false), .store(StoredFreshness(lifetime: 5)))

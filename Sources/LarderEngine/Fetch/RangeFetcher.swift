@@ -14,7 +14,7 @@
 // to the key's other rows; FetchEngine's lookups never take it for a whole response.
 
 import Foundation
-public import LarderCore
+import LarderCore
 
 public struct RangeFetcher: Sendable {
     let engine: FetchEngine
@@ -63,7 +63,8 @@ public struct RangeFetcher: Sendable {
     }
 
     /// A 206 with `wanted` cut from the stored part.
-    private func slice(_ entry: StoredEntry, part: StoredPart, _ wanted: ClosedRange<Int>, now: Double, outcome: CacheOutcome) -> CacheAnswer {
+    private func slice(_ entry: StoredEntry, part: StoredPart, _ wanted: ClosedRange<Int>, now: Double,
+                       outcome: CacheOutcome) -> CacheAnswer {
         let offset = wanted.lowerBound - part.first
         let body = Array(entry.body[offset..<(offset + wanted.count)])
         var headers = entry.headerFields.filter { !$0.name.caseInsensitiveEquals("content-range") }
@@ -81,16 +82,9 @@ public struct RangeFetcher: Sendable {
     private func forward(_ prepared: PreparedFetch, range: String?, ifRange: String?, stored: (StoredEntry, StoredPart)?,
                          wantsWhole: Bool = false, reply: @escaping @Sendable (CacheAnswer) -> Void) {
         let request = prepared.request
-        var headers = request.headers.filter { !$0.name.caseInsensitiveEquals("range") && !$0.name.caseInsensitiveEquals("if-range") }
-        if let range { headers.append(HeaderField("Range", range)) }
-        if let ifRange { headers.append(HeaderField("If-Range", ifRange)) }
-        if let token = engine.limits.loopToken { headers.append(HeaderField("CDN-Loop", token)) }
-        var upstreamRequest = UpstreamRequest(method: .get, url: request.url, headers: headers, body: nil, timeoutMs: request.timeoutMs,
-                                              maxBodyBytes: engine.limits.maxUpstreamBodyBytes)
-        upstreamRequest.followRedirects = false
-        upstreamRequest.originBoundHeaders = request.originBoundHeaders
+        let upstreamRequest = engine.upstreamRequest(for: request, .range(range, ifRange: ifRange))
         let sentAt = engine.clock.now()
-        engine.upstream.send(upstreamRequest) { result in
+        engine.exchange(upstreamRequest, for: request) { result in
             switch result {
             case .failure(let error):
                 reply(.failed(error))
@@ -155,12 +149,13 @@ public struct RangeFetcher: Sendable {
     private func store(_ response: UpstreamResponse, for prepared: PreparedFetch, sentAt: Double, then: @escaping @Sendable () -> Void) {
         let request = prepared.request
         let now = engine.clock.now()
-        guard Vary.names(in: response.headers)?.isEmpty == true,
-              case .store(let stored) = CacheRules.store(
-                policy: request.cache.policy, method: .get, ttl: nil, partitioned: false, status: 206, headers: response.headers,
-                bodySize: response.body.count, maxBodySize: engine.limits.maxStoredBodyBytes, requestTime: sentAt, responseTime: now,
-                directives: request.directives, sharedWithCredentials: request.shared && request.hasCredentials,
-                shared: request.shared, partial: true)
+        var inputs = engine.storeInputs(request, partitioned: false, status: 206, headers: response.headers,
+                                        bodySize: response.body.count, sentAt: sentAt, arrivedAt: now)
+        // A part is kept for the key's GET, by the response's own freshness.
+        inputs.method = .get
+        inputs.ttl = nil
+        inputs.partial = true
+        guard Vary.names(in: response.headers)?.isEmpty == true, case .store(let stored) = CacheRules.store(inputs)
         else { return then() }
         var entry = engine.entry(storing: response, for: request, derived: prepared.derived, kind: .binary, stored: stored, at: now)
         entry.key = CacheKey(hex: prepared.derived.key.hex + ".part")

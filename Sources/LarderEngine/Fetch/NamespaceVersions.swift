@@ -3,7 +3,7 @@
 // raising a namespace's version retires all of its entries in one step, without touching them
 // (the store collects them afterwards, in the background).
 
-public import LarderCore
+import LarderCore
 import LarderSync
 
 public final class NamespaceVersions: Sendable {

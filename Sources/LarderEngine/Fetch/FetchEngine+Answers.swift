@@ -1,0 +1,103 @@
+// Answers from what is stored: the chosen variant (RFC 9111 §4.1), its body at hand, rendered
+// as an answer; answers the cache alone can give (batches' hits, a HEAD from a stored GET).
+
+public import LarderCore
+
+extension FetchEngine {
+    func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double,
+               upstreamError: String? = nil, coalesced: Bool = false) -> CacheAnswer {
+        let report = CacheReport(outcome: outcome, key: entry.primaryKey, age: entry.freshness.age(now: now, ttl: options.ttl),
+                                 ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
+                                 version: entry.freshness.version, stored: true, coalesced: coalesced,
+                                 upstreamError: upstreamError)
+        return .served(ServedResponse(status: entry.status, headersJSON: entry.headersJSON, headers: entry.headerFields, body: entry.body,
+                                      bodyKind: entry.bodyKind, report: report, upstreamMs: nil, etag: entry.etag,
+                                      lastModified: entry.lastModified, openedBody: entry.openedBody))
+    }
+
+    /// The answer the cache alone can give `prepared` right now (a usable stored entry, or a
+    /// HEAD from a stored GET), without ever going upstream; nil otherwise. For callers that
+    /// answer hits before queueing the rest (batches).
+    public func cachedAnswer(for prepared: PreparedFetch) -> CacheAnswer? {
+        let request = prepared.request
+        guard request.cache.policy != .noStore, request.cache.policy != .reload,
+              CacheRules.isCacheable(method: request.method, ttl: request.cache.ttl) else { return nil }
+        if request.method == .head { return storedGet(for: request) }
+        var probe = request
+        if request.cache.policy == .useProtocol {
+            probe.directives.onlyIfCached = true
+        } else {
+            probe.cache.policy = .cacheOnly
+        }
+        let answer = fetch(PreparedFetch(request: probe, derived: prepared.derived), mayCoalesce: false, cancellation: nil) { _ in }
+        guard let answer, case .served = answer else { return nil }
+        traffic.count(answer, namespace: request.cache.namespace)
+        return answer
+    }
+
+    /// Whether a stored entry passes the request's validators (always, without any).
+    static func satisfies(_ entry: StoredEntry, _ request: FetchRequest) -> Bool {
+        guard let validation = request.validation else { return true }
+        return validation.failure(status: entry.status, body: entry.body) == nil
+    }
+
+    /// RFC 9111 §4.3.5: a HEAD answered from a stored GET of the same resource and key, its
+    /// body dropped unless `keepingBody` (the proxy's server sends only the header section of
+    /// a HEAD response, with the body's length as Content-Length: RFC 9110 §8.6). Only looks:
+    /// never sends a GET upstream for a HEAD. Nil when nothing usable is stored (or the policy
+    /// does not read the cache).
+    public func storedGet(for head: FetchRequest, keepingBody: Bool = false) -> CacheAnswer? {
+        guard head.cache.policy != .noStore, head.cache.policy != .reload else { return nil }
+        var get = head
+        get.method = .get
+        if head.cache.policy == .useProtocol {
+            get.directives.onlyIfCached = true
+        } else {
+            get.cache.policy = .cacheOnly
+        }
+        guard case .served(var served)? = fetch(prepare(get), reply: { _ in }) else { return nil }
+        if keepingBody { return .served(served) }
+        served.body = []
+        served.openedBody = nil
+        served.bodyKind = .text
+        return .served(served)
+    }
+
+    /// The stored response that may answer `prepared`: of the variants under its key, the one
+    /// whose nominated request fields match (RFC 9111 §4.1).
+    func variant(for prepared: PreparedFetch) -> StoredEntry? {
+        var hasPart = false
+        return variant(for: prepared, hasPart: &hasPart)
+    }
+
+    /// As `variant(for:)`, and says whether a part (a stored 206) is among the rows.
+    func variant(for prepared: PreparedFetch, hasPart: inout Bool) -> StoredEntry? {
+        let variants = store.lookup(prepared.derived.key)
+        hasPart = variants.count > 1 || variants.first?.status == 206 ? variants.contains { $0.status == 206 } : false
+        let chosen: StoredEntry?
+        if variants.count == 1, variants[0].varyNames.isEmpty, variants[0].status != 206 {
+            chosen = variants[0]
+        } else {
+            // A stored part (206, RFC 9111 §3.4) is never a whole response: RangeFetcher serves it.
+            chosen = variants.first { $0.status != 206 && $0.matches(prepared.request.headers, keys: keys) }
+        }
+        return chosen.flatMap { withBody($0, forSending: prepared.request.shared) }
+    }
+
+    /// `entry` with its body at hand: a body the store keeps in a file is opened for the proxy
+    /// (which sends it as is) and read for everything else. Nil when the file is gone or
+    /// damaged: as if nothing were stored.
+    func withBody(_ entry: StoredEntry, forSending: Bool) -> StoredEntry? {
+        guard entry.bodyFile != nil else { return entry }
+        var resolved = entry
+        if forSending {
+            guard let opened = store.openBody(of: entry) else { return nil }
+            resolved.openedBody = opened
+        } else {
+            guard let body = store.readBody(of: entry) else { return nil }
+            resolved.body = body
+            resolved.bodyFile = nil
+        }
+        return resolved
+    }
+}

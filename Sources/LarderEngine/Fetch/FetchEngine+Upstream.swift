@@ -1,0 +1,217 @@
+// Going upstream: the request built once (upstreamRequest), sent and counted (exchange), and
+// what comes back: a 304 that revalidates a stored entry (RFC 9111 §4.3.3, §4.3.4), a failure
+// a stale entry may answer (RFC 5861 §4, RFC 9111 §4.2.4), or a response to store
+// (FetchEngine+Storing).
+
+import Dispatch
+import LarderCore
+import Logging
+
+extension FetchEngine {
+    /// Sends the request upstream; stores and answers with the response. `fallback` is the
+    /// stale entry that may answer instead of an upstream failure (stale-if-error).
+    func sendUpstream(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken?,
+                      conditional: Bool = true, cancellation: Cancellation? = nil,
+                      reply: @escaping @Sendable (CacheAnswer) -> Void) {
+        let request = prepared.request
+        let validating = conditional ? Self.revalidating(fallback, for: request) : nil
+        var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating))
+        if let cancellation {
+            // The leader's caller gave up: abort the transfer unless others wait on it. Removing
+            // the flight under the lock means nobody can join it after that decision.
+            let transfer = Cancellation()
+            upstreamRequest.cancellation = transfer
+            cancellation.onCancel { [self] in
+                let abort = flight.map(flights.abandon) ?? true
+                if abort { transfer.cancel() }
+                reply(.failed(Self.cancelledError))
+            }
+        }
+        let sentAt = clock.now()
+        exchange(upstreamRequest, for: request) { [self] result in
+            // Completions arrive on an upstream driver's thread, which runs other transfers too;
+            // a large body's checks (UTF-8, JSON) and copies happen elsewhere, so they are not
+            // held up behind them.
+            if case .success(let response) = result, response.body.count > Self.offloadBodyBytes {
+                DispatchQueue.global(qos: .userInitiated).async { [self] in
+                    received(result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
+                             validating: validating, sentAt: sentAt, reply: reply)
+                }
+            } else {
+                received(result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
+                         validating: validating, sentAt: sentAt, reply: reply)
+            }
+        }
+    }
+
+    /// What the engine asks the upstream for, besides the caller's own request.
+    enum UpstreamAsk {
+        /// The representation; with an entry, conditionally on its validators (RFC 9111 §4.3.1).
+        case whole(revalidating: StoredEntry?)
+        /// A byte range of a GET (RFC 9110 §14.2), the caller's Range and If-Range replaced by these.
+        case range(String?, ifRange: String?)
+    }
+
+    /// The one way a request goes upstream: the caller's request with what `ask` adds, this
+    /// instance's CDN-Loop token, the engine's limits, and how redirects are treated.
+    func upstreamRequest(for request: FetchRequest, _ ask: UpstreamAsk) -> UpstreamRequest {
+        var headers = request.headers
+        var method = request.method
+        var body = request.body
+        switch ask {
+        case .whole(let validating):
+            if let etag = validating?.etag { headers.append(HeaderField("If-None-Match", etag)) }
+            if let lastModified = validating?.lastModified { headers.append(HeaderField("If-Modified-Since", lastModified)) }
+        case .range(let range, let ifRange):
+            headers.removeAll { $0.name.caseInsensitiveEquals("range") || $0.name.caseInsensitiveEquals("if-range") }
+            if let range { headers.append(HeaderField("Range", range)) }
+            if let ifRange { headers.append(HeaderField("If-Range", ifRange)) }
+            method = .get
+            body = nil
+        }
+        // RFC 8586: say this instance handled the request, so that it can tell when the request
+        // comes back to it (a named upstream pointing at Larder, directly or through other caches).
+        if let token = limits.loopToken { headers.append(HeaderField("CDN-Loop", token)) }
+        var upstreamRequest = UpstreamRequest(method: method, url: request.url, headers: headers, body: body,
+                                              timeoutMs: request.timeoutMs, maxBodyBytes: limits.maxUpstreamBodyBytes)
+        // /fetch follows redirects for its caller; the proxy passes them on.
+        upstreamRequest.followRedirects = !request.shared
+        upstreamRequest.originBoundHeaders = request.originBoundHeaders
+        upstreamRequest.progress = request.progress
+        // A resumed download sends a Range of its own, which would replace the one asked for.
+        if case .whole = ask { upstreamRequest.resumable = request.resumable }
+        return upstreamRequest
+    }
+
+    /// RFC 9111 §4.3.1: the stored entry to revalidate with its validators instead of
+    /// re-downloading it; nil when there is none, or the caller sent its own conditions (then
+    /// the answer is theirs).
+    static func revalidating(_ fallback: StoredEntry?, for request: FetchRequest) -> StoredEntry? {
+        guard let fallback, request.cache.policy == .useProtocol,
+              request.headers.values("if-none-match").isEmpty, request.headers.values("if-modified-since").isEmpty,
+              fallback.etag != nil || fallback.lastModified != nil else { return nil }
+        return fallback
+    }
+
+    /// Sends `upstreamRequest`, counting the exchange under `request`'s upstream (a named one,
+    /// or "fetch" for a URL) for the metrics.
+    func exchange(_ upstreamRequest: UpstreamRequest, for request: FetchRequest,
+                  completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+        let namespace = request.cache.namespace
+        let upstreamName = namespace.hasPrefix(FetchRequest.reservedNamespacePrefix)
+            ? String(namespace.dropFirst(FetchRequest.reservedNamespacePrefix.count)) : "fetch"
+        upstream.send(upstreamRequest) { [traffic] result in
+            switch result {
+            case .success(let response):
+                traffic.exchanged(upstream: upstreamName, status: response.status, errorCode: nil,
+                                  seconds: response.responseTime - response.requestTime)
+            case .failure(let error):
+                traffic.exchanged(upstream: upstreamName, status: nil, errorCode: error.code.rawValue, seconds: 0)
+            }
+            completion(result)
+        }
+    }
+
+    /// Bodies larger than this are handled off the upstream's thread.
+    static let offloadBodyBytes = 256 << 10
+
+    private func received(_ result: Result<UpstreamResponse, LarderError>, prepared: PreparedFetch, outcome: CacheOutcome,
+                          fallback: StoredEntry?, flight: FlightToken?, validating: StoredEntry?, sentAt: Double,
+                          reply: @escaping @Sendable (CacheAnswer) -> Void) {
+        let request = prepared.request
+        if case .success(let response) = result, response.status == 304, let validating {
+            return revalidated(prepared, entry: validating, notModified: response, sentAt: sentAt, flight: flight,
+                               reply: reply)
+        }
+        switch result {
+        case .failure(let error):
+            let answer = staleOnError(fallback, request: request, error: error.code.rawValue) ?? .failed(error)
+            land(flight, with: .failed(error)) { reply(answer) }
+        case .success(let response):
+            if CacheRules.isServerError(response.status),
+               let stale = staleOnError(fallback, request: request,
+                                        error: "upstream_status_\(response.status)") {
+                land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { reply(stale) }
+                return
+            }
+            complete(prepared, outcome: outcome, response: response, sentAt: sentAt,
+                     flight: flight, reply: reply)
+        }
+    }
+
+    /// A 304 confirmed `entry`: update its headers and freshness from the 304 (RFC 9111
+    /// §4.3.4), store it, and serve the stored body. If the entry vanished meanwhile (purged,
+    /// damaged), there is no body to serve: ask again without conditions.
+    private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
+                             flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+        let options = prepared.request.cache
+        guard let current = store.lookup(entry.primaryKey).first(where: { $0.key == entry.key })
+                .flatMap({ withBody($0, forSending: false) }),
+              current.freshness.version == options.version else {
+            logger.debug("304 for an entry that is gone; fetching in full", metadata: ["key": "\(entry.key)"])
+            return sendUpstream(prepared, outcome: .miss, fallback: nil, flight: flight,
+                                conditional: false, reply: reply)
+        }
+        if let validation = prepared.request.validation, let failure = validation.failure(status: current.status, body: current.body) {
+            return land(flight, with: .notShareable) { reply(.failed(LarderError(.validationFailed, failure))) }
+        }
+        let now = clock.now()
+        let headers = ResponseHeaders.updated(current.headerFields, with: notModified.headers)
+        let upstreamMs = (notModified.responseTime - notModified.requestTime) * 1000
+        let decision = CacheRules.store(storeInputs(prepared.request, partitioned: prepared.derived.partitioned,
+                                                    status: current.status, headers: headers, bodySize: current.body.count,
+                                                    sentAt: sentAt, arrivedAt: now))
+        guard case .store(let stored) = decision else {
+            // The origin now forbids storing: serve what it confirmed, keep nothing.
+            let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version,
+                                     stored: false)
+            let answer = CacheAnswer.served(ServedResponse(
+                status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
+                body: current.body, bodyKind: current.bodyKind, report: report, upstreamMs: upstreamMs,
+                etag: headers.first(named: "etag"), lastModified: headers.first(named: "last-modified")))
+            return land(flight, with: .notShareable) { reply(answer) }
+        }
+        var update = current
+        update.headersJSON = ResponseHeaders.renderJSON(CacheRules.storableHeaders(headers, withholding: stored.withheldFields),
+                                                        dropCookies: true)
+        update.freshness = stored.entry(storedAt: now, version: options.version)
+        update.etag = headers.first(named: "etag")
+        update.lastModified = headers.first(named: "last-modified")
+        let refreshed = update
+        store.save(refreshed) { [self] saved in
+            let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0,
+                                     ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
+                                     version: options.version, stored: saved)
+            // This caller gets what the origin just confirmed, Set-Cookie included; what others
+            // get later is the stored form.
+            let answer = CacheAnswer.served(ServedResponse(
+                status: refreshed.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: false), headers: headers,
+                body: refreshed.body,
+                bodyKind: refreshed.bodyKind, report: report, upstreamMs: upstreamMs, etag: refreshed.etag,
+                lastModified: refreshed.lastModified))
+            land(flight, with: saved ? .stored(refreshed) : .notShareable) { reply(answer) }
+        }
+    }
+
+    /// The stale entry as the answer to a failed upstream request, when stale-if-error allows.
+    func staleOnError(_ entry: StoredEntry?, request: FetchRequest, error: String) -> CacheAnswer? {
+        let now = clock.now()
+        let options = request.cache
+        guard let entry else { return nil }
+        var byPolicy = false
+        if !CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError,
+                                            requested: request.directives.staleIfError) {
+            // The deployment's own allowance (`--stale-on-error`, RFC 9111 §4.2.4: a cache
+            // disconnected from the origin may serve stale), within the same prohibitions.
+            let window = options.staleOnError ?? limits.staleOnError
+            guard window > 0, CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: window) else {
+                return nil
+            }
+            byPolicy = true
+        }
+        store.recordHit(entry.key, at: now)
+        guard case .served(var served) = serve(entry, outcome: .stale, options: options, now: now, upstreamError: error) else { return nil }
+        served.report.staleOnErrorPolicy = byPolicy
+        return .served(served)
+    }
+}

@@ -1,0 +1,205 @@
+// The /fetch pipeline: derive the key → look up → decide → (fetch → decide to store → store)
+// → render the envelope.
+//
+// Threading: `fetch` runs on the thread that handles the HTTP request. When the answer comes
+// from the cache it is returned directly (no suspension, no hop). Otherwise `fetch` returns nil,
+// the request goes to the upstream adapter, and `reply` is called from the thread that completes
+// the transfer (one of the adapter's drivers: an HTTP event loop's thread, or a thread of its
+// own; a large body is handled on a global queue instead) as soon as the response is complete
+// and handed to the store (which commits it afterwards, off the request's path). No lock is
+// taken on the hit path beyond what the store needs.
+
+import Dispatch
+public import LarderCore
+public import Logging
+import LarderSync
+
+public final class FetchEngine: Sendable {
+    public struct Limits: Sendable {
+        /// Largest upstream body accepted, in bytes (larger → `upstream_too_large`).
+        public var maxUpstreamBodyBytes: Int = 64 << 20
+        /// Largest body stored, in bytes (larger is served but not stored).
+        public var maxStoredBodyBytes: Int = 64 << 20
+        /// Seconds past freshness a stored response may answer when the upstream fails, by the
+        /// deployment's choice (`--stale-on-error`); 0 = only what stale-if-error allows.
+        public var staleOnError: Double = 0
+        /// After a range of a representation at most this large, it is fetched whole (0: never).
+        public var rangeFetchOver: Int = 0
+        /// Query parameters whose values are kept out of stored URLs (`--redact-query`).
+        public var redaction = QueryRedaction()
+        /// This instance's CDN-Loop token (RFC 8586), added to every upstream request; nil: none.
+        public var loopToken: String?
+        /// Response fields whose values tag a stored entry (lower-case; CacheTags).
+        public var tagHeaders: [String] = CacheTags.defaultHeaderNames
+        public init() {}
+    }
+
+    // Internal, not private: the extensions in the files beside this one and the range fetcher
+    // work with them.
+    let store: any CacheStore
+    let upstream: any Upstream
+    let keys: CacheKeyBuilder
+    let clock: Clock
+    let limits: Limits
+    let logger: Logger
+    /// Answers since start, by outcome and error (GET /cache/stats).
+    public let traffic: TrafficCounters
+    /// Coalescing across instances (a shared store's leases); nil for one instance.
+    let sharedFlights: (any SharedFlights)?
+    /// Query parameters whose values stored URLs leave out (`--redact-query`).
+    public var redaction: QueryRedaction { limits.redaction }
+    /// Each namespace's current version, used by requests that name none.
+    public let namespaces: NamespaceVersions
+    /// Concurrent misses on one key wait on the first one's upstream request.
+    let flights = FlightTable<FlightKey, Waiter>()
+
+    /// Requests coalesce when they share the key and the version (the version decides whether
+    /// a stored entry may be served, so it is part of what is being waited for).
+    struct FlightKey: Hashable, Sendable {
+        let key: CacheKey
+        let version: Int64
+    }
+
+    /// A request waiting on another's flight.
+    struct Waiter: Sendable {
+        let prepared: PreparedFetch
+        let reply: @Sendable (CacheAnswer) -> Void
+    }
+
+    typealias FlightToken = FlightTable<FlightKey, Waiter>.Token
+
+    public init(store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
+                limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, logger: Logger) {
+        self.store = store
+        self.sharedFlights = sharedFlights
+        self.upstream = upstream
+        self.keys = keys
+        self.clock = clock
+        self.limits = limits
+        self.logger = logger
+        self.traffic = TrafficCounters(startedAt: clock.now())
+        self.namespaces = NamespaceVersions(store.namespaceVersions())
+    }
+
+    /// Derives the key once; a prepared request can be answered any number of times.
+    public func prepare(_ request: FetchRequest) -> PreparedFetch {
+        PreparedFetch(request: request, derived: keys.derive(for: request))
+    }
+
+    /// Answers `request`. Returns the reply when the cache can answer at once; otherwise
+    /// returns nil and calls `reply` exactly once, later, from another thread.
+    public func fetch(_ request: FetchRequest,
+                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        fetch(prepare(request), reply: reply)
+    }
+
+    public func fetch(_ prepared: PreparedFetch,
+                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        let (counted, count) = counting(prepared, reply)
+        return count(fetch(prepared, mayCoalesce: true, cancellation: nil, reply: counted))
+    }
+
+    /// As `fetch`, and `cancellation` abandons the request: it is answered `cancelled` at once,
+    /// and its upstream transfer is aborted (the connection to the origin closed) unless other
+    /// requests wait on it (coalesced), in which case it goes on for them.
+    public func fetch(_ prepared: PreparedFetch, cancellation: Cancellation,
+                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        if cancellation.isCancelled { return .failed(Self.cancelledError) }
+        let (counted, count) = counting(prepared, reply)
+        return count(fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: ReplyOnce(counted).callAsFunction))
+    }
+
+    static let cancelledError = LarderError(.cancelled, "the request was cancelled")
+
+    /// `reply` counting its answer in `traffic`, and the same for an answer given at once.
+    private func counting(_ prepared: PreparedFetch, _ reply: @escaping @Sendable (CacheAnswer) -> Void)
+        -> (@Sendable (CacheAnswer) -> Void, (CacheAnswer?) -> CacheAnswer?) {
+        let traffic = self.traffic
+        let namespace = prepared.request.cache.namespace
+        return ({ answer in
+            traffic.count(answer, namespace: namespace)
+            reply(answer)
+        }, { immediate in
+            if let immediate { traffic.count(immediate, namespace: namespace) }
+            return immediate
+        })
+    }
+
+    func fetch(_ prepared: PreparedFetch, mayCoalesce: Bool, cancellation: Cancellation?,
+               reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+        let prepared = namespaces.resolving(prepared)
+        let request = prepared.request
+        let derived = prepared.derived
+        let options = request.cache
+        let cacheable = CacheRules.isCacheable(method: request.method, ttl: options.ttl)
+        let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
+        // A stored entry the caller's validators reject is, for this caller, not there.
+        var hasPart = false
+        let found = readsCache ? variant(for: prepared, hasPart: &hasPart).flatMap { Self.satisfies($0, request) ? $0 : nil } : nil
+        // An entry under another version is never served, not even stale on error.
+        let entry = found?.freshness.version == options.version ? found : nil
+        let now = clock.now()
+        let decision = CacheRules.lookup(policy: options.policy, method: request.method, ttl: options.ttl,
+                                         version: options.version, entry: found?.freshness, now: now,
+                                         stale: options.staleWindows, directives: request.directives)
+        switch decision {
+        case .serve(let fresh):
+            guard let entry else { preconditionFailure("serve decided without an entry") }
+            store.recordHit(entry.key, at: now)
+            return serve(entry, outcome: fresh ? .hit : .stale, options: options, now: now)
+        case .serveStaleAndRefresh:
+            guard let entry else { preconditionFailure("serve decided without an entry") }
+            store.recordHit(entry.key, at: now)
+            refreshInBackground(prepared)
+            return serve(entry, outcome: .stale, options: options, now: now)
+        case .failNotCached:
+            return .failed(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only"))
+        case .fetch:
+            // Nothing whole is stored but a part is (RFC 9111 §3.4): ask only for the rest.
+            if hasPart, found == nil, request.shared, request.method == .get {
+                return ranges.fetch(prepared, range: nil, reply: reply)
+            }
+        }
+
+        let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
+        // Coalescing: concurrent misses on one key wait for the first one's upstream request
+        // (not for reload, which asks for a fetch of its own, nor for bypass).
+        var leading: FlightToken?
+        if mayCoalesce, outcome == .miss, options.policy != .reload {
+            let key = FlightKey(key: derived.key, version: options.version)
+            switch flights.join(key, as: Waiter(prepared: prepared, reply: reply)) {
+            case .waiting(let waiter):
+                // A cancelled waiter leaves the flight; the flight goes on for the others.
+                cancellation?.onCancel { [self] in
+                    flights.leave(key, waiter: waiter)
+                    reply(.failed(Self.cancelledError))
+                }
+                return nil
+            case .leading(let token):
+                leading = token
+            }
+            // A flight for this key may have landed between the lookup above and taking the
+            // lead (its entry is stored before its flight ends): answer from that entry.
+            if let landed = freshlyStored(prepared), let leading {
+                store.recordHit(landed.key, at: now)
+                let answer = serve(landed, outcome: .hit, options: options, now: now, coalesced: true)
+                land(leading, with: .stored(landed)) { reply(answer) }
+                return nil
+            }
+            // Across instances: one leads, the others wait for its entry (a shared store).
+            if let shared = sharedFlights, let leading, !claimShared(prepared, outcome: outcome, fallback: entry, flight: leading,
+                                                                      cancellation: cancellation, reply: reply, using: shared) {
+                return nil
+            }
+        }
+        sendUpstream(prepared, outcome: outcome, fallback: entry, flight: leading, cancellation: cancellation, reply: reply)
+        return nil
+    }
+
+    /// Partial content (RFC 9111 §3.4): range requests no stored whole response answers, and
+    /// plain GETs that find only a stored part.
+    public var ranges: RangeFetcher { RangeFetcher(engine: self, rangeFetchOver: limits.rangeFetchOver) }
+
+    /// Requests that joined another request's upstream fetch instead of sending their own.
+    public var coalescedCount: Int { flights.joinedCount }
+}
