@@ -379,6 +379,25 @@ public enum Template {
         public var reason = "does not resolve"
     }
 
+    /// Bytes one rendering may write in all. A template of 1 MiB can name a large body tens of
+    /// thousands of times; the rendering stops as it passes the budget instead of building
+    /// gigabytes first. Owned by one rendering (one thread).
+    public final class Budget {
+        public let limit: Int
+        private(set) var remaining: Int
+        public init(bytes: Int) {
+            limit = bytes
+            remaining = bytes
+        }
+
+        func spend(_ bytes: Int, on reference: String) throws(Unresolved) {
+            remaining -= bytes
+            guard remaining >= 0 else {
+                throw Unresolved(reference: reference, reason: "makes the rendering grow past \(limit) bytes")
+            }
+        }
+    }
+
     /// Renders `value` with references resolved in `documents`. `encodeIn` names the members
     /// (at the top level) whose strings are URL parts: values written into them as text are
     /// percent-encoded. `textIn` names the members whose values are strings whatever a
@@ -387,7 +406,7 @@ public enum Template {
     /// for `output`, where a skipped step simply has no value.
     public static func render(_ value: JSONValue, documents: [String: JSONValue], encodeIn: Set<String> = [],
                               textIn: Set<String> = [], lenient: Bool = false, encoding: Bool = false,
-                              asText: Bool = false) throws(Unresolved) -> JSONValue {
+                              asText: Bool = false, budget: Budget? = nil) throws(Unresolved) -> JSONValue {
         switch value {
         case .string(let text):
             let pieces = Self.pieces(text)
@@ -398,7 +417,12 @@ public enum Template {
                 }
                 // The whole value: kept as it is (a URL taken from a response stays a URL), as
                 // text where only text is allowed.
-                return asText || encoding ? .string(Self.text(resolved)) : resolved
+                let whole = asText || encoding ? .string(Self.text(resolved)) : resolved
+                if let budget {
+                    let size = if case .string(let string) = whole { string.utf8.count } else { whole.canonicalBytes.count }
+                    try budget.spend(size, on: raw.trimmingCharacters(in: .whitespaces))
+                }
+                return whole
             }
             var out = ""
             var written: [(bytes: Range<Int>, reference: String)] = []
@@ -412,6 +436,11 @@ public enum Template {
                         throw Unresolved(reference: raw.trimmingCharacters(in: .whitespaces))
                     }
                     let rendered = Self.text(resolved)
+                    try budget?.spend(rendered.utf8.count, on: raw.trimmingCharacters(in: .whitespaces))
+                    if encoding, Self.climbsOnceDecoded(rendered) {
+                        throw Unresolved(reference: raw.trimmingCharacters(in: .whitespaces),
+                                         reason: "holds a '.' or '..' path segment, which would leave its place in the path")
+                    }
                     let start = out.utf8.count
                     out += encoding ? Self.percentEncode(rendered) : rendered
                     if encoding { written.append((start..<out.utf8.count, raw.trimmingCharacters(in: .whitespaces))) }
@@ -424,14 +453,15 @@ public enum Template {
         case .array(let elements):
             var rendered: [JSONValue] = []
             for element in elements {
-                rendered.append(try render(element, documents: documents, lenient: lenient, encoding: encoding, asText: asText))
+                rendered.append(try render(element, documents: documents, lenient: lenient, encoding: encoding, asText: asText,
+                                           budget: budget))
             }
             return .array(rendered)
         case .object(let members):
             var rendered: [String: JSONValue] = [:]
             for (key, member) in members {
                 rendered[key] = try render(member, documents: documents, lenient: lenient, encoding: encoding || encodeIn.contains(key),
-                                           asText: asText || textIn.contains(key))
+                                           asText: asText || textIn.contains(key), budget: budget)
             }
             return .object(rendered)
         default:
@@ -444,7 +474,17 @@ public enum Template {
     /// dot segments, and libcurl does before sending). Encoding the dots is no cure: `%2E%2E` is
     /// a dot segment again for origins that decode before they normalise (WHATWG URL, nginx).
     /// Values cannot write `/`, `?` or `#` (they are percent-encoded), so segments and the end of
-    /// the path are the template's own.
+    /// the path are the template's own — for origins that do not decode `%2F` into `/`; for those
+    /// that do, `climbsOnceDecoded` refuses the value itself.
+    /// Whether a value holding `/` or `\\` has a `.` or `..` part between them: percent-encoded it
+    /// stays in its segment for most origins, but one that decodes `%2F` (or, like IIS, `%5C`)
+    /// before it normalises reads `..%2Fadmin` as `../admin`.
+    static func climbsOnceDecoded(_ value: String) -> Bool {
+        guard value.utf8.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "\\") }) else { return false }
+        return value.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "/" || $0 == "\\" })
+            .contains { $0 == "." || $0 == ".." }
+    }
+
     static func dotSegment(in text: String, writtenBy written: [(bytes: Range<Int>, reference: String)]) -> String? {
         guard !written.isEmpty else { return nil }
         var segmentStart = 0

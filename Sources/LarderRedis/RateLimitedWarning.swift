@@ -13,14 +13,17 @@ final class RateLimitedWarning: Sendable {
     init(intervalSeconds: Double = 60) { interval = UInt64(intervalSeconds * 1e9) }
 
     func warn(_ logger: Logger, level: Logger.Level, _ message: @autoclosure () -> String, metadata: Logger.Metadata = [:]) {
-        let now = DispatchTime.now().uptimeNanoseconds
         let held = state.withLock { state -> Int? in
+            // The clock is read under the lock: read before it, another thread's later time
+            // could be stored first, and `now - last` would trap on unsigned overflow.
+            let now = DispatchTime.now().uptimeNanoseconds
             if let last = state.lastAt, now - last < interval {
                 state.held += 1
                 return nil
             }
-            defer { state = (now, 0) }
-            return state.held
+            let held = state.held
+            state = (now, 0)
+            return held
         }
         guard let held else { return }
         var metadata = metadata

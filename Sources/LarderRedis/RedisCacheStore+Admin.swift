@@ -26,7 +26,7 @@ extension RedisCacheStore {
         return zip(keys, replies).map { key, reply in
             let fields = reply.array
             let (hits, sizes) = Self.fields(of: fields)
-            let decoded = entries(fromHash: fields, primaryKey: key)
+            let decoded = entries(fromHash: fields, primaryKey: key, removing: false)
             return (key, decoded.map { ($0, hits[$0.key.hex] ?? 0, sizes[$0.key.hex] ?? 0) })
         }
     }

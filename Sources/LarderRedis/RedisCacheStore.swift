@@ -18,7 +18,10 @@
 // Redis's own eviction (maxmemory-policy allkeys-lru) bounds memory.
 //
 // Whoever can write to Redis can write any value: entries are authenticated (EntryCodec) and
-// every other value read back is checked before use, so a planted value is at worst a miss.
+// every other value read back is checked before use, so a value made up without the secret is
+// at worst a miss, never a crash. What authentication cannot stop: such a writer can delete
+// entries, put back a value Larder wrote earlier for the same key (served until its own
+// freshness ends), or set a namespace's version back (its retired entries serve again).
 
 import Crypto
 import CXXHash
@@ -116,7 +119,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     public var figures: StoreFigures {
         let now = DispatchTime.now().uptimeNanoseconds
         let last = usageRefreshedAt.load(ordering: .relaxed)
-        if last == 0 || now - last > 60_000_000_000,
+        // `now > last`: another scrape may have stored a later time since this one read the clock.
+        if last == 0 || (now > last && now - last > 60_000_000_000),
            usageRefreshedAt.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
             DispatchQueue.global(qos: .utility).async { [weak self] in _ = self?.statistics() }
         }
@@ -230,7 +234,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// The entries among a hash's fields. A value that is not authentic or not valid (written by
     /// someone without the secret, damaged, or in another format) is left out, removed,
     /// counted, and logged at most once a minute (whoever can write one can write millions).
-    func entries(fromHash fields: [RedisValue], primaryKey: CacheKey) -> [StoredEntry] {
+    /// `removing`: a lookup removes what it rejects; an admin read (listing, statistics) only
+    /// leaves it out, so a read never deletes (an instance started with another secret in
+    /// fallback mode would otherwise delete the others' entries on every listing).
+    func entries(fromHash fields: [RedisValue], primaryKey: CacheKey, removing: Bool = true) -> [StoredEntry] {
         var entries: [StoredEntry] = []
         var index = 0
         while index + 1 < fields.count {
@@ -248,7 +255,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             } catch {
                 rejection = error
             }
-            reject(field: name, of: primaryKey, because: rejection.rawValue)
+            if removing { reject(field: name, of: primaryKey, because: rejection.rawValue) }
         }
         return entries
     }
@@ -363,7 +370,14 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         for chunk in stride(from: 0, to: keys.count, by: 500).map({ Array(keys[$0..<min($0 + 500, keys.count)]) }) {
             let sizes = try backend.run(chunk.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } }
                                         + chunk.map { ["DEL", entryKey($0)].map { Array($0.utf8) } })
-            try requireNoErrorReply(sizes[chunk.count...])
+            do {
+                try requireNoErrorReply(sizes[chunk.count...])
+            } catch {
+                // Some deletes may have run (on a cluster, one node refused): every instance
+                // forgets the whole chunk, so none keeps serving what did go.
+                publishForget(chunk)
+                throw error
+            }
             for (index, key) in chunk.enumerated() {
                 let rows = Self.fields(of: sizes[index].array).sizes
                 if !rows.isEmpty { removed.append((key, rows.values.reduce(0, +), rows.count)) }

@@ -238,6 +238,30 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
 
     // MARK: 7. References stay inside their path segment
 
+    func testAChainTemplateThatRepeatsALargeValueStopsAtItsBudget() throws {
+        // A template of a few KiB naming a 200 KB body hundreds of times would render to tens of
+        // MB (or, with a 1 MiB template, gigabytes): the rendering stops at its budget.
+        let larder = try startLarder { $0.maxBatchBytes = 1_000_000 }
+        let base = uniquePath()
+        let client = try larder.connection()
+        let many = String(repeating: "{{a.body}}", count: 300)
+        let request = try post(client, "/chain", ["steps": [
+            ["id": "a", "request": ["url": url(base + "/a", "size=200000")]],
+            ["id": "b", "request": ["url": url(base + "/b"), "headers": ["X-Big": many]]],
+        ]])
+        XCTAssertEqual(request.json["ok"] as? Bool, false, String(request.text.prefix(500)))
+        XCTAssertEqual(errorCode(steps(request)["b"]), "reference_unresolved")
+        XCTAssertTrue(request.text.contains("grow past 1048576 bytes"), String(request.text.prefix(500)))
+        XCTAssertEqual(origin.count(base + "/b"), 0)
+
+        let output = try post(client, "/chain", ["output": ["all": many], "include": "output", "steps": [
+            ["id": "a", "request": ["url": url(base + "/a2", "size=200000")]],
+        ]])
+        XCTAssertEqual(output.status, 200)
+        XCTAssertTrue(output.json["output"] is NSNull, "an output past the answer's budget is null: \(output.text.prefix(300))")
+        XCTAssertEqual(try client.request("GET", "/healthz").status, 200)
+    }
+
     func testAChainReferenceCannotLeaveItsPathSegment() throws {
         let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "o", baseURL: origin.base + "/named")] }
         let base = uniquePath()
@@ -245,7 +269,9 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         func run(_ request: [String: Any], _ value: String) throws -> TestResponse {
             try post(client, "/chain", ["input": ["v": value], "steps": [["id": "s", "request": request]]])
         }
-        for value in [".", ".."] {
+        // "../admin" and its kin too: encoded as "..%2Fadmin" it stays in its segment for most
+        // origins, but one that decodes %2F (or, like IIS, %5C) before it normalises climbs.
+        for value in [".", "..", "../admin", "x/..", "..\\admin", "./a"] {
             let before = origin.totalCount
             for request: [String: Any] in [["url": origin.base + base + "/users/{{input.v}}/orders"],
                                            ["upstream": "o", "path": "/users/{{input.v}}/orders"],
@@ -258,7 +284,7 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
             }
             XCTAssertEqual(origin.totalCount, before, "'\(value)' reached nothing at the origin")
         }
-        let kept: [(String, String)] = [("%2e%2e", "%252e%252e"), ("/", "%2F"), ("?", "%3F"), ("#", "%23"), ("../admin", "..%2Fadmin")]
+        let kept: [(String, String)] = [("%2e%2e", "%252e%252e"), ("/", "%2F"), ("?", "%3F"), ("#", "%23"), ("a/b", "a%2Fb")]
         for (value, encoded) in kept {
             let response = try run(["url": origin.base + base + "/users/{{input.v}}/orders"], value)
             XCTAssertEqual(response.json["ok"] as? Bool, true, "\(value): \(response.text)")

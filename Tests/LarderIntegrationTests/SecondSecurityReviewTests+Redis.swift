@@ -97,6 +97,21 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         XCTAssertEqual(origin.count(path), 2)
     }
 
+    func testAnAdminReadLeavesARejectedValueAndOnlyALookupRemovesIt() throws {
+        let client = try startShared { $0.memoryCapacityBytes = 0 }.connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600]]
+        let key = try XCTUnwrap(try client.fetch(spec).cache["key"] as? String)
+        let hash = "larder:{\(key)}:e", field = "e:\(key)"
+        _ = try redis.send(["HSET", hash, field, "not authentic"])
+        // A listing (as an instance with another secret would make one) reads and leaves it.
+        XCTAssertEqual(try client.request("GET", "/cache/entries").status, 200)
+        XCTAssertEqual(try redis.send(["HGET", hash, field]).bytes, Array("not authentic".utf8))
+        // The lookup of this instance's own key removes it, and stores the answer again.
+        XCTAssertEqual(try client.fetch(spec).outcome, "miss")
+        XCTAssertNotEqual(try redis.send(["HGET", hash, field]).bytes, Array("not authentic".utf8))
+    }
+
     func testAVersionMessageAloneChangesNothing() throws {
         let client = try startShared().connection()
         // Messages are heard once the instance has subscribed (a message before is lost).
@@ -153,7 +168,7 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         // Reads of a store that does not answer are not an empty store.
         redis.pause()
         defer { redis.resume() }
-        for target in ["/cache/stats", "/cache/entries", "/cache/namespaces"] {
+        for target in ["/cache/stats", "/cache/entries", "/cache/namespaces", "/cache/entries/\(key)"] {
             let response = try client.request("GET", target)
             XCTAssertEqual(response.status, 503, "\(target): \(response.text)")
             XCTAssertEqual(response.errorCode, "storage_failed", target)

@@ -57,6 +57,8 @@ public final class ChainRun: Sendable {
 
     /// Largest rendered step request: what a reference expansion may grow a request to.
     public static let maxRenderedRequestBytes = 1 << 20
+    /// Largest rendered `output`: the answer's budget (`--max-batch-bytes`).
+    private let outputBudget: Int
 
     /// `prepare` validates a rendered request spec and derives its key (named upstreams are the
     /// service's, and it may remember specs it has seen).
@@ -68,6 +70,7 @@ public final class ChainRun: Sendable {
         self.clock = clock
         self.prepare = prepare
         self.onFinish = onFinish
+        self.outputBudget = sink.budget?.limit ?? AnswerBudget.defaultLimit
         self.indexByID = Dictionary(uniqueKeysWithValues: plan.steps.enumerated().map { ($1.id, $0) })
         self.state = Locked(State(states: Array(repeating: .pending, count: plan.steps.count),
                                  outcomes: Array(repeating: nil, count: plan.steps.count),
@@ -160,7 +163,8 @@ public final class ChainRun: Sendable {
         let request: PreparedFetch
         do {
             let rendered = try Template.render(step.request, documents: documents, encodeIn: ["url", "path"],
-                                               textIn: ["query", "headers", "method", "upstream", "bodyBase64"])
+                                               textIn: ["query", "headers", "method", "upstream", "bodyBase64"],
+                                               budget: Template.Budget(bytes: Self.maxRenderedRequestBytes))
             guard rendered.canonicalBytes.count <= Self.maxRenderedRequestBytes else {
                 return ended(index, .failed(.invalid(path, "the request grows past \(Self.maxRenderedRequestBytes) bytes once its references are resolved")))
             }
@@ -247,7 +251,10 @@ public final class ChainRun: Sendable {
         let result = state.withLock { state -> ChainResult? in
             guard !state.finished, state.states.allSatisfy({ $0 == .finished }) else { return nil }
             state.finished = true
-            let output = plan.output.map { (try? Template.render($0, documents: state.documents, lenient: true)) ?? .null }
+            // Bounded like the answer that carries it: past the budget, no output (null).
+            let output = plan.output.map {
+                (try? Template.render($0, documents: state.documents, lenient: true, budget: Template.Budget(bytes: outputBudget))) ?? .null
+            }
             defer { state.documents = [:] }
             return ChainResult(outcomes: state.outcomes, order: state.order, output: output, error: state.error)
         }

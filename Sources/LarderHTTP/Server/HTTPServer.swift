@@ -73,7 +73,7 @@ public final class HTTPServer: @unchecked Sendable {
         _ = try Self.resolve(configuration.host, port: configuration.port, into: &storage)
         let listener: Int32
         do {
-            listener = try Self.listen(on: &storage)
+            listener = try Self.bound(to: &storage)
         } catch {
             throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (\(error.description))")
         }
@@ -86,7 +86,13 @@ public final class HTTPServer: @unchecked Sendable {
             boundAddress = family == AF_INET6
                 ? IPAddress(bytes: Array(raw[8..<24])) : IPAddress(bytes: Array(raw[4..<8]))
         }
+        // Told before the socket listens: no connection can reach it before the rules know it.
         if let boundAddress { configuration.onListening?(boundAddress, boundPort) }
+        guard Glibc.listen(listener, 4096) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(listener)
+            throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (\(reason))")
+        }
         let flags = UInt32(MHD_USE_EPOLL.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue
                            | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
         let reference = Unmanaged.passRetained(self)
@@ -236,9 +242,10 @@ public final class HTTPServer: @unchecked Sendable {
         atConnectionLimit.load(ordering: .acquiring) ? -1 : listenSocket
     }
 
-    /// Opens the listening socket (non-blocking; SO_REUSEADDR, so a restart can bind while old
-    /// connections linger in TIME_WAIT) and writes the bound address back into `storage`.
-    private static func listen(on storage: inout sockaddr_storage) throws(HTTPServerError) -> Int32 {
+    /// Opens the socket to listen on and binds it (non-blocking; SO_REUSEADDR, so a restart can
+    /// bind while old connections linger in TIME_WAIT); writes the bound address back into
+    /// `storage`. `start` makes it listen once the address is known (`onListening`).
+    private static func bound(to storage: inout sockaddr_storage) throws(HTTPServerError) -> Int32 {
         let family = Int32(storage.ss_family)
         let length = socklen_t(family == AF_INET6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
         let fd = socket(family, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
@@ -249,7 +256,7 @@ public final class HTTPServer: @unchecked Sendable {
         let bound = withUnsafeMutablePointer(to: &storage) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address -> Bool in
                 var size = length
-                return bind(fd, address, length) == 0 && Glibc.listen(fd, 4096) == 0 && getsockname(fd, address, &size) == 0
+                return bind(fd, address, length) == 0 && getsockname(fd, address, &size) == 0
             }
         }
         guard bound else {

@@ -66,7 +66,11 @@ extension AdminRoute {
             withBody = value == "true"
         }
         let records = store.records(primaryKey: key)
-        guard !records.isEmpty else { throw LarderError(.notFound, "no entry is stored under this key") }
+        guard !records.isEmpty else {
+            // Nothing read from a store that does not answer is no proof that nothing is there.
+            if (store as? any StorageHealth)?.storageHealthy == false { throw Self.unreadable }
+            throw LarderError(.notFound, "no entry is stored under this key")
+        }
         let stored = withBody ? tier.lookup(key) : []
         var out: [UInt8] = Array(#"{"key":"#.utf8)
         JSONWriter.appendString(key.hex, to: &out)
