@@ -437,7 +437,9 @@ public enum Template {
                     }
                     let rendered = Self.text(resolved)
                     try budget?.spend(rendered.utf8.count, on: raw.trimmingCharacters(in: .whitespaces))
-                    if encoding, Self.climbsOnceDecoded(rendered) {
+                    // In the path only: past `?` or `#` a value is no path segment.
+                    if encoding, !out.utf8.contains(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }),
+                       Self.climbsOnceDecoded(rendered) {
                         throw Unresolved(reference: raw.trimmingCharacters(in: .whitespaces),
                                          reason: "holds a '.' or '..' path segment, which would leave its place in the path")
                     }

@@ -67,6 +67,11 @@ final class ChainPathSegmentTests: XCTestCase {
         assertRefused("/users/{{input.v}}/orders", "..", member: "path")
         assertRefused("http://o/users/.{{input.v}}/orders", ".", member: "url")
         assertRefused("http://o/users/{{input.v}}{{input.v}}/orders", ".")
+        // Encoded, these stay in their segment for most origins, not for one that decodes %2F
+        // (or %5C) before it normalises.
+        assertRefused("http://o/users/{{input.v}}/orders", "../x")
+        assertRefused("http://o/users/{{input.v}}/orders", "x/..")
+        assertRefused("http://o/users/{{input.v}}/orders", "..\\x")
     }
 
     func testOtherValuesStayInsideTheirSegment() throws {
@@ -74,7 +79,8 @@ final class ChainPathSegmentTests: XCTestCase {
         XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("/")), "http://o/users/%2F/orders")
         XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("?")), "http://o/users/%3F/orders")
         XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("#")), "http://o/users/%23/orders")
-        XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("../x")), "http://o/users/..%2Fx/orders")
+        XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("a/b")), "http://o/users/a%2Fb/orders")
+        XCTAssertEqual(try render("http://o/search?q={{input.v}}", .string("../x")), "http://o/search?q=..%2Fx", "in the query")
         XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("...")), "http://o/users/.../orders",
                        "three dots are a name, not a dot segment")
         XCTAssertEqual(try render("http://o/users/v{{input.v}}/orders", .string("..")), "http://o/users/v../orders")
