@@ -1,4 +1,4 @@
-// The HTTP server's event loops (HTTPServer.swift): several loops share one listening socket
+// The HTTP server's event loops (LarderHTTP/EventLoop, LarderHTTP/Server): several loops share one listening socket
 // and one count of connections, and an answer given later from any thread reaches the loop that
 // runs its connection.
 

@@ -1,5 +1,5 @@
 // An event loop queues a response it built lately to the next connection whose answer is the
-// same (RecentResponses in HTTPServer.swift): the same status, fields and body storage. These
+// same (RecentResponses in LarderHTTP/EventLoop): the same status, fields and body storage. These
 // check that it does, and that answers which differ in anything are never confused.
 
 import Foundation
