@@ -62,6 +62,10 @@ public final class LarderService: @unchecked Sendable {
 
     public func start() throws {
         try configuration.validate()
+        // A write to a peer that closed (an origin; a Redis that restarted, which hiredis writes
+        // to with write(2) from threads of its own) must fail that write, not end the process,
+        // whoever embeds the service (the executable ignores SIGPIPE too; so must the tests).
+        signal(SIGPIPE, SIG_IGN)
         _ = Self.curlInitialised
         var capacity = StoreCapacity()
         capacity.maxBytes = configuration.maxBytes
