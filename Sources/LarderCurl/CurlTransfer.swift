@@ -306,17 +306,7 @@ let headerCallback: larder_curl_data_callback = { data, size, count, context in
 let openSocketCallback: larder_curl_opensocket_callback = { context, purpose, address in
     let transfer = Unmanaged<Transfer>.fromOpaque(context!).takeUnretainedValue()
     let family = address.pointee.family
-    let endpoint: (ip: IPAddress, port: Int)? = withUnsafeMutablePointer(to: &address.pointee.addr) { pointer in
-        let raw = UnsafeRawPointer(pointer)
-        if family == AF_INET {
-            let sin = raw.assumingMemoryBound(to: sockaddr_in.self).pointee
-            return withUnsafeBytes(of: sin.sin_addr) { IPAddress(bytes: Array($0)) }.map { ($0, Int(UInt16(bigEndian: sin.sin_port))) }
-        } else if family == AF_INET6 {
-            let sin6 = raw.assumingMemoryBound(to: sockaddr_in6.self).pointee
-            return withUnsafeBytes(of: sin6.sin6_addr) { IPAddress(bytes: Array($0)) }.map { ($0, Int(UInt16(bigEndian: sin6.sin6_port))) }
-        }
-        return nil
-    }
+    let endpoint = withUnsafeMutablePointer(to: &address.pointee.addr) { socketEndpoint(UnsafeRawPointer($0), family: family) }
     guard let endpoint else {
         transfer.refusal = "address family \(family) is not allowed"
         return larder_curl_socket_bad()
@@ -326,6 +316,20 @@ let openSocketCallback: larder_curl_opensocket_callback = { context, purpose, ad
         return larder_curl_socket_bad()
     }
     return socket(family, address.pointee.socktype, address.pointee.protocol)
+}
+
+/// The address and port of a sockaddr_in or sockaddr_in6 at `raw`; nil for another family.
+func socketEndpoint(_ raw: UnsafeRawPointer, family: Int32) -> (ip: IPAddress, port: Int)? {
+    switch family {
+    case AF_INET:
+        let sin = raw.assumingMemoryBound(to: sockaddr_in.self).pointee
+        return withUnsafeBytes(of: sin.sin_addr) { IPAddress(bytes: Array($0)) }.map { ($0, Int(UInt16(bigEndian: sin.sin_port))) }
+    case AF_INET6:
+        let sin6 = raw.assumingMemoryBound(to: sockaddr_in6.self).pointee
+        return withUnsafeBytes(of: sin6.sin6_addr) { IPAddress(bytes: Array($0)) }.map { ($0, Int(UInt16(bigEndian: sin6.sin6_port))) }
+    default:
+        return nil
+    }
 }
 
 /// This machine's interface addresses, read when asked (interfaces come and go): only for a
@@ -340,17 +344,8 @@ enum LocalAddresses {
         while let current = entry {
             defer { entry = current.pointee.ifa_next }
             guard let socketAddress = current.pointee.ifa_addr else { continue }
-            let raw = UnsafeRawPointer(socketAddress)
-            let local: IPAddress?
-            switch Int32(socketAddress.pointee.sa_family) {
-            case AF_INET:
-                local = withUnsafeBytes(of: raw.assumingMemoryBound(to: sockaddr_in.self).pointee.sin_addr) { IPAddress(bytes: Array($0)) }
-            case AF_INET6:
-                local = withUnsafeBytes(of: raw.assumingMemoryBound(to: sockaddr_in6.self).pointee.sin6_addr) { IPAddress(bytes: Array($0)) }
-            default:
-                local = nil
-            }
-            if let local, local.unmapped == address { return true }
+            let local = socketEndpoint(UnsafeRawPointer(socketAddress), family: Int32(socketAddress.pointee.sa_family))
+            if let local, local.ip.unmapped == address { return true }
         }
         return false
     }

@@ -364,7 +364,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     /// Deletes whole entry hashes (every variant) and `alsoDelete`; returns what went, with
     /// the bytes the entries took.
-    func deleteEntries(_ keys: [CacheKey], alsoDelete extra: [String] = []) throws(RedisError) -> [(primaryKey: CacheKey, bytes: Int, rows: Int)] {
+    func deleteEntries(_ keys: [CacheKey], alsoDelete extra: [String] = [])
+        throws(RedisError) -> [(primaryKey: CacheKey, bytes: Int, rows: Int)] {
         guard !keys.isEmpty || !extra.isEmpty else { return [] }
         var removed: [(primaryKey: CacheKey, bytes: Int, rows: Int)] = []
         for chunk in stride(from: 0, to: keys.count, by: 500).map({ Array(keys[$0..<min($0 + 500, keys.count)]) }) {

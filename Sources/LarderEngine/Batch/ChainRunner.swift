@@ -166,7 +166,8 @@ public final class ChainRun: Sendable {
                                                textIn: ["query", "headers", "method", "upstream", "bodyBase64"],
                                                budget: Template.Budget(bytes: Self.maxRenderedRequestBytes))
             guard rendered.canonicalBytes.count <= Self.maxRenderedRequestBytes else {
-                return ended(index, .failed(.invalid(path, "the request grows past \(Self.maxRenderedRequestBytes) bytes once its references are resolved")))
+                let limit = Self.maxRenderedRequestBytes
+                return ended(index, .failed(.invalid(path, "the request grows past \(limit) bytes once its references are resolved")))
             }
             request = try prepare(rendered, path)
         } catch let unresolved as Template.Unresolved {

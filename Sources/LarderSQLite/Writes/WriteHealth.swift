@@ -31,7 +31,8 @@ final class WriteHealth: Sendable {
         let last = lastProbe.load(ordering: .relaxed)
         // `now` may be older than `last` (another thread stored a later time after this one read
         // the clock): not due then, rather than a trap on unsigned overflow.
-        return now > last && now - last > Self.probeInterval && lastProbe.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
+        return now > last && now - last > Self.probeInterval
+            && lastProbe.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
     }
 
     /// Counts a failed write at `now`. Returns how many failed since the last report when one is

@@ -202,7 +202,8 @@ extension AdminRoute {
     }
 
     /// What a read of the store that failed answers: never an empty store that is not.
-    static let unreadable = LarderError(.storageFailed, "the store could not be read (a shared Redis out of reach or too slow, or a database error); retry")
+    static let unreadable = LarderError(.storageFailed,
+                                        "the store could not be read (a shared Redis out of reach or too slow, or a database error); retry")
 
     // MARK: - Namespaces
 
