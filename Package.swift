@@ -6,14 +6,14 @@
 import PackageDescription
 
 let strict: [SwiftSetting] = [
-    .enableUpcomingFeature("InternalImportsByDefault"),
+    .enableUpcomingFeature("InternalImportsByDefault")
 ]
 
 let package = Package(
     name: "Larder",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "larder", targets: ["larder"]),
+        .executable(name: "larder", targets: ["larder"])
     ],
     // Exact versions: the ones the machine's package mirror holds. Package.resolved is not
     // committed (the mirror's commit ids are not GitHub's), so the pins live here.
@@ -24,7 +24,7 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", exact: "5.0.1"),
         .package(url: "https://github.com/apple/swift-http-structured-headers.git", exact: "1.7.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
-        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1")
     ],
     targets: [
         // System libraries (Debian -dev packages) with thin shims for calls Swift cannot make.
@@ -33,7 +33,7 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
         .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
-        .systemLibrary(name: "CMalloc"),  // glibc's <malloc.h>, for the executable's memory discipline
+        .systemLibrary(name: "CMalloc"), // glibc's <malloc.h>, for the executable's memory discipline
 
         // The lock shared state lives behind: Synchronization.Mutex, or a pthread mutex that
         // ThreadSanitizer can see when built with -DLARDER_TSAN (scripts/sanitize thread). And the
@@ -48,7 +48,7 @@ let package = Package(
                 "LarderSync",
                 .product(name: "Crypto", package: "swift-crypto"),
                 // RFC 9651 parsing for CDN-Cache-Control (RFC 9213), a Structured Field.
-                .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
+                .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers")
             ],
             swiftSettings: strict
         ),
@@ -59,15 +59,26 @@ let package = Package(
             swiftSettings: strict
         ),
         // Adapters: each is the only importer of its C module.
-        .target(name: "LarderSQLite", dependencies: ["CSQLite", "CXXHash", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log"),
-                                                     .product(name: "Crypto", package: "swift-crypto")], swiftSettings: strict),
-        .target(name: "LarderCurl", dependencies: ["CCurl", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")], swiftSettings: strict),
+        .target(
+            name: "LarderSQLite",
+            dependencies: [
+                "CSQLite", "CXXHash", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto")
+            ], swiftSettings: strict),
+        .target(
+            name: "LarderCurl",
+            dependencies: ["CCurl", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strict),
         .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", "LarderCore", "LarderSync"], swiftSettings: strict),
         // The shared store (many instances on one Redis): XXH3 for its index keys' names, HMAC
         // (Crypto) to authenticate its entries.
-        .target(name: "LarderRedis", dependencies: ["CHiredis", "CXXHash", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log"),
-                                                    .product(name: "Crypto", package: "swift-crypto")],
-                swiftSettings: strict),
+        .target(
+            name: "LarderRedis",
+            dependencies: [
+                "CHiredis", "CXXHash", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto")
+            ],
+            swiftSettings: strict),
         // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
         .target(
             name: "LarderService",
@@ -77,7 +88,7 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Prometheus", package: "swift-prometheus")
             ],
             swiftSettings: strict
         ),
@@ -86,7 +97,7 @@ let package = Package(
             dependencies: [
                 "LarderService", "LarderCore", "LarderCurl", "CMalloc",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Logging", package: "swift-log")
             ],
             swiftSettings: strict
         ),
@@ -104,11 +115,15 @@ let package = Package(
             name: "LarderEngineTests",
             dependencies: ["LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")]
         ),
-        .testTarget(name: "LarderSQLiteTests", dependencies: ["LarderSQLite", "LarderEngine", "LarderCore", "LarderSync",
-                                                             .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(
+            name: "LarderSQLiteTests",
+            dependencies: [
+                "LarderSQLite", "LarderEngine", "LarderCore", "LarderSync",
+                .product(name: "Crypto", package: "swift-crypto")
+            ]),
         .testTarget(
             name: "LarderIntegrationTests",
             dependencies: ["LarderService", "LarderHTTP", "LarderCore", "LarderSync", "CMalloc", "LarderRedis", "LarderEngine", "CXXHash"]
-        ),
+        )
     ]
 )

@@ -26,7 +26,8 @@ public struct BatchRequest: Sendable {
     public static let maxConcurrency = 64
 
     /// Parses a /batch body; `maxRequests` is the per-call limit (`--max-batch`).
-    public static func parse(json bytes: [UInt8], upstreams: [String: NamedUpstream], maxRequests: Int) throws(LarderError) -> BatchRequest {
+    public static func parse(json bytes: [UInt8], upstreams: [String: NamedUpstream], maxRequests: Int) throws(LarderError) -> BatchRequest
+    {
         let fields = try JSONFields.body(bytes, known: ["requests", "mode", "concurrency", "timeoutMs"])
         guard let specs = try fields.array("requests") else { throw .invalid("requests", "is required") }
         guard !specs.isEmpty else { throw .invalid("requests", "must hold at least one request") }

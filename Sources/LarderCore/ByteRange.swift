@@ -22,7 +22,8 @@ public enum ByteRange {
         guard specs.count == 1 else { return .full }
         let spec = specs[0].trimmingSpaces
         guard let dash = spec.firstIndex(of: "-") else { return .full }
-        let firstText = spec[..<dash], lastText = spec[spec.index(after: dash)...]
+        let firstText = spec[..<dash]
+        let lastText = spec[spec.index(after: dash)...]
         func number(_ digits: Substring) -> Int? {
             guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
             return Int(digits)
@@ -79,7 +80,8 @@ public struct StoredPart: Sendable, Equatable {
         guard halves.count == 2, let total = Int(halves[1]), total > 0 else { return nil }
         let bounds = halves[0].split(separator: "-", maxSplits: 1)
         guard bounds.count == 2, let first = Int(bounds[0]), let last = Int(bounds[1]), first <= last, last < total,
-              bodyCount > 0 else { return nil }
+            bodyCount > 0
+        else { return nil }
         self.first = first
         self.count = min(bodyCount, last - first + 1)
         self.total = total

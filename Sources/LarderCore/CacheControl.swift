@@ -14,8 +14,10 @@ public struct CacheControl: Sendable, Equatable {
     }
 
     /// The directives whose value is delta-seconds (RFC 9111 §1.2.2, RFC 5861).
-    static let deltaSecondsDirectives: Set<String> = ["max-age", "s-maxage", "max-stale", "min-fresh",
-                                                      "stale-while-revalidate", "stale-if-error"]
+    static let deltaSecondsDirectives: Set<String> = [
+        "max-age", "s-maxage", "max-stale", "min-fresh",
+        "stale-while-revalidate", "stale-if-error"
+    ]
 
     /// `CDN-Cache-Control` (RFC 9213 §2.1) is a Structured Field Dictionary (RFC 9651 §3.2):
     /// nil when the field does not parse as one, which means it is ignored as a whole. A
@@ -73,7 +75,8 @@ public struct CacheControl: Sendable, Equatable {
         let found = directives.filter { $0.name == name }
         guard let first = found.first else { return .absent }
         guard found.allSatisfy({ $0.value == first.value }), let text = first.value, !text.isEmpty,
-              text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else {
+            text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") })
+        else {
             return .invalid
         }
         // §1.2.2: values too large to represent are taken as 2^31.
@@ -90,7 +93,10 @@ public struct CacheControl: Sendable, Equatable {
     // Character walk segments graphemes. The delimiters are ASCII, and a quoted-pair escapes
     // one byte (RFC 9110 §5.6.4: VCHAR or obs-text).
     private mutating func parse(_ text: String) {
-        let comma = UInt8(ascii: ","), equals = UInt8(ascii: "="), quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+        let comma = UInt8(ascii: ",")
+        let equals = UInt8(ascii: "=")
+        let quote = UInt8(ascii: "\"")
+        let backslash = UInt8(ascii: "\\")
         var bytes = text.utf8[...]
         while !bytes.isEmpty {
             // name
@@ -118,10 +124,17 @@ public struct CacheControl: Sendable, Equatable {
                         let byte = bytes[index]
                         if byte == backslash {
                             index = bytes.index(after: index)
-                            if index < bytes.endIndex { result.append(bytes[index]); index = bytes.index(after: index) }
+                            if index < bytes.endIndex {
+                                result.append(bytes[index])
+                                index = bytes.index(after: index)
+                            }
                             continue
                         }
-                        if byte == quote { closed = true; index = bytes.index(after: index); break }
+                        if byte == quote {
+                            closed = true
+                            index = bytes.index(after: index)
+                            break
+                        }
                         result.append(byte)
                         index = bytes.index(after: index)
                     }
@@ -170,7 +183,9 @@ public struct RequestDirectives: Sendable, Equatable {
     public init(headers: [HeaderField]) {
         let values = headers.values("cache-control")
         guard !values.isEmpty else {
-            noCache = headers.values("pragma").contains { $0.split(separator: ",").contains { $0.trimmingSpaces.lowercasedASCII == "no-cache" } }
+            noCache = headers.values("pragma").contains {
+                $0.split(separator: ",").contains { $0.trimmingSpaces.lowercasedASCII == "no-cache" }
+            }
             return
         }
         let cacheControl = CacheControl(values)

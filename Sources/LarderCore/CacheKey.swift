@@ -14,8 +14,9 @@
 //
 // and <n> is the byte length of the value that follows, so no two different inputs encode
 // alike. The ignored names are part of the key: otherwise `?a=EVIL` with `a` ignored would
-// share the entry of the URL without `a`, and answer everyone who asks for that one. The instance secret makes keys and fingerprints useless to anyone holding only the
-// database: a user id or a token cannot be recovered by hashing guesses.
+// share the entry of the URL without `a`, and answer everyone who asks for that one. The
+// instance secret makes keys and fingerprints useless to anyone holding only the database: a
+// user id or a token cannot be recovered by hashing guesses.
 //
 // `version` is deliberately not in the key: an entry stored under another version occupies
 // the same slot, is never served, and is replaced by the next fetch (YTKNetwork's cacheVersion).
@@ -75,8 +76,10 @@ public struct CacheKeyBuilder: Sendable {
         var credentials: [UInt8] = []
         // A shared cache (the proxy route) does not partition by credentials; RFC 9111 §3.5
         // decides instead what may be stored for a request with Authorization.
-        for field in request.headers where !request.shared
-            && (field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie")) {
+        for field in request.headers
+        where !request.shared
+            && (field.name.caseInsensitiveEquals("authorization") || field.name.caseInsensitiveEquals("cookie"))
+        {
             credentials.append(contentsOf: field.name.lowercasedASCII.utf8)
             credentials.append(UInt8(ascii: ":"))
             credentials.append(contentsOf: field.value.utf8)

@@ -15,15 +15,15 @@ public enum LookupDecision: Equatable, Sendable {
 
 /// Why a response was not stored. Each rule has its own name so logs can say which fired.
 public enum StoreRefusal: String, Sendable, Equatable {
-    case policyNoStore = "policy_no_store"            // cache.policy = no-store
-    case requestNoStore = "request_no_store"          // the caller sent Cache-Control: no-store
-    case methodNotCacheable = "method_not_cacheable"  // PUT, PATCH, DELETE; POST without ttl
-    case statusNotCacheable = "status_not_cacheable"  // only 200–299 are stored
-    case responseNoStore = "response_no_store"        // Cache-Control: no-store, even with ttl
-    case responsePrivate = "response_private"         // private response, no per-caller partition
-    case authorizedRequest = "authorized_request"     // shared cache, Authorization or Cookie, response not marked shareable
-    case responseVaries = "response_varies"           // Vary: * (never matches)
-    case objectTooLarge = "object_too_large"  // over --max-object-bytes: served, not stored
+    case policyNoStore = "policy_no_store" // cache.policy = no-store
+    case requestNoStore = "request_no_store" // the caller sent Cache-Control: no-store
+    case methodNotCacheable = "method_not_cacheable" // PUT, PATCH, DELETE; POST without ttl
+    case statusNotCacheable = "status_not_cacheable" // only 200–299 are stored
+    case responseNoStore = "response_no_store" // Cache-Control: no-store, even with ttl
+    case responsePrivate = "response_private" // private response, no per-caller partition
+    case authorizedRequest = "authorized_request" // shared cache, Authorization or Cookie, response not marked shareable
+    case responseVaries = "response_varies" // Vary: * (never matches)
+    case objectTooLarge = "object_too_large" // over --max-object-bytes: served, not stored
 }
 
 public enum StoreDecision: Equatable, Sendable {
@@ -48,8 +48,10 @@ public struct EntryFreshness: Sendable, Equatable {
     /// The response's age when it was stored (RFC 9111 §4.2.3 corrected_initial_age), seconds.
     public var initialAge: Double
 
-    public init(storedAt: Double, freshnessLifetime: Double, version: Int64, staleWhileRevalidate: Double = 0,
-                staleIfError: Double = 0, mustRevalidate: Bool = false, initialAge: Double = 0) {
+    public init(
+        storedAt: Double, freshnessLifetime: Double, version: Int64, staleWhileRevalidate: Double = 0,
+        staleIfError: Double = 0, mustRevalidate: Bool = false, initialAge: Double = 0
+    ) {
         self.storedAt = storedAt
         self.freshnessLifetime = freshnessLifetime
         self.version = version
@@ -108,8 +110,10 @@ public struct StoredFreshness: Sendable, Equatable {
     public var initialAge: Double = 0
     /// Fields named by `no-cache="…"` / `private="…"`, lower-cased: kept out of the store.
     public var withheldFields: Set<String> = []
-    public init(lifetime: Double, staleWhileRevalidate: Double = 0, staleIfError: Double = 0, mustRevalidate: Bool = false,
-                initialAge: Double = 0, withheldFields: Set<String> = []) {
+    public init(
+        lifetime: Double, staleWhileRevalidate: Double = 0, staleIfError: Double = 0, mustRevalidate: Bool = false,
+        initialAge: Double = 0, withheldFields: Set<String> = []
+    ) {
         self.lifetime = lifetime
         self.staleWhileRevalidate = staleWhileRevalidate
         self.staleIfError = staleIfError
@@ -120,8 +124,9 @@ public struct StoredFreshness: Sendable, Equatable {
 
     /// The entry's freshness, stored at `storedAt` under `version`.
     public func entry(storedAt: Double, version: Int64) -> EntryFreshness {
-        EntryFreshness(storedAt: storedAt, freshnessLifetime: lifetime, version: version, staleWhileRevalidate: staleWhileRevalidate,
-                       staleIfError: staleIfError, mustRevalidate: mustRevalidate, initialAge: initialAge)
+        EntryFreshness(
+            storedAt: storedAt, freshnessLifetime: lifetime, version: version, staleWhileRevalidate: staleWhileRevalidate,
+            staleIfError: staleIfError, mustRevalidate: mustRevalidate, initialAge: initialAge)
     }
 }
 
@@ -137,9 +142,11 @@ public enum CacheRules {
     }
 
     /// Whether to read the cache, and what to do with what was found.
-    public static func lookup(policy: CachePolicy, method: HTTPMethod, ttl: Double?, version: Int64,
-                              entry: EntryFreshness?, now: Double, stale: StaleWindows = StaleWindows(),
-                              directives: RequestDirectives = RequestDirectives()) -> LookupDecision {
+    public static func lookup(
+        policy: CachePolicy, method: HTTPMethod, ttl: Double?, version: Int64,
+        entry: EntryFreshness?, now: Double, stale: StaleWindows = StaleWindows(),
+        directives: RequestDirectives = RequestDirectives()
+    ) -> LookupDecision {
         switch policy {
         case .noStore, .reload:
             return .fetch
@@ -162,7 +169,8 @@ public enum CacheRules {
             if fresh, acceptableAge, freshEnough { return .serve(fresh: true) }
             // §5.2.1.2 max-stale, unless the origin said must-revalidate (§5.2.2.2).
             if !fresh, acceptableAge, !entry.mustRevalidate, let maxStale = directives.maxStale,
-               entry.staleness(now: now, ttl: ttl) <= maxStale {
+                entry.staleness(now: now, ttl: ttl) <= maxStale
+            {
                 return .serve(fresh: false)
             }
             if directives.onlyIfCached { return .failNotCached }
@@ -185,8 +193,10 @@ public enum CacheRules {
     /// (unreachable, timeout, or a 500, 502, 503 or 504 status). The window is the caller's
     /// (`cache.staleIfError`) or else the response's directive; a request's own
     /// `Cache-Control: stale-if-error` (`requested`) may widen it (§4: either may allow it).
-    public static func mayServeStaleOnError(_ entry: EntryFreshness, now: Double, ttl: Double?, window: Double?,
-                                            requested: Double? = nil) -> Bool {
+    public static func mayServeStaleOnError(
+        _ entry: EntryFreshness, now: Double, ttl: Double?, window: Double?,
+        requested: Double? = nil
+    ) -> Bool {
         guard !entry.mustRevalidate else { return false }
         let allowed = max(window ?? entry.staleIfError, requested ?? 0)
         return allowed > 0 && entry.staleness(now: now, ttl: ttl) < allowed
@@ -210,8 +220,13 @@ public enum CacheRules {
 
     /// Whether and how to store a response (RFC 9111 §3, §4.2).
     public static func store(_ inputs: StoreInputs) -> StoreDecision {
-        let policy = inputs.policy, method = inputs.method, ttl = inputs.ttl, status = inputs.status, headers = inputs.headers
-        let directives = inputs.directives, shared = inputs.shared
+        let policy = inputs.policy
+        let method = inputs.method
+        let ttl = inputs.ttl
+        let status = inputs.status
+        let headers = inputs.headers
+        let directives = inputs.directives
+        let shared = inputs.shared
         if policy == .noStore { return .refuse(.policyNoStore) }
         if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
@@ -225,7 +240,8 @@ public enum CacheRules {
         // that user's page (a 2xx without freshness would otherwise be stored and, through
         // max-stale, served to anyone).
         if inputs.sharedWithCredentials,
-           !(cacheControl.has("public") || cacheControl.has("s-maxage") || cacheControl.has("must-revalidate")) {
+            !(cacheControl.has("public") || cacheControl.has("s-maxage") || cacheControl.has("must-revalidate"))
+        {
             return .refuse(.authorizedRequest)
         }
         // §5.2.2.5: no-store forbids storing; the caller's ttl does not override the origin.
@@ -252,27 +268,31 @@ public enum CacheRules {
             if case .value(let value) = cacheControl.seconds(name) { return value }
             return 0
         }
-        return .store(StoredFreshness(
-            lifetime: freshness.seconds,
-            staleWhileRevalidate: seconds("stale-while-revalidate"),
-            staleIfError: seconds("stale-if-error"),
-            // §4.2.4: never served stale (on error, by max-stale, while revalidating) when a
-            // directive forbids it: must-revalidate, proxy-revalidate, no-cache, and for a
-            // shared cache s-maxage (which carries proxy-revalidate's meaning, §5.2.2.10).
-            mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")
-                || cacheControl.hasUnqualified("no-cache") || (shared && cacheControl.has("s-maxage")),
-            initialAge: initialAge(headers: headers, requestTime: inputs.requestTime, responseTime: inputs.responseTime),
-            withheldFields: cacheControl.fieldsNotToStore))
+        return .store(
+            StoredFreshness(
+                lifetime: freshness.seconds,
+                staleWhileRevalidate: seconds("stale-while-revalidate"),
+                staleIfError: seconds("stale-if-error"),
+                // §4.2.4: never served stale (on error, by max-stale, while revalidating) when a
+                // directive forbids it: must-revalidate, proxy-revalidate, no-cache, and for a
+                // shared cache s-maxage (which carries proxy-revalidate's meaning, §5.2.2.10).
+                mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")
+                    || cacheControl.hasUnqualified("no-cache") || (shared && cacheControl.has("s-maxage")),
+                initialAge: initialAge(headers: headers, requestTime: inputs.requestTime, responseTime: inputs.responseTime),
+                withheldFields: cacheControl.fieldsNotToStore))
     }
 
     /// RFC 9110 §9.3.3 / RFC 9111 §4: a response to POST may answer later GETs of the same
     /// URI when it has explicit freshness and a Content-Location equal to the POST's target
     /// (`contentLocationIsTarget`); it is then stored as that URI's GET response.
-    public static func postResponseAnswersGet(status: Int, headers: [HeaderField], contentLocationIsTarget: Bool,
-                                              receivedAt: Double) -> Bool {
+    public static func postResponseAnswersGet(
+        status: Int, headers: [HeaderField], contentLocationIsTarget: Bool,
+        receivedAt: Double
+    ) -> Bool {
         guard contentLocationIsTarget, (200...299).contains(status), status != 206 else { return false }
-        let freshness = freshnessLifetime(status: status, cacheControl: effectiveCacheControl(headers), headers: headers,
-                                          receivedAt: receivedAt)
+        let freshness = freshnessLifetime(
+            status: status, cacheControl: effectiveCacheControl(headers), headers: headers,
+            receivedAt: receivedAt)
         return freshness.source == .explicit && freshness.seconds > 0
     }
 
@@ -311,8 +331,10 @@ public enum CacheRules {
     /// heuristically cacheable statuses or `public` responses: a tenth of the time since
     /// Last-Modified, at most a day. `no-cache` (§5.2.2.4) means revalidate every time
     /// (lifetime 0). Invalid values mean stale (§4.2.1, §5.3).
-    public static func freshnessLifetime(status: Int = 200, cacheControl: CacheControl, headers: [HeaderField],
-                                         receivedAt: Double) -> (seconds: Double, source: FreshnessSource) {
+    public static func freshnessLifetime(
+        status: Int = 200, cacheControl: CacheControl, headers: [HeaderField],
+        receivedAt: Double
+    ) -> (seconds: Double, source: FreshnessSource) {
         // `no-cache="field"` does not ask for revalidation: the listed fields are simply not
         // stored (storableHeaders), so the rest may be reused while fresh.
         if cacheControl.hasUnqualified("no-cache") { return (0, .explicit) }
@@ -332,7 +354,8 @@ public enum CacheRules {
             return (max(0, expires - date), .explicit)
         }
         guard heuristicallyCacheable.contains(status) || cacheControl.has("public"),
-              let lastModified = headers.first(named: "last-modified").flatMap(HTTPDate.parse), lastModified < date else {
+            let lastModified = headers.first(named: "last-modified").flatMap(HTTPDate.parse), lastModified < date
+        else {
             return (0, .none)
         }
         return (min(heuristicCap, (date - lastModified) * heuristicFraction), .heuristic)
@@ -343,7 +366,8 @@ public enum CacheRules {
     /// the exchange took. §5.1: of a list, the first Age value counts; an invalid one is ignored.
     public static func initialAge(headers: [HeaderField], requestTime: Double, responseTime: Double) -> Double {
         let apparentAge = headers.first(named: "date").flatMap(HTTPDate.parse).map { max(0, responseTime - $0) } ?? 0
-        let ageValue: Double = headers.first(named: "age")
+        let ageValue: Double =
+            headers.first(named: "age")
             .flatMap { $0.split(separator: ",").first.map { $0.trimmingSpaces } }
             .flatMap { text in text.utf8.allSatisfy { $0 >= 48 && $0 <= 57 } && !text.isEmpty ? Double(text.prefix(10)) : nil } ?? 0
         let responseDelay = max(0, responseTime - requestTime)

@@ -31,7 +31,9 @@ public struct ChainReference: Sendable, Equatable, CustomStringConvertible {
         var index = trimmed.startIndex
         func name() -> String {
             let start = index
-            while index < trimmed.endIndex, trimmed[index].isLetter || trimmed[index].isNumber || trimmed[index] == "_" || trimmed[index] == "-" {
+            while index < trimmed.endIndex,
+                trimmed[index].isLetter || trimmed[index].isNumber || trimmed[index] == "_" || trimmed[index] == "-"
+            {
                 index = trimmed.index(after: index)
             }
             return String(trimmed[start..<index])
@@ -139,7 +141,8 @@ public indirect enum ChainCondition: Sendable, Equatable {
                 return options.contains { Self.equal(actual, $0) }
             case .matches:
                 guard case .string(let text)? = actual, case .string(let pattern)? = expected,
-                      let regex = try? Regex(pattern) else { return false }
+                    let regex = try? Regex(pattern)
+                else { return false }
                 return (try? regex.firstMatch(in: text)) != nil
             }
         }
@@ -215,7 +218,8 @@ public struct ChainPlan: Sendable {
             try step.rejectUnknown(["id", "request", "when", "dependsOn", "continueOnError"])
             guard let id = try step.string("id") else { throw .invalid(step.path("id"), "is required") }
             guard !id.isEmpty, id.utf8.count <= 64, id != "input",
-                  id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) else {
+                id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") })
+            else {
                 throw .invalid(step.path("id"), "must be 1–64 letters, digits, '_' or '-', and not 'input'")
             }
             guard !ids.contains(id) else { throw .invalid(step.path("id"), "'\(id)' is used by two steps") }
@@ -239,8 +243,10 @@ public struct ChainPlan: Sendable {
             for dependency in dependencies.sorted() where !ids.contains(dependency) {
                 throw .invalid("\(entry.path)", "refers to '\(dependency)', which is not a step of this chain")
             }
-            steps.append(ChainStep(id: entry.id, request: entry.request, when: entry.when, dependencies: dependencies,
-                                   continueOnError: entry.continueOnError))
+            steps.append(
+                ChainStep(
+                    id: entry.id, request: entry.request, when: entry.when, dependencies: dependencies,
+                    continueOnError: entry.continueOnError))
         }
         if let cycle = Self.cycle(in: steps) {
             throw .invalid("steps", "the steps \(cycle.joined(separator: " → ")) depend on each other in a cycle")
@@ -251,8 +257,9 @@ public struct ChainPlan: Sendable {
         for reference in outputReferences where reference.root != "input" && !ids.contains(reference.root) {
             throw .invalid("output", "refers to '\(reference.root)', which is not a step of this chain")
         }
-        var plan = ChainPlan(steps: steps, input: fields.value("input") ?? .object([:]), output: output, timeoutMs: timeout,
-                             outputOnly: outputOnly)
+        var plan = ChainPlan(
+            steps: steps, input: fields.value("input") ?? .object([:]), output: output, timeoutMs: timeout,
+            outputOnly: outputOnly)
         for reference in everyReference + outputReferences {
             if case .member(let name)? = reference.segments.first {
                 plan.readMembers[reference.root, default: []].insert(name)
@@ -288,10 +295,13 @@ public struct ChainPlan: Sendable {
         }
         try fields.rejectUnknown(["path", "op", "value"])
         guard let rawPath = try fields.string("path") else { throw .invalid(fields.path("path"), "is required") }
-        guard let reference = ChainReference(parsing: rawPath) else { throw .invalid(fields.path("path"), "'\(rawPath)' is not a reference path") }
+        guard let reference = ChainReference(parsing: rawPath) else {
+            throw .invalid(fields.path("path"), "'\(rawPath)' is not a reference path")
+        }
         guard let rawOp = try fields.string("op") else { throw .invalid(fields.path("op"), "is required") }
         guard let op = ChainCondition.Operator(rawValue: rawOp) else {
-            throw .invalid(fields.path("op"), "'\(rawOp)' is not one of \(ChainCondition.Operator.allCases.map(\.rawValue).joined(separator: ", "))")
+            throw .invalid(
+                fields.path("op"), "'\(rawOp)' is not one of \(ChainCondition.Operator.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         let expected = fields.members["value"]
         if op != .exists, expected == nil { throw .invalid(fields.path("value"), "is required for '\(rawOp)'") }
@@ -404,9 +414,11 @@ public enum Template {
     /// reference holds (query and header values: a number there is written as text).
     /// `lenient`: an unresolved reference becomes null (or "" inside text) instead of an error —
     /// for `output`, where a skipped step simply has no value.
-    public static func render(_ value: JSONValue, documents: [String: JSONValue], encodeIn: Set<String> = [],
-                              textIn: Set<String> = [], lenient: Bool = false, encoding: Bool = false,
-                              asText: Bool = false, budget: Budget? = nil) throws(Unresolved) -> JSONValue {
+    public static func render(
+        _ value: JSONValue, documents: [String: JSONValue], encodeIn: Set<String> = [],
+        textIn: Set<String> = [], lenient: Bool = false, encoding: Bool = false,
+        asText: Bool = false, budget: Budget? = nil
+    ) throws(Unresolved) -> JSONValue {
         switch value {
         case .string(let text):
             let pieces = Self.pieces(text)
@@ -439,9 +451,11 @@ public enum Template {
                     try budget?.spend(rendered.utf8.count, on: raw.trimmingCharacters(in: .whitespaces))
                     // In the path only: past `?` or `#` a value is no path segment.
                     if encoding, !out.utf8.contains(where: { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }),
-                       Self.climbsOnceDecoded(rendered) {
-                        throw Unresolved(reference: raw.trimmingCharacters(in: .whitespaces),
-                                         reason: "holds a '.' or '..' path segment, which would leave its place in the path")
+                        Self.climbsOnceDecoded(rendered)
+                    {
+                        throw Unresolved(
+                            reference: raw.trimmingCharacters(in: .whitespaces),
+                            reason: "holds a '.' or '..' path segment, which would leave its place in the path")
                     }
                     let start = out.utf8.count
                     out += encoding ? Self.percentEncode(rendered) : rendered
@@ -455,15 +469,18 @@ public enum Template {
         case .array(let elements):
             var rendered: [JSONValue] = []
             for element in elements {
-                rendered.append(try render(element, documents: documents, lenient: lenient, encoding: encoding, asText: asText,
-                                           budget: budget))
+                rendered.append(
+                    try render(
+                        element, documents: documents, lenient: lenient, encoding: encoding, asText: asText,
+                        budget: budget))
             }
             return .array(rendered)
         case .object(let members):
             var rendered: [String: JSONValue] = [:]
             for (key, member) in members {
-                rendered[key] = try render(member, documents: documents, lenient: lenient, encoding: encoding || encodeIn.contains(key),
-                                           asText: asText || textIn.contains(key), budget: budget)
+                rendered[key] = try render(
+                    member, documents: documents, lenient: lenient, encoding: encoding || encodeIn.contains(key),
+                    asText: asText || textIn.contains(key), budget: budget)
             }
             return .object(rendered)
         default:

@@ -6,9 +6,9 @@ import Foundation
 
 /// How a body is carried in the envelope.
 public enum BodyKind: Int, Sendable {
-    case json = 0     // "body": the upstream JSON, verbatim
-    case text = 1     // "bodyText": UTF-8 text
-    case binary = 2   // "bodyBase64"
+    case json = 0 // "body": the upstream JSON, verbatim
+    case text = 1 // "bodyText": UTF-8 text
+    case binary = 2 // "bodyBase64"
 
     /// Largest body embedded as JSON; larger JSON travels as `bodyText`. Embedding needs a
     /// validating scan, done where the response arrives (the upstream's thread), so it is
@@ -25,9 +25,10 @@ public enum BodyKind: Int, Sendable {
         let type = (contentType ?? "").lowercasedASCII
         let mediaType = type.split(separator: ";").first.map { $0.trimmingSpaces } ?? ""
         if mediaType == "application/json" || mediaType.hasSuffix("+json") || mediaType == "text/json",
-           body.count <= maxEmbeddedJSONBytes,
-           body.first != 0xEF, // no byte-order mark
-           JSONParser.isValid(body) {
+            body.count <= maxEmbeddedJSONBytes,
+            body.first != 0xEF, // no byte-order mark
+            JSONParser.isValid(body)
+        {
             return .json
         }
         return .text
@@ -60,8 +61,10 @@ public struct CacheReport: Sendable, Equatable {
     /// allowance rather than the response's stale-if-error.
     public var staleOnErrorPolicy = false
 
-    public init(outcome: CacheOutcome, key: CacheKey, age: Double, ttl: Double?, version: Int64, stored: Bool,
-                notStoredBecause: StoreRefusal? = nil, coalesced: Bool = false, upstreamError: String? = nil) {
+    public init(
+        outcome: CacheOutcome, key: CacheKey, age: Double, ttl: Double?, version: Int64, stored: Bool,
+        notStoredBecause: StoreRefusal? = nil, coalesced: Bool = false, upstreamError: String? = nil
+    ) {
         self.outcome = outcome
         self.key = key
         self.age = age
@@ -173,21 +176,26 @@ public enum WholeSeconds {
 public enum Envelope {
     /// `{"status":…,"headers":{…},"body"|"bodyText"|"bodyBase64":…,"cache":{…},"timing":{…}}`
     /// plus, when an upstream failure was tolerated, nothing else: errors use LarderError.jsonBody.
-    public static func render(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind,
-                              cache: CacheReport, totalMs: Double, upstreamMs: Double?) -> [UInt8] {
+    public static func render(
+        status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind,
+        cache: CacheReport, totalMs: Double, upstreamMs: Double?
+    ) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(body.count * (kind == .json ? 1 : 2) + headersJSON.count + 256)
         out.append(UInt8(ascii: "{"))
-        appendMembers(status: status, headersJSON: headersJSON, body: body, kind: kind, cache: cache, totalMs: totalMs,
-                      upstreamMs: upstreamMs, to: &out)
+        appendMembers(
+            status: status, headersJSON: headersJSON, body: body, kind: kind, cache: cache, totalMs: totalMs,
+            upstreamMs: upstreamMs, to: &out)
         out.append(UInt8(ascii: "}"))
         return out
     }
 
     /// The envelope's members without its braces, appended to `out`: /batch and /chain write
     /// their items' own members around them in one buffer (a large body is copied once).
-    public static func appendMembers(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind,
-                                     cache: CacheReport, totalMs: Double, upstreamMs: Double?, to out: inout [UInt8]) {
+    public static func appendMembers(
+        status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind,
+        cache: CacheReport, totalMs: Double, upstreamMs: Double?, to out: inout [UInt8]
+    ) {
         appendResponse(status: status, headersJSON: headersJSON, body: body, kind: kind, to: &out)
         out.append(contentsOf: #","cache":{"outcome":""#.utf8)
         out.append(contentsOf: cache.outcome.rawValue.utf8)

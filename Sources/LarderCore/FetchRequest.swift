@@ -72,8 +72,10 @@ public struct FetchRequest: Sendable {
     /// (warm jobs: YTKNetwork's resumable downloads).
     public var resumable = false
 
-    public init(method: HTTPMethod = .get, url: UpstreamURL, headers: [HeaderField] = [], body: [UInt8]? = nil,
-                timeoutMs: Int = FetchRequest.defaultTimeoutMs, cache: CacheOptions = CacheOptions(), shared: Bool = false) {
+    public init(
+        method: HTTPMethod = .get, url: UpstreamURL, headers: [HeaderField] = [], body: [UInt8]? = nil,
+        timeoutMs: Int = FetchRequest.defaultTimeoutMs, cache: CacheOptions = CacheOptions(), shared: Bool = false
+    ) {
         self.method = method
         self.url = url
         self.headers = headers
@@ -95,7 +97,7 @@ public struct FetchRequest: Sendable {
     /// host comes from `url` (a different Host would share a cache entry with another site).
     static let managedHeaders: Set<String> = [
         "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
-        "upgrade", "expect", "proxy-authorization", "proxy-connection",
+        "upgrade", "expect", "proxy-authorization", "proxy-connection"
     ]
 }
 
@@ -103,10 +105,14 @@ public struct FetchRequest: Sendable {
 
 extension FetchRequest {
     /// The members a /fetch spec may have (anything else is refused, naming it).
-    public static let knownFields = ["url", "upstream", "path", "cdn", "method", "query", "headers", "body", "bodyBase64",
-                                     "timeoutMs", "cache", "validate"]
-    public static let knownCacheFields = ["policy", "ttl", "version", "sensitive", "ignoreQuery", "namespace",
-                                          "staleWhileRevalidate", "staleIfError", "tags"]
+    public static let knownFields = [
+        "url", "upstream", "path", "cdn", "method", "query", "headers", "body", "bodyBase64",
+        "timeoutMs", "cache", "validate"
+    ]
+    public static let knownCacheFields = [
+        "policy", "ttl", "version", "sensitive", "ignoreQuery", "namespace",
+        "staleWhileRevalidate", "staleIfError", "tags"
+    ]
 
     /// Namespaces of this prefix belong to the proxy route (`proxy:NAME`): a /fetch caller who
     /// could write there could answer the proxy's clients with a response of its choosing.
@@ -119,7 +125,8 @@ extension FetchRequest {
 
     /// Validates one fetch spec already parsed; `path` names it in errors ("" for a /fetch body,
     /// `requests[2]` inside a batch).
-    public static func parse(_ value: JSONValue, path: String, upstreams: [String: NamedUpstream] = [:]) throws(LarderError) -> FetchRequest {
+    public static func parse(_ value: JSONValue, path: String, upstreams: [String: NamedUpstream] = [:]) throws(LarderError) -> FetchRequest
+    {
         let spec = try JSONFields(value, path: path)
         try spec.rejectUnknown(knownFields)
         return try SpecReader(spec: spec).validated(upstreams: upstreams)
@@ -157,7 +164,8 @@ private struct SpecReader {
         let method: HTTPMethod
         if let raw = try spec.string("method") {
             guard let parsed = HTTPMethod(rawValue: raw.uppercased()), HTTPMethod.fetchable.contains(parsed) else {
-                throw .invalid(spec.path("method"), "'\(raw)' is not one of \(HTTPMethod.fetchable.map(\.rawValue).joined(separator: ", "))")
+                throw .invalid(
+                    spec.path("method"), "'\(raw)' is not one of \(HTTPMethod.fetchable.map(\.rawValue).joined(separator: ", "))")
             }
             method = parsed
         } else {
@@ -217,11 +225,14 @@ private struct SpecReader {
         try cache?.rejectUnknown(FetchRequest.knownCacheFields)
         let options = try CacheReader(fields: cache, path: spec.path("cache")).validated(defaults: named?.cache ?? CacheDefaults())
         if options.policy == .cacheOnly || options.policy == .cacheElseLoad,
-           !CacheRules.isCacheable(method: method, ttl: options.ttl) {
-            throw .invalid(spec.path("cache.policy"), "'\(options.policy.rawValue)' needs a cacheable request: GET, HEAD, or POST with cache.ttl")
+            !CacheRules.isCacheable(method: method, ttl: options.ttl)
+        {
+            throw .invalid(
+                spec.path("cache.policy"), "'\(options.policy.rawValue)' needs a cacheable request: GET, HEAD, or POST with cache.ttl")
         }
-        var request = FetchRequest(method: method, url: upstreamURL, headers: fields, body: requestBody,
-                                   timeoutMs: timeout, cache: options)
+        var request = FetchRequest(
+            method: method, url: upstreamURL, headers: fields, body: requestBody,
+            timeoutMs: timeout, cache: options)
         request.originBoundHeaders = originBound
         if let validate = try spec.typed("validate") {
             request.validation = try ResponseValidation.parse(validate, path: spec.path("validate"))

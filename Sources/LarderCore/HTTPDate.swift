@@ -19,16 +19,18 @@ public enum HTTPDate {
     // Sun, 06 Nov 1994 08:49:37 GMT
     private static func imfFixdate(_ b: Bytes) -> Double? {
         guard b.count == 29, shortDay(b, 0) != nil, b[3] == UInt8(ascii: ","), b[4] == space, b[7] == space, b[11] == space,
-              b[16] == space, b[25] == space, matchesIgnoringASCIICase(b, at: 26, "gmt") else { return nil }
+            b[16] == space, b[25] == space, matchesIgnoringASCIICase(b, at: 26, "gmt")
+        else { return nil }
         return make(day: digits(b, 5, 2), month: month(b, 8), year: digits(b, 12, 4), time: b, at: 17)
     }
 
     // Sunday, 06-Nov-94 08:49:37 GMT
     private static func rfc850(_ b: Bytes) -> Double? {
         guard let comma = b.firstIndex(of: UInt8(ascii: ",")), isLongDay(b, comma),
-              b.count == comma + 24, b[comma + 1] == space, b[comma + 4] == UInt8(ascii: "-"), b[comma + 8] == UInt8(ascii: "-"),
-              b[comma + 11] == space, b[comma + 20] == space, matchesIgnoringASCIICase(b, at: comma + 21, "gmt"),
-              let shortYear = digits(b, comma + 9, 2) else { return nil }
+            b.count == comma + 24, b[comma + 1] == space, b[comma + 4] == UInt8(ascii: "-"), b[comma + 8] == UInt8(ascii: "-"),
+            b[comma + 11] == space, b[comma + 20] == space, matchesIgnoringASCIICase(b, at: comma + 21, "gmt"),
+            let shortYear = digits(b, comma + 9, 2)
+        else { return nil }
         // RFC 9110 §5.6.7: a two-digit year more than 50 years ahead is in the past century.
         let year = shortYear < 70 ? 2000 + shortYear : 1900 + shortYear
         return make(day: digits(b, comma + 2, 2), month: month(b, comma + 5), year: year, time: b, at: comma + 12)
@@ -52,7 +54,9 @@ public enum HTTPDate {
     /// The index (0-based) of the three-letter name at `offset` in `names`.
     private static func name(_ b: Bytes, _ offset: Int, in names: [UInt8]) -> Int? {
         guard offset + 3 <= b.count else { return nil }
-        let first = lowerASCII(b[offset]), second = lowerASCII(b[offset + 1]), third = lowerASCII(b[offset + 2])
+        let first = lowerASCII(b[offset])
+        let second = lowerASCII(b[offset + 1])
+        let third = lowerASCII(b[offset + 2])
         var index = 0
         while index < names.count {
             if names[index] == first, names[index + 1] == second, names[index + 2] == third { return index / 3 }
@@ -87,14 +91,15 @@ public enum HTTPDate {
     /// HH:MM:SS at `offset`, two digits each.
     private static func make(day: Int?, month: Int?, year: Int?, time b: Bytes, at offset: Int) -> Double? {
         guard offset + 8 <= b.count, b[offset + 2] == UInt8(ascii: ":"), b[offset + 5] == UInt8(ascii: ":"),
-              let hour = digits(b, offset, 2), let minute = digits(b, offset + 3, 2), let second = digits(b, offset + 6, 2)
+            let hour = digits(b, offset, 2), let minute = digits(b, offset + 3, 2), let second = digits(b, offset + 6, 2)
         else { return nil }
         return make(day: day, month: month, year: year, hour: hour, minute: minute, second: second)
     }
 
     private static func make(day: Int?, month: Int?, year: Int?, hour: Int, minute: Int, second: Int) -> Double? {
         guard let day, let month, let year, (1...31).contains(day), (1...9999).contains(year),
-              (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second) else { return nil }
+            (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second)
+        else { return nil }
         // Days from civil (Howard Hinnant's algorithm), proleptic Gregorian.
         let shiftedYear = month <= 2 ? year - 1 : year
         let era = (shiftedYear >= 0 ? shiftedYear : shiftedYear - 399) / 400
@@ -122,6 +127,7 @@ public enum HTTPDate {
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
         func two(_ value: Int) -> String { value < 10 ? "0\(value)" : "\(value)" }
         let monthName = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][month - 1]
-        return "\(weekday), \(two(day)) \(monthName) \(year) \(two(secondsOfDay / 3600)):\(two(secondsOfDay % 3600 / 60)):\(two(secondsOfDay % 60)) GMT"
+        let time = "\(two(secondsOfDay / 3600)):\(two(secondsOfDay % 3600 / 60)):\(two(secondsOfDay % 60))"
+        return "\(weekday), \(two(day)) \(monthName) \(year) \(time) GMT"
     }
 }

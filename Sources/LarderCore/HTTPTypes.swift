@@ -36,7 +36,10 @@ public struct HTTPMethod: RawRepresentable, Hashable, Sendable, CustomStringConv
 public struct HeaderField: Sendable, Equatable {
     public var name: String
     public var value: String
-    public init(_ name: String, _ value: String) { self.name = name; self.value = value }
+    public init(_ name: String, _ value: String) {
+        self.name = name
+        self.value = value
+    }
 }
 
 extension Array where Element == HeaderField {
@@ -62,13 +65,16 @@ extension Array where Element == HeaderField {
 extension String {
     /// ASCII case-insensitive equality, without allocating.
     public func caseInsensitiveEquals(_ other: String) -> Bool {
-        let lhs = utf8, rhs = other.utf8
+        let lhs = utf8
+        let rhs = other.utf8
         guard lhs.count == rhs.count else { return false }
         if let contiguous = lhs.withContiguousStorageIfAvailable({ left in
             rhs.withContiguousStorageIfAvailable { right in
                 left.indices.allSatisfy { left[$0] == right[$0] || lowerASCII(left[$0]) == lowerASCII(right[$0]) }
             }
-        }), let equal = contiguous { return equal }
+        }), let equal = contiguous {
+            return equal
+        }
         for (left, right) in zip(lhs, rhs) where left != right {
             guard lowerASCII(left) == lowerASCII(right) else { return false }
         }
@@ -85,7 +91,9 @@ extension String {
                 for index in bytes.indices { buffer[index] = lowerASCII(bytes[index]) }
                 return bytes.count
             }
-        }) { return lowered ?? self }
+        }) {
+            return lowered ?? self
+        }
         guard utf8.contains(where: isUpper) else { return self }
         return String(decoding: utf8.map(lowerASCII), as: UTF8.self)
     }
@@ -119,7 +127,7 @@ public enum HTTPToken {
 public enum HopByHop {
     public static let names: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-        "proxy-authenticate", "proxy-authorization",
+        "proxy-authenticate", "proxy-authorization"
     ]
 
     private static let fieldNames = FieldNames(names)
@@ -206,13 +214,17 @@ extension StringProtocol {
     /// breaking on every step, and a space or tab is one byte that never ends a longer character.
     public var trimmingSpaces: String {
         if let trimmed = utf8.withContiguousStorageIfAvailable({ bytes -> String in
-            var start = 0, end = bytes.count
+            var start = 0
+            var end = bytes.count
             while start < end, isOWS(bytes[start]) { start += 1 }
             while end > start, isOWS(bytes[end - 1]) { end -= 1 }
             if start == 0, end == bytes.count { return String(self) }
             return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
-        }) { return trimmed }
-        var start = startIndex, end = endIndex
+        }) {
+            return trimmed
+        }
+        var start = startIndex
+        var end = endIndex
         while start < end, self[start] == " " || self[start] == "\t" { start = index(after: start) }
         while end > start {
             let before = index(before: end)

@@ -79,9 +79,15 @@ public enum JSONParser {
             case UInt8(ascii: "{"): return try object(depth: depth)
             case UInt8(ascii: "["): return try array(depth: depth)
             case UInt8(ascii: "\""): return .string(try string())
-            case UInt8(ascii: "t"): try expect("true"); return .bool(true)
-            case UInt8(ascii: "f"): try expect("false"); return .bool(false)
-            case UInt8(ascii: "n"): try expect("null"); return .null
+            case UInt8(ascii: "t"):
+                try expect("true")
+                return .bool(true)
+            case UInt8(ascii: "f"):
+                try expect("false")
+                return .bool(false)
+            case UInt8(ascii: "n"):
+                try expect("null")
+                return .null
             case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return try number()
             default: throw error("unexpected character")
             }
@@ -92,7 +98,10 @@ public enum JSONParser {
             index += 1
             var members: [String: JSONValue] = [:]
             skipWhitespace()
-            if current == UInt8(ascii: "}") { index += 1; return .object(members) }
+            if current == UInt8(ascii: "}") {
+                index += 1
+                return .object(members)
+            }
             while true {
                 skipWhitespace()
                 guard current == UInt8(ascii: "\"") else { throw error("expected a member name") }
@@ -106,7 +115,9 @@ public enum JSONParser {
                 skipWhitespace()
                 switch current {
                 case UInt8(ascii: ","): index += 1
-                case UInt8(ascii: "}"): index += 1; return .object(members)
+                case UInt8(ascii: "}"):
+                    index += 1
+                    return .object(members)
                 default: throw error("expected ',' or '}'")
                 }
             }
@@ -117,14 +128,19 @@ public enum JSONParser {
             index += 1
             var elements: [JSONValue] = []
             skipWhitespace()
-            if current == UInt8(ascii: "]") { index += 1; return .array(elements) }
+            if current == UInt8(ascii: "]") {
+                index += 1
+                return .array(elements)
+            }
             while true {
                 skipWhitespace()
                 elements.append(try value(depth: depth + 1))
                 skipWhitespace()
                 switch current {
                 case UInt8(ascii: ","): index += 1
-                case UInt8(ascii: "]"): index += 1; return .array(elements)
+                case UInt8(ascii: "]"):
+                    index += 1
+                    return .array(elements)
                 default: throw error("expected ',' or ']'")
                 }
             }
@@ -319,7 +335,7 @@ public enum JSONParser {
                     index += 1
                     switch escape {
                     case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
-                         UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                        UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                         break
                     case UInt8(ascii: "u"): _ = try hex4()
                     default: throw error("invalid escape in a string")

@@ -84,11 +84,21 @@ public enum JSONWriter {
 
     @inline(__always) private static func append(_ byte: UInt8, to out: inout [UInt8]) {
         switch byte {
-        case UInt8(ascii: "\""): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\""))
-        case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "\\"))
-        case 0x0A: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "n"))
-        case 0x0D: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "r"))
-        case 0x09: out.append(UInt8(ascii: "\\")); out.append(UInt8(ascii: "t"))
+        case UInt8(ascii: "\""):
+            out.append(UInt8(ascii: "\\"))
+            out.append(UInt8(ascii: "\""))
+        case UInt8(ascii: "\\"):
+            out.append(UInt8(ascii: "\\"))
+            out.append(UInt8(ascii: "\\"))
+        case 0x0A:
+            out.append(UInt8(ascii: "\\"))
+            out.append(UInt8(ascii: "n"))
+        case 0x0D:
+            out.append(UInt8(ascii: "\\"))
+            out.append(UInt8(ascii: "r"))
+        case 0x09:
+            out.append(UInt8(ascii: "\\"))
+            out.append(UInt8(ascii: "t"))
         case 0..<0x20, 0x7F:
             out.append(contentsOf: "\\u00".utf8)
             out.append(hex[Int(byte >> 4)])

@@ -37,8 +37,10 @@ public struct NamedUpstream: Sendable, Equatable {
     /// Used for every cache option the request leaves out.
     public var cache: CacheDefaults
 
-    public init(name: String, baseURL: String, cdnURL: String? = nil, headers: [HeaderField] = [],
-                query: [String: String] = [:], cache: CacheDefaults = CacheDefaults()) {
+    public init(
+        name: String, baseURL: String, cdnURL: String? = nil, headers: [HeaderField] = [],
+        query: [String: String] = [:], cache: CacheDefaults = CacheDefaults()
+    ) {
         self.name = name
         self.baseURL = baseURL
         self.cdnURL = cdnURL
@@ -105,8 +107,8 @@ public struct NamedUpstream: Sendable, Equatable {
     /// A segment that is `.` or `..` before any `;` parameters, in one pass without
     /// allocating (this runs on every proxied request).
     private static func hasDotSegment(_ bytes: Substring.UTF8View) -> Bool {
-        var dots = 0          // dots since the segment began, while nothing else came
-        var onlyDots = true   // the segment's part before `;` is dots so far
+        var dots = 0 // dots since the segment began, while nothing else came
+        var onlyDots = true // the segment's part before `;` is dots so far
         var inParameters = false
         for byte in bytes {
             switch byte {

@@ -3,10 +3,11 @@
 // unless the server took it (libmicrohttpd closes what it was given), so a response that is
 // never sent (its client gone) does not leak the descriptor.
 
-#if canImport(Glibc)
-import Glibc
-#endif
 import LarderSync
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 public final class OwnedDescriptor: Sendable {
     private let descriptor: Locked<Int32?>

@@ -32,7 +32,8 @@ public struct QueryRedaction: Sendable, Equatable {
             let pair = query[start..<end]
             let equals = pair.utf8.firstIndex(of: UInt8(ascii: "="))
             let rawName = pair[..<(equals ?? pair.endIndex)]
-            let name = rawName.utf8.contains(UInt8(ascii: "%"))
+            let name =
+                rawName.utf8.contains(UInt8(ascii: "%"))
                 ? (rawName.removingPercentEncoding ?? String(rawName)).lowercased() : rawName.lowercased()
             if let equals, names.contains(name), pair[pair.index(after: equals)...] != Self.marker[...] {
                 changed = true

@@ -41,8 +41,10 @@ public enum RedirectPolicy {
     /// already followed. `following`: the request follows redirects (/fetch does, the proxy
     /// passes them on). `originBound`: fields (lower-case) that, like credentials, never go to
     /// another origin (those a named upstream's configuration added).
-    public static func next(after hop: Hop, status: Int, location: String?, hops: Int, following: Bool,
-                            originBound: Set<String> = []) -> Action {
+    public static func next(
+        after hop: Hop, status: Int, location: String?, hops: Int, following: Bool,
+        originBound: Set<String> = []
+    ) -> Action {
         guard following, followedStatuses.contains(status), let location else { return .deliver }
         guard hops < maxHops else { return .fail(LarderError(.tooManyRedirects, "more than \(maxHops) redirects")) }
         guard let resolved = URL(string: location, relativeTo: URL(string: hop.url.absoluteString))?.absoluteString else {

@@ -18,9 +18,9 @@ public indirect enum JSONTemplate: Sendable, Equatable {
 
     public static func == (lhs: JSONTemplate, rhs: JSONTemplate) -> Bool {
         switch (lhs, rhs) {
-        case let (.type(a, x), .type(b, y)): return a == b && x == y
-        case let (.array(a), .array(b)): return a == b
-        case let (.object(a), .object(b)):
+        case (.type(let a, let x), .type(let b, let y)): return a == b && x == y
+        case (.array(let a), .array(let b)): return a == b
+        case (.object(let a), .object(let b)):
             return a.count == b.count && zip(a, b).allSatisfy { $0.key == $1.key && $0.template == $1.template }
         default: return false
         }
@@ -33,7 +33,7 @@ public enum JSONType: String, Sendable, CaseIterable {
     func matches(_ value: JSONValue) -> Bool {
         switch (self, value) {
         case (.any, _), (.string, .string), (.boolean, .bool), (.object, .object), (.array, .array), (.null, .null),
-             (.number, .number):
+            (.number, .number):
             return true
         case (.integer, .number(let number)):
             return number.int64 != nil || number.double.rounded() == number.double
@@ -146,7 +146,8 @@ public struct ResponseValidation: Sendable, Equatable {
         if case .array(let bounds) = value {
             guard bounds.count == 2 else { throw .invalid(path, "a range is [low, high]") }
             // Either order: [299, 200] is the same range as [200, 299].
-            let first = try status(bounds[0], path + "[0]"), second = try status(bounds[1], path + "[1]")
+            let first = try status(bounds[0], path + "[0]")
+            let second = try status(bounds[1], path + "[1]")
             return min(first, second)...max(first, second)
         }
         let single = try status(value, path)
@@ -158,7 +159,8 @@ public struct ResponseValidation: Sendable, Equatable {
         case .string(let text):
             let optional = text.hasPrefix("?")
             guard let type = JSONType(rawValue: optional ? String(text.dropFirst()) : text) else {
-                throw .invalid(path, "'\(text)' is not a type: \(JSONType.allCases.map(\.rawValue).joined(separator: ", ")), optionally after '?'")
+                throw .invalid(
+                    path, "'\(text)' is not a type: \(JSONType.allCases.map(\.rawValue).joined(separator: ", ")), optionally after '?'")
             }
             return .type(type, optional: optional)
         case .array(let elements):

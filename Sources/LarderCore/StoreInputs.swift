@@ -26,11 +26,13 @@ public struct StoreInputs: Sendable, Equatable {
     /// A 206 kept as a stored part (§3.4); a 206 is stored only so.
     public var partial: Bool
 
-    public init(policy: CachePolicy, method: HTTPMethod, ttl: Double?, partitioned: Bool,
-                status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
-                requestTime: Double, responseTime: Double,
-                directives: RequestDirectives = RequestDirectives(),
-                sharedWithCredentials: Bool = false, shared: Bool = false, partial: Bool = false) {
+    public init(
+        policy: CachePolicy, method: HTTPMethod, ttl: Double?, partitioned: Bool,
+        status: Int, headers: [HeaderField], bodySize: Int, maxBodySize: Int,
+        requestTime: Double, responseTime: Double,
+        directives: RequestDirectives = RequestDirectives(),
+        sharedWithCredentials: Bool = false, shared: Bool = false, partial: Bool = false
+    ) {
         self.policy = policy
         self.method = method
         self.ttl = ttl

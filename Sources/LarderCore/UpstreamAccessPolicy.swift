@@ -77,7 +77,8 @@ public struct AddressRange: Sendable, CustomStringConvertible {
         if text.contains(".") { return text.split(separator: ".").map { UInt8($0)! } }
         let halves = text.components(separatedBy: "::")
         func groups(_ part: String) -> [UInt16] { part.isEmpty ? [] : part.split(separator: ":").map { UInt16($0, radix: 16)! } }
-        let head = groups(halves[0]), tail = halves.count > 1 ? groups(halves[1]) : []
+        let head = groups(halves[0])
+        let tail = halves.count > 1 ? groups(halves[1]) : []
         let all = head + Array(repeating: 0, count: 8 - head.count - tail.count) + tail
         return all.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xFF)] }
     }
@@ -102,7 +103,7 @@ public struct UpstreamAccessPolicy: Sendable {
         AddressRange("169.254.0.0/16", "link-local (cloud metadata)"),
         AddressRange("fe80::/10", "IPv6 link-local"),
         AddressRange("fd00:ec2::254/128", "AWS metadata (IPv6)"),
-        AddressRange("100.100.100.200/32", "Alibaba Cloud metadata"),
+        AddressRange("100.100.100.200/32", "Alibaba Cloud metadata")
     ]
 
     /// Refused with `--deny-private`.
@@ -124,7 +125,7 @@ public struct UpstreamAccessPolicy: Sendable {
         AddressRange("64:ff9b::/96", "NAT64"),
         AddressRange("64:ff9b:1::/48", "local-use NAT64"),
         AddressRange("2001::/32", "Teredo"),
-        AddressRange("2002::/16", "6to4"),
+        AddressRange("2002::/16", "6to4")
     ]
 
     /// nil when the host name may be requested, else the reason.

@@ -6,16 +6,19 @@
 import Foundation
 
 public struct UpstreamURL: Sendable, Equatable {
-    public let scheme: String          // "http" | "https"
-    public let host: String            // lower-cased; IPv6 literals keep their brackets
-    public let port: Int?              // nil when it is the scheme's default
-    public let path: String            // percent-normalised, dot segments removed, never empty
+    public let scheme: String // "http" | "https"
+    public let host: String // lower-cased; IPv6 literals keep their brackets
+    public let port: Int? // nil when it is the scheme's default
+    public let path: String // percent-normalised, dot segments removed, never empty
     public let queryItems: [QueryItem] // in the caller's order, `query` merged
 
     public struct QueryItem: Sendable, Equatable {
-        public var name: String        // percent-encoded, normalised
-        public var value: String?      // nil for `?flag`, "" for `?flag=`
-        public init(name: String, value: String?) { self.name = name; self.value = value }
+        public var name: String // percent-encoded, normalised
+        public var value: String? // nil for `?flag`, "" for `?flag=`
+        public init(name: String, value: String?) {
+            self.name = name
+            self.value = value
+        }
     }
 
     /// Parses an absolute http(s) URL. `field` names the request field in errors.
@@ -71,10 +74,11 @@ public struct UpstreamURL: Sendable, Equatable {
     /// Foundation's reading (URLComponents, RFC 3986): any URL.
     static func foundationParts(_ string: String) -> Parts? {
         guard let components = URLComponents(string: string), let scheme = components.scheme else { return nil }
-        return Parts(scheme: scheme, host: components.percentEncodedHost,
-                     hasCredentials: components.percentEncodedUser != nil || components.percentEncodedPassword != nil,
-                     port: components.port, path: components.percentEncodedPath,
-                     query: (components.percentEncodedQueryItems ?? []).map { QueryItem(name: $0.name, value: $0.value) })
+        return Parts(
+            scheme: scheme, host: components.percentEncodedHost,
+            hasCredentials: components.percentEncodedUser != nil || components.percentEncodedPassword != nil,
+            port: components.port, path: components.percentEncodedPath,
+            query: (components.percentEncodedQueryItems ?? []).map { QueryItem(name: $0.name, value: $0.value) })
     }
 
     /// The same reading for the URLs nearly every request carries, in one pass over the bytes
@@ -90,7 +94,8 @@ public struct UpstreamURL: Sendable, Equatable {
             var index = 0
             while index < count, Self.isLetter(bytes[index]) { index += 1 }
             guard index > 0, index + 3 <= count, bytes[index] == UInt8(ascii: ":"), bytes[index + 1] == UInt8(ascii: "/"),
-                  bytes[index + 2] == UInt8(ascii: "/") else { return nil }
+                bytes[index + 2] == UInt8(ascii: "/")
+            else { return nil }
             let scheme = String(decoding: UnsafeBufferPointer(rebasing: bytes[0..<index]), as: UTF8.self)
             index += 3
             // Host: letters, digits, dots, hyphens; then an optional port.
@@ -101,7 +106,8 @@ public struct UpstreamURL: Sendable, Equatable {
             var port: Int?
             if index < count, bytes[index] == UInt8(ascii: ":") {
                 index += 1
-                var value = 0, digits = 0
+                var value = 0
+                var digits = 0
                 while index < count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[index]), digits < 5 {
                     value = value * 10 + Int(bytes[index] - UInt8(ascii: "0"))
                     index += 1
@@ -138,8 +144,10 @@ public struct UpstreamURL: Sendable, Equatable {
                     let item = UnsafeBufferPointer(rebasing: bytes[itemStart..<itemEnd])
                     if let equals = item.firstIndex(of: UInt8(ascii: "=")) {
                         guard equals > 0 else { return nil }
-                        query.append(QueryItem(name: String(decoding: UnsafeBufferPointer(rebasing: item[..<equals]), as: UTF8.self),
-                                               value: String(decoding: UnsafeBufferPointer(rebasing: item[(equals + 1)...]), as: UTF8.self)))
+                        query.append(
+                            QueryItem(
+                                name: String(decoding: UnsafeBufferPointer(rebasing: item[..<equals]), as: UTF8.self),
+                                value: String(decoding: UnsafeBufferPointer(rebasing: item[(equals + 1)...]), as: UTF8.self)))
                     } else {
                         query.append(QueryItem(name: String(decoding: item, as: UTF8.self), value: nil))
                     }
@@ -266,7 +274,8 @@ public struct UpstreamURL: Sendable, Equatable {
         var index = 0
         while index < bytes.count {
             if bytes[index] == UInt8(ascii: "%"), index + 2 < bytes.count,
-               let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2]) {
+                let high = hexValue(bytes[index + 1]), let low = hexValue(bytes[index + 2])
+            {
                 let decoded = high << 4 | low
                 if unreserved.contains(decoded) {
                     out.append(decoded)
@@ -316,7 +325,10 @@ public struct UpstreamURL: Sendable, Equatable {
         var previousWasSlash = false
         var hasDotSegment = false
         for byte in path.utf8 {
-            if previousWasSlash, byte == UInt8(ascii: ".") { hasDotSegment = true; break }
+            if previousWasSlash, byte == UInt8(ascii: ".") {
+                hasDotSegment = true
+                break
+            }
             previousWasSlash = byte == UInt8(ascii: "/")
         }
         guard hasDotSegment else { return path }

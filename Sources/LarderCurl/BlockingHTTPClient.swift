@@ -16,8 +16,10 @@ public struct BlockingHTTPError: Error, CustomStringConvertible {
 
 public enum BlockingHTTPClient {
     /// Sends one request; throws when no HTTP response came back (refused, timed out, bad URL).
-    public static func send(_ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
-                            timeoutSeconds: Int = 30) throws(BlockingHTTPError) -> BlockingHTTPResponse {
+    public static func send(
+        _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
+        timeoutSeconds: Int = 30
+    ) throws(BlockingHTTPError) -> BlockingHTTPResponse {
         curlGlobalInit
         guard let handle = curl_easy_init() else { throw BlockingHTTPError(description: "cannot create a libcurl handle") }
         defer { curl_easy_cleanup(handle) }
@@ -36,8 +38,9 @@ public enum BlockingHTTPClient {
         if let body {
             larder_curl_setopt_offset(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
             body.withUnsafeBytes { bytes in
-                _ = larder_curl_setopt_pointer(handle, CURLOPT_COPYPOSTFIELDS,
-                                               UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!))
+                _ = larder_curl_setopt_pointer(
+                    handle, CURLOPT_COPYPOSTFIELDS,
+                    UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!))
             }
         }
         var list: UnsafeMutablePointer<curl_slist>?
@@ -58,8 +61,9 @@ public enum BlockingHTTPClient {
         larder_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
         var type: UnsafeMutableRawPointer?
         larder_curl_getinfo_pointer(handle, CURLINFO_CONTENT_TYPE, &type)
-        return BlockingHTTPResponse(status: status, contentType: type.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) },
-                                    body: sink.bytes)
+        return BlockingHTTPResponse(
+            status: status, contentType: type.map { String(cString: $0.assumingMemoryBound(to: CChar.self)) },
+            body: sink.bytes)
     }
 
     private static let curlGlobalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
@@ -72,6 +76,8 @@ private final class Sink {
 private let sinkCallback: larder_curl_data_callback = { data, size, count, context in
     let sink = Unmanaged<Sink>.fromOpaque(context!).takeUnretainedValue()
     let length = size * count
-    data.withMemoryRebound(to: UInt8.self, capacity: length) { sink.bytes.append(contentsOf: UnsafeBufferPointer(start: $0, count: length)) }
+    data.withMemoryRebound(to: UInt8.self, capacity: length) {
+        sink.bytes.append(contentsOf: UnsafeBufferPointer(start: $0, count: length))
+    }
     return length
 }

@@ -24,19 +24,26 @@ extension CurlDriver {
             // A resumed download: a 206 continuing exactly where the cut was completes it; a 200
             // (the representation changed, If-Range said so) replaces it.
             if status == 206, let range = transfer.headers.first(named: "content-range"),
-               range.hasPrefix("bytes \(partial.body.count)-") {
-                return exchange.succeed(UpstreamResponse(status: 200, headers: partial.headers, body: partial.body + transfer.body,
-                                                         requestTime: exchange.requestTime, responseTime: settings.clock.now()))
+                range.hasPrefix("bytes \(partial.body.count)-")
+            {
+                return exchange.succeed(
+                    UpstreamResponse(
+                        status: 200, headers: partial.headers, body: partial.body + transfer.body,
+                        requestTime: exchange.requestTime, responseTime: settings.clock.now()))
             }
             guard status == 200 else {
-                return exchange.fail(LarderError(.upstreamError,
-                                                 "\(exchange.url.authority) answered \(status) when a cut download was resumed"))
+                return exchange.fail(
+                    LarderError(
+                        .upstreamError,
+                        "\(exchange.url.authority) answered \(status) when a cut download was resumed"))
             }
         }
         let hop = RedirectPolicy.Hop(method: exchange.method, url: exchange.url, headers: exchange.headers, body: exchange.body)
-        switch RedirectPolicy.next(after: hop, status: status, location: transfer.headers.first(named: "location"),
-                                   hops: exchange.hops, following: exchange.request.followRedirects,
-                                   originBound: exchange.request.originBoundHeaders) {
+        switch RedirectPolicy.next(
+            after: hop, status: status, location: transfer.headers.first(named: "location"),
+            hops: exchange.hops, following: exchange.request.followRedirects,
+            originBound: exchange.request.originBoundHeaders)
+        {
         case .deliver:
             break
         case .follow(let next):
@@ -49,8 +56,10 @@ extension CurlDriver {
         case .fail(let error):
             return exchange.fail(error)
         }
-        exchange.succeed(UpstreamResponse(status: status, headers: transfer.headers, body: transfer.body,
-                                          requestTime: exchange.requestTime, responseTime: settings.clock.now()))
+        exchange.succeed(
+            UpstreamResponse(
+                status: status, headers: transfer.headers, body: transfer.body,
+                requestTime: exchange.requestTime, responseTime: settings.clock.now()))
     }
 
     /// Resuming a cut download (YTKNetwork's resumable downloads, RFC 9110 §14.2 and §13.1.5):
@@ -59,8 +68,9 @@ extension CurlDriver {
     /// Last-Modified. Returns that validator.
     private func resumeValidator(_ exchange: Exchange, _ transfer: Transfer, status: Int, result: CURLcode) -> String? {
         guard exchange.request.resumable, exchange.method == .get, exchange.resumes < 3,
-              result == CURLE_PARTIAL_FILE || result == CURLE_RECV_ERROR,
-              status == 200 || (status == 206 && exchange.partial != nil), !transfer.body.isEmpty else { return nil }
+            result == CURLE_PARTIAL_FILE || result == CURLE_RECV_ERROR,
+            status == 200 || (status == 206 && exchange.partial != nil), !transfer.body.isEmpty
+        else { return nil }
         let headers = exchange.partial?.headers ?? transfer.headers
         if let etag = headers.first(named: "etag"), !etag.hasPrefix("W/") { return etag }
         return headers.first(named: "last-modified")
@@ -76,8 +86,12 @@ extension CurlDriver {
         exchange.headers.removeAll { $0.name.caseInsensitiveEquals("range") || $0.name.caseInsensitiveEquals("if-range") }
         exchange.headers.append(HeaderField("Range", "bytes=\(exchange.partial!.body.count)-"))
         exchange.headers.append(HeaderField("If-Range", validator))
-        settings.logger.debug("resuming a cut download", metadata: ["url": "\(settings.redaction.apply(exchange.url.absoluteString))",
-                                                                   "from": "\(exchange.partial!.body.count)"])
+        settings.logger.debug(
+            "resuming a cut download",
+            metadata: [
+                "url": "\(settings.redaction.apply(exchange.url.absoluteString))",
+                "from": "\(exchange.partial!.body.count)"
+            ])
         begin(exchange)
     }
 }

@@ -23,8 +23,9 @@ import LarderCore
 import LarderEngine
 import LarderSync
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
@@ -84,8 +85,9 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         self.bounds = bounds
         larder_curl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 256)
         // `wait` polls the loop's descriptors as they are.
-        precondition(MemoryLayout<LoopDescriptor>.size == MemoryLayout<pollfd>.size
-                     && MemoryLayout<LoopDescriptor>.offset(of: \.revents) == MemoryLayout<pollfd>.offset(of: \.revents))
+        precondition(
+            MemoryLayout<LoopDescriptor>.size == MemoryLayout<pollfd>.size
+                && MemoryLayout<LoopDescriptor>.offset(of: \.revents) == MemoryLayout<pollfd>.offset(of: \.revents))
         // Unretained: the callbacks run inside libcurl calls this driver makes, and are unset
         // before the multi handle is cleaned up.
         let context = Unmanaged.passUnretained(self).toOpaque()
@@ -160,11 +162,13 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
             var one: UInt64 = 1
             _ = Glibc.write(self.ownWakeDescriptor, &one, 8)
         }
-        guard inbox.withLock({ inbox -> Bool in
-            guard inbox.phase == .idle else { return false }
-            inbox.phase = .running
-            return true
-        }) else { return }
+        guard
+            inbox.withLock({ inbox -> Bool in
+                guard inbox.phase == .idle else { return false }
+                inbox.phase = .running
+                return true
+            })
+        else { return }
         let thread = Thread { [self] in
             nameCurrentThread(name)
             CurlDriver.current = self
@@ -412,8 +416,10 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
         let now = settings.clock.now()
         waiting.removeAll { exchange in
             guard exchange.deadline <= now else { return false }
-            exchange.fail(LarderError(.upstreamTimeout,
-                                      "upstream did not answer within \(exchange.request.timeoutMs) ms (waited for a transfer slot)"))
+            exchange.fail(
+                LarderError(
+                    .upstreamTimeout,
+                    "upstream did not answer within \(exchange.request.timeoutMs) ms (waited for a transfer slot)"))
             return true
         }
     }

@@ -6,8 +6,9 @@ import CCurl
 import Foundation
 import LarderCore
 import LarderEngine
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One logical request, across its redirect hops. Confined to its driver's thread.
@@ -129,7 +130,9 @@ final class Transfer {
                 larder_curl_setopt_offset(handle, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
                 body.withUnsafeBytes { bytes in
                     // COPYPOSTFIELDS: libcurl keeps its own copy, so `body` need not outlive the call.
-                    _ = larder_curl_setopt_pointer(handle, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(errorBuffer)))
+                    _ = larder_curl_setopt_pointer(
+                        handle, CURLOPT_COPYPOSTFIELDS,
+                        UnsafeMutableRawPointer(mutating: bytes.baseAddress ?? UnsafeRawPointer(errorBuffer)))
                 }
             } else if exchange.method == .post {
                 larder_curl_setopt_offset(handle, CURLOPT_POSTFIELDSIZE_LARGE, 0)
@@ -164,7 +167,8 @@ final class Transfer {
     /// `list`, built as bytes: field values that are not UTF-8 (obs-text) go out as they came
     /// in (`FieldBytes`), and no String is interpolated and copied again as a C string.
     private func appendLine(to list: UnsafeMutablePointer<curl_slist>?, name: String, value: String)
-        -> UnsafeMutablePointer<curl_slist>? {
+        -> UnsafeMutablePointer<curl_slist>?
+    {
         func append(_ text: String, to line: inout [UInt8]) {
             if FieldBytes.hasRawBytes(text) { line.append(contentsOf: FieldBytes.bytes(text)) } else { line.append(contentsOf: text.utf8) }
         }
@@ -247,7 +251,8 @@ final class Transfer {
         guard !line.isEmpty else {
             // The end of a final response's header section: its announced length, for progress.
             if status == 200, exchange.partial == nil, let progress = exchange.request.progress,
-               let length = headers.first(named: "content-length").flatMap({ Int($0.trimmingSpaces) }) {
+                let length = headers.first(named: "content-length").flatMap({ Int($0.trimmingSpaces) })
+            {
                 progress.add(expected: length)
             }
             return true
@@ -258,8 +263,10 @@ final class Transfer {
             return true
         }
         guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else { return true }
-        headers.append(HeaderField(FieldBytes.string(UnsafeBufferPointer(rebasing: line[..<colon])),
-                                   Self.trimmedString(UnsafeBufferPointer(rebasing: line[(colon + 1)...]))))
+        headers.append(
+            HeaderField(
+                FieldBytes.string(UnsafeBufferPointer(rebasing: line[..<colon])),
+                Self.trimmedString(UnsafeBufferPointer(rebasing: line[(colon + 1)...]))))
         return true
     }
 
@@ -267,7 +274,8 @@ final class Transfer {
 
     /// The bytes without leading and trailing spaces and tabs, as a field value.
     private static func trimmedString(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
-        var start = 0, end = bytes.count
+        var start = 0
+        var end = bytes.count
         while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
         while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
         return FieldBytes.string(UnsafeBufferPointer(rebasing: bytes[start..<end]))

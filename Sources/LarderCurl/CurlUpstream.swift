@@ -24,10 +24,11 @@ import Dispatch
 import Foundation
 public import LarderCore
 public import LarderEngine
-public import Logging
 public import LarderSync
+public import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 public final class CurlUpstream: Upstream, @unchecked Sendable {
@@ -48,11 +49,14 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
     private let loopDrivers = Locked<[CurlDriver]>([])
     private let started = Atomic<Bool>(false)
 
-    public init(policy: UpstreamAccessPolicy, clock: Clock, userAgent: String, logger: Logger,
-                maxTransfers: Int = 256, maxInflightBodyBytes: Int = 256 << 20, resolve: [String] = [],
-                redaction: QueryRedaction = QueryRedaction()) {
-        settings = CurlSettings(policy: policy, clock: clock, userAgent: userAgent, logger: logger, resolve: resolve,
-                                redaction: redaction)
+    public init(
+        policy: UpstreamAccessPolicy, clock: Clock, userAgent: String, logger: Logger,
+        maxTransfers: Int = 256, maxInflightBodyBytes: Int = 256 << 20, resolve: [String] = [],
+        redaction: QueryRedaction = QueryRedaction()
+    ) {
+        settings = CurlSettings(
+            policy: policy, clock: clock, userAgent: userAgent, logger: logger, resolve: resolve,
+            redaction: redaction)
         bounds = TransferBounds(maxTransfers: maxTransfers, maxBodyBytes: maxInflightBodyBytes)
         background = CurlDriver(settings: settings, bounds: bounds)
     }

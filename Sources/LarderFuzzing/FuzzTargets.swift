@@ -31,7 +31,7 @@ public enum FuzzTargets {
         "warm-request": warmRequest,
         "request-framing": requestFraming,
         "query-redaction": queryRedaction,
-        "entry-codec": entryCodec,
+        "entry-codec": entryCodec
     ]
 
     public static var names: [String] { all.keys.sorted() }
@@ -51,7 +51,7 @@ public enum FuzzTargets {
     }
 
     static let upstreams: [String: NamedUpstream] = [
-        "api": NamedUpstream(name: "api", baseURL: "http://127.0.0.1:9/v1/", headers: [HeaderField("x-key", "k")]),
+        "api": NamedUpstream(name: "api", baseURL: "http://127.0.0.1:9/v1/", headers: [HeaderField("x-key", "k")])
     ]
 
     // MARK: header fields
@@ -67,8 +67,9 @@ public enum FuzzTargets {
         _ = CacheControl(structuredField: text(bytes))
         let effective = CacheRules.effectiveCacheControl(headers)
         for status in [200, 404, 500] {
-            let lifetime = CacheRules.freshnessLifetime(status: status, cacheControl: effective, headers: headers,
-                                                        receivedAt: 1_700_000_000)
+            let lifetime = CacheRules.freshnessLifetime(
+                status: status, cacheControl: effective, headers: headers,
+                receivedAt: 1_700_000_000)
             require(lifetime.seconds >= 0 && !lifetime.seconds.isNaN, "freshness lifetime \(lifetime.seconds)")
         }
         _ = CacheRules.storableHeaders(headers)
@@ -79,7 +80,7 @@ public enum FuzzTargets {
     static func httpDate(_ bytes: [UInt8]) {
         guard let seconds = HTTPDate.parse(text(bytes)) else { return }
         require(seconds.isFinite, "date \(seconds)")
-        guard (0...253_402_300_799).contains(seconds) else { return }  // 1970 to 9999: four-digit years
+        guard (0...253_402_300_799).contains(seconds) else { return } // 1970 to 9999: four-digit years
         let formatted = HTTPDate.format(seconds)
         require(HTTPDate.parse(formatted) == seconds.rounded(.down), "\(formatted) does not parse back to \(seconds)")
     }
@@ -100,13 +101,15 @@ public enum FuzzTargets {
         guard bytes.count >= 2 else { return }
         let length = Int(bytes[0]) << 8 | Int(bytes[1])
         let headers = fields(Array(bytes.dropFirst(2)))
-        let answer = ByteRange.answer(range: headers.combined("range"), ifRange: headers.combined("if-range"), length: length,
-                                      etag: headers.combined("etag"), lastModified: headers.combined("last-modified"))
+        let answer = ByteRange.answer(
+            range: headers.combined("range"), ifRange: headers.combined("if-range"), length: length,
+            etag: headers.combined("etag"), lastModified: headers.combined("last-modified"))
         if case .partial(let bounds) = answer {
             require(bounds.lowerBound >= 0 && bounds.upperBound < length, "range \(bounds) outside \(length) bytes")
         }
         if let contentRange = headers.combined("content-range"), let part = StoredPart(contentRange: contentRange, bodyCount: length),
-           let requested = StoredPart.requested(headers.combined("range"), total: part.total) {
+            let requested = StoredPart.requested(headers.combined("range"), total: part.total)
+        {
             require(requested.lowerBound >= 0 && requested.upperBound < part.total, "requested \(requested) outside \(part.total)")
         }
     }
@@ -166,7 +169,7 @@ public enum FuzzTargets {
         let raw = text(bytes)
         let documents: [String: JSONValue] = [
             "input": .object(["id": .number(7), "list": .array([.string("a"), .string("b")])]),
-            "user": .object(["status": .number(200), "body": .object(["items": .array([.object(["id": .string("x/y")])])])]),
+            "user": .object(["status": .number(200), "body": .object(["items": .array([.object(["id": .string("x/y")])])])])
         ]
         if let reference = ChainReference(parsing: raw) {
             _ = reference.resolve(in: documents)
@@ -226,10 +229,12 @@ public enum FuzzTargets {
         let freshness = entry.freshness
         for now in [freshness.storedAt, freshness.storedAt + 1e9, 0] {
             for ttl in [nil, 60.0] {
-                let report = CacheReport(outcome: .hit, key: entry.key, age: freshness.age(now: now, ttl: ttl),
-                                         ttl: freshness.remaining(now: now, ttl: ttl), version: freshness.version, stored: true)
-                let rendered = Envelope.render(status: entry.status, headersJSON: entry.headersJSON, body: entry.body,
-                                               kind: entry.bodyKind, cache: report, totalMs: 1, upstreamMs: nil)
+                let report = CacheReport(
+                    outcome: .hit, key: entry.key, age: freshness.age(now: now, ttl: ttl),
+                    ttl: freshness.remaining(now: now, ttl: ttl), version: freshness.version, stored: true)
+                let rendered = Envelope.render(
+                    status: entry.status, headersJSON: entry.headersJSON, body: entry.body,
+                    kind: entry.bodyKind, cache: report, totalMs: 1, upstreamMs: nil)
                 require(JSONParser.isValid(rendered, maxDepth: 1024), "the envelope of an accepted entry is not JSON")
                 _ = WholeSeconds.of(report.age, rounding: .down)
             }

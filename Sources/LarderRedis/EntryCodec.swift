@@ -40,8 +40,9 @@ public struct EntryCodec: Sendable {
     /// Entries authenticated under a key derived (HKDF) from the instance secret, so that key
     /// serves this one purpose.
     public init(secret: [UInt8]) {
-        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: secret), info: Array("larder-redis-entries/1".utf8),
-                                         outputByteCount: 32)
+        let key = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: secret), info: Array("larder-redis-entries/1".utf8),
+            outputByteCount: 32)
         keyed = KeyedHMAC(hmac: HMAC<SHA256>(key: key))
     }
 
@@ -183,9 +184,10 @@ public struct EntryCodec: Sendable {
             key: CacheKey(hex: key), primaryKey: CacheKey(hex: primaryKey), varyNames: varyNames, variantFingerprint: fingerprint,
             namespace: namespace, method: method, url: url, urlKey: urlKey, status: Int(status), headersJSON: headers, body: body,
             bodyKind: kind,
-            freshness: EntryFreshness(storedAt: storedAt, freshnessLifetime: lifetime, version: version,
-                                      staleWhileRevalidate: whileRevalidate, staleIfError: ifError,
-                                      mustRevalidate: mustRevalidate == 1, initialAge: initialAge),
+            freshness: EntryFreshness(
+                storedAt: storedAt, freshnessLifetime: lifetime, version: version,
+                staleWhileRevalidate: whileRevalidate, staleIfError: ifError,
+                mustRevalidate: mustRevalidate == 1, initialAge: initialAge),
             sensitiveFingerprint: sensitive, etag: etag, lastModified: lastModified, headerFields: fields)
         entry.tags = tags
         return entry

@@ -3,8 +3,8 @@
 // cause one can cause millions, and the log must stay readable and small.
 
 import Dispatch
-import Logging
 import LarderSync
+import Logging
 
 final class RateLimitedWarning: Sendable {
     private let interval: UInt64

@@ -33,11 +33,12 @@ extension RedisCacheStore {
 
     func record(_ entry: StoredEntry, hits: Int, bytes: Int) -> EntryRecord {
         let freshness = entry.freshness
-        return EntryRecord(key: entry.primaryKey, rowKey: entry.key, namespace: entry.namespace, method: entry.method.rawValue,
-                           url: entry.url, status: entry.status, bytes: bytes, storedAt: freshness.storedAt, expiresAt: freshness.expiresAt,
-                           staleUntil: freshness.staleUntil,
-                           version: freshness.version, tags: entry.tags, hits: hits, lastAccessAt: freshness.storedAt,
-                           etag: entry.etag, lastModified: entry.lastModified, varies: entry.varyNames)
+        return EntryRecord(
+            key: entry.primaryKey, rowKey: entry.key, namespace: entry.namespace, method: entry.method.rawValue,
+            url: entry.url, status: entry.status, bytes: bytes, storedAt: freshness.storedAt, expiresAt: freshness.expiresAt,
+            staleUntil: freshness.staleUntil,
+            version: freshness.version, tags: entry.tags, hits: hits, lastAccessAt: freshness.storedAt,
+            etag: entry.etag, lastModified: entry.lastModified, varies: entry.varyNames)
     }
 
     // MARK: - CacheAdministration
@@ -119,8 +120,9 @@ extension RedisCacheStore {
             if matching.count == rows.count {
                 commands.append(["DEL", entryKey(key)].map { Array($0.utf8) })
             } else {
-                commands.append(["HDEL", entryKey(key)].map { Array($0.utf8) }
-                                + matching.flatMap { [Array("e:\($0.entry.key.hex)".utf8), Array("h:\($0.entry.key.hex)".utf8)] })
+                commands.append(
+                    ["HDEL", entryKey(key)].map { Array($0.utf8) }
+                        + matching.flatMap { [Array("e:\($0.entry.key.hex)".utf8), Array("h:\($0.entry.key.hex)".utf8)] })
             }
             result.removed += matching.count
             result.bytes += matching.reduce(0) { $0 + $1.bytes }
@@ -159,7 +161,9 @@ extension RedisCacheStore {
                 let (keys, next) = try scanEntries(from: position, count: max(10, limit))
                 position = next
                 for (_, rows) in try rows(of: keys) {
-                    for row in rows where filter.matches(row.entry) { page.records.append(record(row.entry, hits: row.hits, bytes: row.bytes)) }
+                    for row in rows where filter.matches(row.entry) {
+                        page.records.append(record(row.entry, hits: row.hits, bytes: row.bytes))
+                    }
                 }
             } while position != "0" && page.records.count < limit
         } catch {
@@ -205,8 +209,10 @@ extension RedisCacheStore {
     }
 
     public func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
-        _ = try? backend.run([["HDEL", warmItemsKey(job.id), String(index)].map { Array($0.utf8) },
-                                     ["HSET", warmJobsKey, job.id].map { Array($0.utf8) } + [Self.encode(job)]])
+        _ = try? backend.run([
+            ["HDEL", warmItemsKey(job.id), String(index)].map { Array($0.utf8) },
+            ["HSET", warmJobsKey, job.id].map { Array($0.utf8) } + [Self.encode(job)]
+        ])
         completion()
     }
 
@@ -224,9 +230,12 @@ extension RedisCacheStore {
             guard let bytes = jobs[index + 1].bytes, let record = Self.decodeJob(bytes) else { continue }
             var pending: [(index: Int, sealedSpec: [UInt8])] = []
             if record.state == .queued || record.state == .running,
-               let items = try? backend.run(["HGETALL", warmItemsKey(record.id)]).array {
+                let items = try? backend.run(["HGETALL", warmItemsKey(record.id)]).array
+            {
                 for item in stride(from: 0, to: items.count - 1, by: 2) {
-                    if let position = items[item].string.flatMap(Int.init), let spec = items[item + 1].bytes { pending.append((position, spec)) }
+                    if let position = items[item].string.flatMap(Int.init), let spec = items[item + 1].bytes {
+                        pending.append((position, spec))
+                    }
                 }
             }
             result.append((record, pending.sorted { $0.index < $1.index }))
@@ -235,11 +244,13 @@ extension RedisCacheStore {
     }
 
     static func encode(_ record: WarmJobRecord) -> [UInt8] {
-        var object: [String: Any] = ["id": record.id, "state": record.state.rawValue, "total": record.total, "done": record.done,
-                                     "failed": record.failed, "stored": record.stored, "bytes": record.bytes,
-                                     "bytesExpected": record.bytesExpected, "concurrency": record.concurrency,
-                                     "createdAt": record.createdAt,
-                                     "errors": record.errors.map { ["index": $0.index, "url": $0.url, "code": $0.code] }]
+        var object: [String: Any] = [
+            "id": record.id, "state": record.state.rawValue, "total": record.total, "done": record.done,
+            "failed": record.failed, "stored": record.stored, "bytes": record.bytes,
+            "bytesExpected": record.bytesExpected, "concurrency": record.concurrency,
+            "createdAt": record.createdAt,
+            "errors": record.errors.map { ["index": $0.index, "url": $0.url, "code": $0.code] }
+        ]
         if let startedAt = record.startedAt { object["startedAt"] = startedAt }
         if let finishedAt = record.finishedAt { object["finishedAt"] = finishedAt }
         return Array((try? JSONSerialization.data(withJSONObject: object)) ?? Data())
@@ -249,11 +260,12 @@ extension RedisCacheStore {
     /// value planted in Redis must not drive a counter past its bounds).
     static func decodeJob(_ bytes: [UInt8]) -> WarmJobRecord? {
         guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any],
-              let id = object["id"] as? String, (1...64).contains(id.utf8.count),
-              let state = (object["state"] as? String).flatMap(WarmJobRecord.State.init(rawValue:)),
-              let total = object["total"] as? Int, (0...WarmJobRequest.maxRequests).contains(total),
-              let concurrency = object["concurrency"] as? Int, (1...BatchRequest.maxConcurrency).contains(concurrency),
-              let createdAt = time(object["createdAt"]) else { return nil }
+            let id = object["id"] as? String, (1...64).contains(id.utf8.count),
+            let state = (object["state"] as? String).flatMap(WarmJobRecord.State.init(rawValue:)),
+            let total = object["total"] as? Int, (0...WarmJobRequest.maxRequests).contains(total),
+            let concurrency = object["concurrency"] as? Int, (1...BatchRequest.maxConcurrency).contains(concurrency),
+            let createdAt = time(object["createdAt"])
+        else { return nil }
         var record = WarmJobRecord(id: id, state: state, total: total, concurrency: concurrency, createdAt: createdAt)
         func count(_ name: String, upTo limit: Int) -> Int? {
             guard let value = object[name] else { return 0 }
@@ -261,8 +273,9 @@ extension RedisCacheStore {
             return number
         }
         guard let done = count("done", upTo: total), let failed = count("failed", upTo: total - done),
-              let stored = count("stored", upTo: done),
-              let received = count("bytes", upTo: 1 << 53), let expected = count("bytesExpected", upTo: 1 << 53) else { return nil }
+            let stored = count("stored", upTo: done),
+            let received = count("bytes", upTo: 1 << 53), let expected = count("bytesExpected", upTo: 1 << 53)
+        else { return nil }
         record.done = done
         record.failed = failed
         record.stored = stored
@@ -275,7 +288,8 @@ extension RedisCacheStore {
         }
         record.errors = (object["errors"] as? [[String: Any]] ?? []).prefix(100).compactMap { item in
             guard let index = item["index"] as? Int, (0..<max(1, total)).contains(index), let url = item["url"] as? String,
-                  let code = item["code"] as? String else { return nil }
+                let code = item["code"] as? String
+            else { return nil }
             return .init(index: index, url: url, code: code)
         }
         return record
@@ -284,7 +298,8 @@ extension RedisCacheStore {
     /// Seconds since 1970, finite and within the codec's bounds.
     private static func time(_ value: Any?) -> Double? {
         guard let seconds = (value as? Double) ?? (value as? Int).map(Double.init), seconds.isFinite,
-              (0...EntryCodec.maxSeconds).contains(seconds) else { return nil }
+            (0...EntryCodec.maxSeconds).contains(seconds)
+        else { return nil }
         return seconds
     }
 }

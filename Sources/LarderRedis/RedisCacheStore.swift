@@ -23,14 +23,14 @@
 // entries, put back a value Larder wrote earlier for the same key (served until its own
 // freshness ends), or set a namespace's version back (its retired entries serve again).
 
-import Crypto
 import CXXHash
+import Crypto
 import Dispatch
 import Foundation
 public import LarderCore
 public import LarderEngine
-public import Logging
 import LarderSync
+public import Logging
 
 // @unchecked Sendable: a dispatch timer is thread-safe, and `flushTimer` is set once in init;
 // everything else is immutable or behind a lock or an atomic.
@@ -69,15 +69,20 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     /// Connects (failing when Redis cannot be reached, unless `requireConnection` is false).
     /// `secret` is the instance secret every instance on the store shares (--secret-file).
-    public convenience init(address: RedisAddress, secret: [UInt8], settings: Settings = Settings(), requireConnection: Bool = true,
-                            logger: Logger) throws {
-        try self.init(backend: RedisPool(address: address, timeoutMs: settings.timeoutMs), secret: secret, settings: settings,
-                      requireConnection: requireConnection, logger: logger)
+    public convenience init(
+        address: RedisAddress, secret: [UInt8], settings: Settings = Settings(), requireConnection: Bool = true,
+        logger: Logger
+    ) throws {
+        try self.init(
+            backend: RedisPool(address: address, timeoutMs: settings.timeoutMs), secret: secret, settings: settings,
+            requireConnection: requireConnection, logger: logger)
     }
 
     /// On a Redis Cluster (`redis-cluster://host:port,host:port`).
-    public convenience init(clusterURL: String, secret: [UInt8], settings: Settings = Settings(), requireConnection: Bool = true,
-                            logger: Logger) throws {
+    public convenience init(
+        clusterURL: String, secret: [UInt8], settings: Settings = Settings(), requireConnection: Bool = true,
+        logger: Logger
+    ) throws {
         let cluster = try RedisCluster(url: clusterURL, timeoutMs: settings.timeoutMs)
         if requireConnection { try cluster.discover() } else { try? cluster.discover() }
         try self.init(backend: cluster, secret: secret, settings: settings, requireConnection: requireConnection, logger: logger)
@@ -121,7 +126,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let last = usageRefreshedAt.load(ordering: .relaxed)
         // `now > last`: another scrape may have stored a later time since this one read the clock.
         if last == 0 || (now > last && now - last > 60_000_000_000),
-           usageRefreshedAt.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged {
+            usageRefreshedAt.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
+        {
             DispatchQueue.global(qos: .utility).async { [weak self] in _ = self?.statistics() }
         }
         var figures = StoreFigures()
@@ -156,30 +162,38 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// instance could read the other's entries). Removes the secret an earlier version kept in
     /// plain beside the entries (`<prefix>secret`).
     public func claimSecret() throws(RedisError) {
-        let replies = try backend.run([["SET", fingerprintKey, secretFingerprint, "NX"].map { Array($0.utf8) },
-                                       ["GET", fingerprintKey].map { Array($0.utf8) },
-                                       ["DEL", "\(settings.prefix)secret"].map { Array($0.utf8) }])
+        let replies = try backend.run([
+            ["SET", fingerprintKey, secretFingerprint, "NX"].map { Array($0.utf8) },
+            ["GET", fingerprintKey].map { Array($0.utf8) },
+            ["DEL", "\(settings.prefix)secret"].map { Array($0.utf8) }
+        ])
         if case .error(let message) = replies[0] { throw RedisError("cannot record the secret's fingerprint in Redis: \(message)") }
         guard let recorded = replies[1].string else { throw RedisError("cannot read the secret's fingerprint back from Redis") }
         guard recorded == secretFingerprint else { throw Self.otherSecret(recorded: recorded, key: fingerprintKey, store: backend.display) }
     }
 
     static func otherSecret(recorded: String, key: String, store: String) -> RedisError {
-        RedisError("the store at \(store) is used by instances with another secret (the fingerprint in \(key) is \(recorded.prefix(12))…, "
-            + "this secret's differs): give every instance the same --secret-file. To change the secret, stop every instance, "
-            + "delete \(key) and start them all with the new file (or use a new --store-prefix)")
+        RedisError(
+            "the store at \(store) is used by instances with another secret (the fingerprint in \(key) is \(recorded.prefix(12))…, "
+                + "this secret's differs): give every instance the same --secret-file. To change the secret, stop every instance, "
+                + "delete \(key) and start them all with the new file (or use a new --store-prefix)")
     }
 
     /// Every 10 s: records the fingerprint again if Redis lost it (a restart without
     /// persistence, an eviction), and says so loudly if an instance with another secret
     /// recorded its own meanwhile.
     func reassertSecret() {
-        guard let replies = try? backend.run([["SET", fingerprintKey, secretFingerprint, "NX"].map { Array($0.utf8) },
-                                              ["GET", fingerprintKey].map { Array($0.utf8) }]),
-              let recorded = replies[1].string, recorded != secretFingerprint else { return }
-        fingerprintLog.warn(logger, level: .error,
-                            "\(Self.otherSecret(recorded: recorded, key: fingerprintKey, store: backend.display).description); "
-                                + "this instance's entries and theirs are misses to each other")
+        guard
+            let replies = try? backend.run([
+                ["SET", fingerprintKey, secretFingerprint, "NX"].map { Array($0.utf8) },
+                ["GET", fingerprintKey].map { Array($0.utf8) }
+            ]),
+            let recorded = replies[1].string, recorded != secretFingerprint
+        else { return }
+        fingerprintLog.warn(
+            logger, level: .error,
+            "\(Self.otherSecret(recorded: recorded, key: fingerprintKey, store: backend.display).description); "
+                + "this instance's entries and theirs are misses to each other")
     }
 
     // MARK: - Keys
@@ -222,8 +236,9 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// write one can write millions), and removed (the one field, or the whole key).
     private func reject(field: String?, of primaryKey: CacheKey, because reason: String) {
         rejectedEntries.add(1, ordering: .relaxed)
-        rejectionLog.warn(logger, level: .warning, "a value in Redis \(reason); removed and answered as a miss",
-                          metadata: ["key": "\(entryKey(primaryKey))", "field": "\(field ?? "-")"])
+        rejectionLog.warn(
+            logger, level: .warning, "a value in Redis \(reason); removed and answered as a miss",
+            metadata: ["key": "\(entryKey(primaryKey))", "field": "\(field ?? "-")"])
         if let field {
             _ = try? backend.run(["HDEL", entryKey(primaryKey), field, "h:" + field.dropFirst(2)])
         } else {
@@ -274,7 +289,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let ttl = String(retentionMs(entry))
         var commands: [[[UInt8]]] = [
             ["EVAL", Self.saveScript, "1", entryKey(entry.primaryKey)].map { Array($0.utf8) }
-                + [Array(entry.key.hex.utf8), codec.encode(entry), Array(entry.varyNames.joined(separator: ",").utf8), Array(ttl.utf8)],
+                + [Array(entry.key.hex.utf8), codec.encode(entry), Array(entry.varyNames.joined(separator: ",").utf8), Array(ttl.utf8)]
         ]
         for index in entry.tags.map(tagKey) + [urlIndexKey(entry.urlKey)] {
             commands.append(["SADD", index, entry.primaryKey.hex].map { Array($0.utf8) })
@@ -295,7 +310,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     public func recordHit(_ key: CacheKey, at time: Double) {
         hitShards[key.shardIndex].tally.withLock { tally in
-            if tally[key.hex] != nil { return tally[key.hex]!.hits += 1 }
+            if tally[key.hex] != nil {
+                tally[key.hex]!.hits += 1
+                return
+            }
             // A variant's row key is its primary key, a dot and its fingerprint.
             tally[key.hex] = (CacheKey(hex: String(key.hex.prefix { $0 != "." })), 1)
         }
@@ -307,7 +325,12 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     func flushHits() {
         var tally: [String: (primaryKey: CacheKey, hits: Int64)] = [:]
         for shard in hitShards {
-            tally.merge(shard.tally.withLock { taken in defer { taken = [:] }; return taken }) { ($0.primaryKey, $0.hits + $1.hits) }
+            tally.merge(
+                shard.tally.withLock { taken in
+                    defer { taken = [:] }
+                    return taken
+                }
+            ) { ($0.primaryKey, $0.hits + $1.hits) }
         }
         guard !tally.isEmpty else { return }
         let commands = tally.map { rowKey, count in
@@ -338,7 +361,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         for index in stride(from: 0, to: fields.count - 1, by: 2) {
             // As any value read from Redis: used only when it is one the admin API could have set.
             if let name = fields[index].string, !name.isEmpty, name.utf8.count <= Self.maxNamespaceBytes,
-               let version = fields[index + 1].string.flatMap({ Int64($0) }), CacheOptions.versions.contains(version) {
+                let version = fields[index + 1].string.flatMap({ Int64($0) }), CacheOptions.versions.contains(version)
+            {
                 versions[name] = version
             }
         }
@@ -353,7 +377,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     /// An entry hash's hit counts and stored sizes, by row key.
     static func fields(of hash: [RedisValue]) -> (hits: [String: Int], sizes: [String: Int]) {
-        var hits: [String: Int] = [:], sizes: [String: Int] = [:]
+        var hits: [String: Int] = [:]
+        var sizes: [String: Int] = [:]
         for index in stride(from: 0, to: hash.count - 1, by: 2) {
             guard let name = hash[index].string else { continue }
             if name.hasPrefix("h:") { hits[String(name.dropFirst(2))] = Int(hash[index + 1].string ?? "") ?? 0 }
@@ -365,12 +390,14 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// Deletes whole entry hashes (every variant) and `alsoDelete`; returns what went, with
     /// the bytes the entries took.
     func deleteEntries(_ keys: [CacheKey], alsoDelete extra: [String] = [])
-        throws(RedisError) -> [(primaryKey: CacheKey, bytes: Int, rows: Int)] {
+        throws(RedisError) -> [(primaryKey: CacheKey, bytes: Int, rows: Int)]
+    {
         guard !keys.isEmpty || !extra.isEmpty else { return [] }
         var removed: [(primaryKey: CacheKey, bytes: Int, rows: Int)] = []
         for chunk in stride(from: 0, to: keys.count, by: 500).map({ Array(keys[$0..<min($0 + 500, keys.count)]) }) {
-            let sizes = try backend.run(chunk.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } }
-                                        + chunk.map { ["DEL", entryKey($0)].map { Array($0.utf8) } })
+            let sizes = try backend.run(
+                chunk.map { ["HGETALL", entryKey($0)].map { Array($0.utf8) } }
+                    + chunk.map { ["DEL", entryKey($0)].map { Array($0.utf8) } })
             do {
                 try requireNoErrorReply(sizes[chunk.count...])
             } catch {
@@ -406,7 +433,9 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// go (a big purge, or messages may have been missed while disconnected).
     public func onForget(_ handler: @escaping @Sendable (CacheKey?) -> Void) { forgetHandler.set(handler) }
     /// `handler(namespace, version)` when an instance set a namespace's version.
-    public func onNamespaceVersion(_ handler: @escaping @Sendable (String, Int64) -> Void) { versionHandler.set { handler($0.namespace, $0.version) } }
+    public func onNamespaceVersion(_ handler: @escaping @Sendable (String, Int64) -> Void) {
+        versionHandler.set { handler($0.namespace, $0.version) }
+    }
 
     private func received(_ verb: String, _ argument: String) {
         switch verb {
@@ -422,9 +451,9 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
             // so a message alone (anyone who can PUBLISH) changes nothing and adds no namespace.
             let parts = argument.split(separator: " ", maxSplits: 1)
             guard parts.count == 2, let version = Int64(parts[0]), CacheOptions.versions.contains(version),
-                  parts[1].utf8.count <= Self.maxNamespaceBytes,
-                  let stored = try? backend.run(["HGET", namespaceVersionsKey, String(parts[1])]).string.flatMap({ Int64($0) }),
-                  stored == version
+                parts[1].utf8.count <= Self.maxNamespaceBytes,
+                let stored = try? backend.run(["HGET", namespaceVersionsKey, String(parts[1])]).string.flatMap({ Int64($0) }),
+                stored == version
             else { return }
             versionHandler((namespace: String(parts[1]), version: version))
         case "done":
@@ -454,8 +483,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let milliseconds = String(max(1000, Int(seconds * 1000)))
         let replies: [RedisValue]
         do {
-            replies = try backend.run([["SET", leaseKey(key), instance, "NX", "PX", milliseconds].map { Array($0.utf8) },
-                                         ["PTTL", leaseKey(key)].map { Array($0.utf8) }])
+            replies = try backend.run([
+                ["SET", leaseKey(key), instance, "NX", "PX", milliseconds].map { Array($0.utf8) },
+                ["PTTL", leaseKey(key)].map { Array($0.utf8) }
+            ])
         } catch {
             // Redis is gone: lead locally (pass-through); nobody else can be told anyway.
             waiting.withLock { _ = $0.removeValue(forKey: key) }

@@ -29,7 +29,10 @@ public final class RedisCluster: RedisBackend {
         var seeds: [RedisAddress] = []
         for (index, item) in list.enumerated() {
             var address = try RedisAddress(url: "redis://" + item)
-            if index > 0, let first = seeds.first { address.user = first.user; address.password = first.password }
+            if index > 0, let first = seeds.first {
+                address.user = first.user
+                address.password = first.password
+            }
             seeds.append(address)
         }
         self.seeds = seeds
@@ -60,7 +63,8 @@ public final class RedisCluster: RedisBackend {
                     for range in reply.array {
                         let parts = range.array
                         guard parts.count >= 3, let start = parts[0].integer, let end = parts[1].integer,
-                              let host = parts[2].array.first?.string, let port = parts[2].array.dropFirst().first?.integer else { continue }
+                            let host = parts[2].array.first?.string, let port = parts[2].array.dropFirst().first?.integer
+                        else { continue }
                         let index = node(host: host, port: Int(port), in: &topology)
                         for slot in Int(start)...Int(end) where slot < 16384 { slots[slot] = index }
                     }
@@ -129,7 +133,10 @@ public final class RedisCluster: RedisBackend {
                 var batch: [[[UInt8]]] = []
                 var positions: [Int?] = []
                 for index in group.indices {
-                    if asking[index] != nil { batch.append([Array("ASKING".utf8)]); positions.append(nil) }
+                    if asking[index] != nil {
+                        batch.append([Array("ASKING".utf8)])
+                        positions.append(nil)
+                    }
                     batch.append(commands[index])
                     positions.append(index)
                 }
@@ -139,7 +146,10 @@ public final class RedisCluster: RedisBackend {
                 } catch {
                     // The node is gone (a failover?): read the map again and retry there.
                     failures.add(1, ordering: .relaxed)
-                    if attempt == 2 { failing.store(true, ordering: .relaxed); throw error }
+                    if attempt == 2 {
+                        failing.store(true, ordering: .relaxed)
+                        throw error
+                    }
                     rediscover = true
                     retry += group.indices
                     continue
@@ -206,7 +216,8 @@ public final class RedisCluster: RedisBackend {
     private static func redirect(_ message: String) -> (moved: Bool, host: String, port: Int)? {
         let parts = message.split(separator: " ")
         guard parts.count == 3, parts[0] == "MOVED" || parts[0] == "ASK", let colon = parts[2].lastIndex(of: ":"),
-              let port = Int(parts[2][parts[2].index(after: colon)...]) else { return nil }
+            let port = Int(parts[2][parts[2].index(after: colon)...])
+        else { return nil }
         return (parts[0] == "MOVED", String(parts[2][..<colon]), port)
     }
 
@@ -215,7 +226,8 @@ public final class RedisCluster: RedisBackend {
     static func slot(of key: [UInt8]) -> Int {
         var tagged = key[...]
         if let open = key.firstIndex(of: UInt8(ascii: "{")),
-           let close = key[(open + 1)...].firstIndex(of: UInt8(ascii: "}")), close > open + 1 {
+            let close = key[(open + 1)...].firstIndex(of: UInt8(ascii: "}")), close > open + 1
+        {
             tagged = key[(open + 1)..<close]
         }
         var crc: UInt16 = 0
@@ -226,4 +238,3 @@ public final class RedisCluster: RedisBackend {
         return Int(crc) % 16384
     }
 }
-

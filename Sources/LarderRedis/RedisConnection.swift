@@ -43,7 +43,8 @@ public struct RedisAddress: Sendable, Equatable {
     /// Parses a `redis://` URL; `rediss://` is refused (Debian's hiredis 0.14 has no TLS).
     public init(url: String) throws(RedisError) {
         if url.hasPrefix("rediss://") {
-            throw RedisError("rediss:// (TLS) is not supported: Debian's hiredis 0.14 has no TLS; use redis:// on a trusted network or a TLS tunnel")
+            throw RedisError(
+                "rediss:// (TLS) is not supported: Debian's hiredis 0.14 has no TLS; use redis:// on a trusted network or a TLS tunnel")
         }
         guard url.hasPrefix("redis://"), let components = URLComponents(string: url), let host = components.host, !host.isEmpty else {
             throw RedisError("'\(url)' is not redis://[user:password@]host:port[/db]")
@@ -53,7 +54,9 @@ public struct RedisAddress: Sendable, Equatable {
         self.user = components.user.flatMap { $0.isEmpty ? nil : $0.removingPercentEncoding }
         self.password = components.password?.removingPercentEncoding
         let path = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
-        guard let database = path.isEmpty ? 0 : Int(path), database >= 0 else { throw RedisError("the database in '\(url)' must be a number") }
+        guard let database = path.isEmpty ? 0 : Int(path), database >= 0 else {
+            throw RedisError("the database in '\(url)' must be a number")
+        }
         self.database = database
     }
 
@@ -166,7 +169,7 @@ public final class RedisConnection: @unchecked Sendable {
     }
 
     private static func value(of reply: UnsafePointer<redisReply>) -> RedisValue {
-        switch Int(larder_reply_type(reply)) {  // the LARDER_REPLY_* constants import as Int
+        switch Int(larder_reply_type(reply)) { // the LARDER_REPLY_* constants import as Int
         case LARDER_REPLY_STRING:
             return .bytes(bytes(reply))
         case LARDER_REPLY_INTEGER:

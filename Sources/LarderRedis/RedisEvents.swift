@@ -5,8 +5,8 @@
 
 import Dispatch
 import Foundation
-import Logging
 import LarderSync
+import Logging
 
 final class RedisEvents: Sendable {
     private let addresses: @Sendable () -> [RedisAddress]

@@ -11,8 +11,9 @@ import LarderRedis
 import LarderSQLite
 import LarderSync
 public import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 public enum LarderVersion {
@@ -79,7 +80,7 @@ public final class LarderService: @unchecked Sendable {
             // the others compare.
             do {
                 try redis.claimSecret()
-            } catch where configuration.storeFallbackPassThrough && !redis.storageHealthy {
+            } catch  where configuration.storeFallbackPassThrough && !redis.storageHealthy {
                 logger.warning("cannot compare the secret's fingerprint with Redis's now; it is compared when Redis answers")
             } catch {
                 store.close()
@@ -89,13 +90,15 @@ public final class LarderService: @unchecked Sendable {
         // Filled by the listeners below as each binds, before it accepts: no upstream connection
         // may reach them, or a /fetch caller could drive this instance's own routes.
         let ownListeners = OwnListeners()
-        let policy = UpstreamAccessPolicy(allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate,
-                                          ownListeners: ownListeners)
+        let policy = UpstreamAccessPolicy(
+            allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate,
+            ownListeners: ownListeners)
         let redaction = QueryRedaction(names: configuration.redactQuery)
-        let upstream = CurlUpstream(policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
-                                    maxTransfers: configuration.maxUpstreamTransfers,
-                                    maxInflightBodyBytes: configuration.maxInflightBodyBytes, resolve: configuration.resolve,
-                                    redaction: redaction)
+        let upstream = CurlUpstream(
+            policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
+            maxTransfers: configuration.maxUpstreamTransfers,
+            maxInflightBodyBytes: configuration.maxInflightBodyBytes, resolve: configuration.resolve,
+            redaction: redaction)
         upstream.start()
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
@@ -114,20 +117,24 @@ public final class LarderService: @unchecked Sendable {
         redis?.onForget { [weak tier] key in
             if let key { tier?.forget(key) } else { tier?.forgetAll() }
         }
-        let engine = FetchEngine(store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
-                                 clock: clock, limits: limits, sharedFlights: redis, logger: logger)
+        let engine = FetchEngine(
+            store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
+            clock: clock, limits: limits, sharedFlights: redis, logger: logger)
         redis?.onNamespaceVersion { [weak engine] namespace, version in engine?.namespaces.set(namespace, to: version) }
         let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let sealing = SpecSealing(secret: secret)
-        let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
-                                makeRequest: { spec, path throws(LarderError) in
-                                    try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName)
-                                },
-                                seal: { sealing.seal($0) }, open: { sealing.open($0) })
-        let admin = AdminRoute(engine: engine, upstreams: upstreamsByName, store: store, tier: tier, traffic: engine.traffic,
-                               clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
+        let warmJobs = WarmJobs(
+            engine: engine, store: store, clock: clock,
+            makeRequest: { spec, path throws(LarderError) in
+                try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName)
+            },
+            seal: { sealing.seal($0) }, open: { sealing.open($0) })
+        let admin = AdminRoute(
+            engine: engine, upstreams: upstreamsByName, store: store, tier: tier, traffic: engine.traffic,
+            clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
         if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
-            logger.warning("""
+            logger.warning(
+                """
                 the /cache admin routes are open to anyone who can reach \(configuration.host): \
                 set --admin-token (or LARDER_ADMIN_TOKEN)
                 """)
@@ -137,20 +144,24 @@ public final class LarderService: @unchecked Sendable {
         // The listeners, for their connection gauges; weak: each server holds the router, which
         // holds the scrape closure.
         let listeners = Locked<[(name: String, server: WeakServer)]>([])
-        let router = Router(engine: engine, clock: clock, logger: logger, configuration: configuration,
-                            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store, loop: loop,
-                            scrape: { [weak tier] memoBytes in
-                                let connections = listeners.withLock { listeners in
-                                    listeners.compactMap { listener in
-                                        listener.server.server.map { server in
-                                            let connections = server.connections
-                                            return (name: listener.name, open: connections.open, limit: connections.limit)
-                                        }
-                                    }
-                                }
-                                return tier.map { metrics.scrape(store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes,
-                                                                 listeners: connections) } ?? []
-                            })
+        let router = Router(
+            engine: engine, clock: clock, logger: logger, configuration: configuration,
+            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store, loop: loop,
+            scrape: { [weak tier] memoBytes in
+                let connections = listeners.withLock { listeners in
+                    listeners.compactMap { listener in
+                        listener.server.server.map { server in
+                            let connections = server.connections
+                            return (name: listener.name, open: connections.open, limit: connections.limit)
+                        }
+                    }
+                }
+                return tier.map {
+                    metrics.scrape(
+                        store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes,
+                        listeners: connections)
+                } ?? []
+            })
 
         var serverConfiguration = HTTPServerConfiguration()
         serverConfiguration.host = configuration.host
@@ -225,9 +236,10 @@ public final class LarderService: @unchecked Sendable {
         self.server = server
         self.proxyServer = proxyServer
         self.adminServer = adminServer
-        let where_ = redis.map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
+        let storeDisplay =
+            redis.map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
             ?? "database \(configuration.databasePath)"
-        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), \(where_)")
+        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), \(storeDisplay)")
         if let proxyServer, let root = configuration.proxyRoot {
             logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
         }
@@ -258,8 +270,9 @@ public final class LarderService: @unchecked Sendable {
             capacity.retention = configuration.retentionSeconds
             capacity.keepStaleFor = configuration.staleOnErrorSeconds
             let open = {
-                try SQLiteCacheStore(path: configuration.databasePath, maxVariants: configuration.maxVariants,
-                                     bodyFileThreshold: configuration.bodyFileThresholdBytes, capacity: capacity, logger: logger)
+                try SQLiteCacheStore(
+                    path: configuration.databasePath, maxVariants: configuration.maxVariants,
+                    bodyFileThreshold: configuration.bodyFileThresholdBytes, capacity: capacity, logger: logger)
             }
             try requireWritableDatabase(at: configuration.databasePath)
             do {
@@ -267,8 +280,9 @@ public final class LarderService: @unchecked Sendable {
             } catch let error as SQLiteError where error.isDamagedFile {
                 let path = configuration.databasePath
                 guard configuration.renameCorruptDatabase else {
-                    throw ConfigurationError("the database \(path) is damaged or not a Larder database (\(error.message)); "
-                        + "move it aside, or start with --on-corrupt rename to do so and start empty")
+                    throw ConfigurationError(
+                        "the database \(path) is damaged or not a Larder database (\(error.message)); "
+                            + "move it aside, or start with --on-corrupt rename to do so and start empty")
                 }
                 let aside = path + ".corrupt-\(Int(Date().timeIntervalSince1970))"
                 for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
@@ -283,13 +297,17 @@ public final class LarderService: @unchecked Sendable {
         settings.timeoutMs = configuration.storeTimeoutMs
         settings.retention = configuration.retentionSeconds
         let require = !configuration.storeFallbackPassThrough
-        let store = configuration.store.hasPrefix("redis-cluster://")
-            ? try RedisCacheStore(clusterURL: configuration.store, secret: secret, settings: settings, requireConnection: require,
-                                  logger: logger)
-            : try RedisCacheStore(address: try RedisAddress(url: configuration.store), secret: secret, settings: settings,
-                                  requireConnection: require, logger: logger)
+        let store =
+            configuration.store.hasPrefix("redis-cluster://")
+            ? try RedisCacheStore(
+                clusterURL: configuration.store, secret: secret, settings: settings, requireConnection: require,
+                logger: logger)
+            : try RedisCacheStore(
+                address: try RedisAddress(url: configuration.store), secret: secret, settings: settings,
+                requireConnection: require, logger: logger)
         if !store.storageHealthy {
-            logger.warning("""
+            logger.warning(
+                """
                 Redis at \(store.addressDisplay) is unreachable; \
                 serving uncached until it returns (--store-fallback pass-through)
                 """)

@@ -169,7 +169,7 @@ final class RequestMemo: Sendable {
             var pick = UInt64(truncatingIfNeeded: key.hash)
             while contents.bytes + cost > share, !contents.slots.isEmpty {
                 contents.evict(at: Int((pick >> 33) % UInt64(contents.slots.count)))
-                pick = pick &* 6364136223846793005 &+ 1442695040888963407  // Knuth's MMIX LCG
+                pick = pick &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407 // Knuth's MMIX LCG
             }
             contents.slots.append((key, cost))
             contents.entries[key] = (prepared, contents.slots.count - 1)
@@ -180,7 +180,10 @@ final class RequestMemo: Sendable {
     /// Entries and estimated bytes held now, over all shards.
     var usage: (entries: Int, bytes: Int) {
         shards.reduce(into: (0, 0)) { total, shard in
-            shard.contents.withLock { total.0 += $0.entries.count; total.1 += $0.bytes }
+            shard.contents.withLock {
+                total.0 += $0.entries.count
+                total.1 += $0.bytes
+            }
         }
     }
 }

@@ -9,29 +9,31 @@
 @_exported import Synchronization
 
 #if LARDER_TSAN
-import Glibc
+    import Glibc
 
-public final class Locked<Value: ~Copyable>: @unchecked Sendable {
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: Value
+    public final class Locked<Value: ~Copyable>: @unchecked Sendable {
+        private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+        private var value: Value
 
-    public init(_ initialValue: consuming sending Value) {
-        mutex = .allocate(capacity: 1)
-        pthread_mutex_init(mutex, nil)
-        value = initialValue
+        public init(_ initialValue: consuming sending Value) {
+            mutex = .allocate(capacity: 1)
+            pthread_mutex_init(mutex, nil)
+            value = initialValue
+        }
+
+        deinit {
+            pthread_mutex_destroy(mutex)
+            mutex.deallocate()
+        }
+
+        public func withLock<Result: ~Copyable, E: Error>(_ body: (inout sending Value) throws(E) -> sending Result) throws(E)
+            -> sending Result
+        {
+            pthread_mutex_lock(mutex)
+            defer { pthread_mutex_unlock(mutex) }
+            return try body(&value)
+        }
     }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deallocate()
-    }
-
-    public func withLock<Result: ~Copyable, E: Error>(_ body: (inout sending Value) throws(E) -> sending Result) throws(E) -> sending Result {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
-    }
-}
 #else
-public typealias Locked<Value: ~Copyable> = Mutex<Value>
+    public typealias Locked<Value: ~Copyable> = Mutex<Value>
 #endif

@@ -6,8 +6,9 @@ import Dispatch
 import Foundation
 import LarderCurl
 import Synchronization
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 struct Cache: ParsableCommand {
@@ -54,7 +55,9 @@ struct ServerOptions: ParsableArguments {
         let parsed = response.body.isEmpty ? nil : try? JSONSerialization.jsonObject(with: Data(response.body))
         guard (200...299).contains(response.status) else {
             let error = (parsed as? [String: Any])?["error"] as? [String: Any]
-            let message = error.map { "\($0["code"] ?? "error"): \($0["message"] ?? "")" + (($0["field"] as? String).map { " (\($0))" } ?? "") }
+            let message = error.map {
+                "\($0["code"] ?? "error"): \($0["message"] ?? "")" + (($0["field"] as? String).map { " (\($0))" } ?? "")
+            }
             throw CLIError("\(method) \(path) → \(response.status) \(message ?? String(decoding: response.body, as: UTF8.self))")
         }
         return parsed
@@ -86,8 +89,12 @@ enum Format {
     static func bytes(_ value: Any?) -> String {
         let count = Double((value as? Int) ?? Int((value as? Double) ?? 0))
         let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var scaled = count, unit = 0
-        while scaled >= 1024, unit < units.count - 1 { scaled /= 1024; unit += 1 }
+        var scaled = count
+        var unit = 0
+        while scaled >= 1024, unit < units.count - 1 {
+            scaled /= 1024
+            unit += 1
+        }
         return unit == 0 ? "\(Int(count)) B" : String(format: "%.1f %@", scaled, units[unit])
     }
 
@@ -113,7 +120,9 @@ enum Format {
     static func table(_ rows: [[String]]) -> String {
         guard let first = rows.first else { return "" }
         var widths = Array(repeating: 0, count: first.count)
-        for row in rows { for (index, cell) in row.enumerated() where index < widths.count { widths[index] = max(widths[index], cell.count) } }
+        for row in rows {
+            for (index, cell) in row.enumerated() where index < widths.count { widths[index] = max(widths[index], cell.count) }
+        }
         return rows.map { row in
             row.enumerated().map { index, cell in
                 index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
@@ -123,7 +132,9 @@ enum Format {
 
     static func query(_ pairs: [(String, String?)]) -> String {
         let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
-        let parts = pairs.compactMap { name, value in value.map { "\(name)=\($0.addingPercentEncoding(withAllowedCharacters: allowed) ?? $0)" } }
+        let parts = pairs.compactMap { name, value in
+            value.map { "\(name)=\($0.addingPercentEncoding(withAllowedCharacters: allowed) ?? $0)" }
+        }
         return parts.isEmpty ? "" : "?" + parts.joined(separator: "&")
     }
 }
@@ -142,23 +153,35 @@ extension Cache {
                 let tier = stats["memoryTier"] as? [String: Any] ?? [:]
                 let traffic = stats["sinceStart"] as? [String: Any] ?? [:]
                 let capacity = Format.seconds(stored["capacityBytes"])
-                let used = capacity.map { String(format: " (%.1f%% of %@)", 100 * (Format.seconds(stored["bytes"]) ?? 0) / $0, Format.bytes(stored["capacityBytes"])) } ?? ""
+                let used =
+                    capacity.map {
+                        String(
+                            format: " (%.1f%% of %@)", 100 * (Format.seconds(stored["bytes"]) ?? 0) / $0,
+                            Format.bytes(stored["capacityBytes"]))
+                    } ?? ""
                 var rows: [[String]] = [
                     ["stored", "\(Format.number(stored["entries"])) entries, \(Format.bytes(stored["bytes"]))\(used)"],
                     ["", "\(Format.number(stored["evictions"])) evicted, \(Format.number(stored["expiredRemovals"])) expired since start"],
                     ["memory tier", "\(Format.bytes(tier["bytes"])) of \(Format.bytes(tier["capacityBytes"]))"],
-                    ["since start", ["requests", "hits", "misses", "stale", "revalidated", "bypass", "coalesced"]
-                        .map { "\($0) \(Format.number(traffic[$0]))" }.joined(separator: ", ")],
-                    ["hit ratio", Format.seconds(traffic["hitRatio"]).map { String(format: "%.1f%%", $0 * 100) } ?? "-"],
+                    [
+                        "since start",
+                        ["requests", "hits", "misses", "stale", "revalidated", "bypass", "coalesced"]
+                            .map { "\($0) \(Format.number(traffic[$0]))" }.joined(separator: ", ")
+                    ],
+                    ["hit ratio", Format.seconds(traffic["hitRatio"]).map { String(format: "%.1f%%", $0 * 100) } ?? "-"]
                 ]
                 let errors = (traffic["errors"] as? [String: Any] ?? [:]).sorted { $0.key < $1.key }
-                if !errors.isEmpty { rows.append(["errors", errors.map { "\($0.key) \(Format.number($0.value))" }.joined(separator: ", ")]) }
+                if !errors.isEmpty {
+                    rows.append(["errors", errors.map { "\($0.key) \(Format.number($0.value))" }.joined(separator: ", ")])
+                }
                 print(Format.table(rows))
                 let namespaces = (stored["namespaces"] as? [String: [String: Any]] ?? [:]).sorted { $0.key < $1.key }
                 if !namespaces.isEmpty {
                     print("")
-                    print(Format.table([["NAMESPACE", "ENTRIES", "BYTES"]]
-                        + namespaces.map { [$0.key, Format.number($0.value["entries"]), Format.bytes($0.value["bytes"])] }))
+                    print(
+                        Format.table(
+                            [["NAMESPACE", "ENTRIES", "BYTES"]]
+                                + namespaces.map { [$0.key, Format.number($0.value["entries"]), Format.bytes($0.value["bytes"])] }))
                 }
             }
         }
@@ -180,17 +203,21 @@ extension Cache {
                 var cursor: String?
                 repeat {
                     let page = min(1000, (limit ?? Int.max) - entries.count)
-                    let query = Format.query([("namespace", namespace), ("urlPrefix", urlPrefix), ("host", host), ("tag", tag),
-                                              ("status", status.map(String.init)), ("limit", String(page)), ("cursor", cursor)])
+                    let query = Format.query([
+                        ("namespace", namespace), ("urlPrefix", urlPrefix), ("host", host), ("tag", tag),
+                        ("status", status.map(String.init)), ("limit", String(page)), ("cursor", cursor)
+                    ])
                     let answer = try options.call("GET", "/cache/entries" + query) as? [String: Any] ?? [:]
                     entries += answer["entries"] as? [[String: Any]] ?? []
                     cursor = answer["nextCursor"] as? String
                 } while cursor != nil && entries.count < (limit ?? Int.max)
                 if options.json { return options.printJSON(entries) }
                 let rows = entries.map { entry -> [String] in
-                    [String((entry["key"] as? String ?? "").prefix(16)), Format.number(entry["status"]), Format.bytes(entry["bytes"]),
-                     Format.age(since: entry["storedAt"]), Format.number(entry["hits"]), entry["namespace"] as? String ?? "",
-                     (entry["tags"] as? [String] ?? []).joined(separator: ","), entry["url"] as? String ?? ""]
+                    [
+                        String((entry["key"] as? String ?? "").prefix(16)), Format.number(entry["status"]), Format.bytes(entry["bytes"]),
+                        Format.age(since: entry["storedAt"]), Format.number(entry["hits"]), entry["namespace"] as? String ?? "",
+                        (entry["tags"] as? [String] ?? []).joined(separator: ","), entry["url"] as? String ?? ""
+                    ]
                 }
                 print(Format.table([["KEY", "STATUS", "BYTES", "AGE", "HITS", "NAMESPACE", "TAGS", "URL"]] + rows))
                 print("\(entries.count) entr\(entries.count == 1 ? "y" : "ies")")
@@ -212,8 +239,10 @@ extension Cache {
                 if options.json { return options.printJSON(shown) }
                 for variant in shown["variants"] as? [[String: Any]] ?? [] {
                     var rows: [[String]] = []
-                    for name in ["key", "variantKey", "namespace", "method", "url", "status", "bytes", "version", "hits", "etag",
-                                 "lastModified"] where !(variant[name] is NSNull) && variant[name] != nil {
+                    for name in [
+                        "key", "variantKey", "namespace", "method", "url", "status", "bytes", "version", "hits", "etag",
+                        "lastModified"
+                    ] where !(variant[name] is NSNull) && variant[name] != nil {
                         rows.append([name, name == "bytes" ? Format.bytes(variant[name]) : "\(variant[name]!)"])
                     }
                     rows.append(["stored", "\(Format.age(since: variant["storedAt"])) ago"])
@@ -263,20 +292,29 @@ extension Cache {
                 let filters: [(String, String?)] = [
                     ("namespace", namespace), ("urlPrefix", urlPrefix), ("host", host), ("tag", tag),
                     ("olderThan", olderThan.map { String($0) }), ("versionBelow", versionBelow.map(String.init)),
-                    ("expired", expired ? "true" : nil), ("all", all ? "true" : nil),
+                    ("expired", expired ? "true" : nil), ("all", all ? "true" : nil)
                 ]
                 let result: Any?
                 if !urls.isEmpty {
-                    guard filters.allSatisfy({ $0.1 == nil }) else { throw CLIError("--url purges by URL alone; give no other filter with it") }
+                    guard filters.allSatisfy({ $0.1 == nil }) else {
+                        throw CLIError("--url purges by URL alone; give no other filter with it")
+                    }
                     result = try options.call("POST", "/cache/purge", body: ["urls": urls])
                 } else {
                     guard filters.contains(where: { $0.1 != nil }) else {
-                        throw CLIError("name a filter (--namespace, --url-prefix, --host, --tag, --older-than, --version-below, --expired, --url) or --all")
+                        throw CLIError(
+                            "name a filter (--namespace, --url-prefix, --host, --tag, --older-than, --version-below, "
+                                + "--expired, --url) or --all"
+                        )
                     }
                     if all, !yes {
-                        guard isatty(STDIN_FILENO) == 1 else { throw CLIError("--all removes every entry: add --yes to confirm (stdin is not a terminal)") }
+                        guard isatty(STDIN_FILENO) == 1 else {
+                            throw CLIError("--all removes every entry: add --yes to confirm (stdin is not a terminal)")
+                        }
                         FileHandle.standardError.write(Data("Remove every entry stored in \(options.base)? Type 'yes' to confirm: ".utf8))
-                        guard readLine()?.trimmingCharacters(in: .whitespaces) == "yes" else { throw CLIError("not confirmed; nothing removed") }
+                        guard readLine()?.trimmingCharacters(in: .whitespaces) == "yes" else {
+                            throw CLIError("not confirmed; nothing removed")
+                        }
                     }
                     result = try options.call("DELETE", "/cache" + Format.query(filters))
                 }
@@ -336,7 +374,10 @@ extension Cache {
             let source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
             source.setEventHandler { interrupted.set() }
             source.resume()
-            defer { source.cancel(); signal(SIGINT, SIG_DFL) }
+            defer {
+                source.cancel()
+                signal(SIGINT, SIG_DFL)
+            }
             let terminal = isatty(STDOUT_FILENO) == 1 && !options.json
             var lastLine = ""
             var cancelled = false
@@ -347,14 +388,18 @@ extension Cache {
                 }
                 let job = try options.call("GET", "/cache/warm/\(id)") as? [String: Any] ?? [:]
                 let state = job["state"] as? String ?? "?"
-                let total = job["total"] as? Int ?? 0, done = job["done"] as? Int ?? 0, failed = job["failed"] as? Int ?? 0
+                let total = job["total"] as? Int ?? 0
+                let done = job["done"] as? Int ?? 0
+                let failed = job["failed"] as? Int ?? 0
                 let finished = state == "done" || state == "cancelled"
                 if !options.json {
                     let summary = "\(done)/\(total) done, \(failed) failed, \(Format.bytes(job["bytes"]))"
                     if terminal {
-                        let width = 30, filled = total == 0 ? width : width * done / total
-                        print("\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(summary)  ",
-                              terminator: finished ? "\n" : "")
+                        let width = 30
+                        let filled = total == 0 ? width : width * done / total
+                        print(
+                            "\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(summary)  ",
+                            terminator: finished ? "\n" : "")
                         fflush(nil)
                     } else if summary != lastLine || finished {
                         print("\(state): \(summary)")
@@ -380,7 +425,8 @@ final class ManagedFlag: Sendable {
 }
 
 struct Healthcheck: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Exit 0 when the server answers GET /healthz with 200 (for container health checks).")
+    static let configuration = CommandConfiguration(
+        abstract: "Exit 0 when the server answers GET /healthz with 200 (for container health checks).")
     @Option(help: "The Larder to check (env LARDER_SERVER; default http://127.0.0.1:8080).") var server: String?
 
     func run() throws {

@@ -7,8 +7,9 @@ import Foundation
 import LarderCore
 import LarderService
 import Logging
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 @main
@@ -36,10 +37,14 @@ struct Serve: ParsableCommand {
     @Option(help: "SQLite database file (env LARDER_DB; default data/larder.sqlite).")
     var db: String?
 
-    @Option(help: "File holding the key secret, at least 32 bytes (env LARDER_SECRET_FILE). Required with a shared store (--store redis…): the same file on every instance, made once with `head -c 32 /dev/urandom | base64 > larder.secret`. With SQLite, default <db>.secret, created when absent.")
+    @Option(
+        help:
+            "File holding the key secret, at least 32 bytes (env LARDER_SECRET_FILE). Required with a shared store (--store redis…): the same file on every instance, made once with `head -c 32 /dev/urandom | base64 > larder.secret`. With SQLite, default <db>.secret, created when absent."
+    )
     var secretFile: String?
 
-    @Option(name: .customLong("upstream"), help: "A named upstream, NAME=URL (repeatable); use it from /fetch with \"upstream\" and \"path\".")
+    @Option(
+        name: .customLong("upstream"), help: "A named upstream, NAME=URL (repeatable); use it from /fetch with \"upstream\" and \"path\".")
     var upstreams: [String] = []
 
     @Option(help: "Also listen on --proxy-port and proxy every path to this named upstream, at the root.")
@@ -48,7 +53,9 @@ struct Serve: ParsableCommand {
     @Option(help: "Port of the proxy-root listener (default 8081).")
     var proxyPort: Int?
 
-    @Option(name: .customLong("allow-host"), help: "Only fetch from hosts matching this pattern, e.g. api.example.com or *.example.com (repeatable; default any host).")
+    @Option(
+        name: .customLong("allow-host"),
+        help: "Only fetch from hosts matching this pattern, e.g. api.example.com or *.example.com (repeatable; default any host).")
     var allowHosts: [String] = []
 
     @Flag(help: "Also refuse upstream addresses in loopback and private ranges.")
@@ -69,7 +76,11 @@ struct Serve: ParsableCommand {
     @Option(help: "Seconds from accept within which a new connection's first request headers must be complete, however paced (default 10).")
     var headerTimeout: Int?
 
-    @Option(name: .customLong("resolve"), help: "HOST:PORT:ADDRESS[,ADDRESS…]: resolve that name to those addresses instead of through DNS, as curl's --resolve (repeatable); the access rules still check each address.")
+    @Option(
+        name: .customLong("resolve"),
+        help:
+            "HOST:PORT:ADDRESS[,ADDRESS…]: resolve that name to those addresses instead of through DNS, as curl's --resolve (repeatable); the access rules still check each address."
+    )
     var resolve: [String] = []
 
     @Option(help: "A damaged database file (or one that is not SQLite): fail (default) or rename (move it aside and start empty).")
@@ -84,7 +95,10 @@ struct Serve: ParsableCommand {
     @Option(help: "Connections open at once from one client address; 0 = no limit (default 1024).")
     var connectionsPerAddress: Int?
 
-    @Option(help: "Proxied range requests fetch only their range; representations up to this many bytes are then fetched whole in the background (default 0 = never).")
+    @Option(
+        help:
+            "Proxied range requests fetch only their range; representations up to this many bytes are then fetched whole in the background (default 0 = never)."
+    )
     var rangeFetchOver: Int?
 
     @Option(help: "Seconds past freshness a stored response answers when the upstream is down or fails (default 0 = off).")
@@ -99,16 +113,23 @@ struct Serve: ParsableCommand {
     @Option(help: "Steps in one POST /chain (default 50).")
     var maxChainSteps: Int?
 
-    @Option(help: "Bytes of items one /batch or /chain answer may hold, e.g. 64MiB; past it, items fail with response_too_large (default 64MiB).")
+    @Option(
+        help:
+            "Bytes of items one /batch or /chain answer may hold, e.g. 64MiB; past it, items fail with response_too_large (default 64MiB).")
     var maxBatchBytes: String?
 
     @Option(help: "Variants kept per cache key for responses with Vary (default 16).")
     var maxVariants: Int?
 
-    @Option(help: "Megabytes of memory for caching: hot entries kept in front of the store, and the request memos; 0 disables both (default 64).")
+    @Option(
+        help:
+            "Megabytes of memory for caching: hot entries kept in front of the store, and the request memos; 0 disables both (default 64).")
     var memoryMb: Int?
 
-    @Option(help: "Of --memory-mb, megabytes of parsed requests remembered by their bytes, so repeated requests skip parsing and keying; 0 disables (default: half of --memory-mb, at most 30).")
+    @Option(
+        help:
+            "Of --memory-mb, megabytes of parsed requests remembered by their bytes, so repeated requests skip parsing and keying; 0 disables (default: half of --memory-mb, at most 30)."
+    )
     var requestMemoMb: Int?
 
     @Option(help: "Bytes the cache may hold, e.g. 1GiB or 100MB; least recently used entries are evicted past it (default 1GiB).")
@@ -123,10 +144,17 @@ struct Serve: ParsableCommand {
     @Option(help: "Require 'Authorization: Bearer TOKEN' on every /cache route (or LARDER_ADMIN_TOKEN).")
     var adminToken: String?
 
-    @Option(name: .customLong("redact-query"), help: "Query parameter whose value is kept out of stored URLs, the admin listing and logs (repeatable; default api_key, access_token, token, sig, signature, key; 'none' for none).")
+    @Option(
+        name: .customLong("redact-query"),
+        help:
+            "Query parameter whose value is kept out of stored URLs, the admin listing and logs (repeatable; default api_key, access_token, token, sig, signature, key; 'none' for none)."
+    )
     var redactQuery: [String] = []
 
-    @Option(help: "The store: sqlite (embedded, the default), redis://[user:password@]host:port[/db] or redis-cluster://host:port,host:port shared by many instances (env LARDER_STORE).")
+    @Option(
+        help:
+            "The store: sqlite (embedded, the default), redis://[user:password@]host:port[/db] or redis-cluster://host:port,host:port shared by many instances (env LARDER_STORE)."
+    )
     var store: String?
 
     @Option(help: "Prefix of every Redis key (default larder:).")
@@ -141,7 +169,11 @@ struct Serve: ParsableCommand {
     @Option(help: "Serve the /cache admin routes and /metrics on this port only, not on --port (same --host; 0 = any free port).")
     var adminPort: Int?
 
-    @Option(name: .customLong("tag-header"), help: "Response field whose values tag the stored entry, for purging by tag (repeatable; default Surrogate-Key and Cache-Tag; 'none' for neither).")
+    @Option(
+        name: .customLong("tag-header"),
+        help:
+            "Response field whose values tag the stored entry, for purging by tag (repeatable; default Surrogate-Key and Cache-Tag; 'none' for neither)."
+    )
     var tagHeaders: [String] = []
 
     @Option(help: "Require 'Authorization: Bearer TOKEN' on GET /metrics (or LARDER_METRICS_TOKEN).")
@@ -177,10 +209,14 @@ struct Serve: ParsableCommand {
         }
         if let raw = environment["LARDER_DB"] { configuration.databasePath = raw }
         // Set but empty is refused, not read as unset: it would leave the routes open silently.
-        for (name, setting) in [("LARDER_ADMIN_TOKEN", \LarderConfiguration.adminToken), ("LARDER_METRICS_TOKEN", \.metricsToken),
-                              ("LARDER_SECRET_FILE", \.secretPath)] {
+        for (name, setting) in [
+            ("LARDER_ADMIN_TOKEN", \LarderConfiguration.adminToken), ("LARDER_METRICS_TOKEN", \.metricsToken),
+            ("LARDER_SECRET_FILE", \.secretPath)
+        ] {
             guard let raw = environment[name] else { continue }
-            guard !raw.isEmpty else { throw ValidationError("\(name) is set but empty: give a value, or unset it (an empty token would leave the routes open)") }
+            guard !raw.isEmpty else {
+                throw ValidationError("\(name) is set but empty: give a value, or unset it (an empty token would leave the routes open)")
+            }
             configuration[keyPath: setting] = raw
         }
         if let host { configuration.host = host }
@@ -212,7 +248,9 @@ struct Serve: ParsableCommand {
         if let maxBatch { configuration.maxBatch = maxBatch }
         if let maxChainSteps { configuration.maxChainSteps = maxChainSteps }
         if let maxBatchBytes {
-            guard let value = Quantity.bytes(maxBatchBytes) else { throw ValidationError("--max-batch-bytes '\(maxBatchBytes)' is not a size (e.g. 64MiB)") }
+            guard let value = Quantity.bytes(maxBatchBytes) else {
+                throw ValidationError("--max-batch-bytes '\(maxBatchBytes)' is not a size (e.g. 64MiB)")
+            }
             configuration.maxBatchBytes = value
         }
         if let connectionsPerAddress { configuration.connectionsPerAddress = connectionsPerAddress }
@@ -234,7 +272,9 @@ struct Serve: ParsableCommand {
         if let storePrefix { configuration.storePrefix = storePrefix }
         if let storeTimeoutMs { configuration.storeTimeoutMs = storeTimeoutMs }
         if let storeFallback {
-            guard ["fail", "pass-through"].contains(storeFallback) else { throw ValidationError("--store-fallback must be fail or pass-through") }
+            guard ["fail", "pass-through"].contains(storeFallback) else {
+                throw ValidationError("--store-fallback must be fail or pass-through")
+            }
             configuration.storeFallbackPassThrough = storeFallback == "pass-through"
         }
         if !tagHeaders.isEmpty {
@@ -242,15 +282,21 @@ struct Serve: ParsableCommand {
         }
         if let metricsNamespaces { configuration.metricsNamespaces = metricsNamespaces }
         if let maxBytes {
-            guard let value = Quantity.bytes(maxBytes) else { throw ValidationError("--max-bytes '\(maxBytes)' is not a size (e.g. 1GiB, 100MB)") }
+            guard let value = Quantity.bytes(maxBytes) else {
+                throw ValidationError("--max-bytes '\(maxBytes)' is not a size (e.g. 1GiB, 100MB)")
+            }
             configuration.maxBytes = value
         }
         if let maxObjectBytes {
-            guard let value = Quantity.bytes(maxObjectBytes) else { throw ValidationError("--max-object-bytes '\(maxObjectBytes)' is not a size") }
+            guard let value = Quantity.bytes(maxObjectBytes) else {
+                throw ValidationError("--max-object-bytes '\(maxObjectBytes)' is not a size")
+            }
             configuration.maxObjectBytes = value
         }
         if let retention {
-            guard let value = Quantity.seconds(retention) else { throw ValidationError("--retention '\(retention)' is not a duration (e.g. 7d, 12h)") }
+            guard let value = Quantity.seconds(retention) else {
+                throw ValidationError("--retention '\(retention)' is not a duration (e.g. 7d, 12h)")
+            }
             configuration.retentionSeconds = value
         }
         if let shutdownGrace { configuration.shutdownGraceSeconds = shutdownGrace }

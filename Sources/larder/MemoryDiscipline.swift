@@ -9,8 +9,9 @@
 
 import CMalloc
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class MemoryDiscipline {

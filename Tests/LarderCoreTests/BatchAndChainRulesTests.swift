@@ -37,16 +37,18 @@ final class ItemStatusTests: XCTestCase {
 
     func testValidatorsDecideInstead() throws {
         let accepting404 = try ResponseValidation.parse(.object(["status": .array([.number(200), .number(404)])]), path: "validate")
-        XCTAssertNil(ResponseValidation.itemFailure(status: 404, validation: accepting404),
-                     "the engine judged it with the request's validators already")
+        XCTAssertNil(
+            ResponseValidation.itemFailure(status: 404, validation: accepting404),
+            "the engine judged it with the request's validators already")
         XCTAssertNil(ResponseValidation.itemFailure(status: 500, validation: ResponseValidation()))
     }
 }
 
 final class ChainPathSegmentTests: XCTestCase {
     private func render(_ url: String, _ value: JSONValue, member: String = "url") throws -> String? {
-        let rendered = try Template.render(.object([member: .string(url)]), documents: ["input": .object(["v": value])],
-                                           encodeIn: ["url", "path"])
+        let rendered = try Template.render(
+            .object([member: .string(url)]), documents: ["input": .object(["v": value])],
+            encodeIn: ["url", "path"])
         guard case .object(let members) = rendered, case .string(let text)? = members[member] else { return nil }
         return text
     }
@@ -81,13 +83,15 @@ final class ChainPathSegmentTests: XCTestCase {
         XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("#")), "http://o/users/%23/orders")
         XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("a/b")), "http://o/users/a%2Fb/orders")
         XCTAssertEqual(try render("http://o/search?q={{input.v}}", .string("../x")), "http://o/search?q=..%2Fx", "in the query")
-        XCTAssertEqual(try render("http://o/users/{{input.v}}/orders", .string("...")), "http://o/users/.../orders",
-                       "three dots are a name, not a dot segment")
+        XCTAssertEqual(
+            try render("http://o/users/{{input.v}}/orders", .string("...")), "http://o/users/.../orders",
+            "three dots are a name, not a dot segment")
         XCTAssertEqual(try render("http://o/users/v{{input.v}}/orders", .string("..")), "http://o/users/v../orders")
         XCTAssertEqual(try render("http://o/search?q={{input.v}}", .string("..")), "http://o/search?q=..", "the query is no path")
         XCTAssertEqual(try render("http://o/a#{{input.v}}", .string("..")), "http://o/a#..")
-        XCTAssertEqual(try render("http://o/users/../{{input.v}}", .string("x")), "http://o/users/../x",
-                       "the template's own dot segments are its author's")
+        XCTAssertEqual(
+            try render("http://o/users/../{{input.v}}", .string("x")), "http://o/users/../x",
+            "the template's own dot segments are its author's")
         XCTAssertEqual(try render("{{input.v}}", .string("..")), "..", "a whole value is taken as it is (a URL read from a response)")
     }
 }

@@ -2,8 +2,10 @@ import LarderCore
 import XCTest
 
 final class ByteRangeTests: XCTestCase {
-    private func answer(_ range: String?, ifRange: String? = nil, length: Int = 100, etag: String? = "\"v1\"",
-                        lastModified: String? = "Sun, 06 Nov 1994 08:49:37 GMT") -> RangeAnswer {
+    private func answer(
+        _ range: String?, ifRange: String? = nil, length: Int = 100, etag: String? = "\"v1\"",
+        lastModified: String? = "Sun, 06 Nov 1994 08:49:37 GMT"
+    ) -> RangeAnswer {
         ByteRange.answer(range: range, ifRange: ifRange, length: length, etag: etag, lastModified: lastModified)
     }
 

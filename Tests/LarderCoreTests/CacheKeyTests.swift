@@ -1,15 +1,19 @@
-@testable import LarderCore
 import XCTest
+
+@testable import LarderCore
 
 final class CacheKeyTests: XCTestCase {
     private let builder = CacheKeyBuilder(secret: Array(repeating: 7, count: 32))
 
-    private func request(_ url: String, method: HTTPMethod = .get, headers: [HeaderField] = [], body: [UInt8]? = nil,
-                         query: [String: String] = [:], _ configure: (inout CacheOptions) -> Void = { _ in }) throws -> FetchRequest {
+    private func request(
+        _ url: String, method: HTTPMethod = .get, headers: [HeaderField] = [], body: [UInt8]? = nil,
+        query: [String: String] = [:], _ configure: (inout CacheOptions) -> Void = { _ in }
+    ) throws -> FetchRequest {
         var options = CacheOptions()
         configure(&options)
-        return FetchRequest(method: method, url: try UpstreamURL(parsing: url, mergingQuery: query), headers: headers,
-                            body: body, cache: options)
+        return FetchRequest(
+            method: method, url: try UpstreamURL(parsing: url, mergingQuery: query), headers: headers,
+            body: body, cache: options)
     }
 
     private func key(_ request: FetchRequest) -> String { builder.derive(for: request).key.hex }
@@ -36,17 +40,21 @@ final class CacheKeyTests: XCTestCase {
 
     func testIgnoredQueryParametersAreLeftOutOfTheKey() throws {
         let withIgnore: (inout CacheOptions) -> Void = { $0.ignoreQuery = ["ts"] }
-        XCTAssertEqual(key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?ts=999&q=1", withIgnore)))
-        XCTAssertNotEqual(key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?q=1")),
-                          "the ignored names are in the key: an ignored parameter cannot answer for the URL without it")
+        XCTAssertEqual(
+            key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?ts=999&q=1", withIgnore)))
+        XCTAssertNotEqual(
+            key(try request("http://a.test/x?q=1&ts=100", withIgnore)), key(try request("http://a.test/x?q=1")),
+            "the ignored names are in the key: an ignored parameter cannot answer for the URL without it")
         XCTAssertNotEqual(key(try request("http://a.test/x?q=1&ts=100")), key(try request("http://a.test/x?q=1&ts=999")))
-        XCTAssertNotEqual(key(try request("http://a.test/x?q=1", withIgnore)), key(try request("http://a.test/x?q=1") { $0.ignoreQuery = ["q2"] }))
+        XCTAssertNotEqual(
+            key(try request("http://a.test/x?q=1", withIgnore)), key(try request("http://a.test/x?q=1") { $0.ignoreQuery = ["q2"] }))
     }
 
     func testRepeatedQueryParametersKeepTheirOrderInTheKey() throws {
         XCTAssertNotEqual(key(try request("http://a.test/x?a=evil&a=good")), key(try request("http://a.test/x?a=good&a=evil")))
-        XCTAssertEqual(key(try request("http://a.test/x?b=1&a=evil&a=good")), key(try request("http://a.test/x?a=evil&b=1&a=good")),
-                       "names are still sorted; only values of one name keep their order")
+        XCTAssertEqual(
+            key(try request("http://a.test/x?b=1&a=evil&a=good")), key(try request("http://a.test/x?a=evil&b=1&a=good")),
+            "names are still sorted; only values of one name keep their order")
     }
 
     func testMethodNamespaceAndBodyAreInTheKey() throws {
@@ -78,7 +86,8 @@ final class CacheKeyTests: XCTestCase {
         let a = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["a": .number(1), "b": .string("x")]) })
         let b = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["b": .string("x"), "a": .number(1)]) })
         let oneWithAFraction = try XCTUnwrap(JSONNumber("1.0"))
-        let c = builder.derive(for: try request("http://a.test/x") { $0.sensitive = .object(["b": .string("x"), "a": .number(oneWithAFraction)]) })
+        let c = builder.derive(
+            for: try request("http://a.test/x") { $0.sensitive = .object(["b": .string("x"), "a": .number(oneWithAFraction)]) })
         XCTAssertEqual(a.key, b.key)
         XCTAssertNotEqual(a.key, c.key)
     }
@@ -135,8 +144,10 @@ final class UpstreamURLTests: XCTestCase {
     }
 
     func testRejections() {
-        for bad in ["", "relative/path", "/abs/path", "file:///etc/passwd", "ftp://x.test/", "gopher://x.test/",
-                    "http://user:pw@x.test/", "http://x.test:0/", "http://x.test:65536/", "http:///nohost"] {
+        for bad in [
+            "", "relative/path", "/abs/path", "file:///etc/passwd", "ftp://x.test/", "gopher://x.test/",
+            "http://user:pw@x.test/", "http://x.test:0/", "http://x.test:65536/", "http:///nohost"
+        ] {
             XCTAssertThrowsError(try UpstreamURL(parsing: bad), bad) { error in
                 XCTAssertEqual((error as? LarderError)?.code, .invalidRequest)
                 XCTAssertEqual((error as? LarderError)?.field, "url")
@@ -153,14 +164,14 @@ final class PlainURLPartsTests: XCTestCase {
         "http://a.test/a/./b/../c", "http://a.test/%7euser/%2fslash?%41=%42", "http://a.test/p?a=1&a=2&b",
         "http://a.test/p?a=&b==c&c=1?2", "http://a.test?x=1", "http://a.test/p;x=1/q:z?s=(1)*!$'+,;",
         "http://a-b.c-d.test./x", "HTTP://Host.Test/Path", "http://a.test/~user/_x-y.z",
-        "http://a.test/p?q=a/b:c", "http://x/set/1.json", "http://127.0.0.1:18080/64k/set/42.json",
+        "http://a.test/p?q=a/b:c", "http://x/set/1.json", "http://127.0.0.1:18080/64k/set/42.json"
     ]
     // Each is either read the same way or left to Foundation.
     private let leftToFoundation = [
         "http://user:pw@a.test/", "http://[::1]:8080/", "http://a.test/p#frag", "http://a.test/p?", "http://a.test/p?a&&b",
         "http://a.test/p?=x", "http://a.test/%zz", "http://a.test/a b", "ftp+x://a.test/", "http://a.test:0/",
         "http://a.test:99999/", "http://a.test:/", "http://ä.test/", "http://a.test/ä", "http://a_b.test/",
-        "mailto:x@a.test", "http:/a.test", "http://a.test/p?a&", "http://a.test/p\\q",
+        "mailto:x@a.test", "http:/a.test", "http://a.test/p?a&", "http://a.test/p\\q"
     ]
 
     func testPlainURLsAreReadAsFoundationReadsThem() {

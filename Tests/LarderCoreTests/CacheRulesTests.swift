@@ -1,7 +1,8 @@
 import LarderCore
 import XCTest
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class FreshnessTests: XCTestCase {
@@ -9,8 +10,10 @@ final class FreshnessTests: XCTestCase {
 
     private func lifetime(_ headers: [(String, String)]) -> Double {
         let fields = headers.map { HeaderField($0.0, $0.1) }
-        return CacheRules.freshnessLifetime(cacheControl: CacheControl(fields.values("cache-control")), headers: fields,
-                                            receivedAt: now).seconds
+        return CacheRules.freshnessLifetime(
+            cacheControl: CacheControl(fields.values("cache-control")), headers: fields,
+            receivedAt: now
+        ).seconds
     }
 
     func testSMaxAgeOverMaxAgeOverExpires() {
@@ -28,16 +31,22 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(lifetime([("Date", date), ("Last-Modified", HTTPDate.format(now - 10_000))]), 1_000)
         XCTAssertEqual(lifetime([("Date", date), ("Last-Modified", HTTPDate.format(now - 10_000_000))]), 86_400)
         XCTAssertEqual(lifetime([("Date", date), ("Last-Modified", HTTPDate.format(now + 100))]), 0, "a future Last-Modified")
-        XCTAssertEqual(lifetime([("Cache-Control", "max-age=5"), ("Last-Modified", HTTPDate.format(now - 10_000))]), 5,
-                       "explicit freshness wins")
+        XCTAssertEqual(
+            lifetime([("Cache-Control", "max-age=5"), ("Last-Modified", HTTPDate.format(now - 10_000))]), 5,
+            "explicit freshness wins")
         let fields = [HeaderField("Date", date), HeaderField("Last-Modified", HTTPDate.format(now - 10_000))]
-        XCTAssertEqual(CacheRules.freshnessLifetime(status: 302, cacheControl: CacheControl([]), headers: fields, receivedAt: now).source,
-                       .none, "302 is not heuristically cacheable")
-        XCTAssertEqual(CacheRules.freshnessLifetime(status: 302, cacheControl: CacheControl(["public"]), headers: fields,
-                                                    receivedAt: now).seconds,
-                       1_000, "unless marked public")
-        XCTAssertEqual(CacheRules.freshnessLifetime(status: 404, cacheControl: CacheControl([]), headers: fields, receivedAt: now).source,
-                       .heuristic)
+        XCTAssertEqual(
+            CacheRules.freshnessLifetime(status: 302, cacheControl: CacheControl([]), headers: fields, receivedAt: now).source,
+            .none, "302 is not heuristically cacheable")
+        XCTAssertEqual(
+            CacheRules.freshnessLifetime(
+                status: 302, cacheControl: CacheControl(["public"]), headers: fields,
+                receivedAt: now
+            ).seconds,
+            1_000, "unless marked public")
+        XCTAssertEqual(
+            CacheRules.freshnessLifetime(status: 404, cacheControl: CacheControl([]), headers: fields, receivedAt: now).source,
+            .heuristic)
     }
 
     func testInitialAgeFollowsSection4_2_3() {
@@ -45,15 +54,19 @@ final class FreshnessTests: XCTestCase {
         // Apparent age: arrival minus Date.
         XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Date", date)], requestTime: now - 1, responseTime: now), 30)
         // Age header plus the time the exchange took, when larger.
-        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Date", date), HeaderField("Age", "100")],
-                                             requestTime: now - 2, responseTime: now), 102)
+        XCTAssertEqual(
+            CacheRules.initialAge(
+                headers: [HeaderField("Date", date), HeaderField("Age", "100")],
+                requestTime: now - 2, responseTime: now), 102)
         // §5.1: first member of a list; invalid values ignored.
         XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "7, 9")], requestTime: now, responseTime: now), 7)
         XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "-5")], requestTime: now, responseTime: now), 0)
         XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Age", "soon")], requestTime: now - 3, responseTime: now), 3)
-        XCTAssertEqual(CacheRules.initialAge(headers: [HeaderField("Date", HTTPDate.format(now + 60))], requestTime: now,
-                                             responseTime: now), 0,
-                       "a Date in the future gives no negative age")
+        XCTAssertEqual(
+            CacheRules.initialAge(
+                headers: [HeaderField("Date", HTTPDate.format(now + 60))], requestTime: now,
+                responseTime: now), 0,
+            "a Date in the future gives no negative age")
     }
 
     func testInvalidValuesMeanStale() {
@@ -63,8 +76,9 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(lifetime([("Cache-Control", "max-age=10, max-age=20")]), 0, "conflicting duplicates")
         XCTAssertEqual(lifetime([("Cache-Control", "max-age=10, max-age=10")]), 10, "identical duplicates are fine")
         XCTAssertEqual(lifetime([("Cache-Control", "no-cache, max-age=100")]), 0)
-        XCTAssertEqual(lifetime([("Cache-Control", "no-cache=\"X-A\", max-age=100")]), 100,
-                       "§5.2.2.4: a qualified no-cache withholds fields, it does not force revalidation")
+        XCTAssertEqual(
+            lifetime([("Cache-Control", "no-cache=\"X-A\", max-age=100")]), 100,
+            "§5.2.2.4: a qualified no-cache withholds fields, it does not force revalidation")
     }
 
     func testAPostResponseAnswersGetOnlyWithExplicitFreshnessAndItsOwnContentLocation() {
@@ -73,16 +87,21 @@ final class FreshnessTests: XCTestCase {
         XCTAssertFalse(CacheRules.postResponseAnswersGet(status: 200, headers: fresh, contentLocationIsTarget: false, receivedAt: now))
         XCTAssertFalse(CacheRules.postResponseAnswersGet(status: 500, headers: fresh, contentLocationIsTarget: true, receivedAt: now))
         let heuristic = [HeaderField("Date", HTTPDate.format(now)), HeaderField("Last-Modified", HTTPDate.format(now - 10_000))]
-        XCTAssertFalse(CacheRules.postResponseAnswersGet(status: 200, headers: heuristic, contentLocationIsTarget: true, receivedAt: now),
-                       "heuristic freshness is not enough")
+        XCTAssertFalse(
+            CacheRules.postResponseAnswersGet(status: 200, headers: heuristic, contentLocationIsTarget: true, receivedAt: now),
+            "heuristic freshness is not enough")
     }
 
     func testQualifiedNoCacheAndPrivateWithholdOnlyTheirFields() {
-        let headers = [HeaderField("Cache-Control", "max-age=60, no-cache=\"X-A\", private=\"x-b, X-C\""),
-                       HeaderField("X-A", "1"), HeaderField("x-b", "2"), HeaderField("X-C", "3"), HeaderField("X-D", "4")]
+        let headers = [
+            HeaderField("Cache-Control", "max-age=60, no-cache=\"X-A\", private=\"x-b, X-C\""),
+            HeaderField("X-A", "1"), HeaderField("x-b", "2"), HeaderField("X-C", "3"), HeaderField("X-D", "4")
+        ]
         XCTAssertEqual(CacheRules.storableHeaders(headers).map(\.name), ["Cache-Control", "X-D"])
-        let decision = CacheRules.store(StoreInputs(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200,
-                                                    headers: headers, bodySize: 1, maxBodySize: 10, requestTime: now, responseTime: now))
+        let decision = CacheRules.store(
+            StoreInputs(
+                policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200,
+                headers: headers, bodySize: 1, maxBodySize: 10, requestTime: now, responseTime: now))
         guard case .store(let stored) = decision else { return XCTFail("a qualified private is stored: \(decision)") }
         XCTAssertEqual(stored.lifetime, 60)
         XCTAssertTrue(CacheControl(["private"]).hasUnqualified("private"))
@@ -99,8 +118,9 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(CacheControl([""]).directives.count, 0)
         XCTAssertEqual(CacheControl(["max-age=003600"]).seconds("max-age"), .value(3600))
         XCTAssertEqual(CacheControl(["max-age='3600'"]).seconds("max-age"), .invalid, "single quotes are not quotes")
-        XCTAssertEqual(CacheControl(["extension=\"max-age=100\", max-age=1"]).seconds("max-age"), .value(1),
-                       "max-age inside a quoted string is not a directive")
+        XCTAssertEqual(
+            CacheControl(["extension=\"max-age=100\", max-age=1"]).seconds("max-age"), .value(1),
+            "max-age inside a quoted string is not a directive")
         XCTAssertEqual(CacheControl(["max-age =100"]).seconds("max-age"), .absent, "no whitespace before =")
         XCTAssertEqual(CacheControl(["max-age= 100"]).seconds("max-age"), .absent, "no whitespace after =")
         XCTAssertTrue(CacheControl(["no-cache , max-age=5"]).has("no-cache"), "whitespace before a comma is fine")
@@ -154,20 +174,26 @@ final class FreshnessTests: XCTestCase {
         XCTAssertEqual(HTTPDate.parse("Thursday, 18-Aug-50 02:01:18 GMT"), HTTPDate.parse("Thu, 18 Aug 2050 02:01:18 GMT"))
         XCTAssertEqual(HTTPDate.parse("Thu Aug  8 02:01:18 2050"), HTTPDate.parse("Thu, 08 Aug 2050 02:01:18 GMT"))
         XCTAssertNotNil(HTTPDate.parse("Sun, 21 Nov 2286 04:46:39 GMT"))
-        for invalid in ["Thu, 18 Aug 2050 02:01:18 UTC", "Thu, 18 Aug 2050 02:01:18 AEST", "Thu, 18 Aug 50 02:01:18 GMT",
-                        "Thu 18 Aug 2050 02:01:18 GMT", "Thu, 18  Aug  2050 02:01:18 GMT", "Thu, 18-Aug-2050 02:01:18 GMT",
-                        "Thu, 18 Aug 2050 02.01.18 GMT", "Thu, 18 Aug 2050 2:01:18 GMT", "0", "Thu, 18 Aug 2050 02:01:18"] {
+        for invalid in [
+            "Thu, 18 Aug 2050 02:01:18 UTC", "Thu, 18 Aug 2050 02:01:18 AEST", "Thu, 18 Aug 50 02:01:18 GMT",
+            "Thu 18 Aug 2050 02:01:18 GMT", "Thu, 18  Aug  2050 02:01:18 GMT", "Thu, 18-Aug-2050 02:01:18 GMT",
+            "Thu, 18 Aug 2050 02.01.18 GMT", "Thu, 18 Aug 2050 2:01:18 GMT", "0", "Thu, 18 Aug 2050 02:01:18"
+        ] {
             XCTAssertNil(HTTPDate.parse(invalid), invalid)
         }
     }
 }
 
 final class StoreDecisionTests: XCTestCase {
-    private func decide(policy: CachePolicy = .useProtocol, method: HTTPMethod = .get, ttl: Double? = nil, partitioned: Bool = false,
-                        status: Int = 200, headers: [(String, String)] = [], size: Int = 10) -> StoreDecision {
-        CacheRules.store(StoreInputs(policy: policy, method: method, ttl: ttl, partitioned: partitioned, status: status,
-                                     headers: headers.map { HeaderField($0.0, $0.1) }, bodySize: size, maxBodySize: 100,
-                                     requestTime: 0, responseTime: 0))
+    private func decide(
+        policy: CachePolicy = .useProtocol, method: HTTPMethod = .get, ttl: Double? = nil, partitioned: Bool = false,
+        status: Int = 200, headers: [(String, String)] = [], size: Int = 10
+    ) -> StoreDecision {
+        CacheRules.store(
+            StoreInputs(
+                policy: policy, method: method, ttl: ttl, partitioned: partitioned, status: status,
+                headers: headers.map { HeaderField($0.0, $0.1) }, bodySize: size, maxBodySize: 100,
+                requestTime: 0, responseTime: 0))
     }
 
     func testEachRefusalHasItsRule() {
@@ -181,36 +207,42 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(size: 101), .refuse(.objectTooLarge))
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "Accept-Language")]), .store(StoredFreshness(lifetime: 5)))
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5"), ("Vary", "*")]), .refuse(.responseVaries))
-        var asked = StoreInputs(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: [],
-                                bodySize: 1, maxBodySize: 10, requestTime: 0, responseTime: 0)
+        var asked = StoreInputs(
+            policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: [],
+            bodySize: 1, maxBodySize: 10, requestTime: 0, responseTime: 0)
         asked.directives = RequestDirectives(headers: [HeaderField("Cache-Control", "no-store")])
         XCTAssertEqual(CacheRules.store(asked), .refuse(.requestNoStore))
     }
 
     func testA206IsStoredOnlyAsAPart() {
-        var part = StoreInputs(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 206,
-                               headers: [HeaderField("Cache-Control", "max-age=30")], bodySize: 1, maxBodySize: 10,
-                               requestTime: 0, responseTime: 0)
+        var part = StoreInputs(
+            policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 206,
+            headers: [HeaderField("Cache-Control", "max-age=30")], bodySize: 1, maxBodySize: 10,
+            requestTime: 0, responseTime: 0)
         XCTAssertEqual(CacheRules.store(part), .refuse(.statusNotCacheable))
         part.partial = true
         XCTAssertEqual(CacheRules.store(part), .store(StoredFreshness(lifetime: 30)))
     }
 
     func testStaleAllowancesAreRecorded() {
-        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, stale-while-revalidate=30, stale-if-error=600")]),
-                       .store(StoredFreshness(lifetime: 5, staleWhileRevalidate: 30, staleIfError: 600)))
-        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, must-revalidate")]),
-                       .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
-        XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, proxy-revalidate")]),
-                       .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
+        XCTAssertEqual(
+            decide(headers: [("Cache-Control", "max-age=5, stale-while-revalidate=30, stale-if-error=600")]),
+            .store(StoredFreshness(lifetime: 5, staleWhileRevalidate: 30, staleIfError: 600)))
+        XCTAssertEqual(
+            decide(headers: [("Cache-Control", "max-age=5, must-revalidate")]),
+            .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
+        XCTAssertEqual(
+            decide(headers: [("Cache-Control", "max-age=5, proxy-revalidate")]),
+            .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
     }
 
     func testNonSuccessStatusesAreStoredOnlyWhenTheResponseMakesThemFresh() {
         XCTAssertEqual(decide(status: 404, headers: [("Cache-Control", "max-age=30")]), .store(StoredFreshness(lifetime: 30)))
         XCTAssertEqual(decide(status: 301, headers: [("Cache-Control", "max-age=3600")]), .store(StoredFreshness(lifetime: 3600)))
         XCTAssertEqual(decide(status: 404), .refuse(.statusNotCacheable), "no freshness, not stored")
-        XCTAssertEqual(decide(ttl: 60, status: 404, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable),
-                       "a caller's ttl never keeps an error")
+        XCTAssertEqual(
+            decide(ttl: 60, status: 404, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable),
+            "a caller's ttl never keeps an error")
         XCTAssertEqual(decide(status: 206, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
         XCTAssertEqual(decide(status: 304, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
         XCTAssertEqual(decide(status: 100, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
@@ -218,8 +250,9 @@ final class StoreDecisionTests: XCTestCase {
 
     func testMustUnderstandOverridesNoStoreForUnderstoodStatuses() {
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, no-store, must-understand")]), .store(StoredFreshness(lifetime: 5)))
-        XCTAssertEqual(decide(status: 299, headers: [("Cache-Control", "max-age=5, no-store, must-understand")]),
-                       .refuse(.statusNotCacheable), "a status Larder does not understand")
+        XCTAssertEqual(
+            decide(status: 299, headers: [("Cache-Control", "max-age=5, no-store, must-understand")]),
+            .refuse(.statusNotCacheable), "a status Larder does not understand")
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5, no-store")]), .refuse(.responseNoStore))
     }
 
@@ -229,15 +262,18 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(partitioned: true, headers: [("Cache-Control", "private, max-age=5")]), .store(StoredFreshness(lifetime: 5)))
         XCTAssertEqual(decide(status: 204), .store(StoredFreshness(lifetime: 0)))
         // §4.2.4: no-cache forbids serving stale, as must-revalidate does.
-        XCTAssertEqual(decide(policy: .reload, headers: [("Cache-Control", "no-cache")]),
-                       .store(StoredFreshness(lifetime: 0, mustRevalidate: true)))
+        XCTAssertEqual(
+            decide(policy: .reload, headers: [("Cache-Control", "no-cache")]),
+            .store(StoredFreshness(lifetime: 0, mustRevalidate: true)))
     }
 
     func testSMaxageForbidsStaleOnlyInASharedCache() {
         let headers = [HeaderField("Cache-Control", "s-maxage=5")]
         func decision(shared: Bool) -> StoreDecision {
-            CacheRules.store(StoreInputs(policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: headers,
-                                         bodySize: 1, maxBodySize: 100, requestTime: 0, responseTime: 0, shared: shared))
+            CacheRules.store(
+                StoreInputs(
+                    policy: .useProtocol, method: .get, ttl: nil, partitioned: false, status: 200, headers: headers,
+                    bodySize: 1, maxBodySize: 100, requestTime: 0, responseTime: 0, shared: shared))
         }
         XCTAssertEqual(decision(shared: true), .store(StoredFreshness(lifetime: 5, mustRevalidate: true)))
         XCTAssertEqual(decision(shared: false), .store(StoredFreshness(lifetime: 5)))
@@ -247,8 +283,10 @@ final class StoreDecisionTests: XCTestCase {
 final class LookupDecisionTests: XCTestCase {
     private let stored = EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 3)
 
-    private func decide(_ policy: CachePolicy, method: HTTPMethod = .get, ttl: Double? = nil, version: Int64 = 3,
-                        entry: EntryFreshness?, now: Double) -> LookupDecision {
+    private func decide(
+        _ policy: CachePolicy, method: HTTPMethod = .get, ttl: Double? = nil, version: Int64 = 3,
+        entry: EntryFreshness?, now: Double
+    ) -> LookupDecision {
         CacheRules.lookup(policy: policy, method: method, ttl: ttl, version: version, entry: entry, now: now)
     }
 
@@ -288,8 +326,10 @@ final class LookupDecisionTests: XCTestCase {
         XCTAssertEqual(decide(.useProtocol, entry: entry, now: 1089), .serveStaleAndRefresh)
         XCTAssertEqual(decide(.useProtocol, entry: entry, now: 1090), .fetch, "past the window")
         // The caller's window replaces the directive's.
-        XCTAssertEqual(CacheRules.lookup(policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: stored, now: 1100,
-                                         stale: StaleWindows(whileRevalidate: 100)), .serveStaleAndRefresh)
+        XCTAssertEqual(
+            CacheRules.lookup(
+                policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: stored, now: 1100,
+                stale: StaleWindows(whileRevalidate: 100)), .serveStaleAndRefresh)
         var strict = entry
         strict.mustRevalidate = true
         XCTAssertEqual(decide(.useProtocol, entry: strict, now: 1070), .fetch, "must-revalidate forbids serving stale")
@@ -324,14 +364,16 @@ final class LookupDecisionTests: XCTestCase {
         XCTAssertEqual(RequestDirectives(headers: [HeaderField("Cache-Control", "max-stale=30")]).maxStale, 30)
         XCTAssertEqual(RequestDirectives(headers: [HeaderField("Cache-Control", "max-age=x")]).maxAge, 0)
         XCTAssertTrue(RequestDirectives(headers: [HeaderField("Pragma", "no-cache")]).noCache)
-        XCTAssertFalse(RequestDirectives(headers: [HeaderField("Pragma", "no-cache"), HeaderField("Cache-Control", "max-age=5")]).noCache,
-                       "Pragma only counts without Cache-Control")
+        XCTAssertFalse(
+            RequestDirectives(headers: [HeaderField("Pragma", "no-cache"), HeaderField("Cache-Control", "max-age=5")]).noCache,
+            "Pragma only counts without Cache-Control")
     }
 
     func testRequestDirectivesNarrowWhatIsServed() {
         func decide(_ header: String, entry: EntryFreshness? = nil, now: Double) -> LookupDecision {
-            CacheRules.lookup(policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: entry ?? stored, now: now,
-                              directives: RequestDirectives(headers: [HeaderField("Cache-Control", header)]))
+            CacheRules.lookup(
+                policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: entry ?? stored, now: now,
+                directives: RequestDirectives(headers: [HeaderField("Cache-Control", header)]))
         }
         XCTAssertEqual(decide("no-cache", now: 1001), .fetch)
         XCTAssertEqual(decide("max-age=10", now: 1005), .serve(fresh: true))
@@ -346,9 +388,11 @@ final class LookupDecisionTests: XCTestCase {
         XCTAssertEqual(decide("max-stale", entry: strict, now: 1100), .fetch, "must-revalidate beats max-stale")
         XCTAssertEqual(decide("only-if-cached", now: 1001), .serve(fresh: true))
         XCTAssertEqual(decide("only-if-cached", now: 2000), .failNotCached)
-        XCTAssertEqual(CacheRules.lookup(policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: nil, now: 0,
-                                         directives: RequestDirectives(headers: [HeaderField("Cache-Control", "only-if-cached")])),
-                       .failNotCached)
+        XCTAssertEqual(
+            CacheRules.lookup(
+                policy: .useProtocol, method: .get, ttl: nil, version: 3, entry: nil, now: 0,
+                directives: RequestDirectives(headers: [HeaderField("Cache-Control", "only-if-cached")])),
+            .failNotCached)
     }
 
     func testAgeAndRemaining() {
@@ -390,8 +434,10 @@ final class AccessPolicyTests: XCTestCase {
 
     func testDenyPrivate() {
         let strict = UpstreamAccessPolicy(denyPrivate: true)
-        for refused in ["127.0.0.1", "127.255.0.1", "10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1",
-                        "0.0.0.0", "::1", "::", "fc00::1", "fd12:3456::1", "::ffff:127.0.0.1", "224.0.0.1"] {
+        for refused in [
+            "127.0.0.1", "127.255.0.1", "10.0.0.1", "172.16.0.1", "172.31.255.255", "192.168.1.1", "100.64.0.1",
+            "0.0.0.0", "::1", "::", "fc00::1", "fd12:3456::1", "::ffff:127.0.0.1", "224.0.0.1"
+        ] {
             XCTAssertNotNil(strict.refusal(forAddress: address(refused)), refused)
         }
         for allowed in ["172.32.0.1", "8.8.8.8", "2001:db8::1", "93.184.216.34"] {

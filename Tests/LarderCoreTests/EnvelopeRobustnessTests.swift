@@ -7,8 +7,9 @@ import XCTest
 final class EnvelopeRobustnessTests: XCTestCase {
     private func render(age: Double, ttl: Double?) -> [String: Any]? {
         let report = CacheReport(outcome: .hit, key: CacheKey(hex: "ab"), age: age, ttl: ttl, version: 0, stored: true)
-        let bytes = Envelope.render(status: 200, headersJSON: Array("{}".utf8), body: Array("x".utf8), kind: .text, cache: report,
-                                    totalMs: .nan, upstreamMs: .infinity)
+        let bytes = Envelope.render(
+            status: 200, headersJSON: Array("{}".utf8), body: Array("x".utf8), kind: .text, cache: report,
+            totalMs: .nan, upstreamMs: .infinity)
         guard case .object(let object)? = try? JSONParser.parse(bytes), case .object(let cache)? = object["cache"] else { return nil }
         return cache.mapValues { value -> Any in
             if case .number(let number) = value, let integer = number.int64 { return Int(integer) }
@@ -22,7 +23,7 @@ final class EnvelopeRobustnessTests: XCTestCase {
             (.nan, .nan, 0, 0),
             (-.infinity, -1e300, -Int(WholeSeconds.limit), -Int(WholeSeconds.limit)),
             (1e300, .greatestFiniteMagnitude, Int(WholeSeconds.limit), Int(WholeSeconds.limit)),
-            (12.7, 47.2, 12, 48),
+            (12.7, 47.2, 12, 48)
         ]
         for (age, ttl, shownAge, shownTTL) in cases {
             let cache = try XCTUnwrap(render(age: age, ttl: ttl), "age \(age), ttl \(String(describing: ttl)): valid JSON")

@@ -25,9 +25,11 @@ final class FetchRequestParsingTests: XCTestCase {
     }
 
     func testFullRequest() throws {
-        let request = try parse(#"""
+        let request = try parse(
+            #"""
             {"url":"http://a.test/x?b=1","method":"post","query":{"c":"2"},"headers":{"X-A":"1"},"body":{"k":[1,2.5,null,true]},
-             "timeoutMs":500,"cache":{"policy":"cache-else-load","ttl":1.5,"version":7,"sensitive":{"u":1},"ignoreQuery":["ts"],"namespace":"n"}}
+             "timeoutMs":500,
+             "cache":{"policy":"cache-else-load","ttl":1.5,"version":7,"sensitive":{"u":1},"ignoreQuery":["ts"],"namespace":"n"}}
             """#)
         XCTAssertEqual(request.method, .post)
         XCTAssertEqual(request.url.absoluteString, "http://a.test/x?b=1&c=2")
@@ -87,12 +89,17 @@ final class EnvelopeTests: XCTestCase {
     }
 
     func testJSONBodiesAreEmbedded() throws {
-        let headers = ResponseHeaders.renderJSON([HeaderField("Content-Type", "application/json"), HeaderField("X-Multi", "a"),
-                                                  HeaderField("x-multi", "b"), HeaderField("Connection", "close, X-Hop"),
-                                                  HeaderField("X-Hop", "1"), HeaderField("Set-Cookie", "s=1")], dropCookies: true)
+        let headers = ResponseHeaders.renderJSON(
+            [
+                HeaderField("Content-Type", "application/json"), HeaderField("X-Multi", "a"),
+                HeaderField("x-multi", "b"), HeaderField("Connection", "close, X-Hop"),
+                HeaderField("X-Hop", "1"), HeaderField("Set-Cookie", "s=1")
+            ], dropCookies: true)
         let body = Array(#"{"n":[1,2],"s":"é"}"#.utf8)
-        let document = try decode(Envelope.render(status: 200, headersJSON: headers, body: body, kind: .json, cache: report(),
-                                                  totalMs: 0.4567, upstreamMs: nil))
+        let document = try decode(
+            Envelope.render(
+                status: 200, headersJSON: headers, body: body, kind: .json, cache: report(),
+                totalMs: 0.4567, upstreamMs: nil))
         XCTAssertEqual(document["status"] as? Int, 200)
         XCTAssertEqual(document["headers"] as? [String: String], ["content-type": "application/json", "x-multi": "a, b"])
         XCTAssertEqual((document["body"] as? [String: Any])?["s"] as? String, "é")
@@ -107,9 +114,11 @@ final class EnvelopeTests: XCTestCase {
     func testStoredHeadersRenderedAndParsedInOnePassMatchTheRoundTrip() {
         // An entry keeps its headers as JSON (for the store) and as fields (for the proxy);
         // a new entry gets both from one pass, an entry read back parses the JSON.
-        let headers = [HeaderField("Content-Type", "application/json"), HeaderField("X-Multi", "a"), HeaderField("x-multi", "b"),
-                       HeaderField("Connection", "close, X-Hop"), HeaderField("X-Hop", "1"), HeaderField("Set-Cookie", "s=1"),
-                       HeaderField("ETag", "\"q\\\"uoted\""), HeaderField("X-Text", "é, ☃, tab\there"), HeaderField("Age", "3")]
+        let headers = [
+            HeaderField("Content-Type", "application/json"), HeaderField("X-Multi", "a"), HeaderField("x-multi", "b"),
+            HeaderField("Connection", "close, X-Hop"), HeaderField("X-Hop", "1"), HeaderField("Set-Cookie", "s=1"),
+            HeaderField("ETag", "\"q\\\"uoted\""), HeaderField("X-Text", "é, ☃, tab\there"), HeaderField("Age", "3")
+        ]
         for dropCookies in [true, false] {
             let json = ResponseHeaders.renderJSON(headers, dropCookies: dropCookies)
             let rendered = ResponseHeaders.rendered(headers, dropCookies: dropCookies)
@@ -133,12 +142,16 @@ final class EnvelopeTests: XCTestCase {
     }
 
     func testTextAndBinaryBodiesAreEscaped() throws {
-        let text = try decode(Envelope.render(status: 200, headersJSON: Array("{}".utf8), body: Array("a\"b\\c\n\u{1}".utf8), kind: .text,
-                                              cache: report(ttl: nil), totalMs: 1, upstreamMs: 2))
+        let text = try decode(
+            Envelope.render(
+                status: 200, headersJSON: Array("{}".utf8), body: Array("a\"b\\c\n\u{1}".utf8), kind: .text,
+                cache: report(ttl: nil), totalMs: 1, upstreamMs: 2))
         XCTAssertEqual(text["bodyText"] as? String, "a\"b\\c\n\u{1}")
         XCTAssertTrue((text["cache"] as? [String: Any])?["ttl"] is NSNull)
-        let binary = try decode(Envelope.render(status: 200, headersJSON: Array("{}".utf8), body: [0, 255], kind: .binary,
-                                                cache: report(), totalMs: 1, upstreamMs: 2))
+        let binary = try decode(
+            Envelope.render(
+                status: 200, headersJSON: Array("{}".utf8), body: [0, 255], kind: .binary,
+                cache: report(), totalMs: 1, upstreamMs: 2))
         XCTAssertEqual(binary["bodyBase64"] as? String, "AP8=")
     }
 
@@ -201,7 +214,8 @@ final class TextHelperTests: XCTestCase {
         XCTAssertEqual(rendered(long), "\"" + String(repeating: "x\\\"", count: 40) + "\\n\"")
         // Contiguous bytes and any other sequence of bytes escape alike.
         let bytes: [UInt8] = (0...255).map(UInt8.init) + Array("tail".utf8)
-        var fast: [UInt8] = [], slow: [UInt8] = []
+        var fast: [UInt8] = []
+        var slow: [UInt8] = []
         bytes.withUnsafeBufferPointer { JSONWriter.appendEscaped($0, to: &fast) }
         JSONWriter.appendEscaped(bytes.lazy.map { $0 }, to: &slow)
         XCTAssertEqual(fast, slow)
@@ -233,9 +247,11 @@ final class TextHelperTests: XCTestCase {
             let parsed = HTTPDate.parse("Mon, 01 \(month.element) 2029 00:00:00 GMT")
             XCTAssertEqual(parsed.map(HTTPDate.format).map { String($0.dropFirst(8).prefix(3)) }, month.element)
         }
-        for invalid in ["Sun, 06 N\u{D6}v 1994 08:49:37 GMT", "Sux, 06 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 GMX",
-                        "Sundax, 06-Nov-94 08:49:37 GMT", "Sun, 0x Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:3 GMT ",
-                        "Sun, 06 Nov 1994 08-49:37 GMT", "Sun Nov 6 08:49:37 1994", "Sun Nov  6 08:49:37 199", ",", "Sun,"] {
+        for invalid in [
+            "Sun, 06 N\u{D6}v 1994 08:49:37 GMT", "Sux, 06 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 GMX",
+            "Sundax, 06-Nov-94 08:49:37 GMT", "Sun, 0x Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:3 GMT ",
+            "Sun, 06 Nov 1994 08-49:37 GMT", "Sun Nov 6 08:49:37 1994", "Sun Nov  6 08:49:37 199", ",", "Sun,"
+        ] {
             XCTAssertNil(HTTPDate.parse(invalid), invalid)
         }
     }

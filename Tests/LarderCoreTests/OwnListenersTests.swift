@@ -12,12 +12,15 @@ final class OwnListenersTests: XCTestCase {
         XCTAssertNotNil(listeners.refusal(address: ip(127, 0, 0, 1), port: 9090, isLocal: nowhere))
         XCTAssertNotNil(listeners.refusal(address: ip(0, 0, 0, 0), port: 9090, isLocal: nowhere))
         XCTAssertNotNil(listeners.refusal(address: IPAddress(bytes: [UInt8](repeating: 0, count: 16))!, port: 9090, isLocal: nowhere))
-        XCTAssertNotNil(listeners.refusal(address: IPAddress(bytes: [UInt8](repeating: 0, count: 10) + [0xFF, 0xFF, 127, 0, 0, 1])!,
-                                          port: 9090, isLocal: nowhere), "IPv4-mapped")
+        XCTAssertNotNil(
+            listeners.refusal(
+                address: IPAddress(bytes: [UInt8](repeating: 0, count: 10) + [0xFF, 0xFF, 127, 0, 0, 1])!,
+                port: 9090, isLocal: nowhere), "IPv4-mapped")
         XCTAssertNil(listeners.refusal(address: ip(127, 0, 0, 1), port: 9091, isLocal: nowhere), "another port")
         XCTAssertNil(listeners.refusal(address: ip(127, 0, 0, 2), port: 9090, isLocal: nowhere), "another loopback address")
-        XCTAssertEqual(listeners.refusal(address: ip(127, 0, 0, 1), port: 9090, isLocal: nowhere),
-                       "127.0.0.1:9090 is this Larder instance's own admin listener")
+        XCTAssertEqual(
+            listeners.refusal(address: ip(127, 0, 0, 1), port: 9090, isLocal: nowhere),
+            "127.0.0.1:9090 is this Larder instance's own admin listener")
     }
 
     func testAWildcardListenerIsReachedOnEveryLocalAddress() {
@@ -28,7 +31,13 @@ final class OwnListenersTests: XCTestCase {
         XCTAssertNil(listeners.refusal(address: ip(10, 1, 2, 3), port: 8080, isLocal: nowhere), "not an address of this machine")
         XCTAssertNotNil(listeners.refusal(address: ip(10, 1, 2, 3), port: 8080, isLocal: { $0 == self.ip(10, 1, 2, 3) }))
         var asked = 0
-        XCTAssertNil(listeners.refusal(address: ip(10, 1, 2, 3), port: 8081, isLocal: { _ in asked += 1; return true }))
+        XCTAssertNil(
+            listeners.refusal(
+                address: ip(10, 1, 2, 3), port: 8081,
+                isLocal: { _ in
+                    asked += 1
+                    return true
+                }))
         XCTAssertEqual(asked, 0, "interfaces are read only for a listener's port")
     }
 

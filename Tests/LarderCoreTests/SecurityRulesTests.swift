@@ -2,10 +2,11 @@
 // the base-path guard and IPv6 forms of refused addresses.
 
 import LarderCore
-#if canImport(Glibc)
-import Glibc
-#endif
 import XCTest
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 final class RequestFramingTests: XCTestCase {
     private func check(_ fields: [(String, String)]) -> RequestFraming.Rejection? {
@@ -51,19 +52,29 @@ final class RequestFramingTests: XCTestCase {
 final class JSONParserTests: XCTestCase {
     func testParsesEveryKind() throws {
         let value = try JSONParser.parse(Array(#" {"a":[1,-2.5,1e3,true,false,null,"x\u00e9\n\ud83d\ude00"],"b":{}} "#.utf8))
-        XCTAssertEqual(value, .object(["a": .array([.number(1), .number(try XCTUnwrap(JSONNumber("-2.5"))), .number(try XCTUnwrap(JSONNumber("1e3"))),
-                                                     .bool(true), .bool(false), .null, .string("x\u{E9}\n\u{1F600}")]), "b": .object([:])]))
-        guard case .number(let beyondInt64) = try JSONParser.parse(Array("9223372036854775808".utf8)) else { return XCTFail("not a number") }
+        XCTAssertEqual(
+            value,
+            .object([
+                "a": .array([
+                    .number(1), .number(try XCTUnwrap(JSONNumber("-2.5"))), .number(try XCTUnwrap(JSONNumber("1e3"))),
+                    .bool(true), .bool(false), .null, .string("x\u{E9}\n\u{1F600}")
+                ]), "b": .object([:])
+            ]))
+        guard case .number(let beyondInt64) = try JSONParser.parse(Array("9223372036854775808".utf8)) else {
+            return XCTFail("not a number")
+        }
         XCTAssertNil(beyondInt64.int64)
-        XCTAssertEqual(beyondInt64.double, 9223372036854775808)
+        XCTAssertEqual(beyondInt64.double, 9_223_372_036_854_775_808)
     }
 
     /// Issue 32 item 8: numbers keep their text in the canonical rendering, so neither the body
     /// sent upstream nor the cache key changes a number a caller wrote.
     func testCanonicalRenderingKeepsEachNumbersText() throws {
-        let written = #"{ "z" : [12345678901234567890, 0.1000000000000000055511151231257827, 1.0, 1e3, -0, 2E-7],"a":-9223372036854775809 }"#
-        XCTAssertEqual(String(decoding: try JSONParser.parse(Array(written.utf8)).canonicalBytes, as: UTF8.self),
-                       #"{"a":-9223372036854775809,"z":[12345678901234567890,0.1000000000000000055511151231257827,1.0,1e3,-0,2E-7]}"#)
+        let written =
+            #"{ "z" : [12345678901234567890, 0.1000000000000000055511151231257827, 1.0, 1e3, -0, 2E-7],"a":-9223372036854775809 }"#
+        XCTAssertEqual(
+            String(decoding: try JSONParser.parse(Array(written.utf8)).canonicalBytes, as: UTF8.self),
+            #"{"a":-9223372036854775809,"z":[12345678901234567890,0.1000000000000000055511151231257827,1.0,1e3,-0,2E-7]}"#)
         XCTAssertNotEqual(try JSONParser.parse(Array("0.1".utf8)), try JSONParser.parse(Array("0.1000000000000000055511151231257827".utf8)))
         XCTAssertEqual(JSONNumber("1.0")?.int64, nil)
         XCTAssertEqual(JSONNumber("-12")?.int64, -12)
@@ -72,8 +83,10 @@ final class JSONParserTests: XCTestCase {
     }
 
     func testRejectsMalformedDocuments() {
-        for text in ["", "{", "[1,]", "{\"a\":1,}", "01", "1.", "-", "\"\\x\"", "\"\u{1}\"", "[1] 2", "{\"a\" 1}", "tru",
-                     "\"\\ud800\"", "{\"a\":1,\"a\":2}", "nul", "1e", "[\"a\"", "\"abc"] {
+        for text in [
+            "", "{", "[1,]", "{\"a\":1,}", "01", "1.", "-", "\"\\x\"", "\"\u{1}\"", "[1] 2", "{\"a\" 1}", "tru",
+            "\"\\ud800\"", "{\"a\":1,\"a\":2}", "nul", "1e", "[\"a\"", "\"abc"
+        ] {
             XCTAssertThrowsError(try JSONParser.parse(Array(text.utf8)), text)
             // The validator (for embedding upstream JSON) accepts duplicate names and lone
             // surrogate escapes, as JSON parsers at large do; the builder refuses them.
@@ -145,7 +158,10 @@ final class BasePathGuardTests: XCTestCase {
     }
 
     func testPathsThatAnOriginCouldReadAsClimbingOutAreRefused() throws {
-        for path in ["/../admin", "/..;/admin", "/.%2e;/admin", "/..%2Fadmin", "/..%2fadmin", "/..%5Cadmin", "/x/.;/y", "/%2e%2e/admin", "/a/..;p=1", "/a/.;"] {
+        for path in [
+            "/../admin", "/..;/admin", "/.%2e;/admin", "/..%2Fadmin", "/..%2fadmin", "/..%5Cadmin", "/x/.;/y", "/%2e%2e/admin", "/a/..;p=1",
+            "/a/.;"
+        ] {
             XCTAssertNotNil(try refusal(path), path)
         }
         for path in ["/cities", "/a..b/c", "/...", "/x;y=1/z", "/.well-known/x", "/%41", "/x;../y", "/;./y", "/.a;b/c"] {
@@ -192,11 +208,13 @@ final class ResponseValidationTests: XCTestCase {
     func testTemplatesReportTheFirstMismatchAsAPath() throws {
         let rule = try validation(#"{"json":{"data":{"id":"number","items":[{"id":"integer"}]},"ok":"boolean","note":"?string"}}"#)
         XCTAssertNil(rule.failure(status: 200, body: Array(#"{"data":{"id":1.5,"items":[{"id":1},{"id":2}]},"ok":true}"#.utf8)))
-        XCTAssertEqual(rule.failure(status: 200, body: Array(#"{"data":{"id":1,"items":[{"id":1},{"id":"x"}]},"ok":true}"#.utf8)),
-                       "$.data.items[1].id: expected integer, got string")
+        XCTAssertEqual(
+            rule.failure(status: 200, body: Array(#"{"data":{"id":1,"items":[{"id":1},{"id":"x"}]},"ok":true}"#.utf8)),
+            "$.data.items[1].id: expected integer, got string")
         XCTAssertEqual(rule.failure(status: 200, body: Array(#"{"data":{"id":1,"items":[]}}"#.utf8)), "$.ok: missing")
-        XCTAssertEqual(rule.failure(status: 200, body: Array(#"{"data":{"id":1,"items":[]},"ok":true,"note":5}"#.utf8)),
-                       "$.note: expected string, got integer")
+        XCTAssertEqual(
+            rule.failure(status: 200, body: Array(#"{"data":{"id":1,"items":[]},"ok":true,"note":5}"#.utf8)),
+            "$.note: expected string, got integer")
         XCTAssertNotNil(rule.failure(status: 200, body: Array("not json".utf8)))
     }
 
@@ -209,9 +227,11 @@ final class ResponseValidationTests: XCTestCase {
     }
 
     func testInvalidTemplatesNameTheField() {
-        for (json, field) in [(#"{"status":[99]}"#, "validate.status[0]"), (#"{"status":[[300,600]]}"#, "validate.status[0][1]"),
-                              (#"{"json":{"a":"float"}}"#, "validate.json.a"), (#"{"json":{"a":["x","y"]}}"#, "validate.json.a"),
-                              (#"{"jsn":{}}"#, "validate.jsn"), (#"{"status":[]}"#, "validate.status")] {
+        for (json, field) in [
+            (#"{"status":[99]}"#, "validate.status[0]"), (#"{"status":[[300,600]]}"#, "validate.status[0][1]"),
+            (#"{"json":{"a":"float"}}"#, "validate.json.a"), (#"{"json":{"a":["x","y"]}}"#, "validate.json.a"),
+            (#"{"jsn":{}}"#, "validate.jsn"), (#"{"status":[]}"#, "validate.status")
+        ] {
             XCTAssertThrowsError(try validation(json), json) { XCTAssertEqual(($0 as? LarderError)?.field, field, json) }
         }
     }
@@ -226,9 +246,10 @@ final class QueryRedactionTests: XCTestCase {
         XCTAssertEqual(redaction.apply("https://a.test/p?keys=1&monkey=2"), "https://a.test/p?keys=1&monkey=2")
         XCTAssertEqual(redaction.apply("https://a.test/key?x=1"), "https://a.test/key?x=1")
         XCTAssertEqual(QueryRedaction(names: []).apply("https://a.test/p?token=t"), "https://a.test/p?token=t")
-        XCTAssertEqual(redaction.apply("https://a.test/p?&token==x=y&&key&sig=REDACTED&q=%C3%A9#a?key=1"),
-                       "https://a.test/p?&token=REDACTED&&key&sig=REDACTED&q=%C3%A9#a?key=1",
-                       "empty pairs, a value holding '=', a name without a value and the fragment are kept")
+        XCTAssertEqual(
+            redaction.apply("https://a.test/p?&token==x=y&&key&sig=REDACTED&q=%C3%A9#a?key=1"),
+            "https://a.test/p?&token=REDACTED&&key&sig=REDACTED&q=%C3%A9#a?key=1",
+            "empty pairs, a value holding '=', a name without a value and the fragment are kept")
         XCTAssertEqual(redaction.apply("https://a.test/p?"), "https://a.test/p?")
         XCTAssertEqual(redaction.apply("https://a.test/p?KEY="), "https://a.test/p?KEY=REDACTED")
     }

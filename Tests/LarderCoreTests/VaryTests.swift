@@ -6,8 +6,9 @@ final class VaryTests: XCTestCase {
 
     func testNominatedNames() {
         XCTAssertEqual(Vary.names(in: []), [])
-        XCTAssertEqual(Vary.names(in: [HeaderField("Vary", "Accept-Language, accept-encoding"), HeaderField("vary", "Accept-Language")]),
-                       ["accept-encoding", "accept-language"])
+        XCTAssertEqual(
+            Vary.names(in: [HeaderField("Vary", "Accept-Language, accept-encoding"), HeaderField("vary", "Accept-Language")]),
+            ["accept-encoding", "accept-language"])
         XCTAssertNil(Vary.names(in: [HeaderField("Vary", "Accept, *")]))
         XCTAssertEqual(Vary.names(in: [HeaderField("Vary", " ")]), [])
     }

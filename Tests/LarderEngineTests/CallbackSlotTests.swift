@@ -13,7 +13,7 @@ final class CallbackSlotTests: XCTestCase {
 
     func testReadingAndCallingManyTimesKeepsOneCallback() {
         let slot = CallbackSlot<(key: String, count: Int)>()
-        slot((key: "unset", count: 0))  // nothing set: nothing happens
+        slot((key: "unset", count: 0)) // nothing set: nothing happens
         XCTAssertNil(slot.current)
         let received = Locked<[String]>([])
         slot.set { value in received.withLock { $0.append("\(value.key)=\(value.count)") } }

@@ -3,8 +3,8 @@
 import Foundation
 import LarderCore
 import LarderEngine
-import Logging
 import LarderSync
+import Logging
 import XCTest
 
 /// An upstream whose answers the test scripts, recording what it was asked.
@@ -25,8 +25,9 @@ final class ScriptedUpstream: Upstream {
     }
 
     static func response(_ status: Int, _ headers: [(String, String)], body: String = "") -> UpstreamResponse {
-        UpstreamResponse(status: status, headers: headers.map { HeaderField($0.0, $0.1) }, body: Array(body.utf8),
-                         requestTime: 0, responseTime: 0)
+        UpstreamResponse(
+            status: status, headers: headers.map { HeaderField($0.0, $0.1) }, body: Array(body.utf8),
+            requestTime: 0, responseTime: 0)
     }
 }
 
@@ -40,8 +41,9 @@ final class FetchEngineTests: XCTestCase {
     private let now = TestTime()
 
     private func engine(store: any CacheStore, upstream: any Upstream) -> FetchEngine {
-        FetchEngine(store: store, upstream: upstream, keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)),
-                    clock: Clock { [now] in now.withLock { $0 } }, logger: Logger(label: "engine-test"))
+        FetchEngine(
+            store: store, upstream: upstream, keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)),
+            clock: Clock { [now] in now.withLock { $0 } }, logger: Logger(label: "engine-test"))
     }
 
     /// Runs a fetch to completion (the scripted upstream answers synchronously).
@@ -52,8 +54,9 @@ final class FetchEngineTests: XCTestCase {
             XCTFail("no response")
             return [:]
         }
-        let envelope = Envelope.render(status: served.status, headersJSON: served.headersJSON, body: served.body,
-                                       kind: served.bodyKind, cache: served.report, totalMs: 0, upstreamMs: served.upstreamMs)
+        let envelope = Envelope.render(
+            status: served.status, headersJSON: served.headersJSON, body: served.body,
+            kind: served.bodyKind, cache: served.report, totalMs: 0, upstreamMs: served.upstreamMs)
         return (try? JSONSerialization.jsonObject(with: Data(envelope))) as? [String: Any] ?? [:]
     }
 
@@ -64,8 +67,14 @@ final class FetchEngineTests: XCTestCase {
         let key = keys.derive(for: request).key
         let upstream = ScriptedUpstream { sent, index in
             switch index {
-            case 0: return .success(ScriptedUpstream.response(200, [("ETag", "\"a\""), ("Cache-Control", "max-age=10"),
-                                                                    ("Content-Type", "text/plain")], body: "first"))
+            case 0:
+                return .success(
+                    ScriptedUpstream.response(
+                        200,
+                        [
+                            ("ETag", "\"a\""), ("Cache-Control", "max-age=10"),
+                            ("Content-Type", "text/plain")
+                        ], body: "first"))
             case 1:
                 // The entry is purged while the conditional request is in flight.
                 XCTAssertEqual(sent.headers.values("if-none-match"), ["\"a\""])
@@ -151,7 +160,10 @@ final class CancellationTests: XCTestCase {
         do {
             let work = Work()
             held = work
-            cancellation.onCancel { _ = work; ran.add(1, ordering: .relaxed) }
+            cancellation.onCancel {
+                _ = work
+                ran.add(1, ordering: .relaxed)
+            }
         }
         XCTAssertNotNil(held, "the handler holds the work")
         cancellation.release()
@@ -185,20 +197,23 @@ final class FinishedWorkTests: XCTestCase {
     /// in the server the rendered response) is freed.
     func testAFinishedBatchIsNotKeptByHeldReplies() throws {
         let upstream = RetainingUpstream()
-        let engine = FetchEngine(store: MemoryCacheStore(), upstream: upstream, keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)),
-                                 clock: Clock { 1_000 }, logger: Logger(label: "engine-test"))
+        let engine = FetchEngine(
+            store: MemoryCacheStore(), upstream: upstream, keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)),
+            clock: Clock { 1_000 }, logger: Logger(label: "engine-test"))
         let freed = DispatchSemaphore(value: 0)
         let finished = Locked<Int>(0)
         let ended = DispatchSemaphore(value: 0)
         do {
             let marker = Marker(freed)
             let items = try ["a", "b"].map { engine.prepare(FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/\($0)"))) }
-            let run = BatchRun(engine: engine, items: items, mode: .settle, concurrency: 4, clock: Clock { 1_000 },
-                               sink: .watching { _ in }, onFinish: { outcomes in
-                                   _ = marker
-                                   finished.withLock { $0 = outcomes.filter { $0.state == .done }.count }
-                                   ended.signal()
-                               })
+            let run = BatchRun(
+                engine: engine, items: items, mode: .settle, concurrency: 4, clock: Clock { 1_000 },
+                sink: .watching { _ in },
+                onFinish: { outcomes in
+                    _ = marker
+                    finished.withLock { $0 = outcomes.filter { $0.state == .done }.count }
+                    ended.signal()
+                })
             run.start()
         }
         XCTAssertEqual(ended.wait(timeout: .now() + 10), .success)

@@ -1,11 +1,14 @@
 // The coalescing table alone: who leads, who waits, who is woken. No engine, no threads.
 
-@testable import LarderEngine
 import XCTest
 
+@testable import LarderEngine
+
 final class FlightTableTests: XCTestCase {
-    private func leader(_ joined: FlightTable<String, String>.Joined, file: StaticString = #filePath,
-                        line: UInt = #line) -> FlightTable<String, String>.Token? {
+    private func leader(
+        _ joined: FlightTable<String, String>.Joined, file: StaticString = #filePath,
+        line: UInt = #line
+    ) -> FlightTable<String, String>.Token? {
         guard case .leading(let token) = joined else {
             XCTFail("expected to lead", file: file, line: line)
             return nil
@@ -13,8 +16,10 @@ final class FlightTableTests: XCTestCase {
         return token
     }
 
-    private func waiter(_ joined: FlightTable<String, String>.Joined, file: StaticString = #filePath,
-                        line: UInt = #line) -> UInt64? {
+    private func waiter(
+        _ joined: FlightTable<String, String>.Joined, file: StaticString = #filePath,
+        line: UInt = #line
+    ) -> UInt64? {
         guard case .waiting(let id) = joined else {
             XCTFail("expected to wait", file: file, line: line)
             return nil

@@ -3,8 +3,8 @@
 
 import LarderCore
 import LarderEngine
-import Logging
 import LarderSync
+import Logging
 import XCTest
 
 /// Records the upstream exchanges the engine reports (what the metrics count per upstream).
@@ -23,20 +23,24 @@ final class RangeFetcherTests: XCTestCase {
             XCTAssertEqual(sent.headers.values("range"), ["bytes=0-3"])
             XCTAssertEqual(sent.headers.values("cdn-loop"), ["larder-test"])
             XCTAssertFalse(sent.followRedirects)
-            return .success(ScriptedUpstream.response(206, [("Content-Range", "bytes 0-3/10"), ("Cache-Control", "max-age=60")],
-                                                      body: "0123"))
+            return .success(
+                ScriptedUpstream.response(
+                    206, [("Content-Range", "bytes 0-3/10"), ("Cache-Control", "max-age=60")],
+                    body: "0123"))
         }
         var limits = FetchEngine.Limits()
         limits.loopToken = "larder-test"
-        let engine = FetchEngine(store: MemoryCacheStore(), upstream: upstream,
-                                 keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)), clock: Clock { 1_000 },
-                                 limits: limits, logger: Logger(label: "range-test"))
+        let engine = FetchEngine(
+            store: MemoryCacheStore(), upstream: upstream,
+            keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)), clock: Clock { 1_000 },
+            limits: limits, logger: Logger(label: "range-test"))
         let log = ExchangeLog()
         engine.traffic.observe(with: log)
         var cache = CacheOptions()
         cache.namespace = FetchRequest.reservedNamespacePrefix + "origin"
-        let request = FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/file"),
-                                   headers: [HeaderField("Range", "bytes=0-3")], cache: cache, shared: true)
+        let request = FetchRequest(
+            url: try UpstreamURL(parsing: "http://origin.test/file"),
+            headers: [HeaderField("Range", "bytes=0-3")], cache: cache, shared: true)
         let answered = Locked<CacheAnswer?>(nil)
         let immediate = engine.ranges.fetch(engine.prepare(request), range: "bytes=0-3") { answer in
             answered.withLock { $0 = answer }

@@ -1,9 +1,11 @@
 // Admission: connections open against the server's limits, in all and per client address.
 
-@testable import LarderHTTP
 import XCTest
+
+@testable import LarderHTTP
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class AdmissionTests: XCTestCase {

@@ -19,13 +19,15 @@ final class HTTPResponderTests: XCTestCase {
     func testResponderWithoutASocketReceivesTheAnswer() {
         let answered = expectation(description: "answered")
         let goneHandlers = Counter()
-        let responder = HTTPResponder(respond: { response in
-            XCTAssertEqual(response.status, 200)
-            XCTAssertEqual(response.body, Array("ping".utf8))
-            answered.fulfill()
-        }, onClientGone: { _ in goneHandlers.add() })
-        let request = HTTPServerRequest(method: "POST", path: "/echo", rawTarget: "/echo", headers: [("Host", "example.com")],
-                                        body: Array("ping".utf8), bodyTooLarge: false)
+        let responder = HTTPResponder(
+            respond: { response in
+                XCTAssertEqual(response.status, 200)
+                XCTAssertEqual(response.body, Array("ping".utf8))
+                answered.fulfill()
+            }, onClientGone: { _ in goneHandlers.add() })
+        let request = HTTPServerRequest(
+            method: "POST", path: "/echo", rawTarget: "/echo", headers: [("Host", "example.com")],
+            body: Array("ping".utf8), bodyTooLarge: false)
         XCTAssertNil(DeferredEcho().handle(request, responder: responder))
         wait(for: [answered], timeout: 5)
         XCTAssertEqual(goneHandlers.value, 1)

@@ -2,8 +2,9 @@
 // one's on a kept-alive connection (idle timeout plus header timeout, stamped by a later check),
 // none while a request is answered. Sockets are "shut down" into a list; none is real.
 
-@testable import LarderHTTP
 import XCTest
+
+@testable import LarderHTTP
 
 final class HeaderDeadlinesTests: XCTestCase {
     private let second: UInt64 = 1_000_000_000

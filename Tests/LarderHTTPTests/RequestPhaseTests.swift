@@ -3,8 +3,9 @@
 // the request dispatched, turned away while draining, and its end.
 
 import LarderCore
-@testable import LarderHTTP
 import XCTest
+
+@testable import LarderHTTP
 
 final class RequestPhaseTests: XCTestCase {
     private let host: [(name: String, value: String)] = [("Host", "example.com")]
@@ -15,16 +16,29 @@ final class RequestPhaseTests: XCTestCase {
     }
 
     private func chunk(_ phase: inout RequestPhase, _ bytes: [UInt8]) -> RequestPhase.Action {
-        bytes.withUnsafeBufferPointer { phase.called(upload: $0, draining: false, headers: { XCTFail("headers read again"); return [] }) }
+        bytes.withUnsafeBufferPointer {
+            phase.called(
+                upload: $0, draining: false,
+                headers: {
+                    XCTFail("headers read again")
+                    return []
+                })
+        }
     }
 
     /// The last call of the body (no data).
     private func end(_ phase: inout RequestPhase, draining: Bool = false) -> RequestPhase.Action {
-        phase.called(upload: nil, draining: draining, headers: { XCTFail("headers read again"); return [] })
+        phase.called(
+            upload: nil, draining: draining,
+            headers: {
+                XCTFail("headers read again")
+                return []
+            })
     }
 
     private func dispatched(_ action: RequestPhase.Action, file: StaticString = #filePath, line: UInt = #line)
-        -> (headers: [(name: String, value: String)], body: [UInt8], bodyTooLarge: Bool)? {
+        -> (headers: [(name: String, value: String)], body: [UInt8], bodyTooLarge: Bool)?
+    {
         guard case .dispatch(let headers, let body, let bodyTooLarge) = action else {
             XCTFail("expected dispatch, got \(action)", file: file, line: line)
             return nil
@@ -99,10 +113,22 @@ final class RequestPhaseTests: XCTestCase {
         var drainingReads = 0
         _ = headers(&phase, host)
         _ = [UInt8]([1]).withUnsafeBufferPointer { upload in
-            phase.called(upload: upload, draining: { drainingReads += 1; return true }(), headers: { [] })
+            phase.called(
+                upload: upload,
+                draining: {
+                    drainingReads += 1
+                    return true
+                }(), headers: { [] })
         }
         XCTAssertEqual(drainingReads, 0, "draining is read only once the body is complete")
-        guard case .turnAway = phase.called(upload: nil, draining: { drainingReads += 1; return true }(), headers: { [] }) else {
+        guard
+            case .turnAway = phase.called(
+                upload: nil,
+                draining: {
+                    drainingReads += 1
+                    return true
+                }(), headers: { [] })
+        else {
             return XCTFail("expected turnAway")
         }
         XCTAssertEqual(drainingReads, 1)

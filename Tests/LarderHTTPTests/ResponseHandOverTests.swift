@@ -1,8 +1,9 @@
 // ResponseHandOver: the answer handed from any thread to the loop thread, and the client's
 // departure, settled without a socket or a thread (the connection handle is never used).
 
-@testable import LarderHTTP
 import XCTest
+
+@testable import LarderHTTP
 
 final class ResponseHandOverTests: XCTestCase {
     private let connection = RequestContext.ConnectionHandle(pointer: OpaquePointer(bitPattern: 0x1000)!, loop: nil)

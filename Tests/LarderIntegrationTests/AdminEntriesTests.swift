@@ -18,11 +18,15 @@ final class AdminEntriesTests: IntegrationTestCase {
     func testListingShowsEachEntrysMetadataAndFilters() throws {
         let client = try startLarder().connection()
         let base = uniquePath()
-        let first = try client.fetch(["url": url("\(base)/a", "etag=%22v1%22&cc=max-age%3D60,%20stale-while-revalidate%3D30"),
-                                      "cache": ["namespace": "alpha", "tags": ["product-1", "catalog"]]])
+        let first = try client.fetch([
+            "url": url("\(base)/a", "etag=%22v1%22&cc=max-age%3D60,%20stale-while-revalidate%3D30"),
+            "cache": ["namespace": "alpha", "tags": ["product-1", "catalog"]]
+        ])
         XCTAssertEqual(first.outcome, "miss")
-        _ = try client.fetch(["url": url("\(base)/a", "etag=%22v1%22&cc=max-age%3D60,%20stale-while-revalidate%3D30"),
-                              "cache": ["namespace": "alpha", "tags": ["product-1", "catalog"]]])
+        _ = try client.fetch([
+            "url": url("\(base)/a", "etag=%22v1%22&cc=max-age%3D60,%20stale-while-revalidate%3D30"),
+            "cache": ["namespace": "alpha", "tags": ["product-1", "catalog"]]
+        ])
         _ = try client.fetch(["url": url("\(base)/b", "status=404&cc=max-age%3D60"), "cache": ["namespace": "beta"]])
         _ = try client.fetch(["url": url("\(base)/c", "cc=max-age%3D5"), "cache": ["namespace": "beta"]])
 
@@ -51,7 +55,9 @@ final class AdminEntriesTests: IntegrationTestCase {
         clock.advance(by: 10)
         XCTAssertEqual(try list(client, "expired=true").entries.count, 1, "only the 5 s one is past every window")
         XCTAssertEqual(try list(client, "expired=false").entries.count, 2)
-        XCTAssertEqual(try list(client, "urlPrefix=" + url("\(base)/b").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!).entries.count, 1)
+        XCTAssertEqual(
+            try list(client, "urlPrefix=" + url("\(base)/b").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!).entries.count, 1
+        )
 
         for (query, field) in [("limit=0", "limit"), ("colour=red", "colour"), ("status=7", "status"), ("cursor=a/b", "cursor")] {
             let refused = try client.request("GET", "/cache/entries?\(query)")
@@ -83,7 +89,8 @@ final class AdminEntriesTests: IntegrationTestCase {
                 deleted.insert(victim)
             }
             if let visited = seen.first {
-                _ = try client.fetch(["url": url("\(base)/\(keys.firstIndex(of: visited) ?? 0)"), "cache": ["ttl": 600, "policy": "reload"]])
+                _ = try client.fetch(["url": url("\(base)/\(keys.firstIndex(of: visited) ?? 0)"), "cache": ["ttl": 600, "policy": "reload"]]
+                )
             }
             page += 1
         } while cursor != nil && page < 100
@@ -126,10 +133,12 @@ final class AdminEntriesTests: IntegrationTestCase {
         let client = try larder.connection()
         let path = uniquePath()
         let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600, "namespace": "seeded"]]
-        let written = try client.request("PUT", "/cache/entries", headers: ["Content-Type": "application/json"], body: try json([
-            "request": ["url": url(path)], "cache": ["ttl": 600, "namespace": "seeded", "tags": ["seed"]],
-            "response": ["status": 200, "headers": ["X-Seeded": "yes"], "body": ["hello": "world"]],
-        ]))
+        let written = try client.request(
+            "PUT", "/cache/entries", headers: ["Content-Type": "application/json"],
+            body: try json([
+                "request": ["url": url(path)], "cache": ["ttl": 600, "namespace": "seeded", "tags": ["seed"]],
+                "response": ["status": 200, "headers": ["X-Seeded": "yes"], "body": ["hello": "world"]]
+            ]))
         XCTAssertEqual(written.status, 201, written.text)
         let key = try XCTUnwrap(written.json["key"] as? String)
 
@@ -142,16 +151,20 @@ final class AdminEntriesTests: IntegrationTestCase {
         XCTAssertEqual(try list(client, "tag=seed").entries.count, 1)
 
         // Writing again replaces the entry, the memory tier's copy too.
-        _ = try client.request("PUT", "/cache/entries", headers: ["Content-Type": "application/json"], body: try json([
-            "request": spec, "response": ["bodyText": "second"],
-        ]))
+        _ = try client.request(
+            "PUT", "/cache/entries", headers: ["Content-Type": "application/json"],
+            body: try json([
+                "request": spec, "response": ["bodyText": "second"]
+            ]))
         XCTAssertEqual(try client.fetch(spec).json["bodyText"] as? String, "second")
 
-        for (body, field) in [(["response": ["status": 200]], "request"), (["request": ["url": url(path)]], "response"),
-                              (["request": spec, "cache": ["ttl": 1], "response": [:]], "cache"),
-                              (["request": ["url": url(path), "cache": ["ttl": 60]], "response": ["status": 99]], "response.status"),
-                              (["request": ["url": url(path), "cache": ["ttl": 60]], "response": ["bodyBase64": "%%"]], "response.bodyBase64"),
-                              (["request": ["url": url(path)], "response": ["body": 1, "bodyText": "x"]], "response")] as [([String: Any], String)] {
+        for (body, field) in [
+            (["response": ["status": 200]], "request"), (["request": ["url": url(path)]], "response"),
+            (["request": spec, "cache": ["ttl": 1], "response": [:]], "cache"),
+            (["request": ["url": url(path), "cache": ["ttl": 60]], "response": ["status": 99]], "response.status"),
+            (["request": ["url": url(path), "cache": ["ttl": 60]], "response": ["bodyBase64": "%%"]], "response.bodyBase64"),
+            (["request": ["url": url(path)], "response": ["body": 1, "bodyText": "x"]], "response")
+        ] as [([String: Any], String)] {
             let refused = try client.request("PUT", "/cache/entries", headers: ["Content-Type": "application/json"], body: try json(body))
             XCTAssertEqual(refused.status, 400, "\(body)")
             XCTAssertEqual(refused.errorField, field, refused.text)
@@ -170,7 +183,8 @@ final class AdminEntriesTests: IntegrationTestCase {
         let proxied = try client.request("GET", "/proxy/origin\(base)/5?cc=max-age%3D600&h=Surrogate-Key:product-7")
         XCTAssertEqual(proxied.status, 200)
         XCTAssertNil(proxied.headers["surrogate-key"])
-        XCTAssertNil(try client.request("GET", "/proxy/origin\(base)/5?cc=max-age%3D600&h=Surrogate-Key:product-7").headers["surrogate-key"])
+        XCTAssertNil(
+            try client.request("GET", "/proxy/origin\(base)/5?cc=max-age%3D600&h=Surrogate-Key:product-7").headers["surrogate-key"])
 
         XCTAssertEqual(try list(client, "tag=product-7").entries.count, 4)
         let purged = try client.request("DELETE", "/cache?tag=product-7")
@@ -179,8 +193,9 @@ final class AdminEntriesTests: IntegrationTestCase {
         XCTAssertEqual(try client.fetch(["url": url("\(base)/4", "h=Surrogate-Key:product-8"), "cache": ["ttl": 600]]).outcome, "hit")
 
         // POST /cache/purge with tags (and URLs): the sum of both.
-        let both = try client.request("POST", "/cache/purge", headers: ["Content-Type": "application/json"],
-                                      body: try json(["tags": ["product-8", "nothing"], "urls": [url("\(base)/1")]]))
+        let both = try client.request(
+            "POST", "/cache/purge", headers: ["Content-Type": "application/json"],
+            body: try json(["tags": ["product-8", "nothing"], "urls": [url("\(base)/1")]]))
         XCTAssertEqual(both.json["removed"] as? Int, 2, both.text)
         XCTAssertEqual(try client.fetch(["url": url("\(base)/4", "h=Surrogate-Key:product-8"), "cache": ["ttl": 600]]).outcome, "miss")
 
@@ -199,15 +214,18 @@ final class AdminEntriesTests: IntegrationTestCase {
         let larder = try startLarder()
         let client = try larder.connection()
         let base = uniquePath()
-        let spec = { (name: String, namespace: String) -> [String: Any] in ["url": self.url("\(base)/\(name)"), "cache": ["ttl": 600, "namespace": namespace]] }
+        let spec = { (name: String, namespace: String) -> [String: Any] in
+            ["url": self.url("\(base)/\(name)"), "cache": ["ttl": 600, "namespace": namespace]]
+        }
         for name in ["a", "b"] { XCTAssertEqual(try client.fetch(spec(name, "pages")).outcome, "miss") }
         _ = try client.fetch(spec("a", "other"))
         let pinned: [String: Any] = ["url": url("\(base)/pinned"), "cache": ["ttl": 600, "namespace": "pages", "version": 0]]
         _ = try client.fetch(pinned)
         XCTAssertEqual(try client.fetch(spec("a", "pages")).outcome, "hit")
 
-        let bumped = try client.request("POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
-                                        body: Array(#"{"bump":true}"#.utf8))
+        let bumped = try client.request(
+            "POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
+            body: Array(#"{"bump":true}"#.utf8))
         XCTAssertEqual(bumped.status, 200, bumped.text)
         XCTAssertEqual(bumped.json["version"] as? Int, 1)
         XCTAssertEqual(bumped.json["previous"] as? Int, 0)
@@ -229,23 +247,31 @@ final class AdminEntriesTests: IntegrationTestCase {
         XCTAssertEqual(pages?["entries"] as? Int, 1)
 
         // Set explicitly, and kept across a restart.
-        XCTAssertEqual(try client.request("POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
-                                          body: Array(#"{"version":7}"#.utf8)).json["version"] as? Int, 7)
+        XCTAssertEqual(
+            try client.request(
+                "POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
+                body: Array(#"{"version":7}"#.utf8)
+            ).json["version"] as? Int, 7)
         stopLarder(larder)
         let restarted = try startLarder().connection()
         let later = try restarted.fetch(spec("b", "pages"))
         XCTAssertEqual(later.cache["version"] as? Int, 7)
         XCTAssertEqual(later.outcome, "miss")
         for body in [#"{}"#, #"{"bump":true,"version":2}"#, #"{"version":"x"}"#, #"{"version":9007199254740992}"#, #"{"bump":null}"#] {
-            let refused = try restarted.request("POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
-                                                body: Array(body.utf8))
+            let refused = try restarted.request(
+                "POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
+                body: Array(body.utf8))
             XCTAssertEqual(refused.status, 400, body)
         }
         // At the highest version, a bump conflicts with the namespace's state.
-        XCTAssertEqual(try restarted.request("POST", "/cache/namespaces/top/version", headers: ["Content-Type": "application/json"],
-                                             body: Array(#"{"version":9007199254740991}"#.utf8)).status, 200)
-        let exhausted = try restarted.request("POST", "/cache/namespaces/top/version", headers: ["Content-Type": "application/json"],
-                                              body: Array(#"{"bump":true}"#.utf8))
+        XCTAssertEqual(
+            try restarted.request(
+                "POST", "/cache/namespaces/top/version", headers: ["Content-Type": "application/json"],
+                body: Array(#"{"version":9007199254740991}"#.utf8)
+            ).status, 200)
+        let exhausted = try restarted.request(
+            "POST", "/cache/namespaces/top/version", headers: ["Content-Type": "application/json"],
+            body: Array(#"{"bump":true}"#.utf8))
         XCTAssertEqual(exhausted.status, 409, exhausted.text)
         XCTAssertEqual((exhausted.json["error"] as? [String: Any])?["code"] as? String, "version_exhausted")
         // Filters are checked the same way for listing and purging: no empty values, tags as tags.
@@ -253,8 +279,9 @@ final class AdminEntriesTests: IntegrationTestCase {
             let method = target.hasPrefix("/cache/entries") ? "GET" : "DELETE"
             XCTAssertEqual(try restarted.request(method, target).status, 400, target)
         }
-        let badTag = try restarted.request("POST", "/cache/purge", headers: ["Content-Type": "application/json"],
-                                           body: Array(#"{"tags":["ok","not ok"]}"#.utf8))
+        let badTag = try restarted.request(
+            "POST", "/cache/purge", headers: ["Content-Type": "application/json"],
+            body: Array(#"{"tags":["ok","not ok"]}"#.utf8))
         XCTAssertEqual(badTag.status, 400)
         XCTAssertEqual((badTag.json["error"] as? [String: Any])?["field"] as? String, "tags[1]")
     }
@@ -286,15 +313,17 @@ final class QueryRedactionIntegrationTests: IntegrationTestCase {
         let spec: [String: Any] = ["url": url(path, "api_key=\(secret)&size=10"), "cache": ["ttl": 600]]
         XCTAssertEqual(try client.fetch(spec).outcome, "miss")
         XCTAssertEqual(try client.fetch(spec).outcome, "hit")
-        XCTAssertEqual(try client.fetch(["url": url(path, "api_key=other&size=10"), "cache": ["ttl": 600]]).outcome, "miss",
-                       "the value still counts in the key")
+        XCTAssertEqual(
+            try client.fetch(["url": url(path, "api_key=other&size=10"), "cache": ["ttl": 600]]).outcome, "miss",
+            "the value still counts in the key")
         let listed = try client.request("GET", "/cache/entries").json["entries"] as? [[String: Any]] ?? []
         XCTAssertTrue(listed.allSatisfy { ($0["url"] as? String)?.contains("api_key=REDACTED") == true }, "\(listed)")
         // An unsafe request to the URL still invalidates it (RFC 9111 §4.4), and a purge by URL finds it.
         _ = try client.fetch(["url": url(path, "api_key=\(secret)&size=10"), "method": "POST"])
         XCTAssertEqual(try client.fetch(spec).outcome, "miss", "invalidated")
-        let purge = try client.request("POST", "/cache/purge", headers: ["Content-Type": "application/json"],
-                                       body: Array(try JSONSerialization.data(withJSONObject: ["urls": [url(path, "api_key=\(secret)&size=10")]])))
+        let purge = try client.request(
+            "POST", "/cache/purge", headers: ["Content-Type": "application/json"],
+            body: Array(try JSONSerialization.data(withJSONObject: ["urls": [url(path, "api_key=\(secret)&size=10")]])))
         XCTAssertGreaterThanOrEqual(purge.json["removed"] as? Int ?? 0, 1, purge.text)
         _ = try client.fetch(spec)
         stopLarder(larder)

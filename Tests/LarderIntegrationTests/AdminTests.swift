@@ -41,7 +41,11 @@ final class AdminTests: IntegrationTestCase {
         // Version: entries stored under version 1 go with versionBelow=2, version 2 stays.
         _ = try client.fetch(["url": url("\(base)/v1"), "cache": ["ttl": 600, "version": 1]])
         _ = try client.fetch(["url": url("\(base)/v2"), "cache": ["ttl": 600, "version": 2]])
-        XCTAssertEqual(try client.request("DELETE", "/cache?versionBelow=2&urlPrefix=\(url("\(base)/v").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)").json["removed"] as? Int, 1)
+        XCTAssertEqual(
+            try client.request(
+                "DELETE",
+                "/cache?versionBelow=2&urlPrefix=\(url("\(base)/v").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"
+            ).json["removed"] as? Int, 1)
         XCTAssertEqual(try client.fetch(["url": url("\(base)/v2"), "cache": ["ttl": 600, "version": 2]]).outcome, "hit")
 
         // Age: nothing is older than an hour yet; everything is older than 0 s once time moves.
@@ -65,15 +69,18 @@ final class AdminTests: IntegrationTestCase {
         _ = try client.fetch(["url": url("\(base)/stale", "cc=max-age%3D10,%20stale-while-revalidate%3D600")])
         _ = try client.fetch(["url": url("\(base)/long", "cc=max-age%3D600")])
         clock.advance(by: 60)
-        XCTAssertEqual(try client.request("DELETE", "/cache?expired=true").json["removed"] as? Int, 1, "not the one still in its stale window")
+        XCTAssertEqual(
+            try client.request("DELETE", "/cache?expired=true").json["removed"] as? Int, 1, "not the one still in its stale window")
         XCTAssertEqual(try client.fetch(["url": url("\(base)/long", "cc=max-age%3D600")]).outcome, "hit")
         XCTAssertEqual(try client.fetch(["url": url("\(base)/short", "cc=max-age%3D10")]).outcome, "miss")
     }
 
     func testABadPurgeIsRefusedNamingTheFilter() throws {
         let client = try startLarder().connection()
-        for (target, field) in [("/cache", "query"), ("/cache?colour=red", "colour"), ("/cache?all=true&namespace=a", "all"),
-                                ("/cache?olderThan=soon", "olderThan"), ("/cache?expired=yes", "expired"), ("/cache?namespace=", "namespace")] {
+        for (target, field) in [
+            ("/cache", "query"), ("/cache?colour=red", "colour"), ("/cache?all=true&namespace=a", "all"),
+            ("/cache?olderThan=soon", "olderThan"), ("/cache?expired=yes", "expired"), ("/cache?namespace=", "namespace")
+        ] {
             let response = try client.request("DELETE", target)
             XCTAssertEqual(response.status, 400, target)
             XCTAssertEqual(response.errorCode, "invalid_request", target)
@@ -96,7 +103,8 @@ final class AdminTests: IntegrationTestCase {
         XCTAssertEqual(purged.json["removed"] as? Int, 2)
         XCTAssertEqual(try fetch(client, "\(base)/x", namespace: "one").outcome, "miss")
         XCTAssertEqual(try fetch(client, "\(base)/y").outcome, "hit")
-        let bad = try client.request("POST", "/cache/purge", headers: ["Content-Type": "application/json"], body: Array(#"{"urls":["ftp://x"]}"#.utf8))
+        let bad = try client.request(
+            "POST", "/cache/purge", headers: ["Content-Type": "application/json"], body: Array(#"{"urls":["ftp://x"]}"#.utf8))
         XCTAssertEqual(bad.status, 400)
         XCTAssertEqual(bad.errorField, "urls[0]")
     }
@@ -144,7 +152,9 @@ final class AdminTests: IntegrationTestCase {
     func testAnAdminTokenGuardsEveryCacheRouteAndNothingElse() throws {
         let larder = try startLarder { $0.adminToken = "s3cret-token" }
         let client = try larder.connection()
-        for (method, target) in [("GET", "/cache/stats"), ("DELETE", "/cache?all=true"), ("GET", "/cache/warm"), ("DELETE", "/cache/entries/x")] {
+        for (method, target) in [
+            ("GET", "/cache/stats"), ("DELETE", "/cache?all=true"), ("GET", "/cache/warm"), ("DELETE", "/cache/entries/x")
+        ] {
             let refused = try client.request(method, target)
             XCTAssertEqual(refused.status, 401, target)
             XCTAssertEqual(refused.errorCode, "unauthorized", target)

@@ -8,8 +8,9 @@ import XCTest
 
 final class BatchTests: IntegrationTestCase {
     private func batch(_ client: TestConnection, _ object: [String: Any]) throws -> TestResponse {
-        try client.request("POST", "/batch", headers: ["Content-Type": "application/json"],
-                           body: Array(try JSONSerialization.data(withJSONObject: object)))
+        try client.request(
+            "POST", "/batch", headers: ["Content-Type": "application/json"],
+            body: Array(try JSONSerialization.data(withJSONObject: object)))
     }
 
     private func responses(_ response: TestResponse) -> [[String: Any]] {
@@ -22,11 +23,15 @@ final class BatchTests: IntegrationTestCase {
         let (a, b, c) = (uniquePath("a"), uniquePath("b"), uniquePath("c"))
         _ = try client.fetch(["url": url(a), "cache": ["ttl": 600]])
         _ = try client.fetch(["url": url(b), "cache": ["ttl": 600]])
-        let response = try batch(client, ["requests": [
-            ["id": "first", "url": url(a), "cache": ["ttl": 600]],
-            ["url": url(c, "delay=50"), "cache": ["ttl": 600]],
-            ["id": "third", "url": url(b), "cache": ["ttl": 600]],
-        ]])
+        let response = try batch(
+            client,
+            [
+                "requests": [
+                    ["id": "first", "url": url(a), "cache": ["ttl": 600]],
+                    ["url": url(c, "delay=50"), "cache": ["ttl": 600]],
+                    ["id": "third", "url": url(b), "cache": ["ttl": 600]]
+                ]
+            ])
         XCTAssertEqual(response.status, 200, response.text)
         XCTAssertEqual(response.json["ok"] as? Bool, true)
         XCTAssertEqual(response.json["failed"] as? [String], [])
@@ -53,11 +58,16 @@ final class BatchTests: IntegrationTestCase {
         let hanging = try HangingOrigin()
         let larder = try startLarder()
         let path = uniquePath()
-        let response = try batch(try larder.connection(), ["concurrency": 2, "requests": [
-            ["id": "slow", "url": hanging.base + "/never"],
-            ["id": "bad", "url": url(path, "status=500&delay=100"), "validate": ["status": [200]]],
-            ["id": "later", "url": url(path + "-later")],
-        ]])
+        let response = try batch(
+            try larder.connection(),
+            [
+                "concurrency": 2,
+                "requests": [
+                    ["id": "slow", "url": hanging.base + "/never"],
+                    ["id": "bad", "url": url(path, "status=500&delay=100"), "validate": ["status": [200]]],
+                    ["id": "later", "url": url(path + "-later")]
+                ]
+            ])
         XCTAssertEqual(response.json["ok"] as? Bool, false, response.text)
         XCTAssertEqual(response.json["failed"] as? [String], ["bad"])
         let items = responses(response)
@@ -71,9 +81,15 @@ final class BatchTests: IntegrationTestCase {
         let hanging = try HangingOrigin()
         let larder = try startLarder()
         let path = uniquePath()
-        let response = try batch(try larder.connection(), ["timeoutMs": 300, "concurrency": 1, "requests": [
-            ["id": "quick", "url": url(path)], ["id": "stuck", "url": hanging.base + "/stuck"], ["id": "never", "url": url(path + "-never")],
-        ]])
+        let response = try batch(
+            try larder.connection(),
+            [
+                "timeoutMs": 300, "concurrency": 1,
+                "requests": [
+                    ["id": "quick", "url": url(path)], ["id": "stuck", "url": hanging.base + "/stuck"],
+                    ["id": "never", "url": url(path + "-never")]
+                ]
+            ])
         XCTAssertEqual(response.json["ok"] as? Bool, false, response.text)
         XCTAssertEqual(responses(response).map { $0["state"] as? String }, ["done", "cancelled", "cancelled"])
         XCTAssertTrue(hanging.waitForClosed(1))
@@ -83,11 +99,16 @@ final class BatchTests: IntegrationTestCase {
     func testSettleReportsEveryRequest() throws {
         let larder = try startLarder()
         let path = uniquePath()
-        let response = try batch(try larder.connection(), ["mode": "settle", "requests": [
-            ["id": "bad", "url": url(path, "status=500"), "validate": ["status": [200]]],
-            ["id": "good", "url": url(path + "-good", "delay=50")],
-            ["id": "refused", "url": "http://[::ffff:169.254.169.254]/"],
-        ]])
+        let response = try batch(
+            try larder.connection(),
+            [
+                "mode": "settle",
+                "requests": [
+                    ["id": "bad", "url": url(path, "status=500"), "validate": ["status": [200]]],
+                    ["id": "good", "url": url(path + "-good", "delay=50")],
+                    ["id": "refused", "url": "http://[::ffff:169.254.169.254]/"]
+                ]
+            ])
         XCTAssertEqual(response.json["ok"] as? Bool, false)
         XCTAssertEqual(response.json["failed"] as? [String], ["bad", "refused"])
         XCTAssertEqual(responses(response).map { $0["state"] as? String }, ["failed", "done", "failed"])
@@ -97,13 +118,17 @@ final class BatchTests: IntegrationTestCase {
     func testNDJSONLinesArriveAsRequestsComplete() throws {
         let larder = try startLarder()
         let path = uniquePath()
-        let body = Array(try JSONSerialization.data(withJSONObject: ["requests": [
-            ["id": "slow", "url": url(path + "-slow", "delay=1500")],
-            ["id": "fast", "url": url(path + "-fast")],
-        ]]))
+        let body = Array(
+            try JSONSerialization.data(withJSONObject: [
+                "requests": [
+                    ["id": "slow", "url": url(path + "-slow", "delay=1500")],
+                    ["id": "fast", "url": url(path + "-fast")]
+                ]
+            ]))
         var lines: [[String: Any]] = []
         var slowPendingAtFirstLine: Int?
-        let status = try larder.connection().streamLines("POST", "/batch", headers: ["Accept": "application/x-ndjson"], body: body) { line in
+        let status = try larder.connection().streamLines("POST", "/batch", headers: ["Accept": "application/x-ndjson"], body: body) {
+            line in
             if lines.isEmpty { slowPendingAtFirstLine = origin.pendingDelayed }
             lines.append((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:])
         }
@@ -126,7 +151,7 @@ final class BatchTests: IntegrationTestCase {
             (["requests": Array(repeating: ["url": url("/x")], count: 4)], "requests"),
             (["requests": [["url": url("/x")]], "concurrency": 65], "concurrency"),
             (["requests": [["url": url("/x")]], "mode": "some"], "mode"),
-            (["request": []], "request"),
+            (["request": []], "request")
         ]
         for (object, field) in cases {
             let response = try batch(client, object)
@@ -141,7 +166,8 @@ final class BatchTests: IntegrationTestCase {
         let hanging = try HangingOrigin()
         let larder = try startLarder()
         let client = try larder.connection()
-        let body = Array(try JSONSerialization.data(withJSONObject: ["requests": [["url": hanging.base + "/a"], ["url": hanging.base + "/b"]]]))
+        let body = Array(
+            try JSONSerialization.data(withJSONObject: ["requests": [["url": hanging.base + "/a"], ["url": hanging.base + "/b"]]]))
         try client.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
         XCTAssertTrue(hanging.waitForAccepted(2))
         client.closeSocket()
@@ -183,10 +209,11 @@ final class BatchTests: IntegrationTestCase {
         let body = Array(try JSONSerialization.data(withJSONObject: ["requests": requests, "concurrency": 10]))
         let port = larder.port
         let okCount = Atomic<Int>(0)
-        XCTAssertTrue(concurrently(100) { _ in
-            let response = try? TestConnection(port: port).request("POST", "/batch", body: body)
-            if response?.json["ok"] as? Bool == true { okCount.add(1, ordering: .relaxed) }
-        })
+        XCTAssertTrue(
+            concurrently(100) { _ in
+                let response = try? TestConnection(port: port).request("POST", "/batch", body: body)
+                if response?.json["ok"] as? Bool == true { okCount.add(1, ordering: .relaxed) }
+            })
         XCTAssertEqual(okCount.load(ordering: .relaxed), 100)
         XCTAssertEqual((0..<10).map { origin.count("\(base)-\($0)") }, Array(repeating: 1, count: 10))
     }

@@ -33,7 +33,7 @@ final class BodyFileTests: IntegrationTestCase {
         let miss = try first.connection().request("GET", target)
         XCTAssertEqual(miss.status, 200)
         XCTAssertEqual(miss.body.count, 5000)
-        stopLarder(first)  // commits; the next process reads the row and the file
+        stopLarder(first) // commits; the next process reads the row and the file
         XCTAssertEqual(bodyFiles().count, 1)
 
         let client = try start().connection()
@@ -73,22 +73,27 @@ final class BodyFileTests: IntegrationTestCase {
             XCTAssertEqual(try larder.connection().request("GET", target).body, TestOrigin.fill(path: "/base\(path)/\(size)", size: size))
         }
         let failures = Locked<[String]>([])
-        XCTAssertTrue(concurrently(16, timeout: 60) { index in
-            do {
-                let client = try TestConnection(port: port, timeoutSeconds: 20)
-                for round in 0..<6 {
-                    let size = sizes[(index + round) % sizes.count]
-                    let response = try client.request(round == 3 ? "HEAD" : "GET", "/proxy/origin\(path)/\(size)?fill=\(size)&cc=max-age%3D600")
-                    let expected = round == 3 ? [] : TestOrigin.fill(path: "/base\(path)/\(size)", size: size)
-                    if response.status != 200 || response.headers["cache-status"]?.hasPrefix("larder; hit") != true
-                        || response.body != expected || response.headers["content-length"] != String(size) {
-                        failures.withLock { $0.append("\(size) \(round): status \(response.status), \(response.body.count) bytes, \(response.headers)") }
+        XCTAssertTrue(
+            concurrently(16, timeout: 60) { index in
+                do {
+                    let client = try TestConnection(port: port, timeoutSeconds: 20)
+                    for round in 0..<6 {
+                        let size = sizes[(index + round) % sizes.count]
+                        let response = try client.request(
+                            round == 3 ? "HEAD" : "GET", "/proxy/origin\(path)/\(size)?fill=\(size)&cc=max-age%3D600")
+                        let expected = round == 3 ? [] : TestOrigin.fill(path: "/base\(path)/\(size)", size: size)
+                        if response.status != 200 || response.headers["cache-status"]?.hasPrefix("larder; hit") != true
+                            || response.body != expected || response.headers["content-length"] != String(size)
+                        {
+                            failures.withLock {
+                                $0.append("\(size) \(round): status \(response.status), \(response.body.count) bytes, \(response.headers)")
+                            }
+                        }
                     }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
                 }
-            } catch {
-                failures.withLock { $0.append("\(error)") }
-            }
-        })
+            })
         XCTAssertEqual(failures.withLock { Array($0.prefix(5)) }, [])
         for size in sizes { XCTAssertEqual(origin.count("/base\(path)/\(size)"), 1) }
     }

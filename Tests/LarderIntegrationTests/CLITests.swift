@@ -14,7 +14,9 @@ final class CLITests: IntegrationTestCase {
         process.executableURL = binary
         process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let output = Pipe(), errors = Pipe(), input = Pipe()
+        let output = Pipe()
+        let errors = Pipe()
+        let input = Pipe()
         process.standardOutput = output
         process.standardError = errors
         process.standardInput = input
@@ -35,8 +37,13 @@ final class CLITests: IntegrationTestCase {
         let client = try larder.connection()
         let base = uniquePath()
         for index in 0..<3 {
-            _ = try client.fetch(["url": url("\(base)/\(index)"), "cache": ["ttl": 600, "namespace": index == 2 ? "other" : "default",
-                                                                              "tags": index == 0 ? ["first"] : []]])
+            _ = try client.fetch([
+                "url": url("\(base)/\(index)"),
+                "cache": [
+                    "ttl": 600, "namespace": index == 2 ? "other" : "default",
+                    "tags": index == 0 ? ["first"] : []
+                ]
+            ])
         }
         let auth = ["LARDER_ADMIN_TOKEN": "cli-token", "LARDER_SERVER": server]
 
@@ -51,7 +58,8 @@ final class CLITests: IntegrationTestCase {
         XCTAssertEqual(refused.0, 1, "no token")
         XCTAssertTrue(refused.2.contains("401 unauthorized"), refused.2)
 
-        let listed = try XCTUnwrap(json(try run(["cache", "ls", "--json", "--namespace", "default"], environment: auth).1) as? [[String: Any]])
+        let listed = try XCTUnwrap(
+            json(try run(["cache", "ls", "--json", "--namespace", "default"], environment: auth).1) as? [[String: Any]])
         XCTAssertEqual(listed.count, 2)
         let paged = try XCTUnwrap(json(try run(["cache", "ls", "--json", "--limit", "2"], environment: auth).1) as? [[String: Any]])
         XCTAssertEqual(paged.count, 2)
@@ -82,11 +90,11 @@ final class CLITests: IntegrationTestCase {
         let base = uniquePath()
         let file = directory.appendingPathComponent("warm.txt")
         try """
-            # a comment
-            \(url("\(base)/a", "cc=max-age%3D600"))
+        # a comment
+        \(url("\(base)/a", "cc=max-age%3D600"))
 
-            {"url": "\(url("\(base)/b", "cc=max-age%3D600"))", "cache": {"namespace": "warm"}}
-            """.write(to: file, atomically: true, encoding: .utf8)
+        {"url": "\(url("\(base)/b", "cc=max-age%3D600"))", "cache": {"namespace": "warm"}}
+        """.write(to: file, atomically: true, encoding: .utf8)
         let (status, output, errors) = try run(["cache", "warm", file.path, "--server", server])
         XCTAssertEqual(status, 0, errors)
         XCTAssertTrue(output.contains("done: 2/2 done, 0 failed"), output)

@@ -10,10 +10,12 @@ final class CoalescingTests: IntegrationTestCase {
     private func concurrently(_ count: Int, port: Int, _ request: [String: Any]) -> [TestResponse?] {
         let body = Array(try! JSONSerialization.data(withJSONObject: request))
         let responses = Locked<[TestResponse?]>([])
-        XCTAssertTrue(concurrently(count) { _ in
-            let response = try? TestConnection(port: port).request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
-            responses.withLock { $0.append(response) }
-        })
+        XCTAssertTrue(
+            concurrently(count) { _ in
+                let response = try? TestConnection(port: port).request(
+                    "POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
+                responses.withLock { $0.append(response) }
+            })
         return responses.withLock { $0 }
     }
 
@@ -46,9 +48,10 @@ final class CoalescingTests: IntegrationTestCase {
         let path = uniquePath()
         let port = larder.port
         let first = url(path, "delay=300")
-        XCTAssertTrue(concurrently(2) { index in
-            _ = try? TestConnection(port: port).fetch(["url": first, "cache": ["ttl": 60, "version": index + 1]])
-        })
+        XCTAssertTrue(
+            concurrently(2) { index in
+                _ = try? TestConnection(port: port).fetch(["url": first, "cache": ["ttl": 60, "version": index + 1]])
+            })
         XCTAssertEqual(origin.count(path), 2)
     }
 

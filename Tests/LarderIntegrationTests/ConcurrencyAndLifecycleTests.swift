@@ -5,8 +5,9 @@
 import Foundation
 import LarderSync
 import XCTest
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
@@ -19,7 +20,8 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let slowDone = Atomic<Bool>(false)
         let slowResult = Locked<TestResponse?>(nil)
         let finished = Condition()
-        let port = larder.port, slowURL = url(slowPath, "delay=2000")
+        let port = larder.port
+        let slowURL = url(slowPath, "delay=2000")
         Thread {
             let response = try? TestConnection(port: port).fetch(["url": slowURL])
             slowResult.withLock { $0 = response }
@@ -45,10 +47,11 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let statuses = Locked<[Int]>([])
         let port = larder.port
         let target = url(base, "delay=200")
-        XCTAssertTrue(concurrently(count, timeout: 30) { index in
-            let response = try? TestConnection(port: port).fetch(["url": target + "&i=\(index)", "cache": ["ttl": 60]])
-            statuses.withLock { $0.append(response?.status ?? -1) }
-        })
+        XCTAssertTrue(
+            concurrently(count, timeout: 30) { index in
+                let response = try? TestConnection(port: port).fetch(["url": target + "&i=\(index)", "cache": ["ttl": 60]])
+                statuses.withLock { $0.append(response?.status ?? -1) }
+            })
         XCTAssertEqual(statuses.withLock { $0 }, Array(repeating: 200, count: count))
     }
 
@@ -75,9 +78,11 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let path = uniquePath()
         // A text body: the default JSON body echoes the request headers, which would put the
         // credentials into the (legitimately stored) response body.
-        let miss = try client.fetch(["url": url(path, "cookie=1&size=16"),
-                              "headers": ["Authorization": "Bearer token-secret-1234", "Cookie": "jar=cookie-secret-9876"],
-                              "cache": ["ttl": 300, "sensitive": ["user": "sensitive-secret-5555"]]])
+        let miss = try client.fetch([
+            "url": url(path, "cookie=1&size=16"),
+            "headers": ["Authorization": "Bearer token-secret-1234", "Cookie": "jar=cookie-secret-9876"],
+            "cache": ["ttl": 300, "sensitive": ["user": "sensitive-secret-5555"]]
+        ])
         XCTAssertEqual((miss.json["headers"] as? [String: String])?["set-cookie"], TestOrigin.cookie)
         XCTAssertEqual(origin.requests(path).first?.headers["authorization"], "Bearer token-secret-1234")
         stopLarder(larder)
@@ -100,25 +105,27 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         XCTAssertEqual(try larder.connection().fetch(request).outcome, "miss")
         let body = Array(try JSONSerialization.data(withJSONObject: request))
 
-        let connections = 256, requestsEach = 40
+        let connections = 256
+        let requestsEach = 40
         let failures = Locked<[String]>([])
         let hits = Atomic<Int>(0)
         let port = larder.port
-        XCTAssertTrue(concurrently(connections, timeout: 120) { _ in
-            do {
-                let client = try TestConnection(port: port, timeoutSeconds: 20)
-                for _ in 0..<requestsEach {
-                    let response = try client.request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
-                    if response.status == 200, response.headers["x-cache"] == "HIT" {
-                        hits.add(1, ordering: .relaxed)
-                    } else {
-                        failures.withLock { $0.append("status \(response.status) \(response.headers["x-cache"] ?? "-")") }
+        XCTAssertTrue(
+            concurrently(connections, timeout: 120) { _ in
+                do {
+                    let client = try TestConnection(port: port, timeoutSeconds: 20)
+                    for _ in 0..<requestsEach {
+                        let response = try client.request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: body)
+                        if response.status == 200, response.headers["x-cache"] == "HIT" {
+                            hits.add(1, ordering: .relaxed)
+                        } else {
+                            failures.withLock { $0.append("status \(response.status) \(response.headers["x-cache"] ?? "-")") }
+                        }
                     }
+                } catch {
+                    failures.withLock { $0.append("\(error)") }
                 }
-            } catch {
-                failures.withLock { $0.append("\(error)") }
-            }
-        }, "no stall")
+            }, "no stall")
         XCTAssertEqual(failures.withLock { Array($0.prefix(5)) }, [])
         XCTAssertEqual(hits.load(ordering: .relaxed), connections * requestsEach)
         XCTAssertEqual(origin.count(path), 1)
@@ -170,7 +177,8 @@ final class ExecutableTests: IntegrationTestCase {
                     let index = next.add(1, ordering: .relaxed).oldValue
                     guard index < urls.count else { return }
                     guard let response = try? connection.fetch(["url": urls[index], "cache": ["ttl": 3600]]),
-                          response.status == 200 else { return }
+                        response.status == 200
+                    else { return }
                     acknowledged.add(1, ordering: .relaxed)
                     progress.broadcast()
                 }
@@ -184,7 +192,10 @@ final class ExecutableTests: IntegrationTestCase {
         let sent = min(next.load(ordering: .relaxed), paths.count)
 
         let (restarted, restartErrors) = try launch(["serve", "--port", "0", "--db", databasePath, "--no-access-log"])
-        defer { restarted.terminate(); _ = waitForExit(restarted) }
+        defer {
+            restarted.terminate()
+            _ = waitForExit(restarted)
+        }
         let connection = try TestConnection(port: try waitForPort(restartErrors))
         var found = 0
         for index in 0..<sent {

@@ -15,8 +15,10 @@ final class CrashSafetyTests: IntegrationTestCase {
     private func integrityCheck() throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone()[0])",
-                             databasePath]
+        process.arguments = [
+            "python3", "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA integrity_check').fetchone()[0])",
+            databasePath
+        ]
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -69,7 +71,8 @@ final class CrashSafetyTests: IntegrationTestCase {
                         // A response cut by the kill throws here; one that arrives must be whole.
                         guard let response = try? connection.fetch(Self.spec(origin: originBase, path, size)) else { return }
                         if response.status == 200,
-                           response.json["bodyText"] as? String != String(decoding: TestOrigin.fill(path: path, size: size), as: UTF8.self) {
+                            response.json["bodyText"] as? String != String(decoding: TestOrigin.fill(path: path, size: size), as: UTF8.self)
+                        {
                             partial.add(1, ordering: .relaxed)
                         }
                     }
@@ -86,7 +89,10 @@ final class CrashSafetyTests: IntegrationTestCase {
         XCTAssertEqual(partial.load(ordering: .relaxed), 0, "no request got a partial or wrong body")
 
         let (process, errors) = try launch(arguments)
-        defer { process.terminate(); _ = waitForExit(process) }
+        defer {
+            process.terminate()
+            _ = waitForExit(process)
+        }
         let connection = try TestConnection(port: try waitForPort(errors))
         for (path, size) in before {
             let response = try connection.fetch(spec(path, size, policy: "cache-only"))
@@ -95,10 +101,11 @@ final class CrashSafetyTests: IntegrationTestCase {
         var found = 0
         for (path, size) in written.withLock({ $0 }) {
             let response = try connection.fetch(spec(path, size, policy: "cache-only"))
-            if response.status == 504 { continue }  // not committed before its kill: absent, never half there
+            if response.status == 504 { continue } // not committed before its kill: absent, never half there
             XCTAssertEqual(response.outcome, "hit")
-            XCTAssertEqual(response.json["bodyText"] as? String, String(decoding: TestOrigin.fill(path: path, size: size), as: UTF8.self),
-                           "\(path) is byte-identical to what the origin sent")
+            XCTAssertEqual(
+                response.json["bodyText"] as? String, String(decoding: TestOrigin.fill(path: path, size: size), as: UTF8.self),
+                "\(path) is byte-identical to what the origin sent")
             found += 1
         }
         XCTAssertGreaterThan(found, 0)
@@ -122,7 +129,10 @@ final class DamagedDatabaseTests: IntegrationTestCase {
             XCTAssertTrue(message.contains(databasePath) && message.contains("--on-corrupt rename"), message)
         }
         let (process, errors) = try launch(["serve", "--port", "0", "--db", databasePath, "--on-corrupt", "rename"])
-        defer { process.terminate(); _ = waitForExit(process) }
+        defer {
+            process.terminate()
+            _ = waitForExit(process)
+        }
         let connection = try TestConnection(port: try waitForPort(errors))
         XCTAssertEqual(try connection.fetch(["url": url(uniquePath()), "cache": ["ttl": 60]]).outcome, "miss", "started empty")
         let aside = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasPrefix("larder.sqlite.corrupt-") }
@@ -132,8 +142,12 @@ final class DamagedDatabaseTests: IntegrationTestCase {
     func testADatabaseFromANewerLarderIsNeverTouched() throws {
         let create = Process()
         create.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        create.arguments = ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA user_version=999'); c.execute('CREATE TABLE t(a)'); c.commit()",
-                            databasePath]
+        create.arguments = [
+            "python3", "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute('PRAGMA user_version=999'); "
+                + "c.execute('CREATE TABLE t(a)'); c.commit()",
+            databasePath
+        ]
         try create.run()
         create.waitUntilExit()
         let message = try startFails(["--on-corrupt", "rename"])
@@ -184,7 +198,7 @@ final class DiskFullTests: IntegrationTestCase {
     private var mountPoint: URL?
 
     override func tearDown() {
-        super.tearDown()  // stops Larder first
+        super.tearDown() // stops Larder first
         if let mountPoint { _ = Self.run("/bin/umount", [mountPoint.path]) }
     }
 
@@ -234,17 +248,20 @@ final class DiskFullTests: IntegrationTestCase {
         var attempt = 0
         while !stored, Date() < deadline {
             attempt += 1
-            stored = try client.fetch(["url": url("\(base)/again-\(attempt)", "size=1000"), "cache": ["ttl": 600]]).cache["stored"] as? Bool == true
+            stored =
+                try client.fetch(["url": url("\(base)/again-\(attempt)", "size=1000"), "cache": ["ttl": 600]]).cache["stored"] as? Bool
+                == true
             if !stored { usleep(100_000) }
         }
         XCTAssertTrue(stored, "stores again once space is freed")
-        XCTAssertTrue(try {
-            let end = Date().addingTimeInterval(5)
-            while Date() < end {
-                if try client.request("GET", "/healthz").json["storage"] as? String == "ok" { return true }
-                usleep(20_000)
-            }
-            return false
-        }(), "healthy again")
+        XCTAssertTrue(
+            try {
+                let end = Date().addingTimeInterval(5)
+                while Date() < end {
+                    if try client.request("GET", "/healthz").json["storage"] as? String == "ok" { return true }
+                    usleep(20_000)
+                }
+                return false
+            }(), "healthy again")
     }
 }

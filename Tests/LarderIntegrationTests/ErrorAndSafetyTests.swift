@@ -5,8 +5,10 @@ import LarderCore
 import XCTest
 
 final class ErrorAndSafetyTests: IntegrationTestCase {
-    private func assertError(_ response: TestResponse, status: Int, code: String, field: String? = nil,
-                             file: StaticString = #filePath, line: UInt = #line) {
+    private func assertError(
+        _ response: TestResponse, status: Int, code: String, field: String? = nil,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         XCTAssertEqual(response.status, status, response.text, file: file, line: line)
         XCTAssertEqual(response.errorCode, code, response.text, file: file, line: line)
         XCTAssertEqual(response.headers["content-type"], "application/json", file: file, line: line)
@@ -28,19 +30,33 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
         assertError(try client.fetch(["url": "http://user:pw@example.test/"]), status: 400, code: "invalid_request", field: "url")
         assertError(try client.fetch(["url": "http://example.test:70000/"]), status: 400, code: "invalid_request", field: "url")
         assertError(try client.fetch(["url": url("/x"), "method": "BREW"]), status: 400, code: "invalid_request", field: "method")
-        assertError(try client.fetch(["url": url("/x"), "cache": ["policy": "sometimes"]]), status: 400, code: "invalid_request", field: "cache.policy")
+        assertError(
+            try client.fetch(["url": url("/x"), "cache": ["policy": "sometimes"]]), status: 400, code: "invalid_request",
+            field: "cache.policy")
         assertError(try client.fetch(["url": url("/x"), "cache": ["ttl": -1]]), status: 400, code: "invalid_request", field: "cache.ttl")
-        assertError(try client.fetch(["url": url("/x"), "cache": ["ttl": "soon"]]), status: 400, code: "invalid_request", field: "cache.ttl")
-        assertError(try client.fetch(["url": url("/x"), "cache": ["version": 1.5]]), status: 400, code: "invalid_request", field: "cache.version")
-        assertError(try client.fetch(["url": url("/x"), "cache": ["namespace": ""]]), status: 400, code: "invalid_request", field: "cache.namespace")
+        assertError(
+            try client.fetch(["url": url("/x"), "cache": ["ttl": "soon"]]), status: 400, code: "invalid_request", field: "cache.ttl")
+        assertError(
+            try client.fetch(["url": url("/x"), "cache": ["version": 1.5]]), status: 400, code: "invalid_request", field: "cache.version")
+        assertError(
+            try client.fetch(["url": url("/x"), "cache": ["namespace": ""]]), status: 400, code: "invalid_request", field: "cache.namespace"
+        )
         assertError(try client.fetch(["url": url("/x"), "timeoutMs": 0]), status: 400, code: "invalid_request", field: "timeoutMs")
         assertError(try client.fetch(["url": url("/x"), "headers": ["X-A": 1]]), status: 400, code: "invalid_request", field: "headers.X-A")
-        assertError(try client.fetch(["url": url("/x"), "headers": ["Bad Name": "v"]]), status: 400, code: "invalid_request", field: "headers")
+        assertError(
+            try client.fetch(["url": url("/x"), "headers": ["Bad Name": "v"]]), status: 400, code: "invalid_request", field: "headers")
         assertError(try client.fetch(["url": url("/x"), "headers": ["X-A": "a\r\nInjected: yes"]]), status: 400, code: "invalid_request")
-        assertError(try client.fetch(["url": url("/x"), "headers": ["Host": "internal"]]), status: 400, code: "invalid_request", field: "headers.Host")
-        assertError(try client.fetch(["url": url("/x"), "body": [1], "bodyBase64": "AA=="]), status: 400, code: "invalid_request", field: "bodyBase64")
-        assertError(try client.fetch(["url": url("/x"), "method": "POST", "bodyBase64": "***"]), status: 400, code: "invalid_request", field: "bodyBase64")
-        assertError(try client.fetch(["url": url("/x"), "query": ["a": ["nested"]]]), status: 400, code: "invalid_request", field: "query.a")
+        assertError(
+            try client.fetch(["url": url("/x"), "headers": ["Host": "internal"]]), status: 400, code: "invalid_request",
+            field: "headers.Host")
+        assertError(
+            try client.fetch(["url": url("/x"), "body": [1], "bodyBase64": "AA=="]), status: 400, code: "invalid_request",
+            field: "bodyBase64")
+        assertError(
+            try client.fetch(["url": url("/x"), "method": "POST", "bodyBase64": "***"]), status: 400, code: "invalid_request",
+            field: "bodyBase64")
+        assertError(
+            try client.fetch(["url": url("/x"), "query": ["a": ["nested"]]]), status: 400, code: "invalid_request", field: "query.a")
         XCTAssertEqual(origin.count("/x"), 0)
         // The connection is still usable after all of that.
         XCTAssertEqual(try client.request("GET", "/healthz").status, 200)
@@ -57,8 +73,10 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
 
     func testLargeHeadersAreServedAndOversizedOnesRefusedCleanly() throws {
         let larder = try startLarder()
-        XCTAssertEqual(try larder.connection().request("GET", "/healthz", headers: ["X-Big": String(repeating: "a", count: 12_000)]).status, 200)
-        XCTAssertEqual(try larder.connection().request("GET", "/healthz", headers: ["X-Big": String(repeating: "a", count: 20_000)]).status, 431)
+        XCTAssertEqual(
+            try larder.connection().request("GET", "/healthz", headers: ["X-Big": String(repeating: "a", count: 12_000)]).status, 200)
+        XCTAssertEqual(
+            try larder.connection().request("GET", "/healthz", headers: ["X-Big": String(repeating: "a", count: 20_000)]).status, 431)
         XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200, "still serving")
     }
 
@@ -76,8 +94,10 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
 
     func testAnUnreadableUpstreamResponseIsNamed() throws {
         // An unknown transfer coding, and a body cut short: the upstream answered, unusably.
-        let replies = ["HTTP/1.1 200 OK\r\nTransfer-Encoding: abcdef\r\n\r\nhello",
-                       "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"]
+        let replies = [
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: abcdef\r\n\r\nhello",
+            "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"
+        ]
         for reply in replies {
             let raw = try RawOrigin(reply: Array(reply.utf8))
             let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "raw", baseURL: "http://127.0.0.1:\(raw.port)")] }
@@ -147,14 +167,17 @@ final class ErrorAndSafetyTests: IntegrationTestCase {
         XCTAssertEqual(followed.upstreamBody["path"] as? String, target)
         // Into the metadata service: refused at the hop.
         let metadata = "http%3A%2F%2F169.254.169.254%2Flatest"
-        assertError(try client.fetch(["url": url(uniquePath("meta"), "status=302&location=\(metadata)")]), status: 403, code: "upstream_forbidden")
+        assertError(
+            try client.fetch(["url": url(uniquePath("meta"), "status=302&location=\(metadata)")]), status: 403, code: "upstream_forbidden")
         // To another scheme: refused.
-        assertError(try client.fetch(["url": url(uniquePath("scheme"), "status=301&location=file%3A%2F%2F%2Fetc%2Fpasswd")]),
-                    status: 403, code: "upstream_forbidden")
+        assertError(
+            try client.fetch(["url": url(uniquePath("scheme"), "status=301&location=file%3A%2F%2F%2Fetc%2Fpasswd")]),
+            status: 403, code: "upstream_forbidden")
         // An endless loop stops after 5 hops.
         let loop = uniquePath("loop")
-        assertError(try client.fetch(["url": url(loop, "status=307&loop=1")]),
-                    status: 502, code: "too_many_redirects")
+        assertError(
+            try client.fetch(["url": url(loop, "status=307&loop=1")]),
+            status: 502, code: "too_many_redirects")
         XCTAssertEqual(origin.count(loop), 6)
     }
 
@@ -183,12 +206,15 @@ final class LoopDetectionTests: IntegrationTestCase {
         // A loop through another cache (here a second Larder), which the address rules cannot
         // see: A forwards to B, B back to A. A pointing straight at itself is refused before
         // any connection (its own listener: OwnListenerTests).
-        let port = Self.freeLoopbackPort(), otherPort = Self.freeLoopbackPort()
+        let port = Self.freeLoopbackPort()
+        let otherPort = Self.freeLoopbackPort()
         let larder = try startLarder { configuration in
             configuration.port = port
-            configuration.upstreams = [NamedUpstream(name: "self", baseURL: "http://127.0.0.1:\(otherPort)/proxy/back"),
-                                       NamedUpstream(name: "direct", baseURL: "http://127.0.0.1:\(port)/proxy/direct"),
-                                       NamedUpstream(name: "origin", baseURL: self.origin.base)]
+            configuration.upstreams = [
+                NamedUpstream(name: "self", baseURL: "http://127.0.0.1:\(otherPort)/proxy/back"),
+                NamedUpstream(name: "direct", baseURL: "http://127.0.0.1:\(port)/proxy/direct"),
+                NamedUpstream(name: "origin", baseURL: self.origin.base)
+            ]
         }
         _ = try startLarder { configuration in
             configuration.port = otherPort
@@ -211,8 +237,9 @@ final class LoopDetectionTests: IntegrationTestCase {
         XCTAssertEqual(passed.status, 200)
         let sent = (passed.json["headers"] as? [String: String])?["cdn-loop"] ?? ""
         XCTAssertTrue(sent.hasPrefix("larder-") && sent != "larder-someoneelse", sent)
-        let direct = try client.request("POST", "/fetch", headers: ["CDN-Loop": "other-cdn, \(sent); v=2"],
-                                        body: Array(try JSONSerialization.data(withJSONObject: ["url": url(uniquePath())])))
+        let direct = try client.request(
+            "POST", "/fetch", headers: ["CDN-Loop": "other-cdn, \(sent); v=2"],
+            body: Array(try JSONSerialization.data(withJSONObject: ["url": url(uniquePath())])))
         XCTAssertEqual(direct.status, 508, "its own token, among others, with a parameter")
     }
 }

@@ -6,8 +6,9 @@ import Foundation
 import LarderHTTP
 import LarderSync
 import XCTest
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class EventLoopTests: IntegrationTestCase {
@@ -35,19 +36,22 @@ final class EventLoopTests: IntegrationTestCase {
     /// handler echoes; what went wrong, by client and round.
     private func echoFailures(port: Int, clients: Int, rounds: Int, timeoutSeconds: Int) -> [String] {
         let failures = Locked<[String]>([])
-        XCTAssertTrue(concurrently(clients, timeout: 60) { index in
-            do {
-                let client = try TestConnection(port: port, timeoutSeconds: timeoutSeconds)
-                for round in 0..<rounds {
-                    let response = try client.request("GET", "/c\(index)/r\(round)")
-                    if response.status != 200 || response.body != Array("/c\(index)/r\(round)".utf8) {
-                        failures.withLock { $0.append("\(index)/\(round): \(response.status) \(String(decoding: response.body, as: UTF8.self))") }
+        XCTAssertTrue(
+            concurrently(clients, timeout: 60) { index in
+                do {
+                    let client = try TestConnection(port: port, timeoutSeconds: timeoutSeconds)
+                    for round in 0..<rounds {
+                        let response = try client.request("GET", "/c\(index)/r\(round)")
+                        if response.status != 200 || response.body != Array("/c\(index)/r\(round)".utf8) {
+                            failures.withLock {
+                                $0.append("\(index)/\(round): \(response.status) \(String(decoding: response.body, as: UTF8.self))")
+                            }
+                        }
                     }
+                } catch {
+                    failures.withLock { $0.append("\(index): \(error)") }
                 }
-            } catch {
-                failures.withLock { $0.append("\(index): \(error)") }
-            }
-        })
+            })
         return failures.withLock { $0 }
     }
 

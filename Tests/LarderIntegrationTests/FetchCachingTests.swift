@@ -154,7 +154,9 @@ final class FetchCachingTests: IntegrationTestCase {
         let cold = uniquePath("cold")
         XCTAssertEqual(try client.fetch(["url": url(cold), "method": "HEAD", "cache": ["ttl": 60]]).outcome, "miss")
         XCTAssertEqual(try client.fetch(["url": url(cold), "method": "HEAD", "cache": ["ttl": 60]]).outcome, "hit")
-        XCTAssertEqual(try client.fetch(["url": url(cold), "method": "HEAD", "cache": ["policy": "cache-else-load"]]).outcome, "stale", "served, never fetched")
+        XCTAssertEqual(
+            try client.fetch(["url": url(cold), "method": "HEAD", "cache": ["policy": "cache-else-load"]]).outcome, "stale",
+            "served, never fetched")
         XCTAssertEqual(origin.requests(cold).map(\.method), ["HEAD"])
     }
 
@@ -225,8 +227,10 @@ final class FetchCachingTests: IntegrationTestCase {
         let path = uniquePath()
         let first = try client.fetch(["url": url(path, "b=2&a=1&ts=100"), "cache": ["ttl": 300, "ignoreQuery": ["ts"]]])
         XCTAssertEqual(first.outcome, "miss")
-        let second = try client.fetch(["url": origin.base.uppercased().replacingOccurrences(of: "HTTP://", with: "http://") + path + "?a=1&ts=200",
-                                       "query": ["b": "2"], "cache": ["ttl": 300, "ignoreQuery": ["ts"]]])
+        let second = try client.fetch([
+            "url": origin.base.uppercased().replacingOccurrences(of: "HTTP://", with: "http://") + path + "?a=1&ts=200",
+            "query": ["b": "2"], "cache": ["ttl": 300, "ignoreQuery": ["ts"]]
+        ])
         XCTAssertEqual(second.outcome, "hit")
         XCTAssertEqual(second.cache["key"] as? String, first.cache["key"] as? String)
         // Without ignoreQuery the timestamp is part of the key.
@@ -268,8 +272,10 @@ final class FetchCachingTests: IntegrationTestCase {
         let larder = try startLarder()
         let client = try larder.connection()
         let path = uniquePath()
-        let response = try client.fetch(["url": url(path), "method": "POST", "bodyBase64": Data("raw=1&b=2".utf8).base64EncodedString(),
-                                         "headers": ["Content-Type": "application/x-www-form-urlencoded"]])
+        let response = try client.fetch([
+            "url": url(path), "method": "POST", "bodyBase64": Data("raw=1&b=2".utf8).base64EncodedString(),
+            "headers": ["Content-Type": "application/x-www-form-urlencoded"]
+        ])
         XCTAssertEqual(response.upstreamBody["body"] as? String, "raw=1&b=2")
         XCTAssertEqual(origin.requests(path).first?.headers["content-type"], "application/x-www-form-urlencoded")
     }

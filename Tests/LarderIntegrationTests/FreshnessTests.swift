@@ -55,8 +55,10 @@ final class FreshnessIntegrationTests: IntegrationTestCase {
 }
 
 final class RequestDirectiveTests: IntegrationTestCase {
-    private func fetch(_ client: TestConnection, _ path: String, _ cacheControl: String? = nil,
-                       pragma: String? = nil) throws -> TestResponse {
+    private func fetch(
+        _ client: TestConnection, _ path: String, _ cacheControl: String? = nil,
+        pragma: String? = nil
+    ) throws -> TestResponse {
         var headers: [String: String] = [:]
         if let cacheControl { headers["Cache-Control"] = cacheControl }
         if let pragma { headers["Pragma"] = pragma }

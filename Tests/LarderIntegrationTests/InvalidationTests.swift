@@ -32,8 +32,10 @@ final class InvalidationTests: IntegrationTestCase {
         let collection = uniquePath("collection")
         _ = try client.fetch(["url": url(collection, "status=201&location=\(item)"), "method": "POST", "body": [:] as [String: Any]])
         XCTAssertEqual(try client.fetch(["url": url(item), "cache": ["ttl": 300]]).outcome, "miss", "same origin: invalidated")
-        _ = try client.fetch(["url": url(collection, "status=201&location=\(elsewhere.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"),
-                              "method": "POST", "body": [:] as [String: Any]])
+        _ = try client.fetch([
+            "url": url(collection, "status=201&location=\(elsewhere.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"),
+            "method": "POST", "body": [:] as [String: Any]
+        ])
         XCTAssertEqual(try client.fetch(["url": elsewhere, "cache": ["ttl": 300]]).outcome, "hit", "another origin: kept")
     }
 
@@ -54,9 +56,11 @@ final class InvalidationTests: IntegrationTestCase {
         let client = try larder.connection()
         let path = uniquePath()
         _ = try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60")
-        XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        XCTAssertTrue(
+            try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
         _ = try client.request("PUT", "/proxy/origin\(path)?cc=max-age%3D60", body: Array("new".utf8))
-        XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
+        XCTAssertTrue(
+            try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
     }
 
     func testAMethodLarderDoesNotKnowIsForwardedAndInvalidates() throws {
@@ -65,19 +69,22 @@ final class InvalidationTests: IntegrationTestCase {
         let client = try larder.connection()
         let path = uniquePath()
         _ = try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60")
-        XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        XCTAssertTrue(
+            try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
         let search = try client.request("M-SEARCH", "/proxy/origin\(path)?cc=max-age%3D60", body: Array("abc".utf8))
         XCTAssertEqual(search.status, 200)
         XCTAssertEqual(search.headers["cache-status"], "larder; fwd=method; fwd-status=200")
         let received = try XCTUnwrap(origin.requests(path).last)
         XCTAssertEqual(received.method, "M-SEARCH")
         XCTAssertEqual(String(decoding: received.body, as: UTF8.self), "abc")
-        XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
+        XCTAssertTrue(
+            try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
 
         // A safe method (OPTIONS) is forwarded too, and invalidates nothing.
         _ = try client.request("OPTIONS", "/proxy/origin\(path)?cc=max-age%3D60")
         XCTAssertEqual(origin.requests(path).last?.method, "OPTIONS")
-        XCTAssertTrue(try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        XCTAssertTrue(
+            try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
     }
 
     func testAPostResponseNamingItsOwnURIAnswersLaterGets() throws {
@@ -96,6 +103,7 @@ final class InvalidationTests: IntegrationTestCase {
 
         let plain = uniquePath()
         _ = try client.request("POST", "/proxy/origin\(plain)?cc=max-age%3D60", body: Array("new".utf8))
-        XCTAssertTrue(try client.request("GET", "/proxy/origin\(plain)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
+        XCTAssertTrue(
+            try client.request("GET", "/proxy/origin\(plain)?cc=max-age%3D60").headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
     }
 }

@@ -26,22 +26,24 @@ final class MemoryTierFootprintTests: XCTestCase {
         let key = keys.derive(for: request).key
         // Values built at run time, as the ones libcurl hands over are (a literal is not on the heap).
         let date = "Tue, 24 Nov 2026 10:\(10 + index % 50):00 GMT"
-        let (json, fields) = ResponseHeaders.rendered([
-            HeaderField("Content-Type", "application/json; charset=utf-\(8 + index % 1)"),
-            HeaderField("Cache-Control", "public, max-age=\(3600 + index % 1)"),
-            HeaderField("ETag", "\"\(index)-5f1c2a9e\""),
-            HeaderField("Last-Modified", date),
-            HeaderField("Date", date),
-            HeaderField("Server", "origin/1.\(index % 1)"),
-        ], dropCookies: true)
+        let (json, fields) = ResponseHeaders.rendered(
+            [
+                HeaderField("Content-Type", "application/json; charset=utf-\(8 + index % 1)"),
+                HeaderField("Cache-Control", "public, max-age=\(3600 + index % 1)"),
+                HeaderField("ETag", "\"\(index)-5f1c2a9e\""),
+                HeaderField("Last-Modified", date),
+                HeaderField("Date", date),
+                HeaderField("Server", "origin/1.\(index % 1)")
+            ], dropCookies: true)
         var entry = StoredEntry(
             key: key, namespace: "", method: .get, url: url, urlKey: String(url.dropLast(18)), status: 200,
             headersJSON: json, body: inFile ? [] : [UInt8](repeating: UInt8(index & 0x7f), count: bodyBytes), bodyKind: .binary,
             freshness: EntryFreshness(storedAt: 1, freshnessLifetime: 3600, version: 0), sensitiveFingerprint: nil,
             etag: "\"\(index)-5f1c2a9e\"", lastModified: "\(date)", headerFields: fields)
         if inFile {
-            entry.bodyFile = BodyFile(path: "/var/lib/larder/cache.sqlite-bodies/\(key.hex.prefix(2))/\(key.hex)-8f3a2b1c",
-                                      size: bodyBytes, checksum: Array(repeating: 1, count: 8))
+            entry.bodyFile = BodyFile(
+                path: "/var/lib/larder/cache.sqlite-bodies/\(key.hex.prefix(2))/\(key.hex)-8f3a2b1c",
+                size: bodyBytes, checksum: Array(repeating: 1, count: 8))
         }
         return entry
     }
@@ -65,7 +67,10 @@ final class MemoryTierFootprintTests: XCTestCase {
                 estimated = tier.bytes
                 withExtendedLifetime(tier) {}
             }
-            print("memory tier: \(count) entries, body \(bodyBytes) B\(inFile ? " in a file" : ""): estimated \(estimated / count) B each, heap \(least / count) B each")
+            print(
+                "memory tier: \(count) entries, body \(bodyBytes) B\(inFile ? " in a file" : ""): "
+                    + "estimated \(estimated / count) B each, heap \(least / count) B each"
+            )
             XCTAssertGreaterThanOrEqual(estimated, least, "the estimate must not be below what the heap holds")
             XCTAssertLessThanOrEqual(Double(estimated), 1.25 * Double(least), "the estimate should be near the heap's figure")
         }

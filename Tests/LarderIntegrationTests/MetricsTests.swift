@@ -22,7 +22,9 @@ final class MetricsTests: IntegrationTestCase {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-c", script]
-        let input = Pipe(), output = Pipe(), errors = Pipe()
+        let input = Pipe()
+        let output = Pipe()
+        let errors = Pipe()
         process.standardInput = input
         process.standardOutput = output
         process.standardError = errors
@@ -71,7 +73,8 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="other",outcome="hit"}"#], 3, "gamma, delta, the proxy")
         XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="proxy:origin",outcome="hit"}"#], nil, "past the limit")
         XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="other",outcome="miss"}"#], 3, "gamma, delta, the proxy")
-        XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="other",outcome="bypass"}"#] ?? 0, 0, "a failed request is no lookup outcome")
+        XCTAssertEqual(
+            samples[#"larder_cache_lookups_total{namespace="other",outcome="bypass"}"#] ?? 0, 0, "a failed request is no lookup outcome")
         XCTAssertEqual(samples[#"larder_cache_lookups_total{namespace="alpha",outcome="coalesced"}"#], 0)
         XCTAssertEqual(samples[#"larder_upstream_requests_total{status="200",upstream="fetch"}"#], 4)
         XCTAssertEqual(samples[#"larder_upstream_requests_total{status="200",upstream="origin"}"#], 1)
@@ -89,8 +92,9 @@ final class MetricsTests: IntegrationTestCase {
         // The heap holds at least the memory tier's entries. (Under a sanitizer, whose allocator
         // replaces glibc's, mallinfo2 reports nothing, in this process as in the server's.)
         if glibcHeapInUse() > 0 {
-            XCTAssertGreaterThan(samples[#"larder_heap_bytes{state="in_use"}"#] ?? 0,
-                                 max(1_048_576, samples[#"larder_memory_tier_bytes{}"#] ?? .infinity))
+            XCTAssertGreaterThan(
+                samples[#"larder_heap_bytes{state="in_use"}"#] ?? 0,
+                max(1_048_576, samples[#"larder_memory_tier_bytes{}"#] ?? .infinity))
         }
         XCTAssertNotNil(samples[#"larder_heap_bytes{state="free"}"#])
         XCTAssertGreaterThan(samples[#"larder_request_memo_bytes{}"#] ?? 0, 0, "the /fetch requests above are remembered")
@@ -134,8 +138,9 @@ final class MetricsTests: IntegrationTestCase {
     /// docker/grafana/larder.json queries only metrics /metrics really exposes.
     func testEveryMetricTheDashboardQueriesIsExposed() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let dashboard = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: root.appendingPathComponent("docker/grafana/larder.json")))
-            as? [String: Any])
+        let dashboard = try XCTUnwrap(
+            JSONSerialization.jsonObject(with: Data(contentsOf: root.appendingPathComponent("docker/grafana/larder.json")))
+                as? [String: Any])
         let panels = try XCTUnwrap(dashboard["panels"] as? [[String: Any]])
         let expressions = panels.flatMap { ($0["targets"] as? [[String: Any]] ?? []).compactMap { $0["expr"] as? String } }
         XCTAssertGreaterThanOrEqual(expressions.count, 10)
@@ -146,9 +151,12 @@ final class MetricsTests: IntegrationTestCase {
                 queried.insert(String(expression[Range(match.range, in: expression)!]))
             }
         }
-        XCTAssertTrue(queried.isSuperset(of: ["larder_requests_total", "larder_cache_lookups_total", "larder_request_duration_seconds_bucket",
-                                             "larder_upstream_errors_total", "larder_cache_bytes", "larder_cache_evictions_total"]),
-                      "request rate, hit ratio, outcomes, latency, upstream errors, bytes and evictions: \(queried.sorted())")
+        XCTAssertTrue(
+            queried.isSuperset(of: [
+                "larder_requests_total", "larder_cache_lookups_total", "larder_request_duration_seconds_bucket",
+                "larder_upstream_errors_total", "larder_cache_bytes", "larder_cache_evictions_total"
+            ]),
+            "request rate, hit ratio, outcomes, latency, upstream errors, bytes and evictions: \(queried.sorted())")
 
         let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
         let client = try larder.connection()

@@ -9,9 +9,10 @@ final class NamedUpstreamTests: IntegrationTestCase {
     private func startWithUpstream() throws -> RunningLarder {
         try startLarder { configuration in
             configuration.upstreams = [
-                NamedUpstream(name: "origin", baseURL: origin.base + "/api", cdnURL: origin.base + "/cdn",
-                              headers: [HeaderField("X-Api-Key", "k-1")], query: ["v": "2"],
-                              cache: CacheDefaults(ttl: 60, namespace: "origin")),
+                NamedUpstream(
+                    name: "origin", baseURL: origin.base + "/api", cdnURL: origin.base + "/cdn",
+                    headers: [HeaderField("X-Api-Key", "k-1")], query: ["v": "2"],
+                    cache: CacheDefaults(ttl: 60, namespace: "origin"))
             ]
         }
     }
@@ -33,8 +34,10 @@ final class NamedUpstreamTests: IntegrationTestCase {
     func testRequestValuesWinOverUpstreamDefaults() throws {
         let larder = try startWithUpstream()
         let client = try larder.connection()
-        let response = try client.fetch(["upstream": "origin", "path": "/x", "query": ["v": "3"], "headers": ["X-Api-Key": "mine"],
-                                         "cache": ["ttl": 5]])
+        let response = try client.fetch([
+            "upstream": "origin", "path": "/x", "query": ["v": "3"], "headers": ["X-Api-Key": "mine"],
+            "cache": ["ttl": 5]
+        ])
         XCTAssertEqual(response.cache["ttl"] as? Int, 5)
         let received = try XCTUnwrap(origin.requests("/api/x").first)
         XCTAssertEqual(received.headers["x-api-key"], "mine")
@@ -104,7 +107,8 @@ final class ConfigFileTests: XCTestCase {
     }
 
     func testYAMLFileSetsEverything() throws {
-        let path = try write("""
+        let path = try write(
+            """
             host: 0.0.0.0
             port: 9090
             db: /tmp/x.sqlite
@@ -133,11 +137,14 @@ final class ConfigFileTests: XCTestCase {
         XCTAssertEqual(configuration.requestMemoBytes, 3 << 20)
         XCTAssertEqual(configuration.shutdownGraceSeconds, 2.5)
         XCTAssertFalse(configuration.accessLog)
-        XCTAssertEqual(configuration.upstreams, [
-            NamedUpstream(name: "api", baseURL: "https://api.example.test/v1", cdnURL: "https://cdn.example.test/v1",
-                          headers: [HeaderField("X-Api-Key", "secret"), HeaderField("X-Num", "5")], query: ["version": "2"],
-                          cache: CacheDefaults(policy: .cacheElseLoad, ttl: 30, version: 3, namespace: "api")),
-        ])
+        XCTAssertEqual(
+            configuration.upstreams,
+            [
+                NamedUpstream(
+                    name: "api", baseURL: "https://api.example.test/v1", cdnURL: "https://cdn.example.test/v1",
+                    headers: [HeaderField("X-Api-Key", "secret"), HeaderField("X-Num", "5")], query: ["version": "2"],
+                    cache: CacheDefaults(policy: .cacheElseLoad, ttl: 30, version: 3, namespace: "api"))
+            ])
         XCTAssertNoThrow(try configuration.validate())
     }
 
@@ -159,7 +166,7 @@ final class ConfigFileTests: XCTestCase {
             ("upstreams: [{name: a, baseUrl: 'http://x', extra: 1}]", "upstreams[0].extra: unknown key"),
             ("upstreams: [{name: 'a b', baseUrl: 'http://x'}]", "upstreams[0].name"),
             ("[1, 2]", "must be a mapping"),
-            ("port: [", "not valid YAML"),
+            ("port: [", "not valid YAML")
         ]
         for (text, expected) in cases {
             let path = try write(text)

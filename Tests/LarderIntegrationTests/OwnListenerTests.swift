@@ -17,8 +17,10 @@ final class OwnListenerTests: IntegrationTestCase {
         return spec
     }
 
-    private func assertRefusedAsOwnListener(_ response: TestResponse, _ name: String, listener: String,
-                                            file: StaticString = #filePath, line: UInt = #line) {
+    private func assertRefusedAsOwnListener(
+        _ response: TestResponse, _ name: String, listener: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         XCTAssertEqual(response.status, 403, "\(name): \(response.text)", file: file, line: line)
         XCTAssertEqual(response.errorCode, "upstream_forbidden", name, file: file, line: line)
         XCTAssertTrue(response.text.contains("own \(listener) listener"), "\(name): \(response.text)", file: file, line: line)
@@ -43,20 +45,50 @@ final class OwnListenerTests: IntegrationTestCase {
         let attacks: [(String, [String: Any])] = [
             ("purge by IP", ["url": "http://\(admin)/cache?all=true", "method": "DELETE"]),
             ("purge by name", ["url": "http://admin.test:\(adminPort)/cache?all=true", "method": "DELETE"]),
-            ("purge by redirect", ["url": url(uniquePath(), "status=307&location=" + query("http://\(admin)/cache?all=true")),
-                                   "method": "DELETE"]),
-            ("purge by a 302 to a name", ["url": url(uniquePath(), "status=302&location=" + query("http://admin.test:\(adminPort)/cache/purge")),
-                                          "method": "POST", "body": #"{"all":true}"#]),
-            ("purge through POST /cache/purge", ["url": "http://\(admin)/cache/purge", "method": "POST", "body": #"{"all":true}"#,
-                                                 "headers": ["Content-Type": "application/json"]]),
-            ("plant an entry", ["url": "http://\(admin)/cache/entries", "method": "PUT", "body": plant,
-                                "headers": ["Content-Type": "application/json"]]),
-            ("start a warm job", ["url": "http://\(admin)/cache/warm", "method": "POST",
-                                  "body": #"{"requests":[{"url":"http://o.test/w"}]}"#, "headers": ["Content-Type": "application/json"]]),
-            ("bump a namespace by 0.0.0.0", ["url": "http://0.0.0.0:\(adminPort)/cache/namespaces/pages/version", "method": "POST",
-                                             "body": #"{"bump":true}"#, "headers": ["Content-Type": "application/json"]]),
+            (
+                "purge by redirect",
+                [
+                    "url": url(uniquePath(), "status=307&location=" + query("http://\(admin)/cache?all=true")),
+                    "method": "DELETE"
+                ]
+            ),
+            (
+                "purge by a 302 to a name",
+                [
+                    "url": url(uniquePath(), "status=302&location=" + query("http://admin.test:\(adminPort)/cache/purge")),
+                    "method": "POST", "body": #"{"all":true}"#
+                ]
+            ),
+            (
+                "purge through POST /cache/purge",
+                [
+                    "url": "http://\(admin)/cache/purge", "method": "POST", "body": #"{"all":true}"#,
+                    "headers": ["Content-Type": "application/json"]
+                ]
+            ),
+            (
+                "plant an entry",
+                [
+                    "url": "http://\(admin)/cache/entries", "method": "PUT", "body": plant,
+                    "headers": ["Content-Type": "application/json"]
+                ]
+            ),
+            (
+                "start a warm job",
+                [
+                    "url": "http://\(admin)/cache/warm", "method": "POST",
+                    "body": #"{"requests":[{"url":"http://o.test/w"}]}"#, "headers": ["Content-Type": "application/json"]
+                ]
+            ),
+            (
+                "bump a namespace by 0.0.0.0",
+                [
+                    "url": "http://0.0.0.0:\(adminPort)/cache/namespaces/pages/version", "method": "POST",
+                    "body": #"{"bump":true}"#, "headers": ["Content-Type": "application/json"]
+                ]
+            ),
             ("metrics by localhost", ["url": "http://localhost:\(adminPort)/metrics"]),
-            ("an IPv4-mapped IPv6 address", ["url": "http://[::ffff:127.0.0.1]:\(adminPort)/cache?all=true", "method": "DELETE"]),
+            ("an IPv4-mapped IPv6 address", ["url": "http://[::ffff:127.0.0.1]:\(adminPort)/cache?all=true", "method": "DELETE"])
         ]
         for (name, spec) in attacks {
             assertRefusedAsOwnListener(try client.fetch(spec), name, listener: "admin")
@@ -85,19 +117,28 @@ final class OwnListenerTests: IntegrationTestCase {
         let victim = try storeVictim(client, uniquePath())
         let attacks: [(String, String, [String: Any])] = [
             ("purge on the main listener", "main", ["url": "http://127.0.0.1:\(larder.port)/cache?all=true", "method": "DELETE"]),
-            ("a /fetch of itself", "main", ["url": "http://127.0.0.1:\(larder.port)/fetch", "method": "POST",
-                                          "body": #"{"url":"http://127.0.0.1:1/"}"#]),
+            (
+                "a /fetch of itself", "main",
+                [
+                    "url": "http://127.0.0.1:\(larder.port)/fetch", "method": "POST",
+                    "body": #"{"url":"http://127.0.0.1:1/"}"#
+                ]
+            ),
             ("the proxy listener", "proxy", ["url": "http://127.0.0.1:\(proxyPort)/anything"]),
-            ("the proxy listener by redirect", "proxy",
-             ["url": url(uniquePath(), "status=302&location=" + query("http://127.0.0.1:\(proxyPort)/x"))]),
+            (
+                "the proxy listener by redirect", "proxy",
+                ["url": url(uniquePath(), "status=302&location=" + query("http://127.0.0.1:\(proxyPort)/x"))]
+            )
         ]
         for (name, listener, spec) in attacks {
             assertRefusedAsOwnListener(try client.fetch(spec), name, listener: listener)
         }
         XCTAssertEqual(try client.fetch(victim).outcome, "hit", "nothing was purged")
         // /batch runs its items through the same upstream rules.
-        let batch = try client.request("POST", "/batch", headers: ["Content-Type": "application/json"], body: Array(
-            #"{"mode":"settle","requests":[{"url":"http://127.0.0.1:\#(larder.port)/cache?all=true","method":"DELETE"}]}"#.utf8))
+        let batch = try client.request(
+            "POST", "/batch", headers: ["Content-Type": "application/json"],
+            body: Array(
+                #"{"mode":"settle","requests":[{"url":"http://127.0.0.1:\#(larder.port)/cache?all=true","method":"DELETE"}]}"#.utf8))
         XCTAssertTrue(batch.text.contains("upstream_forbidden"), batch.text)
         XCTAssertEqual(try client.fetch(victim).outcome, "hit", "nothing was purged through /batch")
     }
@@ -121,15 +162,19 @@ final class OwnListenerTests: IntegrationTestCase {
         let victim = try storeVictim(client, path)
         // The token Larder adds to every upstream request (RFC 8586), as the origin saw it.
         let token = try XCTUnwrap(origin.requests(path).first?.headers["cdn-loop"])
-        for (method, target) in [("DELETE", "/cache?all=true"), ("POST", "/cache/purge"), ("GET", "/metrics"),
-                                 ("GET", "/cache/stats"), ("POST", "/cache/warm")] {
-            let response = try larder.connection().request(method, target, headers: ["CDN-Loop": "other, \(token)"],
-                                                           body: method == "GET" || method == "DELETE" ? [] : Array(#"{"all":true}"#.utf8))
+        for (method, target) in [
+            ("DELETE", "/cache?all=true"), ("POST", "/cache/purge"), ("GET", "/metrics"),
+            ("GET", "/cache/stats"), ("POST", "/cache/warm")
+        ] {
+            let response = try larder.connection().request(
+                method, target, headers: ["CDN-Loop": "other, \(token)"],
+                body: method == "GET" || method == "DELETE" ? [] : Array(#"{"all":true}"#.utf8))
             XCTAssertEqual(response.status, 508, "\(method) \(target): \(response.text)")
             XCTAssertEqual(response.errorCode, "loop_detected", "\(method) \(target)")
         }
         XCTAssertEqual(try client.fetch(victim).outcome, "hit", "nothing was purged")
-        XCTAssertEqual(try client.request("GET", "/cache/stats", headers: ["CDN-Loop": "someone-else"]).status, 200,
-                       "another instance's token is no loop")
+        XCTAssertEqual(
+            try client.request("GET", "/cache/stats", headers: ["CDN-Loop": "someone-else"]).status, 200,
+            "another instance's token is no loop")
     }
 }

@@ -18,7 +18,8 @@ final class PartialContentTests: IntegrationTestCase {
             }
             var head = "Cache-Control: max-age=600\r\nETag: \(etag)\r\nAccept-Ranges: bytes\r\nContent-Type: application/octet-stream\r\n"
             if let range = field("range"), field("if-range").map({ $0 == etag }) ?? true,
-               case .partial(let bytes) = ByteRange.answer(range: range, ifRange: nil, length: body.count, etag: nil, lastModified: nil) {
+                case .partial(let bytes) = ByteRange.answer(range: range, ifRange: nil, length: body.count, etag: nil, lastModified: nil)
+            {
                 head += "Content-Range: bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(body.count)\r\nContent-Length: \(bytes.count)\r\n"
                 return Array("HTTP/1.1 206 Partial Content\r\n\(head)\r\n".utf8) + body[bytes]
             }
@@ -29,7 +30,11 @@ final class PartialContentTests: IntegrationTestCase {
     private func requests(_ origin: RawOrigin) -> [(range: String?, ifRange: String?)] {
         origin.requests.map { bytes in
             let lines = String(decoding: bytes, as: UTF8.self).components(separatedBy: "\r\n")
-            let value = { (name: String) in lines.first { $0.lowercased().hasPrefix(name + ":") }.map { String($0.dropFirst(name.count + 1)).trimmingCharacters(in: .whitespaces) } }
+            let value = { (name: String) in
+                lines.first { $0.lowercased().hasPrefix(name + ":") }.map {
+                    String($0.dropFirst(name.count + 1)).trimmingCharacters(in: .whitespaces)
+                }
+            }
             return (value("range"), value("if-range"))
         }
     }
@@ -117,7 +122,10 @@ final class PartialContentTests: IntegrationTestCase {
             if let line = text.components(separatedBy: "\r\n").first(where: { $0.hasPrefix("Range: bytes=") }) {
                 let first = Int(line.dropFirst("Range: bytes=".count).prefix { $0.isNumber }) ?? 0
                 let last = line.hasSuffix("-") ? body.count - 1 : min(body.count - 1, first + 9)
-                return Array("HTTP/1.1 206 Partial Content\r\nCache-Control: max-age=600\r\nContent-Range: bytes \(first)-\(last)/\(body.count)\r\nContent-Length: \(last - first + 1)\r\n\r\n".utf8)
+                return Array(
+                    ("HTTP/1.1 206 Partial Content\r\nCache-Control: max-age=600\r\n"
+                        + "Content-Range: bytes \(first)-\(last)/\(body.count)\r\nContent-Length: \(last - first + 1)\r\n\r\n")
+                        .utf8)
                     + body[first...last]
             }
             return Array("HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body
@@ -137,9 +145,13 @@ final class PartialContentTests: IntegrationTestCase {
             let etag = number == 0 ? "\"v1\"" : "\"v2\"" // the representation changed in between
             if text.contains("If-Range: \"v1\"") {
                 // If-Range no longer matches: the whole new representation.
-                return Array("HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nETag: \(etag)\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body
+                return Array("HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nETag: \(etag)\r\nContent-Length: \(body.count)\r\n\r\n".utf8)
+                    + body
             }
-            return Array("HTTP/1.1 206 Partial Content\r\nCache-Control: max-age=600\r\nETag: \(etag)\r\nContent-Range: bytes 0-99/300\r\nContent-Length: 100\r\n\r\n".utf8)
+            return Array(
+                ("HTTP/1.1 206 Partial Content\r\nCache-Control: max-age=600\r\nETag: \(etag)\r\n"
+                    + "Content-Range: bytes 0-99/300\r\nContent-Length: 100\r\n\r\n")
+                    .utf8)
                 + body[0..<100]
         }
         let larder = try startLarder { configuration in

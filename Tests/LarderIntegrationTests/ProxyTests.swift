@@ -51,9 +51,12 @@ final class ProxyTests: IntegrationTestCase {
         let larder = try startProxy()
         let client = try larder.connection()
         let path = uniquePath()
-        let response = try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60&h=Connection:X-Hop&h=X-Hop:1&h=Keep-Alive:timeout%3D5&h=X-End:2",
-                                          headers: ["Connection": "X-Private", "X-Private": "secret", "Keep-Alive": "timeout=5",
-                                                    "TE": "trailers", "Proxy-Authorization": "Basic eA==", "X-Kept": "1"])
+        let response = try client.request(
+            "GET", "/proxy/origin\(path)?cc=max-age%3D60&h=Connection:X-Hop&h=X-Hop:1&h=Keep-Alive:timeout%3D5&h=X-End:2",
+            headers: [
+                "Connection": "X-Private", "X-Private": "secret", "Keep-Alive": "timeout=5",
+                "TE": "trailers", "Proxy-Authorization": "Basic eA==", "X-Kept": "1"
+            ])
         let received = try XCTUnwrap(origin.requests("/base\(path)").first)
         for name in ["x-private", "keep-alive", "te", "proxy-authorization"] {
             XCTAssertNil(received.headers[name], name)
@@ -62,7 +65,8 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertNil(response.headers["x-hop"])
         XCTAssertNil(response.headers["keep-alive"])
         XCTAssertEqual(response.headers["x-end"], "2")
-        let hit = try client.request("GET", "/proxy/origin\(path)?cc=max-age%3D60&h=Connection:X-Hop&h=X-Hop:1&h=Keep-Alive:timeout%3D5&h=X-End:2")
+        let hit = try client.request(
+            "GET", "/proxy/origin\(path)?cc=max-age%3D60&h=Connection:X-Hop&h=X-Hop:1&h=Keep-Alive:timeout%3D5&h=X-End:2")
         XCTAssertTrue(hit.headers["cache-status"]?.contains("hit") ?? false)
         XCTAssertNil(hit.headers["x-hop"], "not stored either")
         XCTAssertEqual(hit.headers["x-end"], "2")
@@ -161,8 +165,9 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(first.status, 206)
         XCTAssertEqual(first.headers["content-range"], "bytes 10-19/100")
         XCTAssertEqual(first.body.count, 10)
-        XCTAssertEqual(origin.requests("/base\(path)").first?.headers["range"], "bytes=10-19",
-                       "only the range is asked for; this origin answers whole, and the whole is stored")
+        XCTAssertEqual(
+            origin.requests("/base\(path)").first?.headers["range"], "bytes=10-19",
+            "only the range is asked for; this origin answers whole, and the whole is stored")
         let suffix = try client.request("GET", target, headers: ["Range": "bytes=-5"])
         XCTAssertEqual(suffix.status, 206)
         XCTAssertEqual(suffix.headers["content-range"], "bytes 95-99/100")
@@ -184,10 +189,11 @@ final class ProxyTests: IntegrationTestCase {
         let path = uniquePath()
         let port = larder.port
         let statuses = Locked<[String]>([])
-        XCTAssertTrue(concurrently(50) { _ in
-            let response = try? TestConnection(port: port).request("GET", "/proxy/origin\(path)?cc=max-age%3D60&delay=1000")
-            statuses.withLock { $0.append(response?.headers["cache-status"] ?? "error") }
-        })
+        XCTAssertTrue(
+            concurrently(50) { _ in
+                let response = try? TestConnection(port: port).request("GET", "/proxy/origin\(path)?cc=max-age%3D60&delay=1000")
+                statuses.withLock { $0.append(response?.headers["cache-status"] ?? "error") }
+            })
         XCTAssertEqual(origin.count("/base\(path)"), 1)
         XCTAssertEqual(statuses.withLock { $0.filter { $0.contains("fwd=uri-miss") }.count }, 1)
         XCTAssertGreaterThan(statuses.withLock { $0.filter { $0.contains("collapsed") }.count }, 0)
@@ -206,7 +212,8 @@ final class ProxyTests: IntegrationTestCase {
         }
         XCTAssertTrue(containsWire(try client.request("GET", target)), "miss")
         XCTAssertTrue(containsWire(try client.request("GET", target)), "hit, from the store")
-        let conditional = try client.request("GET", target, rawHeaderLines: Array("If-None-Match: \"abc".utf8) + [0xFC] + Array("\"\r\n".utf8))
+        let conditional = try client.request(
+            "GET", target, rawHeaderLines: Array("If-None-Match: \"abc".utf8) + [0xFC] + Array("\"\r\n".utf8))
         XCTAssertEqual(conditional.status, 304)
         XCTAssertTrue(containsWire(conditional))
         XCTAssertEqual(origin.count("/base\(path)"), 1)
@@ -276,7 +283,8 @@ final class ProxyTests: IntegrationTestCase {
         let client = try larder.connection()
         for directive in ["no-cache", "private"] {
             let path = uniquePath(directive)
-            let target = "/proxy/origin\(path)?cc=max-age%3D60,%20\(directive)%3D%22X-Secret,%20X-Token%22&h=X-Secret:1&h=X-Token:2&h=X-Other:3"
+            let target =
+                "/proxy/origin\(path)?cc=max-age%3D60,%20\(directive)%3D%22X-Secret,%20X-Token%22&h=X-Secret:1&h=X-Token:2&h=X-Other:3"
             let first = try client.request("GET", target)
             XCTAssertEqual(first.headers["x-secret"], "1")
             let hit = try client.request("GET", target)
@@ -344,8 +352,9 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(origin.requests("/base\(path)").first?.target, "/base\(path)?cc=max-age%3D60")
         XCTAssertTrue(try client.request("GET", "\(path)?cc=max-age%3D60").headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
         // The proxy route on the main port shares the same cache.
-        XCTAssertTrue(try larder.connection().request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?
-            .hasPrefix("larder; hit") ?? false)
+        XCTAssertTrue(
+            try larder.connection().request("GET", "/proxy/origin\(path)?cc=max-age%3D60").headers["cache-status"]?
+                .hasPrefix("larder; hit") ?? false)
         XCTAssertEqual(origin.count("/base\(path)"), 1)
     }
 }

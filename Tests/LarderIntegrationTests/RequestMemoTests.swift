@@ -3,15 +3,20 @@
 
 import LarderCore
 import LarderEngine
-@testable import LarderService
 import XCTest
+
+@testable import LarderService
 
 final class RequestMemoTests: XCTestCase {
     private let keys = CacheKeyBuilder(secret: Array(repeating: 7, count: 32))
 
     /// A /fetch body like the ones callers send, distinct per `index`.
     private func body(_ index: Int) -> [UInt8] {
-        Array(#"{"url":"https://api.example.test/v1/items/\#(index)?fields=name,price&lang=en","headers":{"accept":"application/json","x-request-source":"checkout"},"cache":{"ttl":300,"sensitive":"user-\#(index % 97)"}}"#.utf8)
+        Array(
+            (#"{"url":"https://api.example.test/v1/items/\#(index)?fields=name,price&lang=en","#
+                + #""headers":{"accept":"application/json","x-request-source":"checkout"},"#
+                + #""cache":{"ttl":300,"sensitive":"user-\#(index % 97)"}}"#)
+                .utf8)
     }
 
     /// The smallest body, and one near the size limit (a long query), distinct per `index`.
@@ -84,7 +89,10 @@ final class RequestMemoTests: XCTestCase {
         let scanned = memo.usage.entries - 500
         XCTAssertLessThan(scanned, 20_000 / 10, "one-off requests were remembered")
         // Requests that do come back are remembered.
-        for index in 30_000..<30_100 { memo.insert(body(index), value); memo.insert(body(index), value) }
+        for index in 30_000..<30_100 {
+            memo.insert(body(index), value)
+            memo.insert(body(index), value)
+        }
         XCTAssertEqual((30_000..<30_100).filter { memo.lookup(body($0)) != nil }.count, 100)
     }
 

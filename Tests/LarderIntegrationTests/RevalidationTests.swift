@@ -29,8 +29,10 @@ final class RevalidationTests: IntegrationTestCase {
         let client = try larder.connection()
         let path = uniquePath()
         let date = "Sun, 06 Nov 1994 08:49:37 GMT"
-        let request: [String: Any] = ["url": url(path, "lm=\(date.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"),
-                                      "cache": ["ttl": 5]]
+        let request: [String: Any] = [
+            "url": url(path, "lm=\(date.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"),
+            "cache": ["ttl": 5]
+        ]
         XCTAssertEqual(try client.fetch(request).outcome, "miss")
         clock.advance(by: 10)
         XCTAssertEqual(try client.fetch(request).outcome, "revalidated")
@@ -51,7 +53,8 @@ final class RevalidationTests: IntegrationTestCase {
         let revalidated = try fetch(version: 2)
         XCTAssertEqual(revalidated.outcome, "revalidated")
         XCTAssertEqual((revalidated.json["headers"] as? [String: String])?["x-version"], "2")
-        XCTAssertEqual((revalidated.json["headers"] as? [String: String])?["content-type"], "application/json", "kept from the stored response")
+        XCTAssertEqual(
+            (revalidated.json["headers"] as? [String: String])?["content-type"], "application/json", "kept from the stored response")
         let hit = try fetch(version: 3)
         XCTAssertEqual(hit.outcome, "hit")
         XCTAssertEqual((hit.json["headers"] as? [String: String])?["x-version"], "2", "stored from the 304")

@@ -5,11 +5,12 @@ import Foundation
 import LarderCore
 import LarderEngine
 import LarderHTTP
-@testable import LarderService
 import LarderSQLite
 import LarderSync
 import Logging
 import XCTest
+
+@testable import LarderService
 
 final class RouteTableTests: XCTestCase {
     private var directory: URL!
@@ -47,13 +48,15 @@ final class RouteTableTests: XCTestCase {
 
     func testAllowValuesAreTheDocumentedOnes() throws {
         let router = try makeRouter()
-        for (method, path, allow) in [("GET", "/fetch", "POST"), ("GET", "/batch", "POST"), ("GET", "/chain", "POST"),
-                                      ("POST", "/healthz", "GET, HEAD"), ("POST", "/metrics", "GET, HEAD"),
-                                      ("POST", "/cache/stats", "GET, HEAD"), ("GET", "/cache", "DELETE"), ("GET", "/cache/", "DELETE"),
-                                      ("GET", "/cache/purge", "POST"), ("DELETE", "/cache/entries", "GET, HEAD, PUT"),
-                                      ("PUT", "/cache/entries/abc", "GET, HEAD, DELETE"), ("PUT", "/cache/namespaces", "GET, HEAD"),
-                                      ("GET", "/cache/namespaces/ns/version", "POST"), ("DELETE", "/cache/warm", "GET, HEAD, POST"),
-                                      ("PUT", "/cache/warm/job", "GET, HEAD, DELETE")] {
+        for (method, path, allow) in [
+            ("GET", "/fetch", "POST"), ("GET", "/batch", "POST"), ("GET", "/chain", "POST"),
+            ("POST", "/healthz", "GET, HEAD"), ("POST", "/metrics", "GET, HEAD"),
+            ("POST", "/cache/stats", "GET, HEAD"), ("GET", "/cache", "DELETE"), ("GET", "/cache/", "DELETE"),
+            ("GET", "/cache/purge", "POST"), ("DELETE", "/cache/entries", "GET, HEAD, PUT"),
+            ("PUT", "/cache/entries/abc", "GET, HEAD, DELETE"), ("PUT", "/cache/namespaces", "GET, HEAD"),
+            ("GET", "/cache/namespaces/ns/version", "POST"), ("DELETE", "/cache/warm", "GET, HEAD, POST"),
+            ("PUT", "/cache/warm/job", "GET, HEAD, DELETE")
+        ] {
             let response = answer(router, method, path)
             XCTAssertEqual(response.status, 405, "\(method) \(path)")
             XCTAssertEqual(header("Allow", response), allow, "\(method) \(path)")
@@ -116,8 +119,10 @@ final class RouteTableTests: XCTestCase {
         let loop = LoopDetection(token: "larder-test")
         let router = try makeRouter(loop: loop)
         let looped = [(name: "CDN-Loop", value: "other, larder-test")]
-        for (method, path) in [("POST", "/fetch"), ("POST", "/batch"), ("POST", "/chain"), ("GET", "/cache/stats"), ("GET", "/metrics"),
-                               ("GET", "/proxy/api/x"), ("PATCH", "/cache/nope")] {
+        for (method, path) in [
+            ("POST", "/fetch"), ("POST", "/batch"), ("POST", "/chain"), ("GET", "/cache/stats"), ("GET", "/metrics"),
+            ("GET", "/proxy/api/x"), ("PATCH", "/cache/nope")
+        ] {
             let response = answer(router, method, path, headers: looped)
             XCTAssertEqual(response.status, 508, path)
             XCTAssertEqual(code(response), "loop_detected", path)
@@ -135,22 +140,28 @@ final class RouteTableTests: XCTestCase {
         self.store = store
         let tier = MemoryTier(backing: store, capacityBytes: 1 << 20)
         let upstreams = ["api": NamedUpstream(name: "api", baseURL: "http://127.0.0.1:9/")]
-        let engine = FetchEngine(store: tier, upstream: NoUpstream(), keys: CacheKeyBuilder(secret: Array(repeating: 7, count: 32)),
-                                 clock: clock, limits: FetchEngine.Limits(), sharedFlights: nil, logger: logger)
-        let warmJobs = WarmJobs(engine: engine, store: store, clock: clock,
-                                makeRequest: { spec, path throws(LarderError) in
-                                    try FetchRequest.parse(spec, path: path, upstreams: upstreams)
-                                },
-                                seal: { $0 }, open: { $0 })
-        let admin = AdminRoute(engine: engine, upstreams: upstreams, store: store, tier: tier, traffic: engine.traffic, clock: clock,
-                               token: configuration.adminToken.map { Array($0.utf8) })
-        return Router(engine: engine, clock: clock, logger: logger, configuration: configuration, upstreams: upstreams,
-                      warmJobs: warmJobs, admin: admin, metrics: nil, health: store, loop: loop, scrape: { _ in Array("up 1\n".utf8) })
+        let engine = FetchEngine(
+            store: tier, upstream: NoUpstream(), keys: CacheKeyBuilder(secret: Array(repeating: 7, count: 32)),
+            clock: clock, limits: FetchEngine.Limits(), sharedFlights: nil, logger: logger)
+        let warmJobs = WarmJobs(
+            engine: engine, store: store, clock: clock,
+            makeRequest: { spec, path throws(LarderError) in
+                try FetchRequest.parse(spec, path: path, upstreams: upstreams)
+            },
+            seal: { $0 }, open: { $0 })
+        let admin = AdminRoute(
+            engine: engine, upstreams: upstreams, store: store, tier: tier, traffic: engine.traffic, clock: clock,
+            token: configuration.adminToken.map { Array($0.utf8) })
+        return Router(
+            engine: engine, clock: clock, logger: logger, configuration: configuration, upstreams: upstreams,
+            warmJobs: warmJobs, admin: admin, metrics: nil, health: store, loop: loop, scrape: { _ in Array("up 1\n".utf8) })
     }
 
     /// The answer given now (every request here is answered without waiting on anything).
-    private func answer(_ router: Router, _ method: String, _ path: String, headers: [(name: String, value: String)] = [],
-                        on listener: Router.Listener = .main) -> HTTPServerResponse {
+    private func answer(
+        _ router: Router, _ method: String, _ path: String, headers: [(name: String, value: String)] = [],
+        on listener: Router.Listener = .main
+    ) -> HTTPServerResponse {
         let request = HTTPServerRequest(method: method, path: path, rawTarget: path, headers: headers, body: [], bodyTooLarge: false)
         let recorder = RecordingResponder()
         if let now = router.respond(to: request, on: listener, responder: recorder) { return now }

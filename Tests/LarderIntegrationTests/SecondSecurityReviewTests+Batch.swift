@@ -13,8 +13,9 @@ import XCTest
 
 final class BatchAndChainReviewTests: IntegrationTestCase {
     private func post(_ client: TestConnection, _ route: String, _ object: [String: Any]) throws -> TestResponse {
-        try client.request("POST", route, headers: ["Content-Type": "application/json"],
-                           body: Array(try JSONSerialization.data(withJSONObject: object)))
+        try client.request(
+            "POST", route, headers: ["Content-Type": "application/json"],
+            body: Array(try JSONSerialization.data(withJSONObject: object)))
     }
 
     private func items(_ response: TestResponse) -> [[String: Any]] {
@@ -28,8 +29,10 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
     /// The NDJSON lines of a streamed /batch or /chain, parsed.
     private func streamed(_ larder: RunningLarder, _ route: String, _ object: [String: Any]) throws -> [[String: Any]] {
         var lines: [[String: Any]] = []
-        let status = try larder.connection().streamLines("POST", route, headers: ["Accept": "application/x-ndjson"],
-                                                         body: Array(try JSONSerialization.data(withJSONObject: object))) { line in
+        let status = try larder.connection().streamLines(
+            "POST", route, headers: ["Accept": "application/x-ndjson"],
+            body: Array(try JSONSerialization.data(withJSONObject: object))
+        ) { line in
             lines.append((try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? ["unparsed": line.count])
         }
         XCTAssertEqual(status, 200)
@@ -49,10 +52,15 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let size = 16_000_000
         for round in 0..<3 {
             let base = uniquePath() + "-\(round)"
-            let batch = try streamed(larder, "/batch", ["mode": "settle", "requests": [
-                ["id": "a", "url": url(base + "/a", "size=\(size)&cc=no-store")],
-                ["id": "b", "url": url(base + "/b", "size=\(size)&cc=no-store")],
-            ]])
+            let batch = try streamed(
+                larder, "/batch",
+                [
+                    "mode": "settle",
+                    "requests": [
+                        ["id": "a", "url": url(base + "/a", "size=\(size)&cc=no-store")],
+                        ["id": "b", "url": url(base + "/b", "size=\(size)&cc=no-store")]
+                    ]
+                ])
             XCTAssertEqual(batch.count, 3, "round \(round): two items and the summary")
             XCTAssertEqual(Set(batch.prefix(2).compactMap { $0["id"] as? String }), ["a", "b"], "round \(round)")
             for item in batch.prefix(2) {
@@ -62,10 +70,14 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
             XCTAssertEqual(batch.last?["ok"] as? Bool, true)
             XCTAssertEqual(batch.last?["failed"] as? [String], [])
 
-            let chain = try streamed(larder, "/chain", ["steps": [
-                ["id": "a", "request": ["url": url(base + "/ca", "size=\(size)&cc=no-store")]],
-                ["id": "b", "request": ["url": url(base + "/cb", "size=\(size)&cc=no-store")]],
-            ]])
+            let chain = try streamed(
+                larder, "/chain",
+                [
+                    "steps": [
+                        ["id": "a", "request": ["url": url(base + "/ca", "size=\(size)&cc=no-store")]],
+                        ["id": "b", "request": ["url": url(base + "/cb", "size=\(size)&cc=no-store")]]
+                    ]
+                ])
             XCTAssertEqual(chain.count, 3, "round \(round): two steps and the summary")
             XCTAssertEqual(Set(chain.prefix(2).compactMap { $0["id"] as? String }), ["a", "b"])
             XCTAssertEqual(chain.prefix(2).map { ($0["bodyText"] as? String)?.utf8.count }, [size, size])
@@ -125,7 +137,8 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let requests = (0..<12).map { ["url": url(base, "size=8000000&cc=no-store&i=\($0)")] as [String: Any] }
         let body = Array(try JSONSerialization.data(withJSONObject: ["mode": "settle", "concurrency": 4, "requests": requests]))
         let leaver = try TestConnection(port: larder.port, receiveBufferBytes: 64 << 10)
-        try leaver.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+        try leaver.sendAll(
+            Array("POST /batch HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
         XCTAssertTrue(try leaver.readLine().hasPrefix("HTTP/1.1 200"), "the stream started")
         XCTAssertTrue(origin.waitForCount(base, atLeast: 4))
         func held() -> Int { glibcHeapInUse() - before }
@@ -164,8 +177,9 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
             XCTAssertEqual(response.status, 200)
             XCTAssertEqual(response.json["ok"] as? Bool, false, mode)
             let answer = items(response)
-            XCTAssertEqual(answer.map { $0["state"] as? String },
-                           mode == "settle" ? ["done", "done", "done", "failed", "failed"] : ["done", "done", "done", "failed", "cancelled"], mode)
+            XCTAssertEqual(
+                answer.map { $0["state"] as? String },
+                mode == "settle" ? ["done", "done", "done", "failed", "failed"] : ["done", "done", "done", "failed", "cancelled"], mode)
             XCTAssertEqual(errorCode(answer[3]), "response_too_large", mode)
             XCTAssertNil(answer[3]["bodyText"], "a refused item carries no body")
             XCTAssertEqual(response.json["failed"] as? [String], mode == "settle" ? ["i3", "i4"] : ["i3"])
@@ -186,11 +200,15 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
     func testAChainStepPastTheBudgetFailsAndEndsTheChain() throws {
         let larder = try startLarder { $0.maxBatchBytes = 1_000_000 }
         let base = uniquePath()
-        let response = try post(try larder.connection(), "/chain", ["steps": [
-            ["id": "a", "request": ["url": url(base + "/a", "size=600000&cc=no-store")]],
-            ["id": "b", "request": ["url": url(base + "/b", "size=600000&cc=no-store")], "dependsOn": ["a"]],
-            ["id": "c", "request": ["url": url(base + "/c")], "dependsOn": ["b"]],
-        ]])
+        let response = try post(
+            try larder.connection(), "/chain",
+            [
+                "steps": [
+                    ["id": "a", "request": ["url": url(base + "/a", "size=600000&cc=no-store")]],
+                    ["id": "b", "request": ["url": url(base + "/b", "size=600000&cc=no-store")], "dependsOn": ["a"]],
+                    ["id": "c", "request": ["url": url(base + "/c")], "dependsOn": ["b"]]
+                ]
+            ])
         XCTAssertEqual(response.json["ok"] as? Bool, false, response.text)
         XCTAssertEqual(steps(response).mapValues { $0["state"] as? String }, ["a": "done", "b": "failed", "c": "cancelled"])
         XCTAssertEqual(errorCode(steps(response)["b"]), "response_too_large")
@@ -205,7 +223,8 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let requests = (0..<count).map { ["url": url(base, "size=2000000&cc=no-store&i=\($0)")] as [String: Any] }
         let body = Array(try JSONSerialization.data(withJSONObject: ["mode": "settle", "concurrency": 2, "requests": requests]))
         let client = try TestConnection(port: larder.port, receiveBufferBytes: 64 << 10)
-        try client.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+        try client.sendAll(
+            Array("POST /batch HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
         XCTAssertTrue(origin.waitForCount(base, atLeast: 2))
         // The client reads nothing: what the sockets hold (a line or two), one line waiting, and
         // the fetches in flight (measured: 4) — not the whole batch, which unpaced was fetched
@@ -245,18 +264,27 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let base = uniquePath()
         let client = try larder.connection()
         let many = String(repeating: "{{a.body}}", count: 300)
-        let request = try post(client, "/chain", ["steps": [
-            ["id": "a", "request": ["url": url(base + "/a", "size=200000")]],
-            ["id": "b", "request": ["url": url(base + "/b"), "headers": ["X-Big": many]]],
-        ]])
+        let request = try post(
+            client, "/chain",
+            [
+                "steps": [
+                    ["id": "a", "request": ["url": url(base + "/a", "size=200000")]],
+                    ["id": "b", "request": ["url": url(base + "/b"), "headers": ["X-Big": many]]]
+                ]
+            ])
         XCTAssertEqual(request.json["ok"] as? Bool, false, String(request.text.prefix(500)))
         XCTAssertEqual(errorCode(steps(request)["b"]), "reference_unresolved")
         XCTAssertTrue(request.text.contains("grow past 1048576 bytes"), String(request.text.prefix(500)))
         XCTAssertEqual(origin.count(base + "/b"), 0)
 
-        let output = try post(client, "/chain", ["output": ["all": many], "include": "output", "steps": [
-            ["id": "a", "request": ["url": url(base + "/a2", "size=200000")]],
-        ]])
+        let output = try post(
+            client, "/chain",
+            [
+                "output": ["all": many], "include": "output",
+                "steps": [
+                    ["id": "a", "request": ["url": url(base + "/a2", "size=200000")]]
+                ]
+            ])
         XCTAssertEqual(output.status, 200)
         XCTAssertTrue(output.json["output"] is NSNull, "an output past the answer's budget is null: \(output.text.prefix(300))")
         XCTAssertEqual(try client.request("GET", "/healthz").status, 200)
@@ -273,9 +301,11 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         // origins, but one that decodes %2F (or, like IIS, %5C) before it normalises climbs.
         for value in [".", "..", "../admin", "x/..", "..\\admin", "./a"] {
             let before = origin.totalCount
-            for request: [String: Any] in [["url": origin.base + base + "/users/{{input.v}}/orders"],
-                                           ["upstream": "o", "path": "/users/{{input.v}}/orders"],
-                                           ["url": origin.base + base + "/users/{{input.v}}"]] {
+            for request: [String: Any] in [
+                ["url": origin.base + base + "/users/{{input.v}}/orders"],
+                ["upstream": "o", "path": "/users/{{input.v}}/orders"],
+                ["url": origin.base + base + "/users/{{input.v}}"]
+            ] {
                 let response = try run(request, value)
                 XCTAssertEqual(response.json["ok"] as? Bool, false, response.text)
                 let step = steps(response)["s"]
@@ -305,11 +335,16 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let larder = try startLarder()
         let base = uniquePath()
         let client = try larder.connection()
-        let all = try post(client, "/batch", ["mode": "all", "concurrency": 1, "requests": [
-            ["id": "ok", "url": url(base + "/ok")],
-            ["id": "missing", "url": url(base + "/missing", "status=404")],
-            ["id": "later", "url": url(base + "/later")],
-        ]])
+        let all = try post(
+            client, "/batch",
+            [
+                "mode": "all", "concurrency": 1,
+                "requests": [
+                    ["id": "ok", "url": url(base + "/ok")],
+                    ["id": "missing", "url": url(base + "/missing", "status=404")],
+                    ["id": "later", "url": url(base + "/later")]
+                ]
+            ])
         XCTAssertEqual(all.json["ok"] as? Bool, false, all.text)
         XCTAssertEqual(all.json["failed"] as? [String], ["missing"])
         let answer = items(all)
@@ -320,19 +355,25 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         XCTAssertNotNil(answer[1]["headers"])
         XCTAssertEqual(origin.count(base + "/later"), 0, "mode all stopped at the 404")
 
-        let settle = try post(client, "/batch", ["mode": "settle", "requests": [
-            ["id": "ok", "url": url(base + "/ok2")],
-            ["id": "broken", "url": url(base + "/broken", "status=500")],
-            ["id": "allowed", "url": url(base + "/allowed", "status=404"), "validate": ["status": [200, 404]]],
-            ["id": "redirect", "url": url(base + "/redirect", "status=302")],
-            ["id": "teapot", "url": url(base + "/teapot", "status=418")],
-        ]])
+        let settle = try post(
+            client, "/batch",
+            [
+                "mode": "settle",
+                "requests": [
+                    ["id": "ok", "url": url(base + "/ok2")],
+                    ["id": "broken", "url": url(base + "/broken", "status=500")],
+                    ["id": "allowed", "url": url(base + "/allowed", "status=404"), "validate": ["status": [200, 404]]],
+                    ["id": "redirect", "url": url(base + "/redirect", "status=302")],
+                    ["id": "teapot", "url": url(base + "/teapot", "status=418")]
+                ]
+            ])
         XCTAssertEqual(settle.json["ok"] as? Bool, false)
         XCTAssertEqual(settle.json["failed"] as? [String], ["broken", "teapot"])
         XCTAssertEqual(items(settle).map { $0["state"] as? String }, ["done", "failed", "done", "done", "failed"])
         XCTAssertEqual(items(settle)[2]["status"] as? Int, 404, "validate.status accepts the 404")
 
-        let lines = try streamed(larder, "/batch", ["mode": "settle", "requests": [["id": "gone", "url": url(base + "/gone", "status=410")]]])
+        let lines = try streamed(
+            larder, "/batch", ["mode": "settle", "requests": [["id": "gone", "url": url(base + "/gone", "status=410")]]])
         XCTAssertEqual(lines.first?["state"] as? String, "failed")
         XCTAssertEqual(lines.first?["status"] as? Int, 410)
         XCTAssertEqual(errorCode(lines.first), "upstream_status")
@@ -349,10 +390,14 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let larder = try startLarder()
         let base = uniquePath()
         let client = try larder.connection()
-        let failing = try post(client, "/chain", ["steps": [
-            ["id": "user", "request": ["url": url(base + "/user", "status=404")]],
-            ["id": "orders", "request": ["url": origin.base + base + "/orders/{{user.body.n}}"]],
-        ]])
+        let failing = try post(
+            client, "/chain",
+            [
+                "steps": [
+                    ["id": "user", "request": ["url": url(base + "/user", "status=404")]],
+                    ["id": "orders", "request": ["url": origin.base + base + "/orders/{{user.body.n}}"]]
+                ]
+            ])
         XCTAssertEqual(failing.json["ok"] as? Bool, false, failing.text)
         XCTAssertEqual(failing.json["failed"] as? [String], ["user"])
         XCTAssertEqual(steps(failing).mapValues { $0["state"] as? String }, ["user": "failed", "orders": "cancelled"])
@@ -361,18 +406,26 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         XCTAssertEqual((failing.json["error"] as? [String: Any])?["code"] as? String, "upstream_status")
         XCTAssertEqual(origin.count(base + "/orders/1"), 0, "the 404's body was not fed to the next step")
 
-        let tolerant = try post(client, "/chain", ["steps": [
-            ["id": "user", "request": ["url": url(base + "/user2", "status=404")], "continueOnError": true],
-            ["id": "orders", "request": ["url": origin.base + base + "/orders/{{user.status}}/{{user.error.code}}/{{user.body.n}}"]],
-        ]])
+        let tolerant = try post(
+            client, "/chain",
+            [
+                "steps": [
+                    ["id": "user", "request": ["url": url(base + "/user2", "status=404")], "continueOnError": true],
+                    ["id": "orders", "request": ["url": origin.base + base + "/orders/{{user.status}}/{{user.error.code}}/{{user.body.n}}"]]
+                ]
+            ])
         XCTAssertEqual(tolerant.json["ok"] as? Bool, true, tolerant.text)
         XCTAssertEqual(tolerant.json["failed"] as? [String], ["user"])
         XCTAssertEqual(origin.count(base + "/orders/404/upstream_status/1"), 1, "a step that may fail is read as it failed")
 
-        let accepted = try post(client, "/chain", ["steps": [
-            ["id": "user", "request": ["url": url(base + "/user3", "status=404"), "validate": ["status": [200, 404]]]],
-            ["id": "orders", "request": ["url": origin.base + base + "/orders/{{user.status}}"]],
-        ]])
+        let accepted = try post(
+            client, "/chain",
+            [
+                "steps": [
+                    ["id": "user", "request": ["url": url(base + "/user3", "status=404"), "validate": ["status": [200, 404]]]],
+                    ["id": "orders", "request": ["url": origin.base + base + "/orders/{{user.status}}"]]
+                ]
+            ])
         XCTAssertEqual(accepted.json["ok"] as? Bool, true, accepted.text)
         XCTAssertEqual(origin.count(base + "/orders/404"), 1)
     }

@@ -6,8 +6,9 @@ import Foundation
 import LarderCore
 import LarderService
 import XCTest
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class SecondSecurityReviewMiscTests: IntegrationTestCase {
@@ -20,21 +21,27 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
         for (first, second) in [("12345678901234567890", "12345678901234567891"), ("0.1000000000000000055511151231257827", "0.1")] {
             let path = uniquePath()
             func post(_ number: String) throws -> TestResponse {
-                try client.fetchRaw(#"{"url":"\#(url(path))","method":"POST","cache":{"ttl":300},"body":{ "n" : \#(number) , "a":[1.0,-0,2E-7]}}"#)
+                try client.fetchRaw(
+                    #"{"url":"\#(url(path))","method":"POST","cache":{"ttl":300},"body":{ "n" : \#(number) , "a":[1.0,-0,2E-7]}}"#)
             }
             XCTAssertEqual(try post(first).outcome, "miss")
             XCTAssertEqual(try post(second).outcome, "miss", "\(second) is not \(first)'s entry")
             XCTAssertEqual(try post(first).outcome, "hit")
             XCTAssertEqual(origin.count(path), 2)
             // Only whitespace and member order are normalised.
-            XCTAssertEqual(origin.requests(path).map { String(decoding: $0.body, as: UTF8.self) },
-                           [#"{"a":[1.0,-0,2E-7],"n":\#(first)}"#, #"{"a":[1.0,-0,2E-7],"n":\#(second)}"#])
+            XCTAssertEqual(
+                origin.requests(path).map { String(decoding: $0.body, as: UTF8.self) },
+                [#"{"a":[1.0,-0,2E-7],"n":\#(first)}"#, #"{"a":[1.0,-0,2E-7],"n":\#(second)}"#])
         }
     }
 
     func testNumbersReadFromBodiesByChainsAndValidatorsStillWork() throws {
         let document = #"{"n":12345678901234567890,"x":0.1000000000000000055511151231257827,"i":7}"#
-        let raw = try RawOrigin(reply: Array("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \(document.utf8.count)\r\nConnection: close\r\n\r\n\(document)".utf8))
+        let raw = try RawOrigin(
+            reply: Array(
+                ("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: \(document.utf8.count)\r\n"
+                    + "Connection: close\r\n\r\n\(document)")
+                    .utf8))
         let larder = try startLarder()
         let client = try larder.connection()
         let source = "http://127.0.0.1:\(raw.port)/doc"
@@ -46,15 +53,17 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
 
         let path = uniquePath()
         let chain = #"""
-        {"steps":[{"id":"a","request":{"url":"\#(source)"}},
-                  {"id":"b","request":{"url":"\#(url(path))","method":"POST","body":{"n":"{{a.body.n}}","x":"{{a.body.x}}"}},
-                   "when":{"all":[{"path":"a.body.n","op":"gt","value":1e19},{"path":"a.body.i","op":"eq","value":7.0}]}}],
-         "output":{"n":"{{a.body.n}}","text":"n={{a.body.n}}"}}
-        """#
+            {"steps":[{"id":"a","request":{"url":"\#(source)"}},
+                      {"id":"b","request":{"url":"\#(url(path))","method":"POST","body":{"n":"{{a.body.n}}","x":"{{a.body.x}}"}},
+                       "when":{"all":[{"path":"a.body.n","op":"gt","value":1e19},{"path":"a.body.i","op":"eq","value":7.0}]}}],
+             "output":{"n":"{{a.body.n}}","text":"n={{a.body.n}}"}}
+            """#
         let response = try client.request("POST", "/chain", headers: ["Content-Type": "application/json"], body: Array(chain.utf8))
         XCTAssertEqual(response.json["ok"] as? Bool, true, response.text)
-        XCTAssertEqual(origin.requests(path).map { String(decoding: $0.body, as: UTF8.self) },
-                       [#"{"n":12345678901234567890,"x":0.1000000000000000055511151231257827}"#], "the conditions held and the numbers went on as written")
+        XCTAssertEqual(
+            origin.requests(path).map { String(decoding: $0.body, as: UTF8.self) },
+            [#"{"n":12345678901234567890,"x":0.1000000000000000055511151231257827}"#],
+            "the conditions held and the numbers went on as written")
         XCTAssertTrue(response.text.contains(#""n":12345678901234567890"#), response.text)
         XCTAssertTrue(response.text.contains(#""text":"n=12345678901234567890""#), response.text)
     }
@@ -108,12 +117,15 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
             ("env", serve, ["LARDER_ADMIN_TOKEN": ""], "LARDER_ADMIN_TOKEN is set but empty"),
             ("env, metrics", serve, ["LARDER_METRICS_TOKEN": ""], "LARDER_METRICS_TOKEN is set but empty"),
             ("flag", serve + ["--admin-token", ""], [:], "the admin token is empty"),
-            ("config file", serve + ["--config", config], [:], "the admin token is empty"),
+            ("config file", serve + ["--config", config], [:], "the admin token is empty")
         ]
         for (name, arguments, environment, expected) in cases {
             let (process, errors) = try launch(arguments, environment: environment)
             let exited = waitForExit(process)
-            if !exited { process.terminate(); _ = waitForExit(process) }
+            if !exited {
+                process.terminate()
+                _ = waitForExit(process)
+            }
             XCTAssertTrue(exited, "\(name): refused at start, not served with the admin routes open")
             XCTAssertNotEqual(process.terminationStatus, 0, name)
             let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
@@ -121,7 +133,10 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
         }
         // A token that is set still starts.
         let (process, errors) = try launch(serve, environment: ["LARDER_ADMIN_TOKEN": "s3cret"])
-        defer { process.terminate(); _ = waitForExit(process) }
+        defer {
+            process.terminate()
+            _ = waitForExit(process)
+        }
         let port = try waitForPort(errors)
         XCTAssertEqual(try TestConnection(port: port).request("GET", "/cache/stats").status, 401)
     }
@@ -150,13 +165,19 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
         let larder = try startLarder()
         let client = try larder.connection()
         let path = uniquePath()
-        let given = ["Content-Length": "5", "content-length": "7", "Transfer-Encoding": "chunked", "Connection": "close, X-Named",
-                     "X-Named": "1", "Keep-Alive": "timeout=5", "TE": "trailers", "Trailer": "X-Sum", "Upgrade": "h2c",
-                     "Proxy-Authenticate": "Basic", "Proxy-Other": "x", "X-Kept": "yes"]
-        let written = try client.request("PUT", "/cache/entries", headers: ["Content-Type": "application/json"], body: Array(try JSONSerialization.data(withJSONObject: [
-            "request": ["url": url(path), "cache": ["ttl": 600]],
-            "response": ["status": 200, "headers": given, "bodyText": "hello world"],
-        ] as [String: Any])))
+        let given = [
+            "Content-Length": "5", "content-length": "7", "Transfer-Encoding": "chunked", "Connection": "close, X-Named",
+            "X-Named": "1", "Keep-Alive": "timeout=5", "TE": "trailers", "Trailer": "X-Sum", "Upgrade": "h2c",
+            "Proxy-Authenticate": "Basic", "Proxy-Other": "x", "X-Kept": "yes"
+        ]
+        let written = try client.request(
+            "PUT", "/cache/entries", headers: ["Content-Type": "application/json"],
+            body: Array(
+                try JSONSerialization.data(
+                    withJSONObject: [
+                        "request": ["url": url(path), "cache": ["ttl": 600]],
+                        "response": ["status": 200, "headers": given, "bodyText": "hello world"]
+                    ] as [String: Any])))
         XCTAssertEqual(written.status, 201, written.text)
         let key = try XCTUnwrap(written.json["key"] as? String)
 

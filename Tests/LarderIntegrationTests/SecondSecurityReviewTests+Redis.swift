@@ -7,9 +7,10 @@ import CXXHash
 import Foundation
 import LarderCore
 import LarderEngine
-@testable import LarderRedis
 import LarderService
 import XCTest
+
+@testable import LarderRedis
 
 final class SharedStoreSecurityTests: SharedStoreTestCase {
     /// The secret as Larder reads it from the file: the base64 text, without its newline.
@@ -40,7 +41,8 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         // Freshness from the response (max-age), so an entry's lifetime is what answers show.
         let spec: [String: Any] = ["url": url(path, "cc=max-age%3D600")]
         let key = try XCTUnwrap(try writer.fetch(spec).cache["key"] as? String)
-        let hash = "larder:{\(key)}:e", field = "e:\(key)"
+        let hash = "larder:{\(key)}:e"
+        let field = "e:\(key)"
         let genuine = try XCTUnwrap(try redis.send(["HGET", hash, field]).bytes)
         XCTAssertEqual(Array(genuine.prefix(4)), Array("LRD2".utf8))
         var planted = try XCTUnwrap(EntryCodec.parse(payload: Array(genuine.dropLast(32))), "the stored value is the codec's")
@@ -66,7 +68,7 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
             ("a genuine value with its body changed", swapped),
             ("a genuine value with a tag that is not the HMAC", Array(genuine.dropLast(32)) + Array(repeating: 0, count: 32)),
             ("a body length of 2^63-1, sealed with the secret", codec.sealed(hugeLength)),
-            ("an infinite lifetime, sealed with the secret", codec.sealed(EntryCodec.payload(infinite))),
+            ("an infinite lifetime, sealed with the secret", codec.sealed(EntryCodec.payload(infinite)))
         ]
         for (index, (name, value)) in attacks.enumerated() {
             XCTAssertEqual(try redis.send([Array("HSET".utf8), Array(hash.utf8), Array(field.utf8), value]), .integer(0), name)
@@ -102,7 +104,8 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         let path = uniquePath()
         let spec: [String: Any] = ["url": url(path), "cache": ["ttl": 600]]
         let key = try XCTUnwrap(try client.fetch(spec).cache["key"] as? String)
-        let hash = "larder:{\(key)}:e", field = "e:\(key)"
+        let hash = "larder:{\(key)}:e"
+        let field = "e:\(key)"
         _ = try redis.send(["HSET", hash, field, "not authentic"])
         // A listing (as an instance with another secret would make one) reads and leaves it.
         XCTAssertEqual(try client.request("GET", "/cache/entries").status, 200)
@@ -116,7 +119,9 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         let client = try startShared().connection()
         // Messages are heard once the instance has subscribed (a message before is lost).
         let subscribed = Date().addingTimeInterval(10)
-        while Date() < subscribed, try redis.send(["PUBSUB", "NUMSUB", "larder:events"]) != .array([.bytes(Array("larder:events".utf8)), .integer(1)]) {
+        while Date() < subscribed,
+            try redis.send(["PUBSUB", "NUMSUB", "larder:events"]) != .array([.bytes(Array("larder:events".utf8)), .integer(1)])
+        {
             usleep(10_000)
         }
         // Anyone who can PUBLISH: the message names a version the store's hash does not hold.
@@ -133,7 +138,8 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
             if listed.contains(#""version":4"#) { break }
             usleep(20_000)
         }
-        XCTAssertTrue(listed.contains(#""name":"real""#) && listed.contains(#""version":4"#), "a message the hash confirms is applied: \(listed)")
+        XCTAssertTrue(
+            listed.contains(#""name":"real""#) && listed.contains(#""version":4"#), "a message the hash confirms is applied: \(listed)")
         XCTAssertFalse(listed.contains("planted") || listed.contains("nnnn"), listed)
     }
 
@@ -150,12 +156,22 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         let writes: [(String, () throws -> TestResponse)] = [
             ("DELETE /cache?tag=ro", { try client.request("DELETE", "/cache?tag=ro") }),
             ("DELETE /cache?all=true", { try client.request("DELETE", "/cache?all=true") }),
-            ("POST /cache/purge tags", { try client.request("POST", "/cache/purge", headers: json, body: Array(#"{"tags":["ro"]}"#.utf8)) }),
+            (
+                "POST /cache/purge tags",
+                { try client.request("POST", "/cache/purge", headers: json, body: Array(#"{"tags":["ro"]}"#.utf8)) }
+            ),
             ("DELETE /cache/entries/{key}", { try client.request("DELETE", "/cache/entries/\(key)") }),
-            ("POST /cache/warm", {
-                try client.request("POST", "/cache/warm", headers: json, body: Array(try JSONSerialization.data(withJSONObject: [
-                    "requests": [["url": self.url("\(path)/warm")]]])))
-            }),
+            (
+                "POST /cache/warm",
+                {
+                    try client.request(
+                        "POST", "/cache/warm", headers: json,
+                        body: Array(
+                            try JSONSerialization.data(withJSONObject: [
+                                "requests": [["url": self.url("\(path)/warm")]]
+                            ])))
+                }
+            )
         ]
         for (name, write) in writes {
             let response = try write()
@@ -163,8 +179,9 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
             XCTAssertEqual(response.errorCode, "storage_failed", name)
         }
         _ = try redis.send(["REPLICAOF", "NO", "ONE"])
-        XCTAssertEqual(try client.fetch(["url": url(path), "cache": ["ttl": 600, "policy": "cache-only"]]).outcome, "hit",
-                       "nothing was removed, and nothing was said to be")
+        XCTAssertEqual(
+            try client.fetch(["url": url(path), "cache": ["ttl": 600, "policy": "cache-only"]]).outcome, "hit",
+            "nothing was removed, and nothing was said to be")
         // Reads of a store that does not answer are not an empty store.
         redis.pause()
         defer { redis.resume() }
@@ -202,8 +219,11 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (Process, Pipe) {
             let process = Process()
             process.executableURL = binary
-            process.arguments = ["serve", "--port", "0", "--db", directory.appendingPathComponent("cli.sqlite").path,
-                                 "--store", redis.url, "--no-access-log"] + arguments
+            process.arguments =
+                [
+                    "serve", "--port", "0", "--db", directory.appendingPathComponent("cli.sqlite").path,
+                    "--store", redis.url, "--no-access-log"
+                ] + arguments
             process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
             let errors = Pipe()
             process.standardError = errors
@@ -223,7 +243,12 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         XCTAssertTrue(message.contains("--secret-file") && message.contains("/dev/urandom"), message)
 
         let (started, errors) = try run([], environment: ["LARDER_SECRET_FILE": secretFile])
-        defer { if started.isRunning { started.terminate(); started.waitUntilExit() } }
+        defer {
+            if started.isRunning {
+                started.terminate()
+                started.waitUntilExit()
+            }
+        }
         let port = try waitForPort(errors)
         XCTAssertEqual(try TestConnection(port: port).request("GET", "/healthz").status, 200)
         XCTAssertEqual(try redis.send(["GET", "larder:secret-fingerprint"]).text, RedisCacheStore.fingerprint(of: secret))
@@ -251,9 +276,13 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         _ = try first.fetch(["url": url("\(base)/a"), "cache": ["ttl": 600, "tags": ["t"], "sensitive": ["user": 7]]])
         XCTAssertEqual(try second.fetch(["url": url("\(base)/a"), "cache": ["ttl": 600, "sensitive": ["user": 7]]]).outcome, "hit")
         let body = try JSONSerialization.data(withJSONObject: ["urls": [url("\(base)/w")], "cache": ["ttl": 600]])
-        XCTAssertEqual(try first.request("POST", "/cache/warm", headers: ["Content-Type": "application/json"], body: Array(body)).status, 202)
-        XCTAssertEqual(try first.request("POST", "/cache/namespaces/n/version", headers: ["Content-Type": "application/json"],
-                                         body: Array(#"{"bump":true}"#.utf8)).status, 200)
+        XCTAssertEqual(
+            try first.request("POST", "/cache/warm", headers: ["Content-Type": "application/json"], body: Array(body)).status, 202)
+        XCTAssertEqual(
+            try first.request(
+                "POST", "/cache/namespaces/n/version", headers: ["Content-Type": "application/json"],
+                body: Array(#"{"bump":true}"#.utf8)
+            ).status, 200)
         let keys = try redis.allKeys()
         XCTAssertFalse(keys.contains("larder:secret"), "\(keys)")
         XCTAssertTrue(keys.contains("larder:secret-fingerprint"), "\(keys)")
@@ -264,7 +293,7 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
             case .status("string"): held = try redis.send(["GET", key]).bytes ?? []
             case .status("hash"): held = try redis.send(["HGETALL", key]).array.flatMap { $0.bytes ?? [] }
             case .status("set"): held = try redis.send(["SMEMBERS", key]).array.flatMap { $0.bytes ?? [] }
-            case .status("none"): continue  // gone since the SCAN (a warm job's items, once done)
+            case .status("none"): continue // gone since the SCAN (a warm job's items, once done)
             case let other: XCTFail("\(key) is a \(other)")
             }
             XCTAssertFalse(held.containsSequence(secret), "the secret is in \(key)")
@@ -277,8 +306,14 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         // databases given one file key requests alike; without it each has its own.
         let spec: [String: Any] = ["url": url(uniquePath()), "cache": ["ttl": 600]]
         let database = { (name: String) in self.directory.appendingPathComponent(name).path }
-        let one = try startLarder { $0.databasePath = database("one.sqlite"); $0.secretPath = self.secretFile }
-        let two = try startLarder { $0.databasePath = database("two.sqlite"); $0.secretPath = self.secretFile }
+        let one = try startLarder {
+            $0.databasePath = database("one.sqlite")
+            $0.secretPath = self.secretFile
+        }
+        let two = try startLarder {
+            $0.databasePath = database("two.sqlite")
+            $0.secretPath = self.secretFile
+        }
         let own = try startLarder { $0.databasePath = database("own.sqlite") }
         let key = try one.connection().fetch(spec).cache["key"] as? String
         XCTAssertNotNil(key)
@@ -298,28 +333,49 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         let key = try XCTUnwrap(try client.fetch(spec).cache["key"] as? String)
         let json = ["Content-Type": "application/json"]
         // A warm job still running (its one item waits on the origin) when Redis hangs.
-        let warm = try client.request("POST", "/cache/warm", headers: json, body: Array(try JSONSerialization.data(withJSONObject: [
-            "requests": [["url": url("\(path)/slow", "delay=3000")]]])))
+        let warm = try client.request(
+            "POST", "/cache/warm", headers: json,
+            body: Array(
+                try JSONSerialization.data(withJSONObject: [
+                    "requests": [["url": url("\(path)/slow", "delay=3000")]]
+                ])))
         XCTAssertEqual(warm.status, 202, warm.text)
         let job = try XCTUnwrap(warm.json["job"] as? String)
         let writes: [(String, () throws -> TestResponse)] = [
             ("DELETE /cache?all=true", { try client.request("DELETE", "/cache?all=true") }),
             ("DELETE /cache?namespace=pages", { try client.request("DELETE", "/cache?namespace=pages") }),
             ("DELETE /cache?tag=t1", { try client.request("DELETE", "/cache?tag=t1") }),
-            ("POST /cache/purge urls", {
-                try client.request("POST", "/cache/purge", headers: json,
-                                   body: Array(try JSONSerialization.data(withJSONObject: ["urls": [self.url(path)]])))
-            }),
-            ("POST /cache/purge tags", { try client.request("POST", "/cache/purge", headers: json, body: Array(#"{"tags":["t1"]}"#.utf8)) }),
+            (
+                "POST /cache/purge urls",
+                {
+                    try client.request(
+                        "POST", "/cache/purge", headers: json,
+                        body: Array(try JSONSerialization.data(withJSONObject: ["urls": [self.url(path)]])))
+                }
+            ),
+            (
+                "POST /cache/purge tags",
+                { try client.request("POST", "/cache/purge", headers: json, body: Array(#"{"tags":["t1"]}"#.utf8)) }
+            ),
             ("DELETE /cache/entries/{key}", { try client.request("DELETE", "/cache/entries/\(key)") }),
-            ("PUT /cache/entries", {
-                try client.request("PUT", "/cache/entries", headers: json, body: Array(try JSONSerialization.data(withJSONObject: [
-                    "request": ["url": self.url("\(path)/seeded"), "cache": ["ttl": 600]], "response": ["bodyText": "x"]])))
-            }),
-            ("POST /cache/namespaces/pages/version", {
-                try client.request("POST", "/cache/namespaces/pages/version", headers: json, body: Array(#"{"bump":true}"#.utf8))
-            }),
-            ("DELETE /cache/warm/{id}", { try client.request("DELETE", "/cache/warm/\(job)") }),
+            (
+                "PUT /cache/entries",
+                {
+                    try client.request(
+                        "PUT", "/cache/entries", headers: json,
+                        body: Array(
+                            try JSONSerialization.data(withJSONObject: [
+                                "request": ["url": self.url("\(path)/seeded"), "cache": ["ttl": 600]], "response": ["bodyText": "x"]
+                            ])))
+                }
+            ),
+            (
+                "POST /cache/namespaces/pages/version",
+                {
+                    try client.request("POST", "/cache/namespaces/pages/version", headers: json, body: Array(#"{"bump":true}"#.utf8))
+                }
+            ),
+            ("DELETE /cache/warm/{id}", { try client.request("DELETE", "/cache/warm/\(job)") })
         ]
         redis.pause()
         defer { redis.resume() }

@@ -8,8 +8,10 @@ import LarderSync
 import XCTest
 
 final class SecurityReviewTests: IntegrationTestCase {
-    private func startProxy(logLines: LogLines? = nil,
-                            _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+    private func startProxy(
+        logLines: LogLines? = nil,
+        _ configure: (inout LarderConfiguration) -> Void = { _ in }
+    ) throws -> RunningLarder {
         try startLarder(logLines: logLines) { configuration in
             configuration.upstreams = [NamedUpstream(name: "o", baseURL: origin.base + "/base")]
             configure(&configuration)
@@ -30,13 +32,19 @@ final class SecurityReviewTests: IntegrationTestCase {
             ("tab before the colon", head("/proxy/o\(path)", "X-A\t: 1\r\n"), 400),
             ("bare CR in a value", head("/proxy/o\(path)", "X-A: a\rGET /evil HTTP/1.1\r\n"), 400),
             ("control byte in a value", head("/proxy/o\(path)", "X-A: a\u{1}b\r\n"), 400),
-            ("two different lengths", head("/proxy/o\(path)", "Content-Length: 3\r\nContent-Length: 5\r\n", method: "POST")
-                + Array("abcde".utf8), 400),
-            ("length and chunked", head("/proxy/o\(path)", "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n", method: "POST")
-                + Array("3\r\nabc\r\n0\r\n\r\n".utf8), 400),
+            (
+                "two different lengths",
+                head("/proxy/o\(path)", "Content-Length: 3\r\nContent-Length: 5\r\n", method: "POST")
+                    + Array("abcde".utf8), 400
+            ),
+            (
+                "length and chunked",
+                head("/proxy/o\(path)", "Content-Length: 3\r\nTransfer-Encoding: chunked\r\n", method: "POST")
+                    + Array("3\r\nabc\r\n0\r\n\r\n".utf8), 400
+            ),
             ("identity coding", head("/proxy/o\(path)", "Transfer-Encoding: identity\r\n", method: "POST") + Array("abc".utf8), 400),
             ("unknown coding", head("/proxy/o\(path)", "Transfer-Encoding: gzip, chunked\r\n", method: "POST"), 501),
-            ("on /fetch too", head("/fetch", "Content-Length: 2\r\nContent-Length: 20\r\n", method: "POST") + Array("{}".utf8), 400),
+            ("on /fetch too", head("/fetch", "Content-Length: 2\r\nContent-Length: 20\r\n", method: "POST") + Array("{}".utf8), 400)
         ]
         for (name, bytes, status) in attacks {
             let client = try larder.connection()
@@ -55,7 +63,8 @@ final class SecurityReviewTests: IntegrationTestCase {
         // Larder sees them; what goes upstream must be exactly what Larder read, in plain form.
         let raw = try RawOrigin(reply: Array("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".utf8))
         let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "raw", baseURL: "http://127.0.0.1:\(raw.port)")] }
-        let folded = try larder.connection().raw(head("/proxy/raw/folded", "X-A:\r\n Transfer-Encoding\r\n\tchunked\r\nX-B: a\u{0}\r\n evil\r\n"))
+        let folded = try larder.connection().raw(
+            head("/proxy/raw/folded", "X-A:\r\n Transfer-Encoding\r\n\tchunked\r\nX-B: a\u{0}\r\n evil\r\n"))
         XCTAssertEqual(folded.status, 200)
         let sent = try XCTUnwrap(raw.requests.last)
         let text = String(decoding: sent, as: UTF8.self)
@@ -150,8 +159,10 @@ final class SecurityReviewTests: IntegrationTestCase {
         let larder = try startProxy()
         let client = try larder.connection()
         let path = uniquePath()
-        let reserved = try client.fetch(["url": url("/base\(path)", "a=good&a=EVIL"),
-                                         "cache": ["namespace": "proxy:o", "ignoreQuery": ["a"], "ttl": 600]])
+        let reserved = try client.fetch([
+            "url": url("/base\(path)", "a=good&a=EVIL"),
+            "cache": ["namespace": "proxy:o", "ignoreQuery": ["a"], "ttl": 600]
+        ])
         XCTAssertEqual(reserved.status, 400)
         XCTAssertEqual(reserved.errorField, "cache.namespace")
 
@@ -195,7 +206,9 @@ final class SecurityReviewTests: IntegrationTestCase {
         let elsewhere = try TestOrigin.start(clock: clock)
         defer { elsewhere.stop() }
         let larder = try startLarder { configuration in
-            configuration.upstreams = [NamedUpstream(name: "api", baseURL: origin.base, headers: [HeaderField("X-Api-Key", "key-secret-1")])]
+            configuration.upstreams = [
+                NamedUpstream(name: "api", baseURL: origin.base, headers: [HeaderField("X-Api-Key", "key-secret-1")])
+            ]
         }
         let path = uniquePath()
         let target = elsewhere.base + "/landing"
@@ -251,12 +264,13 @@ final class SecurityReviewTests: IntegrationTestCase {
     private func slowFetchStatuses(port: Int, count: Int, delayMs: Int, timeoutMs: Int? = nil) -> [Int] {
         let statuses = Locked<[Int]>([])
         let base = url(uniquePath())
-        XCTAssertTrue(concurrently(count) { index in
-            var spec: [String: Any] = ["url": "\(base)-\(index)?delay=\(delayMs)"]
-            if let timeoutMs { spec["timeoutMs"] = timeoutMs }
-            let status = (try? TestConnection(port: port).fetch(spec).status) ?? -1
-            statuses.withLock { $0.append(status) }
-        })
+        XCTAssertTrue(
+            concurrently(count) { index in
+                var spec: [String: Any] = ["url": "\(base)-\(index)?delay=\(delayMs)"]
+                if let timeoutMs { spec["timeoutMs"] = timeoutMs }
+                let status = (try? TestConnection(port: port).fetch(spec).status) ?? -1
+                statuses.withLock { $0.append(status) }
+            })
         return statuses.withLock { $0 }
     }
 
@@ -265,10 +279,11 @@ final class SecurityReviewTests: IntegrationTestCase {
         let sizes = Locked<[Int]>([])
         let path = uniquePath()
         let port = larder.port
-        XCTAssertTrue(concurrently(4) { index in
-            let size = (try? TestConnection(port: port).request("GET", "/proxy/o\(path)-\(index)?size=3000000"))?.body.count ?? -1
-            sizes.withLock { $0.append(size) }
-        })
+        XCTAssertTrue(
+            concurrently(4) { index in
+                let size = (try? TestConnection(port: port).request("GET", "/proxy/o\(path)-\(index)?size=3000000"))?.body.count ?? -1
+                sizes.withLock { $0.append(size) }
+            })
         XCTAssertEqual(sizes.withLock { $0 }, Array(repeating: 3_000_000, count: 4))
     }
 
@@ -312,7 +327,9 @@ final class SecurityReviewTests: IntegrationTestCase {
             configuration.upstreams = [NamedUpstream(name: "o", baseURL: origin.base + "/v1")]
         }
         let client = try larder.connection()
-        for target in ["/proxy/o/..;/admin", "/proxy/o/.%2e;/admin", "/proxy/o/..%2Fadmin", "/proxy/o/..%5Cadmin", "/proxy/o/x/%2e%2e;x/admin"] {
+        for target in [
+            "/proxy/o/..;/admin", "/proxy/o/.%2e;/admin", "/proxy/o/..%2Fadmin", "/proxy/o/..%5Cadmin", "/proxy/o/x/%2e%2e;x/admin"
+        ] {
             let response = try client.request("GET", target)
             XCTAssertEqual(response.status, 400, target)
             XCTAssertEqual(response.errorCode, "invalid_request", target)
@@ -332,10 +349,12 @@ final class SecurityReviewTests: IntegrationTestCase {
         let larder = try startProxy()
         let client = try larder.connection()
         let path = uniquePath()
-        _ = try client.request("GET", "/proxy/o\(path)", headers: [
-            "X-Forwarded-Host": "evil.test", "X-Forwarded-Proto": "http", "Forwarded": "host=evil.test", "X-Original-URL": "/admin",
-            "X-HTTP-Method-Override": "DELETE", "X-Real-IP": "10.0.0.1", "X-Kept": "yes",
-        ])
+        _ = try client.request(
+            "GET", "/proxy/o\(path)",
+            headers: [
+                "X-Forwarded-Host": "evil.test", "X-Forwarded-Proto": "http", "Forwarded": "host=evil.test", "X-Original-URL": "/admin",
+                "X-HTTP-Method-Override": "DELETE", "X-Real-IP": "10.0.0.1", "X-Kept": "yes"
+            ])
         let received = try XCTUnwrap(origin.requests("/base\(path)").first)
         for name in ["x-forwarded-host", "x-forwarded-proto", "forwarded", "x-original-url", "x-http-method-override", "x-real-ip"] {
             XCTAssertNil(received.headers[name], name)
@@ -382,7 +401,10 @@ final class SecurityReviewTests: IntegrationTestCase {
             XCTAssertEqual(response.status, 403, host)
             XCTAssertEqual(response.errorCode, "upstream_forbidden", host)
         }
-        let strict = try startLarder { $0.denyPrivate = true; $0.databasePath = self.directory.appendingPathComponent("strict.sqlite").path }
+        let strict = try startLarder {
+            $0.denyPrivate = true
+            $0.databasePath = self.directory.appendingPathComponent("strict.sqlite").path
+        }
         let refused = try strict.connection().fetch(["url": "http://[::127.0.0.1]:\(origin.port)/x"])
         XCTAssertEqual(refused.errorCode, "upstream_forbidden")
     }
@@ -390,8 +412,9 @@ final class SecurityReviewTests: IntegrationTestCase {
     // MARK: 14. Upgrades
 
     func testAnUnaskedSwitchOfProtocolsIsAnErrorNotAHang() throws {
-        let raw = try RawOrigin(reply: Array("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".utf8),
-                                holdOpen: true)
+        let raw = try RawOrigin(
+            reply: Array("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".utf8),
+            holdOpen: true)
         let larder = try startLarder()
         let response = try larder.connection().fetch(["url": "http://127.0.0.1:\(raw.port)/ws", "timeoutMs": 60000])
         XCTAssertEqual(response.status, 502, response.text)

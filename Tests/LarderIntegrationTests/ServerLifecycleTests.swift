@@ -22,7 +22,10 @@ final class ServerLifecycleTests: XCTestCase {
             let token = Token()
             tokens.withLock { $0.append(WeakToken(token: token)) }
             // The cycle a batch makes: the handler holds the work, the work holds the responder.
-            responder.onClientGone { _ = token; _ = responder }
+            responder.onClientGone {
+                _ = token
+                _ = responder
+            }
             DispatchQueue.global().async { responder.respond(HTTPServerResponse(status: 200, body: Array("ok".utf8))) }
             return nil
         }

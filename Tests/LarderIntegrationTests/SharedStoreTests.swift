@@ -32,7 +32,8 @@ final class SharedStoreTests: SharedStoreTestCase {
         // The proxy's entries too.
         let proxied = try startShared { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }.connection()
         let again = try startShared { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }.connection()
-        XCTAssertEqual(try proxied.request("GET", "/proxy/origin\(path)/p?cc=max-age%3D600").headers["cache-status"]?.contains("fwd=uri-miss"), true)
+        XCTAssertEqual(
+            try proxied.request("GET", "/proxy/origin\(path)/p?cc=max-age%3D600").headers["cache-status"]?.contains("fwd=uri-miss"), true)
         XCTAssertEqual(try again.request("GET", "/proxy/origin\(path)/p?cc=max-age%3D600").headers["cache-status"]?.contains("hit"), true)
     }
 
@@ -45,19 +46,22 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(try second.fetch(spec("a")).outcome, "hit", "now in the second instance's memory tier too")
 
         XCTAssertEqual(try first.request("DELETE", "/cache?namespace=pages").json["removed"] as? Int, 1)
-        XCTAssertTrue(try eventually {
-            ((try second.request("GET", "/cache/stats").json["memoryTier"] as? [String: Any])?["bytes"] as? Int) == 0
-        }, "the second instance's memory tier forgot the purged entry")
+        XCTAssertTrue(
+            try eventually {
+                ((try second.request("GET", "/cache/stats").json["memoryTier"] as? [String: Any])?["bytes"] as? Int) == 0
+            }, "the second instance's memory tier forgot the purged entry")
         XCTAssertEqual(try second.fetch(spec("a")).outcome, "miss")
         XCTAssertEqual(try first.fetch(spec("a")).outcome, "hit", "stored again by the second")
 
-        let bumped = try first.request("POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
-                                       body: Array(#"{"bump":true}"#.utf8))
+        let bumped = try first.request(
+            "POST", "/cache/namespaces/pages/version", headers: ["Content-Type": "application/json"],
+            body: Array(#"{"bump":true}"#.utf8))
         XCTAssertEqual(bumped.json["version"] as? Int, 1, bumped.text)
-        XCTAssertTrue(try eventually {
-            let namespaces = try second.request("GET", "/cache/namespaces").json["namespaces"] as? [[String: Any]] ?? []
-            return namespaces.first { $0["name"] as? String == "pages" }?["version"] as? Int == 1
-        }, "the second instance uses the new version")
+        XCTAssertTrue(
+            try eventually {
+                let namespaces = try second.request("GET", "/cache/namespaces").json["namespaces"] as? [[String: Any]] ?? []
+                return namespaces.first { $0["name"] as? String == "pages" }?["version"] as? Int == 1
+            }, "the second instance uses the new version")
         let after = try second.fetch(spec("a"))
         XCTAssertEqual(after.outcome, "miss")
         XCTAssertEqual(after.cache["version"] as? Int, 1)
@@ -67,14 +71,16 @@ final class SharedStoreTests: SharedStoreTestCase {
     func testConcurrentColdRequestsOnThreeInstancesMakeOneOriginRequest() throws {
         let ports = try (0..<3).map { _ in try startShared().port }
         let path = uniquePath()
-        let body = String(decoding: try JSONSerialization.data(withJSONObject: ["url": url(path, "delay=300&cc=max-age%3D600")]), as: UTF8.self)
+        let body = String(
+            decoding: try JSONSerialization.data(withJSONObject: ["url": url(path, "delay=300&cc=max-age%3D600")]), as: UTF8.self)
         let outcomes = Locked<[String: Int]>([:])
-        XCTAssertTrue(concurrently(150) { index in
-            guard let connection = try? TestConnection(port: ports[index % 3]), let response = try? connection.fetchRaw(body) else {
-                return outcomes.withLock { $0["error", default: 0] += 1 }
-            }
-            outcomes.withLock { $0[response.outcome ?? "status \(response.status)", default: 0] += 1 }
-        })
+        XCTAssertTrue(
+            concurrently(150) { index in
+                guard let connection = try? TestConnection(port: ports[index % 3]), let response = try? connection.fetchRaw(body) else {
+                    return outcomes.withLock { $0["error", default: 0] += 1 }
+                }
+                outcomes.withLock { $0[response.outcome ?? "status \(response.status)", default: 0] += 1 }
+            })
         let counted = outcomes.withLock { $0 }
         XCTAssertEqual(origin.count(path), 1, "\(counted)")
         XCTAssertEqual(counted["miss"], 1, "\(counted)")
@@ -122,10 +128,11 @@ final class SharedStoreTests: SharedStoreTestCase {
     func testRedisDownAtStartFailsUnlessPassThroughIsChosen() throws {
         let port = redis.port
         redis.stop()
-        XCTAssertThrowsError(try startLarder { configuration in
-            configuration.store = "redis://127.0.0.1:\(port)"
-            configuration.secretPath = self.secretFile
-        })
+        XCTAssertThrowsError(
+            try startLarder { configuration in
+                configuration.store = "redis://127.0.0.1:\(port)"
+                configuration.secretPath = self.secretFile
+            })
         let larder = try startLarder { configuration in
             configuration.store = "redis://127.0.0.1:\(port)"
             configuration.secretPath = self.secretFile
@@ -182,16 +189,21 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(try second.request("DELETE", "/cache?tag=t2").json["removed"] as? Int, 1)
         // The other instance's memory tier forgets it as the message arrives (cache-only: a look
         // that never goes upstream).
-        XCTAssertTrue(try eventually {
-            try first.fetch(["url": url("\(base)/3", "h=Surrogate-Key:t2"), "cache": ["namespace": "beta", "policy": "cache-only"]]).status == 504
-        }, "purged on one instance, gone on the other")
+        XCTAssertTrue(
+            try eventually {
+                try first.fetch(["url": url("\(base)/3", "h=Surrogate-Key:t2"), "cache": ["namespace": "beta", "policy": "cache-only"]])
+                    .status == 504
+            }, "purged on one instance, gone on the other")
         XCTAssertEqual(try second.request("DELETE", "/cache/entries/\(key)").status, 204)
         XCTAssertEqual(try second.request("DELETE", "/cache/entries/\(key)").status, 404)
 
-        let written = try second.request("PUT", "/cache/entries", headers: ["Content-Type": "application/json"],
-                                         body: Array(try JSONSerialization.data(withJSONObject: [
-                                             "request": ["url": url("\(base)/seeded"), "cache": ["ttl": 600]],
-                                             "response": ["bodyText": "by hand"]])))
+        let written = try second.request(
+            "PUT", "/cache/entries", headers: ["Content-Type": "application/json"],
+            body: Array(
+                try JSONSerialization.data(withJSONObject: [
+                    "request": ["url": url("\(base)/seeded"), "cache": ["ttl": 600]],
+                    "response": ["bodyText": "by hand"]
+                ])))
         XCTAssertEqual(written.status, 201, written.text)
         let seeded = try first.fetch(["url": url("\(base)/seeded"), "cache": ["ttl": 600]])
         XCTAssertEqual(seeded.outcome, "hit")
@@ -251,7 +263,9 @@ final class RedisClusterTests: IntegrationTestCase {
         for index in 0..<30 {
             XCTAssertEqual(try second.fetch(["url": url("\(base)/\(index)"), "cache": ["ttl": 600]]).outcome, "hit", "index \(index)")
         }
-        let populated = cluster.masters().filter { (Int((try? $0.bulk(["DBSIZE"]))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0) > 0 }
+        let populated = cluster.masters().filter {
+            (Int((try? $0.bulk(["DBSIZE"]))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0) > 0
+        }
         XCTAssertEqual(populated.count, 3, "entries on every master")
         let stats = try second.request("GET", "/cache/stats")
         XCTAssertEqual((stats.json["stored"] as? [String: Any])?["entries"] as? Int, 30, stats.text)
@@ -287,9 +301,10 @@ final class RedisClusterTests: IntegrationTestCase {
         // Caching works again on every slot: a second instance (empty memory tier) hits what
         // the first stores now.
         let second = try startOnCluster().connection()
-        XCTAssertTrue((0..<20).allSatisfy { index in
-            (try? client.fetch(["url": url("\(base)/later-\(index)"), "cache": ["ttl": 600]]).cache["stored"] as? Bool) == true
-        })
+        XCTAssertTrue(
+            (0..<20).allSatisfy { index in
+                (try? client.fetch(["url": url("\(base)/later-\(index)"), "cache": ["ttl": 600]]).cache["stored"] as? Bool) == true
+            })
         for index in 0..<20 {
             XCTAssertEqual(try second.fetch(["url": url("\(base)/later-\(index)"), "cache": ["ttl": 600]]).outcome, "hit", "index \(index)")
         }

@@ -20,10 +20,11 @@ final class StaleServingTests: IntegrationTestCase {
         let port = larder.port
         let body = Array(try JSONSerialization.data(withJSONObject: request))
         let outcomes = Locked<[String]>([])
-        XCTAssertTrue(concurrently(20) { _ in
-            let response = try? TestConnection(port: port).request("POST", "/fetch", headers: [:], body: body)
-            outcomes.withLock { $0.append(response?.outcome ?? "error") }
-        })
+        XCTAssertTrue(
+            concurrently(20) { _ in
+                let response = try? TestConnection(port: port).request("POST", "/fetch", headers: [:], body: body)
+                outcomes.withLock { $0.append(response?.outcome ?? "error") }
+            })
         XCTAssertEqual(outcomes.withLock { $0 }, Array(repeating: "stale", count: 20))
         XCTAssertTrue(origin.waitForCount(path, atLeast: 2), "the background refresh reached the origin")
 
@@ -106,8 +107,10 @@ final class StaleServingTests: IntegrationTestCase {
         let healthy: [String: Any] = ["url": url(path), "cache": ["ttl": 10, "ignoreQuery": ["status"]]]
         XCTAssertEqual(try client.fetch(healthy).outcome, "miss")
         clock.advance(by: 20)
-        let asking: [String: Any] = ["url": url(path, "status=500"), "headers": ["Cache-Control": "stale-if-error=60"],
-                                     "cache": ["ttl": 10, "ignoreQuery": ["status"]]]
+        let asking: [String: Any] = [
+            "url": url(path, "status=500"), "headers": ["Cache-Control": "stale-if-error=60"],
+            "cache": ["ttl": 10, "ignoreQuery": ["status"]]
+        ]
         let stale = try client.fetch(asking)
         XCTAssertEqual(stale.outcome, "stale")
         XCTAssertEqual(stale.cache["upstreamError"] as? String, "upstream_status_500")
@@ -198,7 +201,8 @@ final class StaleOnErrorTests: IntegrationTestCase {
         XCTAssertEqual(try client.request("GET", "/proxy/quiet\(path)-q?cc=max-age%3D10").status, 200)
         origin.stop()
         clock.advance(by: 60)
-        XCTAssertEqual(try client.request("GET", "/proxy/o\(path)-s?cc=s-maxage%3D10").status, 502, "s-maxage: proxy-revalidate for a shared cache")
+        XCTAssertEqual(
+            try client.request("GET", "/proxy/o\(path)-s?cc=s-maxage%3D10").status, 502, "s-maxage: proxy-revalidate for a shared cache")
         XCTAssertEqual(try client.request("GET", "/proxy/quiet\(path)-q?cc=max-age%3D10").status, 502, "the upstream's own setting wins")
         origin = try TestOrigin.start(clock: clock)
     }

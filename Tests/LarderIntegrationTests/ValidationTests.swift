@@ -13,8 +13,9 @@ final class ValidationTests: IntegrationTestCase {
         let failed = try client.fetch(spec)
         XCTAssertEqual(failed.status, 502)
         XCTAssertEqual(failed.errorCode, "validation_failed")
-        XCTAssertTrue((failed.json["error"] as? [String: Any])?["message"].map { "\($0)" }?.contains("$.n: expected string, got integer") == true,
-                      failed.text)
+        XCTAssertTrue(
+            (failed.json["error"] as? [String: Any])?["message"].map { "\($0)" }?.contains("$.n: expected string, got integer") == true,
+            failed.text)
         // Nothing was stored: the same request without validators goes upstream again.
         let plain = try client.fetch(["url": url(path), "cache": ["ttl": 600]])
         XCTAssertEqual(plain.outcome, "miss")
@@ -30,7 +31,9 @@ final class ValidationTests: IntegrationTestCase {
         let strict = try client.fetch(["url": url(path, "status=404&cc=max-age%3D600"), "validate": ["status": [200]]])
         XCTAssertEqual(strict.errorCode, "validation_failed")
         XCTAssertEqual(origin.count(path), 2, "the stored 404 was not served to the caller who requires 200")
-        let passing = try client.fetch(["url": url(path, "status=404&cc=max-age%3D600"), "validate": ["status": [[400, 499]], "json": ["n": "integer"]]])
+        let passing = try client.fetch([
+            "url": url(path, "status=404&cc=max-age%3D600"), "validate": ["status": [[400, 499]], "json": ["n": "integer"]]
+        ])
         XCTAssertEqual(passing.outcome, "hit")
         XCTAssertEqual(origin.count(path), 2)
     }

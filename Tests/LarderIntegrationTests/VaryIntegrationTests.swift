@@ -74,14 +74,15 @@ final class VaryIntegrationTests: IntegrationTestCase {
         let target = url(path, "cc=max-age%3D60&h=Vary:Accept-Language&delay=200")
         let mismatches = Atomic<Int>(0)
         let answered = Atomic<Int>(0)
-        XCTAssertTrue(concurrently(20) { index in
-            let language = index % 2 == 0 ? "en" : "fr"
-            guard let response = try? TestConnection(port: port).fetch(["url": target, "headers": ["Accept-Language": language]])
-            else { return }
-            answered.add(1, ordering: .relaxed)
-            let echoed = (response.upstreamBody["headers"] as? [String: String])?["accept-language"]
-            if echoed != language { mismatches.add(1, ordering: .relaxed) }
-        })
+        XCTAssertTrue(
+            concurrently(20) { index in
+                let language = index % 2 == 0 ? "en" : "fr"
+                guard let response = try? TestConnection(port: port).fetch(["url": target, "headers": ["Accept-Language": language]])
+                else { return }
+                answered.add(1, ordering: .relaxed)
+                let echoed = (response.upstreamBody["headers"] as? [String: String])?["accept-language"]
+                if echoed != language { mismatches.add(1, ordering: .relaxed) }
+            })
         XCTAssertEqual(answered.load(ordering: .relaxed), 20)
         XCTAssertEqual(mismatches.load(ordering: .relaxed), 0, "every caller got its own language")
     }
@@ -92,8 +93,12 @@ final class VaryIntegrationTests: IntegrationTestCase {
         let path = uniquePath()
         let target = "/proxy/origin\(path)?cc=max-age%3D60&h=Vary:Accept-Encoding"
         _ = try client.request("GET", target, headers: ["Accept-Encoding": "gzip"])
-        XCTAssertTrue(try client.request("GET", target, headers: ["Accept-Encoding": "br"]).headers["cache-status"]?.contains("fwd=uri-miss") ?? false)
-        XCTAssertTrue(try client.request("GET", target, headers: ["Accept-Encoding": "gzip"]).headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
+        XCTAssertTrue(
+            try client.request("GET", target, headers: ["Accept-Encoding": "br"]).headers["cache-status"]?.contains("fwd=uri-miss") ?? false
+        )
+        XCTAssertTrue(
+            try client.request("GET", target, headers: ["Accept-Encoding": "gzip"]).headers["cache-status"]?.hasPrefix("larder; hit")
+                ?? false)
         XCTAssertEqual(origin.count(path), 2)
     }
 }

@@ -3,19 +3,23 @@
 
 import Foundation
 import XCTest
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class WarmJobTests: IntegrationTestCase {
     private func post(_ client: TestConnection, _ object: [String: Any]) throws -> TestResponse {
-        try client.request("POST", "/cache/warm", headers: ["Content-Type": "application/json"],
-                           body: Array(try JSONSerialization.data(withJSONObject: object)))
+        try client.request(
+            "POST", "/cache/warm", headers: ["Content-Type": "application/json"],
+            body: Array(try JSONSerialization.data(withJSONObject: object)))
     }
 
     /// Polls the job until `predicate` holds (Larder offers no event to wait on).
-    private func awaitJob(_ port: Int, _ id: String, timeout: Double = 20,
-                          until predicate: ([String: Any]) -> Bool) throws -> [String: Any] {
+    private func awaitJob(
+        _ port: Int, _ id: String, timeout: Double = 20,
+        until predicate: ([String: Any]) -> Bool
+    ) throws -> [String: Any] {
         let deadline = Date().addingTimeInterval(timeout)
         while true {
             let status = try TestConnection(port: port).request("GET", "/cache/warm/\(id)").json
@@ -52,11 +56,15 @@ final class WarmJobTests: IntegrationTestCase {
 
     func testFailuresAreCountedAndListed() throws {
         let larder = try startLarder()
-        let created = try post(try larder.connection(), ["requests": [
-            ["url": url(uniquePath())],
-            ["url": url(uniquePath(), "status=500"), "validate": ["status": [200]]],
-            ["url": "http://[::ffff:169.254.169.254]/"],
-        ]])
+        let created = try post(
+            try larder.connection(),
+            [
+                "requests": [
+                    ["url": url(uniquePath())],
+                    ["url": url(uniquePath(), "status=500"), "validate": ["status": [200]]],
+                    ["url": "http://[::ffff:169.254.169.254]/"]
+                ]
+            ])
         let id = try XCTUnwrap(created.json["job"] as? String)
         let status = try awaitJob(larder.port, id) { $0["state"] as? String == "done" }
         XCTAssertEqual(status["done"] as? Int, 1)
@@ -89,13 +97,19 @@ final class WarmJobTests: IntegrationTestCase {
             let text = String(decoding: request, as: UTF8.self)
             if number == 0 {
                 // The whole response announced, a part sent, then the connection closed.
-                return Array("HTTP/1.1 200 OK\r\nContent-Length: \(body.count)\r\nContent-Type: application/octet-stream\r\nETag: \"v1\"\r\nAccept-Ranges: bytes\r\nCache-Control: max-age=600\r\n\r\n".utf8)
+                return Array(
+                    ("HTTP/1.1 200 OK\r\nContent-Length: \(body.count)\r\nContent-Type: application/octet-stream\r\n"
+                        + "ETag: \"v1\"\r\nAccept-Ranges: bytes\r\nCache-Control: max-age=600\r\n\r\n")
+                        .utf8)
                     + body[0..<cut]
             }
             guard text.contains("Range: bytes=\(cut)-"), text.contains("If-Range: \"v1\"") else {
                 return Array("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n".utf8)
             }
-            return Array("HTTP/1.1 206 Partial Content\r\nContent-Length: \(body.count - cut)\r\nContent-Range: bytes \(cut)-\(body.count - 1)/\(body.count)\r\nETag: \"v1\"\r\n\r\n".utf8)
+            return Array(
+                ("HTTP/1.1 206 Partial Content\r\nContent-Length: \(body.count - cut)\r\n"
+                    + "Content-Range: bytes \(cut)-\(body.count - 1)/\(body.count)\r\nETag: \"v1\"\r\n\r\n")
+                    .utf8)
                 + body[cut...]
         }
         let larder = try startLarder()
@@ -112,9 +126,11 @@ final class WarmJobTests: IntegrationTestCase {
     func testAnInvalidJobIsRefusedWhole() throws {
         let larder = try startLarder()
         let client = try larder.connection()
-        for (object, field) in [(["requests": [["url": url("/x")], ["url": "ftp://x"]]] as [String: Any], "requests[1].url"),
-                                (["urls": [url("/x")], "requests": []], "urls"),
-                                (["urls": [url("/x")], "concurency": 2], "concurency")] {
+        for (object, field) in [
+            (["requests": [["url": url("/x")], ["url": "ftp://x"]]] as [String: Any], "requests[1].url"),
+            (["urls": [url("/x")], "requests": []], "urls"),
+            (["urls": [url("/x")], "concurency": 2], "concurency")
+        ] {
             let response = try post(client, object)
             XCTAssertEqual(response.status, 400, field)
             XCTAssertEqual(response.errorField, field, response.text)
@@ -136,7 +152,10 @@ final class WarmJobTests: IntegrationTestCase {
         XCTAssertTrue(waitForExit(first))
 
         let (second, secondErrors) = try launch(["serve", "--port", "0", "--db", databasePath, "--no-access-log"])
-        defer { kill(second.processIdentifier, SIGKILL); _ = waitForExit(second) }
+        defer {
+            kill(second.processIdentifier, SIGKILL)
+            _ = waitForExit(second)
+        }
         let restartedPort = try waitForPort(secondErrors)
         let status = try awaitJob(restartedPort, id, timeout: 30) { $0["state"] as? String == "done" }
         XCTAssertEqual(status["state"] as? String, "done", "\(status)")

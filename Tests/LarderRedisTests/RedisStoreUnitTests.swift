@@ -2,21 +2,24 @@
 // written without the secret and hostile fields are refused, never a trap), Redis Cluster key
 // slots, command routing, and store addresses.
 
-@testable import LarderRedis
 import CXXHash
 import LarderCore
 import LarderEngine
 import XCTest
 
+@testable import LarderRedis
+
 final class RedisStoreUnitTests: XCTestCase {
     private func entry() -> StoredEntry {
-        var entry = StoredEntry(key: CacheKey(hex: "ab12.cd"), primaryKey: CacheKey(hex: "ab12"), varyNames: ["accept-language"],
-                                variantFingerprint: "cd", namespace: "ns", method: .get, url: "https://x.test/a?b=1",
-                                urlKey: "https://x.test/a?b=1", status: 203, headersJSON: Array(#"{"a":"b"}"#.utf8),
-                                body: Array(repeating: 7, count: 3000), bodyKind: .binary,
-                                freshness: EntryFreshness(storedAt: 1000.5, freshnessLifetime: 60, version: 3, staleWhileRevalidate: 5,
-                                                          staleIfError: 9, mustRevalidate: true, initialAge: 2),
-                                sensitiveFingerprint: nil, etag: "\"e\"", lastModified: nil)
+        var entry = StoredEntry(
+            key: CacheKey(hex: "ab12.cd"), primaryKey: CacheKey(hex: "ab12"), varyNames: ["accept-language"],
+            variantFingerprint: "cd", namespace: "ns", method: .get, url: "https://x.test/a?b=1",
+            urlKey: "https://x.test/a?b=1", status: 203, headersJSON: Array(#"{"a":"b"}"#.utf8),
+            body: Array(repeating: 7, count: 3000), bodyKind: .binary,
+            freshness: EntryFreshness(
+                storedAt: 1000.5, freshnessLifetime: 60, version: 3, staleWhileRevalidate: 5,
+                staleIfError: 9, mustRevalidate: true, initialAge: 2),
+            sensitiveFingerprint: nil, etag: "\"e\"", lastModified: nil)
         entry.tags = ["t1", "t2"]
         return entry
     }
@@ -65,16 +68,21 @@ final class RedisStoreUnitTests: XCTestCase {
 
     /// The entry's fields in the codec's order, to be altered one at a time.
     private enum Field {
-        case string(String?), bytes([UInt8]), integer(Int64), double(Double)
+        case string(String?)
+        case bytes([UInt8])
+        case integer(Int64)
+        case double(Double)
         /// A length prefix that says `length`, followed by `bytes`.
         case lying(length: Int64, bytes: [UInt8])
     }
 
     private func fields() -> [Field] {
-        [.string("ab12.cd"), .string("ab12"), .string("accept-language"), .string("cd"), .string("ns"), .string("GET"),
-         .string("https://x.test/a?b=1"), .string("https://x.test/a?b=1"), .integer(203), .bytes(Array(#"{"a":"b"}"#.utf8)),
-         .bytes(Array(repeating: 7, count: 3000)), .integer(2), .double(1000.5), .double(60), .integer(3), .double(5), .double(9),
-         .integer(1), .double(2), .string(nil), .string("\"e\""), .string(nil), .integer(2), .string("t1"), .string("t2")]
+        [
+            .string("ab12.cd"), .string("ab12"), .string("accept-language"), .string("cd"), .string("ns"), .string("GET"),
+            .string("https://x.test/a?b=1"), .string("https://x.test/a?b=1"), .integer(203), .bytes(Array(#"{"a":"b"}"#.utf8)),
+            .bytes(Array(repeating: 7, count: 3000)), .integer(2), .double(1000.5), .double(60), .integer(3), .double(5), .double(9),
+            .integer(1), .double(2), .string(nil), .string("\"e\""), .string(nil), .integer(2), .string("t1"), .string("t2")
+        ]
     }
 
     private func payload(_ fields: [Field]) -> [UInt8] {
@@ -83,11 +91,17 @@ final class RedisStoreUnitTests: XCTestCase {
         for field in fields {
             switch field {
             case .string(nil): integer(-1)
-            case .string(let text?): integer(Int64(text.utf8.count)); out += Array(text.utf8)
-            case .bytes(let bytes): integer(Int64(bytes.count)); out += bytes
+            case .string(let text?):
+                integer(Int64(text.utf8.count))
+                out += Array(text.utf8)
+            case .bytes(let bytes):
+                integer(Int64(bytes.count))
+                out += bytes
             case .integer(let value): integer(value)
             case .double(let value): integer(Int64(bitPattern: value.bitPattern))
-            case .lying(let length, let bytes): integer(length); out += bytes
+            case .lying(let length, let bytes):
+                integer(length)
+                out += bytes
             }
         }
         return out
@@ -134,7 +148,7 @@ final class RedisStoreUnitTests: XCTestCase {
             ("a namespace of 1 MB", 4, .string(String(repeating: "n", count: 1 << 20))),
             ("invalid UTF-8 in the URL", 6, .bytes([0x68, 0xFF, 0xFE])),
             ("an invalid Vary name", 2, .string("accept language")),
-            ("an invalid tag", 23, .string("a,b")),
+            ("an invalid tag", 23, .string("a,b"))
         ]
         for (name, index, field) in hostile {
             XCTAssertThrowsError(try codec.decode(authentic(index, field)), name) {
@@ -163,7 +177,8 @@ final class RedisStoreUnitTests: XCTestCase {
         XCTAssertEqual(RedisCluster.slot(of: Array("123456789".utf8)), 12739)
         XCTAssertEqual(RedisCluster.slot(of: Array("larder:{abc}:e".utf8)), RedisCluster.slot(of: Array("larder:{abc}:lease".utf8)))
         XCTAssertEqual(RedisCluster.slot(of: Array("x{}y".utf8)), RedisCluster.slot(of: Array("x{}y".utf8)))
-        XCTAssertNotEqual(RedisCluster.slot(of: Array("x{}y".utf8)), RedisCluster.slot(of: Array("{}".utf8)), "an empty tag hashes the whole key")
+        XCTAssertNotEqual(
+            RedisCluster.slot(of: Array("x{}y".utf8)), RedisCluster.slot(of: Array("{}".utf8)), "an empty tag hashes the whole key")
     }
 
     func testCommandsAreRoutedByTheirKey() {

@@ -1,7 +1,8 @@
 // EvictionPass: which least recently used rows go to bring the store down to its low-water mark.
 
-@testable import LarderSQLite
 import XCTest
+
+@testable import LarderSQLite
 
 final class EvictionPassTests: XCTestCase {
     private var capacity: StoreCapacity {

@@ -1,8 +1,9 @@
 // HitCounters: hits tallied in memory, taken for a flush by shard age or size.
 
 import LarderCore
-@testable import LarderSQLite
 import XCTest
+
+@testable import LarderSQLite
 
 final class HitCountersTests: XCTestCase {
     func testHitsOfAKeyAddUpAndKeepTheLatestAccess() {

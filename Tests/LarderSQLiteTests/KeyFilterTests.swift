@@ -6,8 +6,9 @@ import LarderCore
 import LarderEngine
 import Logging
 import Synchronization
-@testable import LarderSQLite
 import XCTest
+
+@testable import LarderSQLite
 
 final class KeyFilterTests: XCTestCase {
     private var directory: URL!
@@ -27,11 +28,12 @@ final class KeyFilterTests: XCTestCase {
     }
 
     private static func entry(_ key: String, primaryKey: String? = nil) -> StoredEntry {
-        var entry = StoredEntry(key: CacheKey(hex: key), primaryKey: primaryKey.map(CacheKey.init(hex:)), namespace: "default",
-                                method: .get, url: "http://a.test/\(key)", status: 200, headersJSON: Array("{}".utf8),
-                                body: Array("{\"a\":1}".utf8), bodyKind: .json,
-                                freshness: EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 1),
-                                sensitiveFingerprint: nil, etag: nil, lastModified: nil)
+        var entry = StoredEntry(
+            key: CacheKey(hex: key), primaryKey: primaryKey.map(CacheKey.init(hex:)), namespace: "default",
+            method: .get, url: "http://a.test/\(key)", status: 200, headersJSON: Array("{}".utf8),
+            body: Array("{\"a\":1}".utf8), bodyKind: .json,
+            freshness: EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 1),
+            sensitiveFingerprint: nil, etag: nil, lastModified: nil)
         if primaryKey != nil {
             entry.varyNames = ["accept-language"]
             entry.variantFingerprint = String(key.split(separator: ".").last ?? "")
@@ -64,8 +66,10 @@ final class KeyFilterTests: XCTestCase {
     }
 
     /// Asserts that `key` has `rows` rows and that the filter let the lookup read the database.
-    private func assertFoundInTheDatabase(_ store: SQLiteCacheStore, _ key: String, rows: Int = 1,
-                                          file: StaticString = #filePath, line: UInt = #line) {
+    private func assertFoundInTheDatabase(
+        _ store: SQLiteCacheStore, _ key: String, rows: Int = 1,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         let skippedBefore = store.lookupsSkippedByKeyFilter
         XCTAssertEqual(store.lookup(CacheKey(hex: key)).count, rows, file: file, line: line)
         XCTAssertEqual(store.lookupsSkippedByKeyFilter, skippedBefore, "not skipped", file: file, line: line)
@@ -110,7 +114,7 @@ final class KeyFilterTests: XCTestCase {
         // Before the build finishes a lookup reads the database; after it, the filter answers.
         XCTAssertEqual(second.lookup(CacheKey(hex: "plain-one")).count, 1)
         second.waitForKeyFilter()
-        assertFoundInTheDatabase(second, primary, rows: 2)  // variants, by their primary key
+        assertFoundInTheDatabase(second, primary, rows: 2) // variants, by their primary key
         assertFoundInTheDatabase(second, "plain-one")
         let skippedBefore = second.lookupsSkippedByKeyFilter
         XCTAssertTrue(second.lookup(CacheKey(hex: "never-stored")).isEmpty)
@@ -121,7 +125,9 @@ final class KeyFilterTests: XCTestCase {
     /// a key the filter knows (from the database at start-up, a commit, or a save earlier in
     /// the same group) still loses its variants when it stops varying.
     func testAKeyThatStopsVaryingLosesItsVariantsWhateverTheFilterKnows() throws {
-        let fromDisk = Self.hexKey(1, "8d"), committed = Self.hexKey(2, "8d"), sameGroup = Self.hexKey(3, "8d")
+        let fromDisk = Self.hexKey(1, "8d")
+        let committed = Self.hexKey(2, "8d")
+        let sameGroup = Self.hexKey(3, "8d")
         let first = try SQLiteCacheStore(path: path, logger: logger)
         saveAll(first, [entry(fromDisk + ".en", primaryKey: fromDisk), entry(fromDisk + ".de", primaryKey: fromDisk)])
         first.close()

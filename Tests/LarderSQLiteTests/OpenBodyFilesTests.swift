@@ -1,6 +1,7 @@
 // OpenBodyFiles finds a kept descriptor by the random number that ends a body file's name.
 
 import XCTest
+
 @testable import LarderSQLite
 
 final class OpenBodyFilesTests: XCTestCase {

@@ -3,15 +3,17 @@
 
 import LarderCore
 import LarderEngine
-@testable import LarderSQLite
 import XCTest
+
+@testable import LarderSQLite
 
 final class PendingWritesTests: XCTestCase {
     private func entry(_ key: String) -> StoredEntry {
-        StoredEntry(key: CacheKey(hex: key), namespace: "default", method: .get, url: "http://a.test/\(key)", status: 200,
-                    headersJSON: [], body: [], bodyKind: .json,
-                    freshness: EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 1),
-                    sensitiveFingerprint: nil, etag: nil, lastModified: nil)
+        StoredEntry(
+            key: CacheKey(hex: key), namespace: "default", method: .get, url: "http://a.test/\(key)", status: 200,
+            headersJSON: [], body: [], bodyKind: .json,
+            freshness: EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 1),
+            sensitiveFingerprint: nil, etag: nil, lastModified: nil)
     }
 
     @discardableResult
@@ -21,8 +23,9 @@ final class PendingWritesTests: XCTestCase {
 
     func testTheFirstSaveSchedulesACommitAndTheNextJoinIt() {
         var pending = PendingWrites()
-        XCTAssertEqual(admit(&pending, "a", size: 10),
-                       PendingWrites.Admission(scheduleCommit: true, waitsForCommit: false, rebuildKeyFilter: false))
+        XCTAssertEqual(
+            admit(&pending, "a", size: 10),
+            PendingWrites.Admission(scheduleCommit: true, waitsForCommit: false, rebuildKeyFilter: false))
         XCTAssertEqual(admit(&pending, "b", size: 10)?.scheduleCommit, false, "a commit is already scheduled")
         XCTAssertEqual(pending.bytes, 20)
         XCTAssertEqual(pending.queue.map(\.entry.key.hex), ["a", "b"])
@@ -94,7 +97,8 @@ final class PendingWritesTests: XCTestCase {
         XCTAssertEqual(PendingWrites.groupByteLimit(maxBytes: 100 << 20, pendingByteLimit: limit), 5 << 20)
         XCTAssertEqual(PendingWrites.groupByteLimit(maxBytes: 2 << 20, pendingByteLimit: limit), (2 << 20) / 20)
         XCTAssertEqual(PendingWrites.groupByteLimit(maxBytes: 100 << 10, pendingByteLimit: limit), 64 << 10, "64 KiB at least")
-        XCTAssertEqual(PendingWrites.groupByteLimit(maxBytes: Int.max, pendingByteLimit: limit), limit,
-                       "no capacity: the uncommitted limit")
+        XCTAssertEqual(
+            PendingWrites.groupByteLimit(maxBytes: Int.max, pendingByteLimit: limit), limit,
+            "no capacity: the uncommitted limit")
     }
 }

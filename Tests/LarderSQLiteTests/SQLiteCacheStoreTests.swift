@@ -4,10 +4,11 @@ import Crypto
 import Foundation
 import LarderCore
 import LarderEngine
-import Logging
-@testable import LarderSQLite
 import LarderSync
+import Logging
 import XCTest
+
+@testable import LarderSQLite
 
 final class SQLiteCacheStoreTests: XCTestCase {
     private var directory: URL!
@@ -23,10 +24,11 @@ final class SQLiteCacheStoreTests: XCTestCase {
     }
 
     private func entry(_ key: String, body: String = "{\"a\":1}", version: Int64 = 1) -> StoredEntry {
-        StoredEntry(key: CacheKey(hex: key), namespace: "default", method: .get, url: "http://a.test/\(key)", status: 200,
-                    headersJSON: Array(#"{"content-type":"application/json"}"#.utf8), body: Array(body.utf8), bodyKind: .json,
-                    freshness: EntryFreshness(storedAt: 1000.5, freshnessLifetime: 60, version: version),
-                    sensitiveFingerprint: "fp", etag: "\"v1\"", lastModified: nil)
+        StoredEntry(
+            key: CacheKey(hex: key), namespace: "default", method: .get, url: "http://a.test/\(key)", status: 200,
+            headersJSON: Array(#"{"content-type":"application/json"}"#.utf8), body: Array(body.utf8), bodyKind: .json,
+            freshness: EntryFreshness(storedAt: 1000.5, freshnessLifetime: 60, version: version),
+            sensitiveFingerprint: "fp", etag: "\"v1\"", lastModified: nil)
     }
 
     private func save(_ store: SQLiteCacheStore, _ entry: StoredEntry) {
@@ -149,7 +151,8 @@ final class SQLiteCacheStoreTests: XCTestCase {
         // A trigger refuses one row, as a full disk or an I/O error would.
         let editor = try SQLiteConnection(path: path)
         try editor.execute("PRAGMA busy_timeout = 5000")
-        try editor.execute("""
+        try editor.execute(
+            """
             CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.key = 'doomed' BEGIN SELECT RAISE(ABORT, 'no space'); END
             """)
         let release = try holdWriteLock()
@@ -362,11 +365,13 @@ final class SQLiteCacheStoreTests: XCTestCase {
                 while !stop.load(ordering: .relaxed) {
                     index = (index + 1) % keys.count
                     guard let found = store.lookup(CacheKey(hex: keys[index])).first,
-                          let opened = store.openBody(of: found), let descriptor = opened.take() else { continue }
+                        let opened = store.openBody(of: found), let descriptor = opened.take()
+                    else { continue }
                     var buffer = [UInt8](repeating: 0, count: opened.size)
                     let count = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, opened.size, 0) }
                     close(descriptor)
-                    let whole = count == opened.size && buffer.allSatisfy { $0 == buffer[0] }
+                    let whole =
+                        count == opened.size && buffer.allSatisfy { $0 == buffer[0] }
                         && buffer.count == 2000 + Int(buffer[0] - UInt8(ascii: "a"))
                     if !whole { wrong.add(1, ordering: .relaxed) }
                     served.add(1, ordering: .relaxed)
@@ -453,8 +458,8 @@ final class SQLiteCacheStoreTests: XCTestCase {
         let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 4096, logger: logger)
         defer { store.close() }
         save(store, sized("a", bytes: 1000, storedAt: 1))
-        save(store, sized("b", bytes: 9000, storedAt: 2))  // a body file
-        save(store, sized("a", bytes: 3000, storedAt: 3))  // replaces a
+        save(store, sized("b", bytes: 9000, storedAt: 2)) // a body file
+        save(store, sized("a", bytes: 3000, storedAt: 3)) // replaces a
         let reader = try SQLiteConnection(path: path)
         let counted = try reader.scalarInt("SELECT sum(\(SQLiteCacheStore.entryBytesSQL)) FROM entries")
         XCTAssertEqual(Int64(store.usedByteCount), counted)
@@ -496,7 +501,7 @@ final class SQLiteCacheStoreTests: XCTestCase {
         defer { store.close() }
         save(store, sized("old", bytes: 10, storedAt: 100))
         save(store, sized("recent", bytes: 10, storedAt: 1900))
-        save(store, sized("fetch-expired", bytes: 10, storedAt: 1500))  // freshness 60: a ttl caller may still use it
+        save(store, sized("fetch-expired", bytes: 10, storedAt: 1500)) // freshness 60: a ttl caller may still use it
         var proxyExpired = sized("proxy-expired", bytes: 10, storedAt: 1500, namespace: "proxy:api")
         proxyExpired.etag = nil
         save(store, proxyExpired)
@@ -561,8 +566,9 @@ final class SQLiteCacheStoreTests: XCTestCase {
         // Neighbours in key order that belong to other primary keys.
         save(store, entry(String(repeating: "ab", count: 31) + "ac"))
         save(store, entry(String(repeating: "ab", count: 31) + "aa"))
-        XCTAssertEqual(Set(store.records(primaryKey: CacheKey(hex: primary)).map(\.rowKey.hex)),
-                       [primary + ".0f3a", primary + ".9c1d"], "the variants (the plain row was replaced by them)")
+        XCTAssertEqual(
+            Set(store.records(primaryKey: CacheKey(hex: primary)).map(\.rowKey.hex)),
+            [primary + ".0f3a", primary + ".9c1d"], "the variants (the plain row was replaced by them)")
         let plan = try SQLiteConnection(path: path).prepare(
             "EXPLAIN QUERY PLAN SELECT key FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1"))")
         XCTAssertTrue(try plan.step())
@@ -571,7 +577,10 @@ final class SQLiteCacheStoreTests: XCTestCase {
         var stray = entry("ffff")
         stray.primaryKey = CacheKey(hex: "eeee")
         let refused = expectation(description: "answered")
-        store.save(stray) { saved in XCTAssertFalse(saved); refused.fulfill() }
+        store.save(stray) { saved in
+            XCTAssertFalse(saved)
+            refused.fulfill()
+        }
         wait(for: [refused], timeout: 10)
         store.commitAndWait()
         XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("SELECT count(*) FROM entries WHERE key = 'ffff'"), 0)
@@ -596,7 +605,8 @@ final class SQLiteCacheStoreTests: XCTestCase {
         try old.execute("PRAGMA journal_mode = WAL")
         try old.execute(Schema.migrations[0])
         try old.execute("PRAGMA user_version = 1")
-        try old.execute("""
+        try old.execute(
+            """
             INSERT INTO entries (key, namespace, method, url, status, headers, body, body_kind, body_sha256, stored_at,
                                  freshness, version, hits, last_access)
             VALUES ('old', 'default', 'GET', 'http://a.test/', 200, X'7B7D', X'5B315D', 0,
@@ -611,8 +621,9 @@ final class SQLiteCacheStoreTests: XCTestCase {
         XCTAssertEqual(migrated.freshness, EntryFreshness(storedAt: 5, freshnessLifetime: 60, version: 0))
         // New columns round-trip.
         var fresh = entry("new")
-        fresh.freshness = EntryFreshness(storedAt: 1, freshnessLifetime: 2, version: 3, staleWhileRevalidate: 4, staleIfError: 5,
-                                         mustRevalidate: true)
+        fresh.freshness = EntryFreshness(
+            storedAt: 1, freshnessLifetime: 2, version: 3, staleWhileRevalidate: 4, staleIfError: 5,
+            mustRevalidate: true)
         save(store, fresh)
         XCTAssertEqual(store.lookup(CacheKey(hex: "new")).first?.freshness, fresh.freshness)
     }
@@ -668,10 +679,11 @@ final class SQLiteCacheStoreTests: XCTestCase {
 
 final class MemoryTierTests: XCTestCase {
     private func entry(_ key: String, size: Int) -> StoredEntry {
-        StoredEntry(key: CacheKey(hex: key), namespace: "n", method: .get, url: "u", status: 200, headersJSON: [],
-                    body: [UInt8](repeating: 1, count: size), bodyKind: .binary,
-                    freshness: EntryFreshness(storedAt: 0, freshnessLifetime: 0, version: 0),
-                    sensitiveFingerprint: nil, etag: nil, lastModified: nil)
+        StoredEntry(
+            key: CacheKey(hex: key), namespace: "n", method: .get, url: "u", status: 200, headersJSON: [],
+            body: [UInt8](repeating: 1, count: size), bodyKind: .binary,
+            freshness: EntryFreshness(storedAt: 0, freshnessLifetime: 0, version: 0),
+            sensitiveFingerprint: nil, etag: nil, lastModified: nil)
     }
 
     /// Counts lookups that reach the backing store.

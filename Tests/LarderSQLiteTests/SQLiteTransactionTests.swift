@@ -1,8 +1,9 @@
 // SQLiteConnection.transaction: BEGIN, the body, COMMIT; ROLLBACK and the same error when the
 // body throws. On an in-memory database, no store.
 
-@testable import LarderSQLite
 import XCTest
+
+@testable import LarderSQLite
 
 final class SQLiteTransactionTests: XCTestCase {
     private func connection() throws -> SQLiteConnection {
@@ -49,10 +50,12 @@ final class SQLiteTransactionTests: XCTestCase {
 
     func testAFailingStatementInTheBodyRollsBackWhatCameBefore() throws {
         let connection = try connection()
-        XCTAssertThrowsError(try connection.transaction(.deferred) { () throws(SQLiteError) in
-            try connection.execute("INSERT INTO t VALUES (1)")
-            try connection.execute("INSERT INTO missing VALUES (1)")
-        }) { error in
+        XCTAssertThrowsError(
+            try connection.transaction(.deferred) { () throws(SQLiteError) in
+                try connection.execute("INSERT INTO t VALUES (1)")
+                try connection.execute("INSERT INTO missing VALUES (1)")
+            }
+        ) { error in
             XCTAssertTrue((error as? SQLiteError)?.message.contains("missing") == true, "SQLite's own error: \(error)")
         }
         XCTAssertFalse(inTransaction(connection))

@@ -1,8 +1,9 @@
 // WriteHealth: while writes fail, saves pass through but for one probe every 2 s, and failures
 // are reported once a minute at most. Times are given, not read.
 
-@testable import LarderSQLite
 import XCTest
+
+@testable import LarderSQLite
 
 final class WriteHealthTests: XCTestCase {
     private let second: UInt64 = 1_000_000_000

@@ -22,12 +22,27 @@ public struct EntryRecord: Sendable, Equatable {
     public var lastModified: String?
     /// The request fields the response varies on (Vary), lower-case.
     public var varies: [String]
-    public init(key: CacheKey, rowKey: CacheKey, namespace: String, method: String, url: String, status: Int, bytes: Int,
-                storedAt: Double, expiresAt: Double, staleUntil: Double, version: Int64, tags: [String], hits: Int,
-                lastAccessAt: Double, etag: String?, lastModified: String?, varies: [String]) {
-        self.key = key; self.rowKey = rowKey; self.namespace = namespace; self.method = method; self.url = url
-        self.status = status; self.bytes = bytes; self.storedAt = storedAt; self.expiresAt = expiresAt
-        self.staleUntil = staleUntil; self.version = version; self.tags = tags; self.hits = hits
-        self.lastAccessAt = lastAccessAt; self.etag = etag; self.lastModified = lastModified; self.varies = varies
+    public init(
+        key: CacheKey, rowKey: CacheKey, namespace: String, method: String, url: String, status: Int, bytes: Int,
+        storedAt: Double, expiresAt: Double, staleUntil: Double, version: Int64, tags: [String], hits: Int,
+        lastAccessAt: Double, etag: String?, lastModified: String?, varies: [String]
+    ) {
+        self.key = key
+        self.rowKey = rowKey
+        self.namespace = namespace
+        self.method = method
+        self.url = url
+        self.status = status
+        self.bytes = bytes
+        self.storedAt = storedAt
+        self.expiresAt = expiresAt
+        self.staleUntil = staleUntil
+        self.version = version
+        self.tags = tags
+        self.hits = hits
+        self.lastAccessAt = lastAccessAt
+        self.etag = etag
+        self.lastModified = lastModified
+        self.varies = varies
     }
 }

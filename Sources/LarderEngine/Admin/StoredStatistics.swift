@@ -4,7 +4,11 @@ public struct StoredStatistics: Sendable, Equatable {
         public var name: String
         public var entries: Int
         public var bytes: Int
-        public init(name: String, entries: Int, bytes: Int) { self.name = name; self.entries = entries; self.bytes = bytes }
+        public init(name: String, entries: Int, bytes: Int) {
+            self.name = name
+            self.entries = entries
+            self.bytes = bytes
+        }
     }
     public var entries = 0
     public var bytes = 0

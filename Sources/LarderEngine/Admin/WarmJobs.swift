@@ -59,9 +59,11 @@ public final class WarmJobs: Sendable {
     public static let maxRecordedErrors = 100
 
     /// `seal` and `open` protect specs at rest (they may carry credentials).
-    public init(engine: FetchEngine, store: any WarmJobStore, clock: Clock,
-                makeRequest: @escaping @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest,
-                seal: @escaping @Sendable ([UInt8]) -> [UInt8], open: @escaping @Sendable ([UInt8]) -> [UInt8]?) {
+    public init(
+        engine: FetchEngine, store: any WarmJobStore, clock: Clock,
+        makeRequest: @escaping @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest,
+        seal: @escaping @Sendable ([UInt8]) -> [UInt8], open: @escaping @Sendable ([UInt8]) -> [UInt8]?
+    ) {
         self.engine = engine
         self.store = store
         self.clock = clock
@@ -79,7 +81,8 @@ public final class WarmJobs: Sendable {
             var items: [(index: Int, request: FetchRequest)] = []
             for (index, sealed) in pending {
                 guard let bytes = open(sealed), let spec = try? JSONParser.parse(bytes),
-                      let request = try? makeRequest(spec, "requests[\(index)]") else { continue }
+                    let request = try? makeRequest(spec, "requests[\(index)]")
+                else { continue }
                 items.append((index, request))
             }
             start(job, items: items)
@@ -94,8 +97,9 @@ public final class WarmJobs: Sendable {
             guard let parsed = try? makeRequest(spec, "requests[\(index)]") else { return completion(nil) }
             items.append((index, parsed))
         }
-        let record = WarmJobRecord(id: Self.newID(), state: .queued, total: items.count, concurrency: request.concurrency,
-                                   createdAt: clock.now())
+        let record = WarmJobRecord(
+            id: Self.newID(), state: .queued, total: items.count, concurrency: request.concurrency,
+            createdAt: clock.now())
         let sealed = request.specs.map { seal($0.canonicalBytes) }
         store.createJob(record, sealedSpecs: sealed) { [self, items] saved in
             guard saved else { return completion(nil) }
@@ -126,13 +130,14 @@ public final class WarmJobs: Sendable {
     public func cancel(_ id: String, completion: @escaping @Sendable (_ record: WarmJobRecord?, _ saved: Bool) -> Void) {
         guard let job = jobs.withLock({ $0[id] }) else { return completion(nil, true) }
         let now = clock.now()
-        let changed = persist(job, then: { saved in completion(job.snapshot, saved) }) { record in
-            if record.state == .cancelled { return true }  // written again: the last write may have failed
+        let cancelling: (inout WarmJobRecord) -> Bool = { record in
+            if record.state == .cancelled { return true } // written again: the last write may have failed
             guard record.state == .queued || record.state == .running else { return false }
             record.state = .cancelled
             record.finishedAt = now
             return true
         }
+        let changed = persist(job, then: { saved in completion(job.snapshot, saved) }, cancelling)
         if changed {
             job.run.withLock { $0 }?.cancel()
         } else {
@@ -168,9 +173,10 @@ public final class WarmJobs: Sendable {
         }
         // A warm job records what it fetched, whatever the status (it is not a caller reading
         // answers), and keeps no answer.
-        let run = BatchRun(engine: engine, items: prepared, mode: .settle, concurrency: concurrency, clock: clock, judgesStatus: false,
-                           sink: .watching { [self] outcome in itemEnded(job, original: items[outcome.index], outcome: outcome) },
-                           onFinish: { [self] _ in jobEnded(job) })
+        let run = BatchRun(
+            engine: engine, items: prepared, mode: .settle, concurrency: concurrency, clock: clock, judgesStatus: false,
+            sink: .watching { [self] outcome in itemEnded(job, original: items[outcome.index], outcome: outcome) },
+            onFinish: { [self] _ in jobEnded(job) })
         job.run.withLock { $0 = run }
         run.start()
     }
@@ -190,8 +196,10 @@ public final class WarmJobs: Sendable {
             } else {
                 record.failed += 1
                 if record.errors.count < Self.maxRecordedErrors {
-                    record.errors.append(.init(index: original.index, url: original.request.url.absoluteString,
-                                               code: outcome.error?.code.rawValue ?? "upstream_error"))
+                    record.errors.append(
+                        .init(
+                            index: original.index, url: original.request.url.absoluteString,
+                            code: outcome.error?.code.rawValue ?? "upstream_error"))
                 }
             }
             return true
@@ -202,8 +210,10 @@ public final class WarmJobs: Sendable {
     /// state when given, in one transaction; callers see the change once it is written.
     /// `then` runs once the change is visible (not when nothing changed), told whether the store
     /// took it.
-    private func persist(_ job: Job, item: (index: Int, state: String)? = nil, then: (@Sendable (_ saved: Bool) -> Void)? = nil,
-                         _ change: (inout WarmJobRecord) -> Bool) -> Bool {
+    private func persist(
+        _ job: Job, item: (index: Int, state: String)? = nil, then: (@Sendable (_ saved: Bool) -> Void)? = nil,
+        _ change: (inout WarmJobRecord) -> Bool
+    ) -> Bool {
         job.record.withLock { record -> Bool in
             guard change(&record) else { return false }
             let written = job.withLiveBytes(record)

@@ -53,7 +53,8 @@ public struct ItemOutcome: Sendable {
     /// one the request does not accept (ResponseValidation.itemFailure).
     public func judged(by validation: ResponseValidation?) -> ItemOutcome {
         guard state == .done, let response,
-              let failure = ResponseValidation.itemFailure(status: response.status, validation: validation) else { return self }
+            let failure = ResponseValidation.itemFailure(status: response.status, validation: validation)
+        else { return self }
         return ItemOutcome(index: index, state: .failed, response: response, error: failure, finishedAt: finishedAt)
     }
 
@@ -95,8 +96,10 @@ public final class BatchRun: Sendable {
 
     /// `timeoutMs`: past it, the run stops as if cancelled. `judgesStatus`: a response whose
     /// status the request does not accept (ResponseValidation.itemFailure) fails its item.
-    public init(engine: FetchEngine, items: [PreparedFetch], mode: BatchMode, concurrency: Int, clock: Clock, timeoutMs: Int? = nil,
-                judgesStatus: Bool = true, sink: ItemSink, onFinish: @escaping @Sendable ([ItemOutcome]) -> Void) {
+    public init(
+        engine: FetchEngine, items: [PreparedFetch], mode: BatchMode, concurrency: Int, clock: Clock, timeoutMs: Int? = nil,
+        judgesStatus: Bool = true, sink: ItemSink, onFinish: @escaping @Sendable ([ItemOutcome]) -> Void
+    ) {
         self.timeoutMs = timeoutMs
         self.engine = engine
         self.items = items
@@ -237,13 +240,15 @@ public final class BatchRun: Sendable {
         guard state.stopped == nil, !state.finished else { return Stopped() }
         state.stopped = reason
         let now = clock.now()
-        let refusal = reason == .responseTooLarge
+        let refusal =
+            reason == .responseTooLarge
             ? LarderError(.responseTooLarge, "not fetched: the answer is over its budget (--max-batch-bytes)") : nil
         var stopped = Stopped(running: Array(state.running.values))
         for index in items.indices where !state.ended[index] && (refusal != nil || state.running[index] == nil) {
             state.ended[index] = true
-            stopped.ended.append(refusal.map { ItemOutcome(index: index, state: .failed, error: $0, finishedAt: now) }
-                                 ?? ItemOutcome(index: index, state: .cancelled, finishedAt: now))
+            stopped.ended.append(
+                refusal.map { ItemOutcome(index: index, state: .failed, error: $0, finishedAt: now) }
+                    ?? ItemOutcome(index: index, state: .cancelled, finishedAt: now))
         }
         return stopped
     }

@@ -62,9 +62,11 @@ public final class ChainRun: Sendable {
 
     /// `prepare` validates a rendered request spec and derives its key (named upstreams are the
     /// service's, and it may remember specs it has seen).
-    public init(engine: FetchEngine, plan: ChainPlan, clock: Clock,
-                prepare: @escaping @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch,
-                sink: ItemSink, onFinish: @escaping @Sendable (ChainResult) -> Void) {
+    public init(
+        engine: FetchEngine, plan: ChainPlan, clock: Clock,
+        prepare: @escaping @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch,
+        sink: ItemSink, onFinish: @escaping @Sendable (ChainResult) -> Void
+    ) {
         self.engine = engine
         self.plan = plan
         self.clock = clock
@@ -72,9 +74,11 @@ public final class ChainRun: Sendable {
         self.onFinish = onFinish
         self.outputBudget = sink.budget?.limit ?? AnswerBudget.defaultLimit
         self.indexByID = Dictionary(uniqueKeysWithValues: plan.steps.enumerated().map { ($1.id, $0) })
-        self.state = Locked(State(states: Array(repeating: .pending, count: plan.steps.count),
-                                 outcomes: Array(repeating: nil, count: plan.steps.count),
-                                 documents: ["input": plan.input]))
+        self.state = Locked(
+            State(
+                states: Array(repeating: .pending, count: plan.steps.count),
+                outcomes: Array(repeating: nil, count: plan.steps.count),
+                documents: ["input": plan.input]))
         // A cycle until the last step is handed out, as in BatchRun.
         let delivery = ItemDelivery(sink: sink, delivered: { [self] in delivered($0) }, idle: { [self] in advance() })
         self.delivery.withLock { $0 = delivery }
@@ -120,7 +124,8 @@ public final class ChainRun: Sendable {
                 for decision in decisions {
                     switch decision {
                     case .skip(let outcome): delivery.withLock { $0 }?.enqueue(outcome)
-                    case .launch(let index, let cancellation, let documents): launch(index, cancellation: cancellation, documents: documents)
+                    case .launch(let index, let cancellation, let documents):
+                        launch(index, cancellation: cancellation, documents: documents)
                     }
                 }
             }
@@ -141,7 +146,8 @@ public final class ChainRun: Sendable {
             for (index, step) in plan.steps.enumerated() where state.states[index] == .pending {
                 let dependencies = step.dependencies.compactMap { indexByID[$0] }
                 guard dependencies.allSatisfy({ state.states[$0] == .finished }) else { continue }
-                let skipped = dependencies.contains { state.outcomes[$0]?.state == .skipped }
+                let skipped =
+                    dependencies.contains { state.outcomes[$0]?.state == .skipped }
                     || (step.when.map { !$0.holds(in: state.documents) } ?? false)
                 if skipped {
                     state.states[index] = .ended
@@ -162,9 +168,10 @@ public final class ChainRun: Sendable {
         let path = "steps[\(index)].request"
         let request: PreparedFetch
         do {
-            let rendered = try Template.render(step.request, documents: documents, encodeIn: ["url", "path"],
-                                               textIn: ["query", "headers", "method", "upstream", "bodyBase64"],
-                                               budget: Template.Budget(bytes: Self.maxRenderedRequestBytes))
+            let rendered = try Template.render(
+                step.request, documents: documents, encodeIn: ["url", "path"],
+                textIn: ["query", "headers", "method", "upstream", "bodyBase64"],
+                budget: Template.Budget(bytes: Self.maxRenderedRequestBytes))
             guard rendered.canonicalBytes.count <= Self.maxRenderedRequestBytes else {
                 let limit = Self.maxRenderedRequestBytes
                 return ended(index, .failed(.invalid(path, "the request grows past \(limit) bytes once its references are resolved")))
@@ -211,7 +218,8 @@ public final class ChainRun: Sendable {
             state.documents[id] = document
             // Refused by the budget as it was handed out: a failure like any other.
             guard outcome.error?.code == .responseTooLarge, !plan.steps[outcome.index].continueOnError,
-                  let error = outcome.error else { return Stopped() }
+                let error = outcome.error
+            else { return Stopped() }
             return stop(because: error, in: &state)
         }
         stopped.carryOut(delivery.withLock { $0 })

@@ -27,8 +27,10 @@ public struct ItemSink: Sendable {
     /// an answer kept whole; for a stream, when the socket has taken them or the client left).
     public var write: @Sendable (_ outcome: ItemOutcome, _ rendered: [UInt8], _ taken: @escaping @Sendable () -> Void) -> Void
 
-    public init(budget: AnswerBudget?, render: @escaping @Sendable (ItemOutcome) -> [UInt8],
-                write: @escaping @Sendable (ItemOutcome, [UInt8], @escaping @Sendable () -> Void) -> Void) {
+    public init(
+        budget: AnswerBudget?, render: @escaping @Sendable (ItemOutcome) -> [UInt8],
+        write: @escaping @Sendable (ItemOutcome, [UInt8], @escaping @Sendable () -> Void) -> Void
+    ) {
         self.budget = budget
         self.render = render
         self.write = write
@@ -36,10 +38,12 @@ public struct ItemSink: Sendable {
 
     /// A sink that keeps nothing and only watches items go by (warm jobs count them).
     public static func watching(_ item: @escaping @Sendable (ItemOutcome) -> Void) -> ItemSink {
-        ItemSink(budget: nil, render: { _ in [] }, write: { outcome, _, taken in
-            item(outcome)
-            taken()
-        })
+        ItemSink(
+            budget: nil, render: { _ in [] },
+            write: { outcome, _, taken in
+                item(outcome)
+                taken()
+            })
     }
 }
 
@@ -115,24 +119,27 @@ final class ItemDelivery: Sendable {
                 }
                 if let refusal {
                     rendered = []
-                    outcome = ItemOutcome(index: outcome.index, state: .failed, response: nil, error: refusal,
-                                          finishedAt: outcome.finishedAt)
+                    outcome = ItemOutcome(
+                        index: outcome.index, state: .failed, response: nil, error: refusal,
+                        finishedAt: outcome.finishedAt)
                     rendered = sink.render(outcome)
                 }
             }
             // The sink may report the bytes taken before `write` returns (then this thread goes
             // on) or later, from elsewhere (then that report goes on, and this thread leaves).
             let taking = Locked(Taking.writing)
-            sink.write(outcome, rendered, { [self] in
-                let later = taking.withLock { taking -> Bool in
-                    guard taking == .waiting else {
-                        taking = .takenAtOnce
-                        return false
+            sink.write(
+                outcome, rendered,
+                { [self] in
+                    let later = taking.withLock { taking -> Bool in
+                        guard taking == .waiting else {
+                            taking = .takenAtOnce
+                            return false
+                        }
+                        return true
                     }
-                    return true
-                }
-                if later { DispatchQueue.global().async { self.handOut() } }
-            })
+                    if later { DispatchQueue.global().async { self.handOut() } }
+                })
             rendered = []
             delivered(outcome)
             let wait = taking.withLock { taking -> Bool in

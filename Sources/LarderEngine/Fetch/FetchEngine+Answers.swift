@@ -4,15 +4,20 @@
 public import LarderCore
 
 extension FetchEngine {
-    func serve(_ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double,
-               upstreamError: String? = nil, coalesced: Bool = false) -> CacheAnswer {
-        let report = CacheReport(outcome: outcome, key: entry.primaryKey, age: entry.freshness.age(now: now, ttl: options.ttl),
-                                 ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
-                                 version: entry.freshness.version, stored: true, coalesced: coalesced,
-                                 upstreamError: upstreamError)
-        return .served(ServedResponse(status: entry.status, headersJSON: entry.headersJSON, headers: entry.headerFields, body: entry.body,
-                                      bodyKind: entry.bodyKind, report: report, upstreamMs: nil, etag: entry.etag,
-                                      lastModified: entry.lastModified, openedBody: entry.openedBody))
+    func serve(
+        _ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double,
+        upstreamError: String? = nil, coalesced: Bool = false
+    ) -> CacheAnswer {
+        let report = CacheReport(
+            outcome: outcome, key: entry.primaryKey, age: entry.freshness.age(now: now, ttl: options.ttl),
+            ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
+            version: entry.freshness.version, stored: true, coalesced: coalesced,
+            upstreamError: upstreamError)
+        return .served(
+            ServedResponse(
+                status: entry.status, headersJSON: entry.headersJSON, headers: entry.headerFields, body: entry.body,
+                bodyKind: entry.bodyKind, report: report, upstreamMs: nil, etag: entry.etag,
+                lastModified: entry.lastModified, openedBody: entry.openedBody))
     }
 
     /// The answer the cache alone can give `prepared` right now (a usable stored entry, or a
@@ -21,7 +26,8 @@ extension FetchEngine {
     public func cachedAnswer(for prepared: PreparedFetch) -> CacheAnswer? {
         let request = prepared.request
         guard request.cache.policy != .noStore, request.cache.policy != .reload,
-              CacheRules.isCacheable(method: request.method, ttl: request.cache.ttl) else { return nil }
+            CacheRules.isCacheable(method: request.method, ttl: request.cache.ttl)
+        else { return nil }
         if request.method == .head { return storedGet(for: request) }
         var probe = request
         if request.cache.policy == .useProtocol {

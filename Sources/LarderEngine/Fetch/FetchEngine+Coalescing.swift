@@ -8,9 +8,11 @@ extension FetchEngine {
     /// Claims the cross-instance lead for `flight`'s key; true when this instance leads (send
     /// upstream now). Otherwise the flight waits until the leader is done, then answers from the
     /// stored entry, or tries to lead itself (the leader died, or stored nothing usable).
-    func claimShared(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken,
-                     cancellation: Cancellation?, reply: @escaping @Sendable (CacheAnswer) -> Void,
-                     using shared: any SharedFlights, attempt: Int = 1) -> Bool {
+    func claimShared(
+        _ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken,
+        cancellation: Cancellation?, reply: @escaping @Sendable (CacheAnswer) -> Void,
+        using shared: any SharedFlights, attempt: Int = 1
+    ) -> Bool {
         let lease = Double(prepared.request.timeoutMs) / 1000 + 2
         return shared.claim(prepared.derived.key, forSeconds: lease) { [self] in
             let options = prepared.request.cache
@@ -20,8 +22,11 @@ extension FetchEngine {
                 let answer = serve(found, outcome: .hit, options: options, now: now, coalesced: true)
                 return land(flight, with: .stored(found)) { reply(answer) }
             }
-            if attempt < 3, !claimShared(prepared, outcome: outcome, fallback: fallback, flight: flight, cancellation: cancellation,
-                                         reply: reply, using: shared, attempt: attempt + 1) {
+            if attempt < 3,
+                !claimShared(
+                    prepared, outcome: outcome, fallback: fallback, flight: flight, cancellation: cancellation,
+                    reply: reply, using: shared, attempt: attempt + 1)
+            {
                 return
             }
             sendUpstream(prepared, outcome: outcome, fallback: fallback, flight: flight, cancellation: cancellation, reply: reply)
@@ -33,9 +38,10 @@ extension FetchEngine {
     func freshlyStored(_ prepared: PreparedFetch) -> StoredEntry? {
         let options = prepared.request.cache
         guard let found = variant(for: prepared), found.freshness.version == options.version, Self.satisfies(found, prepared.request),
-              case .serve(true) = CacheRules.lookup(policy: options.policy, method: prepared.request.method, ttl: options.ttl,
-                                                    version: options.version, entry: found.freshness, now: clock.now(),
-                                                    stale: options.staleWindows, directives: prepared.request.directives)
+            case .serve(true) = CacheRules.lookup(
+                policy: options.policy, method: prepared.request.method, ttl: options.ttl,
+                version: options.version, entry: found.freshness, now: clock.now(),
+                stale: options.staleWindows, directives: prepared.request.directives)
         else { return nil }
         return found
     }
@@ -51,9 +57,9 @@ extension FetchEngine {
 
     /// How the leading request of a flight ended, for the requests waiting on it.
     enum Landing {
-        case stored(StoredEntry)   // shareable: every waiter gets it
-        case notShareable          // private, not storable, or not stored: each waiter fetches on its own
-        case failed(LarderError)   // the upstream failed: every waiter gets its stale entry if allowed, else the error
+        case stored(StoredEntry) // shareable: every waiter gets it
+        case notShareable // private, not storable, or not stored: each waiter fetches on its own
+        case failed(LarderError) // the upstream failed: every waiter gets its stale entry if allowed, else the error
     }
 
     /// Ends `flight`: removes it, answers the leading request (`answerLeader`), then wakes the
@@ -71,8 +77,9 @@ extension FetchEngine {
             switch landing {
             case .failed(let error):
                 let fallback = variant(for: waiter.prepared).flatMap { $0.freshness.version == options.version ? $0 : nil }
-                waiter.reply(staleOnError(fallback, request: waiter.prepared.request, error: error.code.rawValue)
-                             ?? .failed(error))
+                waiter.reply(
+                    staleOnError(fallback, request: waiter.prepared.request, error: error.code.rawValue)
+                        ?? .failed(error))
             case .stored(let entry) where acceptsShared(entry, waiter: waiter.prepared, now: now):
                 waiter.reply(serve(entry, outcome: .hit, options: options, now: now, coalesced: true))
             case .stored, .notShareable:

@@ -8,8 +8,10 @@ import Logging
 extension FetchEngine {
     /// Answers `prepared` with `response` (sent at `sentAt`), storing it when the rules allow,
     /// invalidating what an unsafe method changed, then lands `flight`.
-    func complete(_ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
-                  flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+    func complete(
+        _ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
+        flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) {
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -17,11 +19,15 @@ extension FetchEngine {
         let arrivedAt = clock.now()
         let upstreamMs = (response.responseTime - response.requestTime) * 1000
         // The proxy passes bodies on as they are: only the /fetch envelope needs the kind.
-        let kind = request.shared ? BodyKind.binary
+        let kind =
+            request.shared
+            ? BodyKind.binary
             : BodyKind.classify(contentType: response.headers.first(named: "content-type"), body: response.body)
-        let decision = CacheRules.store(storeInputs(request, partitioned: derived.partitioned, status: response.status,
-                                                    headers: response.headers, bodySize: response.body.count,
-                                                    sentAt: sentAt, arrivedAt: arrivedAt))
+        let decision = CacheRules.store(
+            storeInputs(
+                request, partitioned: derived.partitioned, status: response.status,
+                headers: response.headers, bodySize: response.body.count,
+                sentAt: sentAt, arrivedAt: arrivedAt))
         // The /fetch envelope shows the headers as JSON; the proxy sends the fields as they are.
         let liveHeaders = request.shared ? [] : ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         if let validation = request.validation, let failure = validation.failure(status: response.status, body: response.body) {
@@ -35,12 +41,14 @@ extension FetchEngine {
         switch decision {
         case .refuse(let reason):
             logger.debug("not stored", metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)"])
-            let report = CacheReport(outcome: outcome, key: derived.key, age: 0, ttl: nil, version: options.version,
-                                     stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
-            let served = ServedResponse(status: response.status, headersJSON: liveHeaders, headers: response.headers,
-                                        body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
-                                        etag: response.headers.first(named: "etag"),
-                                        lastModified: response.headers.first(named: "last-modified"))
+            let report = CacheReport(
+                outcome: outcome, key: derived.key, age: 0, ttl: nil, version: options.version,
+                stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
+            let served = ServedResponse(
+                status: response.status, headersJSON: liveHeaders, headers: response.headers,
+                body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
+                etag: response.headers.first(named: "etag"),
+                lastModified: response.headers.first(named: "last-modified"))
             let stale = invalidatedURLs(request: request, response: response)
             guard !stale.isEmpty else {
                 return land(flight, with: .notShareable) { reply(.served(served)) }
@@ -48,8 +56,11 @@ extension FetchEngine {
             // The answer waits for the invalidation, so the caller's next read sees it.
             store.invalidate(urlKeys: stale) { [self] removed in
                 if !removed.isEmpty { logger.debug("invalidated", metadata: ["entries": "\(removed.count)"]) }
-                guard let asGet = postResponseAsGetEntry(request: request, response: response, kind: kind,
-                                                         arrivedAt: arrivedAt, sentAt: sentAt) else {
+                guard
+                    let asGet = postResponseAsGetEntry(
+                        request: request, response: response, kind: kind,
+                        arrivedAt: arrivedAt, sentAt: sentAt)
+                else {
                     return land(flight, with: .notShareable) { reply(.served(served)) }
                 }
                 store.save(asGet) { [self] _ in land(flight, with: .notShareable) { reply(.served(served)) } }
@@ -58,12 +69,14 @@ extension FetchEngine {
             let entry = self.entry(storing: response, for: request, derived: derived, kind: kind, stored: stored, at: arrivedAt)
             let freshness = entry.freshness
             store.save(entry) { [self] saved in
-                let report = CacheReport(outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
-                                         ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,
-                                         version: options.version, stored: saved)
-                let answer = CacheAnswer.served(ServedResponse(
-                    status: response.status, headersJSON: liveHeaders, headers: response.headers, body: response.body,
-                    bodyKind: kind, report: report, upstreamMs: upstreamMs, etag: entry.etag, lastModified: entry.lastModified))
+                let report = CacheReport(
+                    outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
+                    ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,
+                    version: options.version, stored: saved)
+                let answer = CacheAnswer.served(
+                    ServedResponse(
+                        status: response.status, headersJSON: liveHeaders, headers: response.headers, body: response.body,
+                        bodyKind: kind, report: report, upstreamMs: upstreamMs, etag: entry.etag, lastModified: entry.lastModified))
                 land(flight, with: saved ? .stored(entry) : .notShareable) { reply(answer) }
             }
         }
@@ -72,21 +85,25 @@ extension FetchEngine {
     /// A shared cache's POST response that may answer later GETs (RFC 9110 §9.3.3), as the
     /// entry for that GET; nil when it may not, or when it varies (its variant would be keyed
     /// by the POST's fields).
-    private func postResponseAsGetEntry(request: FetchRequest, response: UpstreamResponse, kind: BodyKind,
-                                        arrivedAt: Double, sentAt: Double) -> StoredEntry? {
+    private func postResponseAsGetEntry(
+        request: FetchRequest, response: UpstreamResponse, kind: BodyKind,
+        arrivedAt: Double, sentAt: Double
+    ) -> StoredEntry? {
         guard request.shared, request.method == .post, Vary.names(in: response.headers)?.isEmpty == true,
-              let location = response.headers.first(named: "content-location"),
-              let target = request.url.resolving(location),
-              CacheRules.postResponseAnswersGet(status: response.status, headers: response.headers,
-                                                contentLocationIsTarget: target.keyString() == request.url.keyString(),
-                                                receivedAt: arrivedAt)
+            let location = response.headers.first(named: "content-location"),
+            let target = request.url.resolving(location),
+            CacheRules.postResponseAnswersGet(
+                status: response.status, headers: response.headers,
+                contentLocationIsTarget: target.keyString() == request.url.keyString(),
+                receivedAt: arrivedAt)
         else { return nil }
         var get = request
         get.method = .get
         get.body = nil
         let derived = keys.derive(for: get)
-        var inputs = storeInputs(get, partitioned: derived.partitioned, status: response.status, headers: response.headers,
-                                 bodySize: response.body.count, sentAt: sentAt, arrivedAt: arrivedAt)
+        var inputs = storeInputs(
+            get, partitioned: derived.partitioned, status: response.status, headers: response.headers,
+            bodySize: response.body.count, sentAt: sentAt, arrivedAt: arrivedAt)
         // The POST's ttl is not the GET's: the response's own freshness decides (it has some).
         inputs.ttl = nil
         guard case .store(let stored) = CacheRules.store(inputs) else { return nil }
@@ -95,24 +112,30 @@ extension FetchEngine {
 
     /// What `CacheRules.store` is asked about a response to `request`, everywhere the engine
     /// stores; a caller changes only what differs in its case, and says why.
-    func storeInputs(_ request: FetchRequest, partitioned: Bool, status: Int, headers: [HeaderField], bodySize: Int,
-                     sentAt: Double, arrivedAt: Double) -> StoreInputs {
-        StoreInputs(policy: request.cache.policy, method: request.method, ttl: request.cache.ttl, partitioned: partitioned,
-                    status: status, headers: headers, bodySize: bodySize, maxBodySize: limits.maxStoredBodyBytes,
-                    requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
-                    sharedWithCredentials: request.shared && request.hasCredentials, shared: request.shared)
+    func storeInputs(
+        _ request: FetchRequest, partitioned: Bool, status: Int, headers: [HeaderField], bodySize: Int,
+        sentAt: Double, arrivedAt: Double
+    ) -> StoreInputs {
+        StoreInputs(
+            policy: request.cache.policy, method: request.method, ttl: request.cache.ttl, partitioned: partitioned,
+            status: status, headers: headers, bodySize: bodySize, maxBodySize: limits.maxStoredBodyBytes,
+            requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
+            sharedWithCredentials: request.shared && request.hasCredentials, shared: request.shared)
     }
 
     /// The entry that keeps `response` for `request` under `derived`, stored at `time`: a
     /// varying response is one variant among others under the key (§4.1); fields the
     /// response withholds (`no-cache="…"`, `private="…"`) and cookies are left out.
-    func entry(storing response: UpstreamResponse, for request: FetchRequest, derived: CacheKeyBuilder.Derived,
-                       kind: BodyKind, stored: StoredFreshness, at time: Double) -> StoredEntry {
+    func entry(
+        storing response: UpstreamResponse, for request: FetchRequest, derived: CacheKeyBuilder.Derived,
+        kind: BodyKind, stored: StoredFreshness, at time: Double
+    ) -> StoredEntry {
         let varyNames = Vary.names(in: response.headers) ?? []
         let fingerprint = varyNames.isEmpty ? nil : keys.variantFingerprint(names: varyNames, request: request.headers)
         let rowKey = fingerprint.map { CacheKey(hex: derived.key.hex + "." + $0.prefix(32)) } ?? derived.key
-        let headers = ResponseHeaders.rendered(CacheRules.storableHeaders(response.headers, withholding: stored.withheldFields),
-                                               dropCookies: true)
+        let headers = ResponseHeaders.rendered(
+            CacheRules.storableHeaders(response.headers, withholding: stored.withheldFields),
+            dropCookies: true)
         // A URL whose query is already in key order is its own key string: built and redacted once.
         let url = limits.redaction.apply(request.url.absoluteString)
         let urlKey = request.url.isInKeyOrder ? url : limits.redaction.apply(request.url.keyString())
@@ -139,7 +162,8 @@ extension FetchEngine {
         var urls = [request.url.keyString()]
         for name in ["location", "content-location"] {
             if let reference = response.headers.values(name).first, let target = request.url.resolving(reference),
-               target.isSameOrigin(as: request.url) {
+                target.isSameOrigin(as: request.url)
+            {
                 urls.append(target.keyString())
             }
         }

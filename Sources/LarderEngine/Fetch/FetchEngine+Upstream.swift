@@ -10,9 +10,11 @@ import Logging
 extension FetchEngine {
     /// Sends the request upstream; stores and answers with the response. `fallback` is the
     /// stale entry that may answer instead of an upstream failure (stale-if-error).
-    func sendUpstream(_ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken?,
-                      conditional: Bool = true, cancellation: Cancellation? = nil,
-                      reply: @escaping @Sendable (CacheAnswer) -> Void) {
+    func sendUpstream(
+        _ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken?,
+        conditional: Bool = true, cancellation: Cancellation? = nil,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) {
         let request = prepared.request
         let validating = conditional ? Self.revalidating(fallback, for: request) : nil
         var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating))
@@ -34,12 +36,14 @@ extension FetchEngine {
             // held up behind them.
             if case .success(let response) = result, response.body.count > Self.offloadBodyBytes {
                 DispatchQueue.global(qos: .userInitiated).async { [self] in
-                    received(result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
-                             validating: validating, sentAt: sentAt, reply: reply)
+                    received(
+                        result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
+                        validating: validating, sentAt: sentAt, reply: reply)
                 }
             } else {
-                received(result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
-                         validating: validating, sentAt: sentAt, reply: reply)
+                received(
+                    result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
+                    validating: validating, sentAt: sentAt, reply: reply)
             }
         }
     }
@@ -72,8 +76,9 @@ extension FetchEngine {
         // RFC 8586: say this instance handled the request, so that it can tell when the request
         // comes back to it (a named upstream pointing at Larder, directly or through other caches).
         if let token = limits.loopToken { headers.append(HeaderField("CDN-Loop", token)) }
-        var upstreamRequest = UpstreamRequest(method: method, url: request.url, headers: headers, body: body,
-                                              timeoutMs: request.timeoutMs, maxBodyBytes: limits.maxUpstreamBodyBytes)
+        var upstreamRequest = UpstreamRequest(
+            method: method, url: request.url, headers: headers, body: body,
+            timeoutMs: request.timeoutMs, maxBodyBytes: limits.maxUpstreamBodyBytes)
         // /fetch follows redirects for its caller; the proxy passes them on.
         upstreamRequest.followRedirects = !request.shared
         upstreamRequest.originBoundHeaders = request.originBoundHeaders
@@ -88,23 +93,28 @@ extension FetchEngine {
     /// the answer is theirs).
     static func revalidating(_ fallback: StoredEntry?, for request: FetchRequest) -> StoredEntry? {
         guard let fallback, request.cache.policy == .useProtocol,
-              request.headers.values("if-none-match").isEmpty, request.headers.values("if-modified-since").isEmpty,
-              fallback.etag != nil || fallback.lastModified != nil else { return nil }
+            request.headers.values("if-none-match").isEmpty, request.headers.values("if-modified-since").isEmpty,
+            fallback.etag != nil || fallback.lastModified != nil
+        else { return nil }
         return fallback
     }
 
     /// Sends `upstreamRequest`, counting the exchange under `request`'s upstream (a named one,
     /// or "fetch" for a URL) for the metrics.
-    func exchange(_ upstreamRequest: UpstreamRequest, for request: FetchRequest,
-                  completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+    func exchange(
+        _ upstreamRequest: UpstreamRequest, for request: FetchRequest,
+        completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void
+    ) {
         let namespace = request.cache.namespace
-        let upstreamName = namespace.hasPrefix(FetchRequest.reservedNamespacePrefix)
+        let upstreamName =
+            namespace.hasPrefix(FetchRequest.reservedNamespacePrefix)
             ? String(namespace.dropFirst(FetchRequest.reservedNamespacePrefix.count)) : "fetch"
         upstream.send(upstreamRequest) { [traffic] result in
             switch result {
             case .success(let response):
-                traffic.exchanged(upstream: upstreamName, status: response.status, errorCode: nil,
-                                  seconds: response.responseTime - response.requestTime)
+                traffic.exchanged(
+                    upstream: upstreamName, status: response.status, errorCode: nil,
+                    seconds: response.responseTime - response.requestTime)
             case .failure(let error):
                 traffic.exchanged(upstream: upstreamName, status: nil, errorCode: error.code.rawValue, seconds: 0)
             }
@@ -115,13 +125,16 @@ extension FetchEngine {
     /// Bodies larger than this are handled off the upstream's thread.
     static let offloadBodyBytes = 256 << 10
 
-    private func received(_ result: Result<UpstreamResponse, LarderError>, prepared: PreparedFetch, outcome: CacheOutcome,
-                          fallback: StoredEntry?, flight: FlightToken?, validating: StoredEntry?, sentAt: Double,
-                          reply: @escaping @Sendable (CacheAnswer) -> Void) {
+    private func received(
+        _ result: Result<UpstreamResponse, LarderError>, prepared: PreparedFetch, outcome: CacheOutcome,
+        fallback: StoredEntry?, flight: FlightToken?, validating: StoredEntry?, sentAt: Double,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) {
         let request = prepared.request
         if case .success(let response) = result, response.status == 304, let validating {
-            return revalidated(prepared, entry: validating, notModified: response, sentAt: sentAt, flight: flight,
-                               reply: reply)
+            return revalidated(
+                prepared, entry: validating, notModified: response, sentAt: sentAt, flight: flight,
+                reply: reply)
         }
         switch result {
         case .failure(let error):
@@ -129,28 +142,36 @@ extension FetchEngine {
             land(flight, with: .failed(error)) { reply(answer) }
         case .success(let response):
             if CacheRules.isServerError(response.status),
-               let stale = staleOnError(fallback, request: request,
-                                        error: "upstream_status_\(response.status)") {
+                let stale = staleOnError(
+                    fallback, request: request,
+                    error: "upstream_status_\(response.status)")
+            {
                 land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { reply(stale) }
                 return
             }
-            complete(prepared, outcome: outcome, response: response, sentAt: sentAt,
-                     flight: flight, reply: reply)
+            complete(
+                prepared, outcome: outcome, response: response, sentAt: sentAt,
+                flight: flight, reply: reply)
         }
     }
 
     /// A 304 confirmed `entry`: update its headers and freshness from the 304 (RFC 9111
     /// §4.3.4), store it, and serve the stored body. If the entry vanished meanwhile (purged,
     /// damaged), there is no body to serve: ask again without conditions.
-    private func revalidated(_ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
-                             flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+    private func revalidated(
+        _ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
+        flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) {
         let options = prepared.request.cache
-        guard let current = store.lookup(entry.primaryKey).first(where: { $0.key == entry.key })
+        guard
+            let current = store.lookup(entry.primaryKey).first(where: { $0.key == entry.key })
                 .flatMap({ withBody($0, forSending: false) }),
-              current.freshness.version == options.version else {
+            current.freshness.version == options.version
+        else {
             logger.debug("304 for an entry that is gone; fetching in full", metadata: ["key": "\(entry.key)"])
-            return sendUpstream(prepared, outcome: .miss, fallback: nil, flight: flight,
-                                conditional: false, reply: reply)
+            return sendUpstream(
+                prepared, outcome: .miss, fallback: nil, flight: flight,
+                conditional: false, reply: reply)
         }
         if let validation = prepared.request.validation, let failure = validation.failure(status: current.status, body: current.body) {
             return land(flight, with: .notShareable) { reply(.failed(LarderError(.validationFailed, failure))) }
@@ -158,37 +179,44 @@ extension FetchEngine {
         let now = clock.now()
         let headers = ResponseHeaders.updated(current.headerFields, with: notModified.headers)
         let upstreamMs = (notModified.responseTime - notModified.requestTime) * 1000
-        let decision = CacheRules.store(storeInputs(prepared.request, partitioned: prepared.derived.partitioned,
-                                                    status: current.status, headers: headers, bodySize: current.body.count,
-                                                    sentAt: sentAt, arrivedAt: now))
+        let decision = CacheRules.store(
+            storeInputs(
+                prepared.request, partitioned: prepared.derived.partitioned,
+                status: current.status, headers: headers, bodySize: current.body.count,
+                sentAt: sentAt, arrivedAt: now))
         guard case .store(let stored) = decision else {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
-            let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version,
-                                     stored: false)
-            let answer = CacheAnswer.served(ServedResponse(
-                status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
-                body: current.body, bodyKind: current.bodyKind, report: report, upstreamMs: upstreamMs,
-                etag: headers.first(named: "etag"), lastModified: headers.first(named: "last-modified")))
+            let report = CacheReport(
+                outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version,
+                stored: false)
+            let answer = CacheAnswer.served(
+                ServedResponse(
+                    status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
+                    body: current.body, bodyKind: current.bodyKind, report: report, upstreamMs: upstreamMs,
+                    etag: headers.first(named: "etag"), lastModified: headers.first(named: "last-modified")))
             return land(flight, with: .notShareable) { reply(answer) }
         }
         var update = current
-        update.headersJSON = ResponseHeaders.renderJSON(CacheRules.storableHeaders(headers, withholding: stored.withheldFields),
-                                                        dropCookies: true)
+        update.headersJSON = ResponseHeaders.renderJSON(
+            CacheRules.storableHeaders(headers, withholding: stored.withheldFields),
+            dropCookies: true)
         update.freshness = stored.entry(storedAt: now, version: options.version)
         update.etag = headers.first(named: "etag")
         update.lastModified = headers.first(named: "last-modified")
         let refreshed = update
         store.save(refreshed) { [self] saved in
-            let report = CacheReport(outcome: .revalidated, key: entry.primaryKey, age: 0,
-                                     ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
-                                     version: options.version, stored: saved)
+            let report = CacheReport(
+                outcome: .revalidated, key: entry.primaryKey, age: 0,
+                ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
+                version: options.version, stored: saved)
             // This caller gets what the origin just confirmed, Set-Cookie included; what others
             // get later is the stored form.
-            let answer = CacheAnswer.served(ServedResponse(
-                status: refreshed.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: false), headers: headers,
-                body: refreshed.body,
-                bodyKind: refreshed.bodyKind, report: report, upstreamMs: upstreamMs, etag: refreshed.etag,
-                lastModified: refreshed.lastModified))
+            let answer = CacheAnswer.served(
+                ServedResponse(
+                    status: refreshed.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: false), headers: headers,
+                    body: refreshed.body,
+                    bodyKind: refreshed.bodyKind, report: report, upstreamMs: upstreamMs, etag: refreshed.etag,
+                    lastModified: refreshed.lastModified))
             land(flight, with: saved ? .stored(refreshed) : .notShareable) { reply(answer) }
         }
     }
@@ -199,8 +227,10 @@ extension FetchEngine {
         let options = request.cache
         guard let entry else { return nil }
         var byPolicy = false
-        if !CacheRules.mayServeStaleOnError(entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError,
-                                            requested: request.directives.staleIfError) {
+        if !CacheRules.mayServeStaleOnError(
+            entry.freshness, now: now, ttl: options.ttl, window: options.staleIfError,
+            requested: request.directives.staleIfError)
+        {
             // The deployment's own allowance (`--stale-on-error`, RFC 9111 §4.2.4: a cache
             // disconnected from the origin may serve stale), within the same prohibitions.
             let window = options.staleOnError ?? limits.staleOnError

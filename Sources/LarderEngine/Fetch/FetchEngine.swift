@@ -11,8 +11,8 @@
 
 import Dispatch
 public import LarderCore
-public import Logging
 import LarderSync
+public import Logging
 
 public final class FetchEngine: Sendable {
     public struct Limits: Sendable {
@@ -68,8 +68,10 @@ public final class FetchEngine: Sendable {
 
     typealias FlightToken = FlightTable<FlightKey, Waiter>.Token
 
-    public init(store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
-                limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, logger: Logger) {
+    public init(
+        store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
+        limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, logger: Logger
+    ) {
         self.store = store
         self.sharedFlights = sharedFlights
         self.upstream = upstream
@@ -88,13 +90,17 @@ public final class FetchEngine: Sendable {
 
     /// Answers `request`. Returns the reply when the cache can answer at once; otherwise
     /// returns nil and calls `reply` exactly once, later, from another thread.
-    public func fetch(_ request: FetchRequest,
-                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+    public func fetch(
+        _ request: FetchRequest,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) -> CacheAnswer? {
         fetch(prepare(request), reply: reply)
     }
 
-    public func fetch(_ prepared: PreparedFetch,
-                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+    public func fetch(
+        _ prepared: PreparedFetch,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) -> CacheAnswer? {
         let (counted, count) = counting(prepared, reply)
         return count(fetch(prepared, mayCoalesce: true, cancellation: nil, reply: counted))
     }
@@ -102,8 +108,10 @@ public final class FetchEngine: Sendable {
     /// As `fetch`, and `cancellation` abandons the request: it is answered `cancelled` at once,
     /// and its upstream transfer is aborted (the connection to the origin closed) unless other
     /// requests wait on it (coalesced), in which case it goes on for them.
-    public func fetch(_ prepared: PreparedFetch, cancellation: Cancellation,
-                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+    public func fetch(
+        _ prepared: PreparedFetch, cancellation: Cancellation,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) -> CacheAnswer? {
         if cancellation.isCancelled { return .failed(Self.cancelledError) }
         let (counted, count) = counting(prepared, reply)
         return count(fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: ReplyOnce(counted).callAsFunction))
@@ -113,20 +121,26 @@ public final class FetchEngine: Sendable {
 
     /// `reply` counting its answer in `traffic`, and the same for an answer given at once.
     private func counting(_ prepared: PreparedFetch, _ reply: @escaping @Sendable (CacheAnswer) -> Void)
-        -> (@Sendable (CacheAnswer) -> Void, (CacheAnswer?) -> CacheAnswer?) {
+        -> (@Sendable (CacheAnswer) -> Void, (CacheAnswer?) -> CacheAnswer?)
+    {
         let traffic = self.traffic
         let namespace = prepared.request.cache.namespace
-        return ({ answer in
-            traffic.count(answer, namespace: namespace)
-            reply(answer)
-        }, { immediate in
-            if let immediate { traffic.count(immediate, namespace: namespace) }
-            return immediate
-        })
+        return (
+            { answer in
+                traffic.count(answer, namespace: namespace)
+                reply(answer)
+            },
+            { immediate in
+                if let immediate { traffic.count(immediate, namespace: namespace) }
+                return immediate
+            }
+        )
     }
 
-    func fetch(_ prepared: PreparedFetch, mayCoalesce: Bool, cancellation: Cancellation?,
-               reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+    func fetch(
+        _ prepared: PreparedFetch, mayCoalesce: Bool, cancellation: Cancellation?,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) -> CacheAnswer? {
         let prepared = namespaces.resolving(prepared)
         let request = prepared.request
         let derived = prepared.derived
@@ -139,9 +153,10 @@ public final class FetchEngine: Sendable {
         // An entry under another version is never served, not even stale on error.
         let entry = found?.freshness.version == options.version ? found : nil
         let now = clock.now()
-        let decision = CacheRules.lookup(policy: options.policy, method: request.method, ttl: options.ttl,
-                                         version: options.version, entry: found?.freshness, now: now,
-                                         stale: options.staleWindows, directives: request.directives)
+        let decision = CacheRules.lookup(
+            policy: options.policy, method: request.method, ttl: options.ttl,
+            version: options.version, entry: found?.freshness, now: now,
+            stale: options.staleWindows, directives: request.directives)
         switch decision {
         case .serve(let fresh):
             guard let entry else { preconditionFailure("serve decided without an entry") }
@@ -187,8 +202,11 @@ public final class FetchEngine: Sendable {
                 return nil
             }
             // Across instances: one leads, the others wait for its entry (a shared store).
-            if let shared = sharedFlights, let leading, !claimShared(prepared, outcome: outcome, fallback: entry, flight: leading,
-                                                                      cancellation: cancellation, reply: reply, using: shared) {
+            if let shared = sharedFlights, let leading,
+                !claimShared(
+                    prepared, outcome: outcome, fallback: entry, flight: leading,
+                    cancellation: cancellation, reply: reply, using: shared)
+            {
                 return nil
             }
         }

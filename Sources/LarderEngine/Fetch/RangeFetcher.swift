@@ -28,8 +28,10 @@ public struct RangeFetcher: Sendable {
 
     /// Answers a GET with a single byte `range` (nil: the whole representation) that no stored
     /// whole response answers: at once from the stored part, or later through `reply`.
-    public func fetch(_ prepared: PreparedFetch, range: String?,
-                      reply: @escaping @Sendable (CacheAnswer) -> Void) -> CacheAnswer? {
+    public func fetch(
+        _ prepared: PreparedFetch, range: String?,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) -> CacheAnswer? {
         let prepared = engine.namespaces.resolving(prepared)
         let now = engine.clock.now()
         let request = prepared.request
@@ -44,10 +46,12 @@ public struct RangeFetcher: Sendable {
         }
         // Ask only for what is missing after the part, when the request reaches past it.
         if part.covered.contains(wanted.lowerBound) || wanted.lowerBound == part.covered.upperBound,
-           wanted.upperBound >= part.covered.upperBound, part.covered.upperBound < part.total {
+            wanted.upperBound >= part.covered.upperBound, part.covered.upperBound < part.total
+        {
             let validator = entry.etag.flatMap { $0.hasPrefix("W/") ? nil : $0 } ?? (entry.etag == nil ? entry.lastModified : nil)
-            forward(prepared, range: "bytes=\(part.covered.upperBound)-", ifRange: validator, stored: (entry, part),
-                    wantsWhole: range == nil, reply: reply)
+            forward(
+                prepared, range: "bytes=\(part.covered.upperBound)-", ifRange: validator, stored: (entry, part),
+                wantsWhole: range == nil, reply: reply)
             return nil
         }
         forward(prepared, range: range, ifRange: nil, stored: nil, reply: reply)
@@ -56,31 +60,38 @@ public struct RangeFetcher: Sendable {
 
     private func storedPart(_ prepared: PreparedFetch) -> (StoredEntry, StoredPart)? {
         guard let entry = engine.store.lookup(prepared.derived.key).first(where: { $0.status == 206 }),
-              entry.freshness.version == prepared.request.cache.version,
-              let part = StoredPart(contentRange: entry.headerFields.first(named: "content-range"), bodyCount: entry.body.count)
+            entry.freshness.version == prepared.request.cache.version,
+            let part = StoredPart(contentRange: entry.headerFields.first(named: "content-range"), bodyCount: entry.body.count)
         else { return nil }
         return (entry, part)
     }
 
     /// A 206 with `wanted` cut from the stored part.
-    private func slice(_ entry: StoredEntry, part: StoredPart, _ wanted: ClosedRange<Int>, now: Double,
-                       outcome: CacheOutcome) -> CacheAnswer {
+    private func slice(
+        _ entry: StoredEntry, part: StoredPart, _ wanted: ClosedRange<Int>, now: Double,
+        outcome: CacheOutcome
+    ) -> CacheAnswer {
         let offset = wanted.lowerBound - part.first
         let body = Array(entry.body[offset..<(offset + wanted.count)])
         var headers = entry.headerFields.filter { !$0.name.caseInsensitiveEquals("content-range") }
         headers.append(HeaderField("content-range", "bytes \(wanted.lowerBound)-\(wanted.upperBound)/\(part.total)"))
-        let report = CacheReport(outcome: outcome, key: entry.primaryKey, age: entry.freshness.age(now: now, ttl: nil),
-                                 ttl: entry.freshness.remaining(now: now, ttl: nil), version: entry.freshness.version, stored: true)
-        return .served(ServedResponse(status: 206, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
-                                      body: body, bodyKind: .binary, report: report, upstreamMs: nil, etag: entry.etag,
-                                      lastModified: entry.lastModified))
+        let report = CacheReport(
+            outcome: outcome, key: entry.primaryKey, age: entry.freshness.age(now: now, ttl: nil),
+            ttl: entry.freshness.remaining(now: now, ttl: nil), version: entry.freshness.version, stored: true)
+        return .served(
+            ServedResponse(
+                status: 206, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
+                body: body, bodyKind: .binary, report: report, upstreamMs: nil, etag: entry.etag,
+                lastModified: entry.lastModified))
     }
 
     /// Asks the upstream for `range` (nil: the whole representation).
     /// `wantsWhole`: the client asked for the whole representation, so a part that cannot be
     /// completed is not its answer.
-    private func forward(_ prepared: PreparedFetch, range: String?, ifRange: String?, stored: (StoredEntry, StoredPart)?,
-                         wantsWhole: Bool = false, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+    private func forward(
+        _ prepared: PreparedFetch, range: String?, ifRange: String?, stored: (StoredEntry, StoredPart)?,
+        wantsWhole: Bool = false, reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) {
         let request = prepared.request
         let upstreamRequest = engine.upstreamRequest(for: request, .range(range, ifRange: ifRange))
         let sentAt = engine.clock.now()
@@ -98,8 +109,10 @@ public struct RangeFetcher: Sendable {
         }
     }
 
-    private func received(part response: UpstreamResponse, for prepared: PreparedFetch, stored: (StoredEntry, StoredPart)?,
-                          wantsWhole: Bool, sentAt: Double, reply: @escaping @Sendable (CacheAnswer) -> Void) {
+    private func received(
+        part response: UpstreamResponse, for prepared: PreparedFetch, stored: (StoredEntry, StoredPart)?,
+        wantsWhole: Bool, sentAt: Double, reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) {
         // The client wants the whole: once the new part is kept, ask for the whole unless it completes.
         let fetcher = self
         let answerPart: @Sendable () -> Void
@@ -113,18 +126,22 @@ public struct RangeFetcher: Sendable {
             return answerPart()
         }
         if let (entry, storedPart) = stored, part.first == storedPart.covered.upperBound, part.total == storedPart.total,
-           StoredPart.combinable(stored: entry.headerFields, new: response.headers) {
+            StoredPart.combinable(stored: entry.headerFields, new: response.headers)
+        {
             let body = entry.body + response.body
             if storedPart.first == 0, body.count >= part.total {
                 // Whole: stored and answered as a whole response (§3.4), the new fields winning.
-                let whole = UpstreamResponse(status: 200, headers: response.headers.filter {
-                    !$0.name.caseInsensitiveEquals("content-range") && !$0.name.caseInsensitiveEquals("content-length")
-                }, body: Array(body.prefix(part.total)), requestTime: response.requestTime, responseTime: response.responseTime)
+                let whole = UpstreamResponse(
+                    status: 200,
+                    headers: response.headers.filter {
+                        !$0.name.caseInsensitiveEquals("content-range") && !$0.name.caseInsensitiveEquals("content-length")
+                    }, body: Array(body.prefix(part.total)), requestTime: response.requestTime, responseTime: response.responseTime)
                 return engine.complete(prepared, outcome: .miss, response: whole, sentAt: sentAt, flight: nil, reply: reply)
             }
             var combined = response
             combined.body = body
-            combined.headers = response.headers.filter { !$0.name.caseInsensitiveEquals("content-range") }
+            combined.headers =
+                response.headers.filter { !$0.name.caseInsensitiveEquals("content-range") }
                 + [HeaderField("Content-Range", "bytes \(storedPart.first)-\(storedPart.first + body.count - 1)/\(part.total)")]
             return store(combined, for: prepared, sentAt: sentAt, then: answerPart)
         }
@@ -136,21 +153,24 @@ public struct RangeFetcher: Sendable {
 
     /// The upstream's 206 as this client's answer.
     private func passOn(_ response: UpstreamResponse, for prepared: PreparedFetch) -> CacheAnswer {
-        .served(ServedResponse(
-            status: 206, headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: false), headers: response.headers,
-            body: response.body, bodyKind: .binary,
-            report: CacheReport(outcome: .miss, key: prepared.derived.key, age: 0, ttl: nil, version: prepared.request.cache.version,
-                                stored: false),
-            upstreamMs: (response.responseTime - response.requestTime) * 1000, etag: response.headers.first(named: "etag"),
-            lastModified: response.headers.first(named: "last-modified")))
+        .served(
+            ServedResponse(
+                status: 206, headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: false), headers: response.headers,
+                body: response.body, bodyKind: .binary,
+                report: CacheReport(
+                    outcome: .miss, key: prepared.derived.key, age: 0, ttl: nil, version: prepared.request.cache.version,
+                    stored: false),
+                upstreamMs: (response.responseTime - response.requestTime) * 1000, etag: response.headers.first(named: "etag"),
+                lastModified: response.headers.first(named: "last-modified")))
     }
 
     /// Keeps a 206 as the key's part when the response allows storing (a varying one is not kept).
     private func store(_ response: UpstreamResponse, for prepared: PreparedFetch, sentAt: Double, then: @escaping @Sendable () -> Void) {
         let request = prepared.request
         let now = engine.clock.now()
-        var inputs = engine.storeInputs(request, partitioned: false, status: 206, headers: response.headers,
-                                        bodySize: response.body.count, sentAt: sentAt, arrivedAt: now)
+        var inputs = engine.storeInputs(
+            request, partitioned: false, status: 206, headers: response.headers,
+            bodySize: response.body.count, sentAt: sentAt, arrivedAt: now)
         // A part is kept for the key's GET, by the response's own freshness.
         inputs.method = .get
         inputs.ttl = nil

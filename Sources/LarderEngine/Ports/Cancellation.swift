@@ -27,7 +27,7 @@ public final class Cancellation: Sendable {
             defer { state.handlers.removeAll() }
             return state.handlers
         }
-        _ = handlers  // released here, outside the lock
+        _ = handlers // released here, outside the lock
     }
 
     public func onCancel(_ handler: @escaping @Sendable () -> Void) {

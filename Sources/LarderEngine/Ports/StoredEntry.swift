@@ -151,17 +151,20 @@ public struct StoredEntry: Sendable, Equatable {
             && lhs.bodyFile == rhs.bodyFile && lhs.openedBody === rhs.openedBody && lhs.tags == rhs.tags
     }
 
-    public init(key: CacheKey, primaryKey: CacheKey? = nil, varyNames: [String] = [], variantFingerprint: String? = nil,
-                namespace: String, method: HTTPMethod, url: String, urlKey: String? = nil, status: Int,
-                headersJSON: [UInt8], body: [UInt8], bodyKind: BodyKind, freshness: EntryFreshness, sensitiveFingerprint: String?,
-                etag: String?, lastModified: String?, headerFields: [HeaderField]? = nil) {
-        storage = Storage(Fields(
-            key: key, primaryKey: primaryKey ?? key, varyNames: varyNames, variantFingerprint: variantFingerprint,
-            namespace: namespace, method: method, url: url, urlKey: urlKey ?? url, status: status, headersJSON: headersJSON,
-            // Given when the caller has them (a new entry: ResponseHeaders.rendered), else parsed.
-            headerFields: headerFields ?? ResponseHeaders.parseJSON(headersJSON),
-            body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
-            etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: []))
+    public init(
+        key: CacheKey, primaryKey: CacheKey? = nil, varyNames: [String] = [], variantFingerprint: String? = nil,
+        namespace: String, method: HTTPMethod, url: String, urlKey: String? = nil, status: Int,
+        headersJSON: [UInt8], body: [UInt8], bodyKind: BodyKind, freshness: EntryFreshness, sensitiveFingerprint: String?,
+        etag: String?, lastModified: String?, headerFields: [HeaderField]? = nil
+    ) {
+        storage = Storage(
+            Fields(
+                key: key, primaryKey: primaryKey ?? key, varyNames: varyNames, variantFingerprint: variantFingerprint,
+                namespace: namespace, method: method, url: url, urlKey: urlKey ?? url, status: status, headersJSON: headersJSON,
+                // Given when the caller has them (a new entry: ResponseHeaders.rendered), else parsed.
+                headerFields: headerFields ?? ResponseHeaders.parseJSON(headersJSON),
+                body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
+                etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: []))
     }
 }
 

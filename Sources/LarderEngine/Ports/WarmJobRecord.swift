@@ -10,7 +10,11 @@ public struct WarmJobRecord: Sendable, Equatable {
         public var index: Int
         public var url: String
         public var code: String
-        public init(index: Int, url: String, code: String) { self.index = index; self.url = url; self.code = code }
+        public init(index: Int, url: String, code: String) {
+            self.index = index
+            self.url = url
+            self.code = code
+        }
     }
 
     public var id: String
@@ -58,8 +62,9 @@ public struct WarmJobRecord: Sendable, Equatable {
         guard case .array(let items)? = try? JSONParser.parse(bytes) else { return [] }
         return items.compactMap { item in
             guard case .object(let members) = item, case .number(let number)? = members["index"], let index = number.int64,
-                  case .string(let url)? = members["url"],
-                  case .string(let code)? = members["code"] else { return nil }
+                case .string(let url)? = members["url"],
+                case .string(let code)? = members["code"]
+            else { return nil }
             return ItemError(index: Int(index), url: url, code: code)
         }
     }

@@ -1,7 +1,8 @@
 import Foundation
 import LarderSync
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Linux's POLLRDHUP (peer closed its end); Glibc's module does not export the macro.

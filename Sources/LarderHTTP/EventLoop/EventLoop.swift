@@ -2,8 +2,9 @@ import CMicroHTTPD
 import Dispatch
 import Foundation
 import LarderSync
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One thread running one libmicrohttpd daemon in external epoll mode: it waits on the
@@ -57,8 +58,9 @@ final class EventLoop: @unchecked Sendable {
         self.wakeDescriptor = wake
         self.companion = companion
         // `run` polls the descriptors as they are.
-        precondition(MemoryLayout<LoopDescriptor>.size == MemoryLayout<pollfd>.size
-                     && MemoryLayout<LoopDescriptor>.offset(of: \.revents) == MemoryLayout<pollfd>.offset(of: \.revents))
+        precondition(
+            MemoryLayout<LoopDescriptor>.size == MemoryLayout<pollfd>.size
+                && MemoryLayout<LoopDescriptor>.offset(of: \.revents) == MemoryLayout<pollfd>.offset(of: \.revents))
     }
 
     func start(server: HTTPServer) {
@@ -105,9 +107,11 @@ final class EventLoop: @unchecked Sendable {
         sigaddset(&signals, SIGPIPE)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
         companion?.attach { [weak self] in self?.wake() }
-        var descriptors = [LoopDescriptor(fd: epollDescriptor, events: Int16(POLLIN)),
-                           LoopDescriptor(fd: wakeDescriptor, events: Int16(POLLIN)),
-                           LoopDescriptor(fd: -1, events: Int16(POLLIN))]
+        var descriptors = [
+            LoopDescriptor(fd: epollDescriptor, events: Int16(POLLIN)),
+            LoopDescriptor(fd: wakeDescriptor, events: Int16(POLLIN)),
+            LoopDescriptor(fd: -1, events: Int16(POLLIN))
+        ]
         while !stopping.load(ordering: .acquiring) {
             var timeout: UInt64 = 0
             // No timeout to keep: wait for an event; libmicrohttpd says 0 when work is pending.

@@ -19,8 +19,9 @@
 // bookkeeping runs in unit tests on a clock they move themselves.
 
 import Dispatch
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// One connection's header deadline; owned by its loop's `HeaderDeadlines`.

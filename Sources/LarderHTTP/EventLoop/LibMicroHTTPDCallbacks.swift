@@ -57,11 +57,14 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
     let server = Unmanaged<HTTPServer>.fromOpaque(serverPointer).takeUnretainedValue()
     let context = Unmanaged<RequestContext>.fromOpaque(raw).takeUnretainedValue()
     let count = uploadSize.pointee
-    let upload = count > 0
+    let upload =
+        count > 0
         ? UnsafeBufferPointer(start: UnsafeRawPointer(uploadData)?.assumingMemoryBound(to: UInt8.self), count: count) : nil
 
-    switch context.phase.called(upload: upload, draining: server.draining.load(ordering: .acquiring),
-                                headers: { collectHeaders(connection) }) {
+    switch context.phase.called(
+        upload: upload, draining: server.draining.load(ordering: .acquiring),
+        headers: { collectHeaders(connection) })
+    {
     case .awaitBody:
         context.headerDeadline?.headerSectionComplete()
         return MHD_Result.YES
@@ -109,18 +112,20 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
 private func collectHeaders(_ connection: OpaquePointer) -> [(name: String, value: String)] {
     var headers: [(name: String, value: String)] = []
     withUnsafeMutablePointer(to: &headers) { pointer in
-        _ = MHD_get_connection_values_n(connection, .HEADER_KIND, { slot, _, key, keySize, value, valueSize in
-            guard let slot, let key else { return MHD_Result.YES }
-            let list = slot.assumingMemoryBound(to: [(name: String, value: String)].self)
-            func text(_ pointer: UnsafePointer<CChar>?, _ count: Int) -> String {
-                guard let pointer, count > 0 else { return "" }
-                return pointer.withMemoryRebound(to: UInt8.self, capacity: count) {
-                    FieldBytes.string(UnsafeBufferPointer(start: $0, count: count))
+        _ = MHD_get_connection_values_n(
+            connection, .HEADER_KIND,
+            { slot, _, key, keySize, value, valueSize in
+                guard let slot, let key else { return MHD_Result.YES }
+                let list = slot.assumingMemoryBound(to: [(name: String, value: String)].self)
+                func text(_ pointer: UnsafePointer<CChar>?, _ count: Int) -> String {
+                    guard let pointer, count > 0 else { return "" }
+                    return pointer.withMemoryRebound(to: UInt8.self, capacity: count) {
+                        FieldBytes.string(UnsafeBufferPointer(start: $0, count: count))
+                    }
                 }
-            }
-            list.pointee.append((text(key, keySize), text(value, valueSize)))
-            return MHD_Result.YES
-        }, pointer)
+                list.pointee.append((text(key, keySize), text(value, valueSize)))
+                return MHD_Result.YES
+            }, pointer)
     }
     return headers
 }

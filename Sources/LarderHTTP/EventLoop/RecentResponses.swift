@@ -36,10 +36,12 @@ final class RecentResponses {
 
     /// A kept response that is `response`, if any (kept no longer than `keptNanoseconds`).
     func find(_ response: HTTPServerResponse, now: UInt64) -> OpaquePointer? {
-        for candidate in kept.reversed() where candidate.answer.status == response.status
+        for candidate in kept.reversed()
+        where candidate.answer.status == response.status
             && candidate.answer.headers.count == response.headers.count
             && now &- candidate.keptAt < Self.keptNanoseconds
-            && Self.sameStorage(candidate.answer.body, response.body) {
+            && Self.sameStorage(candidate.answer.body, response.body)
+        {
             let sameFields = zip(candidate.answer.headers, response.headers).allSatisfy { $0.name == $1.name && $0.value == $1.value }
             if sameFields {
                 reuses.add(1, ordering: .relaxed)

@@ -1,8 +1,9 @@
 import CMicroHTTPD
 import Dispatch
 import LarderCore
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Queues `response` on `connection`: a kept recent response that is the same (RecentResponses),
@@ -25,8 +26,9 @@ func queue(_ response: HTTPServerResponse, on connection: OpaquePointer, server:
     } else if let length = response.headContentLength, length >= 0, response.body.isEmpty {
         // A body of that length that is never read: libmicrohttpd announces its size and, for
         // a HEAD, sends nothing of it (its own Content-Length cannot be replaced otherwise).
-        mhdResponse = MHD_create_response_from_callback(UInt64(length), 4096, { _, _, _, _ in larder_mhd_end_with_error() },
-                                                        nil, nil)
+        mhdResponse = MHD_create_response_from_callback(
+            UInt64(length), 4096, { _, _, _, _ in larder_mhd_end_with_error() },
+            nil, nil)
     } else if response.body.count >= ResponseBody.lentFrom {
         // Lent, not copied: libmicrohttpd sends from the body's own storage and lets go of it
         // with the response (copying a large body into libmicrohttpd's buffer was a large share
@@ -39,8 +41,9 @@ func queue(_ response: HTTPServerResponse, on connection: OpaquePointer, server:
         if mhdResponse == nil { body.release() }
     } else {
         mhdResponse = response.body.withUnsafeBytes { bytes in
-            MHD_create_response_from_buffer(bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),
-                                             .RESPMEM_MUST_COPY)
+            MHD_create_response_from_buffer(
+                bytes.count, UnsafeMutableRawPointer(mutating: bytes.baseAddress),
+                .RESPMEM_MUST_COPY)
         }
     }
     guard let mhdResponse else { return MHD_Result.NO }

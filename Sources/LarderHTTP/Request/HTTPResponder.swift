@@ -4,8 +4,9 @@ public final class HTTPResponder: Sendable {
         /// A request on one of the server's connections.
         case request(RequestContext, HTTPServer)
         /// No socket: what it is told goes to these closures (see the public init).
-        case closures(respond: @Sendable (HTTPServerResponse) -> Void,
-                      onClientGone: @Sendable (_ handler: @escaping @Sendable () -> Void) -> Void)
+        case closures(
+            respond: @Sendable (HTTPServerResponse) -> Void,
+            onClientGone: @Sendable (_ handler: @escaping @Sendable () -> Void) -> Void)
     }
 
     private let target: Target
@@ -17,8 +18,10 @@ public final class HTTPResponder: Sendable {
     /// A responder without a socket, for tests of handlers: `respond` receives the answer, and
     /// `onClientGone` each handler registered through `onClientGone(_:)` (by default they are
     /// never called: the client stays).
-    public init(respond: @escaping @Sendable (HTTPServerResponse) -> Void,
-                onClientGone: @escaping @Sendable (_ handler: @escaping @Sendable () -> Void) -> Void = { _ in }) {
+    public init(
+        respond: @escaping @Sendable (HTTPServerResponse) -> Void,
+        onClientGone: @escaping @Sendable (_ handler: @escaping @Sendable () -> Void) -> Void = { _ in }
+    ) {
         target = .closures(respond: respond, onClientGone: onClientGone)
     }
 

@@ -13,8 +13,10 @@ public final class HTTPServerRequest: Sendable {
     /// The body was larger than the server's limit and was not kept.
     public let bodyTooLarge: Bool
 
-    public init(method: String, path: String, rawTarget: String, headers: [(name: String, value: String)],
-                body: [UInt8], bodyTooLarge: Bool) {
+    public init(
+        method: String, path: String, rawTarget: String, headers: [(name: String, value: String)],
+        body: [UInt8], bodyTooLarge: Bool
+    ) {
         self.method = method
         self.path = path
         self.rawTarget = rawTarget

@@ -10,8 +10,10 @@ public struct HTTPServerResponse: Sendable {
     /// For a HEAD answered without a body (the upstream's own HEAD response): the length a GET
     /// would have, sent as Content-Length instead of 0 (RFC 9110 §8.6).
     public var headContentLength: Int?
-    public init(status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
-                stream: HTTPResponseStream? = nil, file: HTTPFileBody? = nil) {
+    public init(
+        status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+        stream: HTTPResponseStream? = nil, file: HTTPFileBody? = nil
+    ) {
         self.status = status
         self.headers = headers
         self.body = body

@@ -74,8 +74,10 @@ struct RequestPhase {
     /// when it brings none), `draining` whether the server turns new requests away (read only
     /// when the body is complete), `readHeaders` the request's header fields (read only on the
     /// first call).
-    mutating func called(upload: UnsafeBufferPointer<UInt8>?, draining: @autoclosure () -> Bool,
-                         headers readHeaders: () -> [(name: String, value: String)]) -> Action {
+    mutating func called(
+        upload: UnsafeBufferPointer<UInt8>?, draining: @autoclosure () -> Bool,
+        headers readHeaders: () -> [(name: String, value: String)]
+    ) -> Action {
         switch stage {
         case .headers:
             let fields = readHeaders()

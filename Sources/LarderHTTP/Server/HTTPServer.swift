@@ -35,8 +35,9 @@ import Dispatch
 import Foundation
 public import LarderCore
 public import LarderSync
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 public final class HTTPServer: @unchecked Sendable {
@@ -83,7 +84,8 @@ public final class HTTPServer: @unchecked Sendable {
         withUnsafeBytes(of: &storage) { raw in
             boundPort = Int(UInt16(bigEndian: raw.load(fromByteOffset: 2, as: UInt16.self)))
             // sockaddr_in: the address at offset 4; sockaddr_in6: at offset 8 (after the flow label).
-            boundAddress = family == AF_INET6
+            boundAddress =
+                family == AF_INET6
                 ? IPAddress(bytes: Array(raw[8..<24])) : IPAddress(bytes: Array(raw[4..<8]))
         }
         // Told before the socket listens: no connection can reach it before the rules know it.
@@ -93,8 +95,9 @@ public final class HTTPServer: @unchecked Sendable {
             close(listener)
             throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (\(reason))")
         }
-        let flags = UInt32(MHD_USE_EPOLL.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue
-                           | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
+        let flags = UInt32(
+            MHD_USE_EPOLL.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue
+                | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
         let reference = Unmanaged.passRetained(self)
         let opaque = reference.toOpaque()
         let connectionLimit = Self.affordableConnections(configuration.connectionLimit, reserved: configuration.reservedDescriptors)
@@ -105,16 +108,21 @@ public final class HTTPServer: @unchecked Sendable {
             // (HeaderDeadlines). Limits are kept here, across the loops (Admission).
             let daemon = withUnsafePointer(to: &storage) { pointer in
                 pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                    larder_mhd_start_external(flags, address, UInt32(max(1, configuration.connectionTimeoutSeconds)),
-                                              UInt32(connectionLimit), configuration.connectionMemoryBytes,
-                                              acceptAll, nil, accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque,
-                                              connectionNotified, opaque)
+                    larder_mhd_start_external(
+                        flags, address, UInt32(max(1, configuration.connectionTimeoutSeconds)),
+                        UInt32(connectionLimit), configuration.connectionMemoryBytes,
+                        acceptAll, nil, accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque,
+                        connectionNotified, opaque)
                 }
             }
-            let deadlines = HeaderDeadlines(headerTimeoutSeconds: configuration.headerTimeoutSeconds,
-                                            idleTimeoutSeconds: configuration.connectionTimeoutSeconds)
-            guard let daemon, let loop = EventLoop(daemon: daemon, index: index, headerDeadlines: deadlines,
-                                                   companion: configuration.loopCompanion?()) else {
+            let deadlines = HeaderDeadlines(
+                headerTimeoutSeconds: configuration.headerTimeoutSeconds,
+                idleTimeoutSeconds: configuration.connectionTimeoutSeconds)
+            guard let daemon,
+                let loop = EventLoop(
+                    daemon: daemon, index: index, headerDeadlines: deadlines,
+                    companion: configuration.loopCompanion?())
+            else {
                 if let daemon { MHD_stop_daemon(daemon) }
                 for loop in started { loop.stop() }
                 close(listener)

@@ -29,8 +29,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// Request bodies larger than this are not kept (`bodyTooLarge`).
     public var maxRequestBodyBytes: Int = 1 << 20
     /// The answer to requests that arrive while draining (see `stopAccepting`).
-    public var drainResponse = HTTPServerResponse(status: 503, headers: [("Content-Type", "text/plain")],
-                                                  body: Array("shutting down\n".utf8))
+    public var drainResponse = HTTPServerResponse(
+        status: 503, headers: [("Content-Type", "text/plain")],
+        body: Array("shutting down\n".utf8))
     /// The answer to a request whose header section is refused (see RequestFraming), given
     /// the status and the reason; the connection is closed after it.
     public var rejectResponse: @Sendable (_ status: Int, _ reason: String) -> HTTPServerResponse = { status, reason in

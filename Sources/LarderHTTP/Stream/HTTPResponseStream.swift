@@ -146,8 +146,9 @@ public final class HTTPResponseStream: Sendable {
     /// of the response (`streamReleased`).
     func makeResponse(on connection: RequestContext.ConnectionHandle) -> OpaquePointer? {
         attach(connection)
-        return MHD_create_response_from_callback(larder_mhd_size_unknown(), 16 << 10, streamReader,
-                                                 Unmanaged.passRetained(self).toOpaque(), streamReleased)
+        return MHD_create_response_from_callback(
+            larder_mhd_size_unknown(), 16 << 10, streamReader,
+            Unmanaged.passRetained(self).toOpaque(), streamReleased)
     }
 }
 

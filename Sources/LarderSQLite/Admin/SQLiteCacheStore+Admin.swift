@@ -8,10 +8,10 @@
 // dead_files trigger).
 
 import CSQLite
-public import LarderCore
-public import LarderEngine
 import Dispatch
 import Foundation
+public import LarderCore
+public import LarderEngine
 
 extension SQLiteCacheStore: CacheAdministration {
     static let purgeBatch = 1000
@@ -30,7 +30,8 @@ extension SQLiteCacheStore: CacheAdministration {
         do {
             let reader = try readers.take()
             defer { readers.giveBack(reader) }
-            let namespaces = try reader.connection.prepare("""
+            let namespaces = try reader.connection.prepare(
+                """
                 SELECT namespace, count(*), sum(\(Self.entryBytesSQL)), min(stored_at), max(stored_at)
                 FROM entries GROUP BY namespace ORDER BY namespace
                 """)
@@ -40,7 +41,8 @@ extension SQLiteCacheStore: CacheAdministration {
                 statistics.namespaces.append(.init(name: namespaces.string(0) ?? "", entries: entries, bytes: bytes))
                 statistics.entries += entries
                 statistics.bytes += bytes
-                let oldest = namespaces.double(3), newest = namespaces.double(4)
+                let oldest = namespaces.double(3)
+                let newest = namespaces.double(4)
                 statistics.oldestStoredAt = min(statistics.oldestStoredAt ?? oldest, oldest)
                 statistics.newestStoredAt = max(statistics.newestStoredAt ?? newest, newest)
             }
@@ -65,17 +67,20 @@ extension SQLiteCacheStore: CacheAdministration {
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
         writerQueue.async { [self] in
             commitAllPending()
-            purgeBatch(condition: Schema.rowsOfPrimaryKey("?1"),
-                       bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
-                       total: PurgeResult(),
-                       completion: completion)
+            purgeBatch(
+                condition: Schema.rowsOfPrimaryKey("?1"),
+                bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
+                total: PurgeResult(),
+                completion: completion)
         }
     }
 
     /// On the writer queue: deletes up to `purgeBatch` matching rows in one transaction, then
     /// queues the next batch behind whatever else waits for the writer.
-    private func purgeBatch(condition: String, bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void,
-                            total: PurgeResult, completion: @escaping @Sendable (PurgeResult) -> Void) {
+    private func purgeBatch(
+        condition: String, bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void,
+        total: PurgeResult, completion: @escaping @Sendable (PurgeResult) -> Void
+    ) {
         var total = total
         let removed: Int
         let started = DispatchTime.now().uptimeNanoseconds
@@ -111,7 +116,10 @@ extension SQLiteCacheStore: CacheAdministration {
         var strings: [(Int32, String)] = []
         var numbers: [(Int32, Double)] = []
         var next: Int32 = 1
-        func parameter() -> Int32 { defer { next += 1 }; return next }
+        func parameter() -> Int32 {
+            defer { next += 1 }
+            return next
+        }
         if let namespace = filter.namespace {
             let index = parameter()
             clauses.append("namespace = ?\(index)")
@@ -145,11 +153,12 @@ extension SQLiteCacheStore: CacheAdministration {
         }
         /// `(?n,?m,…)`, one parameter per value.
         func list(_ values: [String]) -> String {
-            "(" + values.map { value in
-                let index = parameter()
-                strings.append((index, value))
-                return "?\(index)"
-            }.joined(separator: ",") + ")"
+            "("
+                + values.map { value in
+                    let index = parameter()
+                    strings.append((index, value))
+                    return "?\(index)"
+                }.joined(separator: ",") + ")"
         }
         if let urls = filter.urls {
             clauses.append("url_key IN " + list(urls))
@@ -179,11 +188,15 @@ extension SQLiteCacheStore: CacheAdministration {
             numbers.append((index, now))
         }
         let condition = clauses.isEmpty ? (filter.all ? "1" : "0") : clauses.joined(separator: " AND ")
-        let boundStrings = strings, boundNumbers = numbers
-        return (condition, { statement throws(SQLiteError) in
-            for (index, value) in boundStrings { try statement.bind(index, value) }
-            for (index, value) in boundNumbers { try statement.bind(index, value) }
-        })
+        let boundStrings = strings
+        let boundNumbers = numbers
+        return (
+            condition,
+            { statement throws(SQLiteError) in
+                for (index, value) in boundStrings { try statement.bind(index, value) }
+                for (index, value) in boundNumbers { try statement.bind(index, value) }
+            }
+        )
     }
 }
 

@@ -2,9 +2,9 @@
 // namespace versions (POST /cache/namespaces/{ns}/version).
 
 import CSQLite
+import Foundation
 public import LarderCore
 public import LarderEngine
-import Foundation
 
 extension SQLiteCacheStore {
     static let recordColumns = """
@@ -19,12 +19,17 @@ extension SQLiteCacheStore {
         let (condition, bind) = Self.condition(for: filter)
         // Past any index the filter's own parameters use.
         let cursorIndex = Int32(900)
-        let sql = "SELECT \(Self.recordColumns) FROM entries WHERE (\(condition))"
+        let sql =
+            "SELECT \(Self.recordColumns) FROM entries WHERE (\(condition))"
             + (cursor == nil ? "" : " AND key > ?\(cursorIndex)") + " ORDER BY key LIMIT \(limit + 1)"
-        guard let records = readRecords(sql, bind: { statement throws(SQLiteError) in
-            try bind(statement)
-            if let cursor { try statement.bind(cursorIndex, cursor) }
-        }) else {
+        guard
+            let records = readRecords(
+                sql,
+                bind: { statement throws(SQLiteError) in
+                    try bind(statement)
+                    if let cursor { try statement.bind(cursorIndex, cursor) }
+                })
+        else {
             var failed = EntryPage()
             failed.failed = true
             return failed
@@ -36,8 +41,9 @@ extension SQLiteCacheStore {
     }
 
     public func records(primaryKey: CacheKey) -> [EntryRecord] {
-        readRecords("SELECT \(Self.recordColumns) FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) ORDER BY stored_at",
-                    bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) }) ?? []
+        readRecords(
+            "SELECT \(Self.recordColumns) FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) ORDER BY stored_at",
+            bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) }) ?? []
     }
 
     /// Runs a record query on the writer, after committing pending saves and hit counts (so a
@@ -52,14 +58,15 @@ extension SQLiteCacheStore {
                 var records: [EntryRecord] = []
                 while try statement.step() {
                     let vary = statement.string(16) ?? ""
-                    records.append(EntryRecord(
-                        key: CacheKey(hex: statement.string(0) ?? ""), rowKey: CacheKey(hex: statement.string(1) ?? ""),
-                        namespace: statement.string(2) ?? "", method: statement.string(3) ?? "", url: statement.string(4) ?? "",
-                        status: Int(statement.int64(5)), bytes: Int(statement.int64(6)), storedAt: statement.double(7),
-                        expiresAt: statement.double(8), staleUntil: statement.double(9), version: statement.int64(10),
-                        tags: Self.tags(fromJSON: statement.string(11)), hits: Int(statement.int64(12)),
-                        lastAccessAt: statement.double(13), etag: statement.string(14), lastModified: statement.string(15),
-                        varies: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init)))
+                    records.append(
+                        EntryRecord(
+                            key: CacheKey(hex: statement.string(0) ?? ""), rowKey: CacheKey(hex: statement.string(1) ?? ""),
+                            namespace: statement.string(2) ?? "", method: statement.string(3) ?? "", url: statement.string(4) ?? "",
+                            status: Int(statement.int64(5)), bytes: Int(statement.int64(6)), storedAt: statement.double(7),
+                            expiresAt: statement.double(8), staleUntil: statement.double(9), version: statement.int64(10),
+                            tags: Self.tags(fromJSON: statement.string(11)), hits: Int(statement.int64(12)),
+                            lastAccessAt: statement.double(13), etag: statement.string(14), lastModified: statement.string(15),
+                            varies: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init)))
                 }
                 return records
             } catch {
@@ -88,7 +95,8 @@ extension SQLiteCacheStore {
         writerQueue.async { [self] in
             do {
                 // One row, however many entries the namespace holds: the bump touches no entry.
-                let statement = try writer.prepare("""
+                let statement = try writer.prepare(
+                    """
                     INSERT INTO namespace_versions (namespace, version) VALUES (?1, ?2)
                     ON CONFLICT (namespace) DO UPDATE SET version = excluded.version
                     """)

@@ -16,8 +16,9 @@
 import Foundation
 import LarderCore
 import LarderSync
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 struct BodyFiles: Sendable {
@@ -117,15 +118,17 @@ struct BodyFiles: Sendable {
                 let name = directory + "/" + file
                 var status = stat()
                 guard stat(root + "/" + name, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG,
-                      Double(status.st_mtim.tv_sec) < time else { continue }
+                    Double(status.st_mtim.tv_sec) < time
+                else { continue }
                 names.append(name)
             }
         }
         return names
     }
 
+    /// SQLITE_IOERR: a body file failed the way a database page would.
     private static func error(_ context: String) -> SQLiteError {
-        SQLiteError(code: 10 /* SQLITE_IOERR */, message: String(cString: strerror(errno)), context: context)
+        SQLiteError(code: 10, message: String(cString: strerror(errno)), context: context)
     }
 }
 
@@ -181,7 +184,9 @@ final class OpenBodyFiles: Sendable {
     /// of the name would do (a match is checked by name), so long as it is the same each time.
     static func number(of name: String) -> UInt64 {
         let parsed = name.utf8.withContiguousStorageIfAvailable { bytes -> UInt64? in
-            var number: UInt64 = 0, shift: UInt64 = 0, index = bytes.count
+            var number: UInt64 = 0
+            var shift: UInt64 = 0
+            var index = bytes.count
             while index > 0 {
                 index -= 1
                 let byte = bytes[index]
@@ -242,7 +247,7 @@ final class OpenBodyFiles: Sendable {
             kept.files[hash] = KeptFile(name: name, descriptor: descriptor)
             return (true, evicted)
         }
-        withExtendedLifetime(evicted) {}  // closed here, outside the lock
+        withExtendedLifetime(evicted) {} // closed here, outside the lock
         guard stored else {
             close(copy)
             return nil
@@ -258,7 +263,7 @@ final class OpenBodyFiles: Sendable {
             guard kept.files[hash]?.name == name else { return nil }
             return kept.files.removeValue(forKey: hash)
         }
-        withExtendedLifetime(removed) {}  // closed here (or by the last hit using it), outside the lock
+        withExtendedLifetime(removed) {} // closed here (or by the last hit using it), outside the lock
     }
 
     /// Closes every kept descriptor (the store closes, or the process ran out of descriptors).

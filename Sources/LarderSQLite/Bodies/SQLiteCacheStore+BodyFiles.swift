@@ -22,8 +22,9 @@ extension SQLiteCacheStore {
 
     /// A row whose body file is missing, short or damaged: a miss, and the row goes.
     private func dropDamaged(_ entry: StoredEntry, _ file: BodyFile) {
-        logger.warning("stored body file is missing or damaged; dropping the entry",
-                       metadata: ["key": "\(entry.key)", "file": "\(file.path)"])
+        logger.warning(
+            "stored body file is missing or damaged; dropping the entry",
+            metadata: ["key": "\(entry.key)", "file": "\(file.path)"])
         writerQueue.async { [self] in
             removeDamaged(entry.key, checksum: file.checksum)
             reapDeadFiles()
@@ -63,8 +64,9 @@ extension SQLiteCacheStore {
     func sweepOrphanFiles(olderThan time: Double) {
         let candidates = files.names(modifiedBefore: time)
         guard !candidates.isEmpty, let connection = try? SQLiteConnection(path: path),
-              (try? connection.execute("PRAGMA busy_timeout = 5000")) != nil,
-              let named = try? connection.prepare("SELECT 1 FROM entries WHERE body_file = ?1 LIMIT 1") else { return }
+            (try? connection.execute("PRAGMA busy_timeout = 5000")) != nil,
+            let named = try? connection.prepare("SELECT 1 FROM entries WHERE body_file = ?1 LIMIT 1")
+        else { return }
         var removed = 0
         for name in candidates {
             defer { named.reset() }

@@ -148,7 +148,10 @@ extension SQLiteCacheStore {
         let removed = deleteBatch(
             "SELECT rowid FROM entries WHERE unusable_at <= \(now - capacity.keepStaleFor) LIMIT \(Self.evictionBatch)")
         counters.expiredRemovals.add(removed, ordering: .relaxed)
-        guard !closed.load(ordering: .relaxed) else { trimming.underWay = false; return }
+        guard !closed.load(ordering: .relaxed) else {
+            trimming.underWay = false
+            return
+        }
         if removed == Self.evictionBatch {
             writerQueue.async { [self] in sweepUnusable(now: now) }
         } else if capacity.retention.isFinite {
@@ -184,7 +187,8 @@ extension SQLiteCacheStore {
     /// their body files. Returns each removed row's primary key and bytes. Shared by eviction,
     /// the retention sweep and purges.
     func deleteRows(_ selection: String, bind: (SQLiteStatement) throws(SQLiteError) -> Void = { _ throws(SQLiteError) in })
-        throws(SQLiteError) -> [(primaryKey: CacheKey, bytes: Int)] {
+        throws(SQLiteError) -> [(primaryKey: CacheKey, bytes: Int)]
+    {
         var removed: [(primaryKey: CacheKey, bytes: Int)] = []
         let delete = try writer.prepare("DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING primary_key, \(Self.entryBytesSQL)")
         try writer.immediateTransaction { () throws(SQLiteError) in

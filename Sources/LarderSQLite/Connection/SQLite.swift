@@ -136,8 +136,9 @@ final class SQLiteStatement {
         guard let value else { return try connection.check(sqlite3_bind_null(handle, index), "bind null") }
         var copy = value
         let code = copy.withUTF8 { buffer in
-            larder_sqlite3_bind_text_transient(handle, index, UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
-                                               Int32(buffer.count))
+            larder_sqlite3_bind_text_transient(
+                handle, index, UnsafeRawPointer(buffer.baseAddress!).assumingMemoryBound(to: CChar.self),
+                Int32(buffer.count))
         }
         try connection.check(code, "bind text")
     }

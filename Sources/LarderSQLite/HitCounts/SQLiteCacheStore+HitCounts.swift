@@ -1,8 +1,8 @@
 // Writing the hit counters (HitCounters.swift) into the database: hits and last_access, which
 // eviction orders by.
 
-public import LarderCore
 import Foundation
+public import LarderCore
 
 extension SQLiteCacheStore {
     public func recordHit(_ key: CacheKey, at time: Double) {
@@ -35,6 +35,9 @@ extension SQLiteCacheStore {
 
     /// Writes pending hit counts now; for shutdown and tests.
     public func flushHitsAndWait() {
-        writerQueue.sync { commitAllPending(); flushHits(olderThan: nil) }
+        writerQueue.sync {
+            commitAllPending()
+            flushHits(olderThan: nil)
+        }
     }
 }

@@ -14,7 +14,8 @@ final class Reader: @unchecked Sendable {
         // A small page cache per reader (SQLite's default is 2 MB): rows are found through
         // the OS page cache anyway, and hot entries are in the memory tier.
         try connection.execute("PRAGMA cache_size = -256")
-        select = try connection.prepare("""
+        select = try connection.prepare(
+            """
             SELECT namespace, method, url, status, headers, body, body_kind, body_checksum,
                    stored_at, freshness, version, sensitive_fp, etag, last_modified,
                    stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,

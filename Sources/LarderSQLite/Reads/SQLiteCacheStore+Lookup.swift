@@ -55,18 +55,21 @@ extension SQLiteCacheStore {
                     continue
                 }
                 guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
-                      let kind = BodyKind(rawValue: Int(select.int64(6))) else { continue }
+                    let kind = BodyKind(rawValue: Int(select.int64(6)))
+                else { continue }
                 let vary = select.string(20) ?? ""
                 let bodyFile = select.string(22).map { BodyFile(path: $0, size: Int(select.int64(23)), checksum: checksum) }
-                entries.append(StoredEntry(
-                    key: key, primaryKey: primaryKey, varyNames: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init),
-                    variantFingerprint: select.string(21),
-                    namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "", urlKey: select.string(18),
-                    status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
-                    freshness: EntryFreshness(storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
-                                              staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
-                                              mustRevalidate: select.int64(16) != 0, initialAge: select.double(17)),
-                    sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
+                entries.append(
+                    StoredEntry(
+                        key: key, primaryKey: primaryKey, varyNames: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init),
+                        variantFingerprint: select.string(21),
+                        namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "", urlKey: select.string(18),
+                        status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
+                        freshness: EntryFreshness(
+                            storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
+                            staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
+                            mustRevalidate: select.int64(16) != 0, initialAge: select.double(17)),
+                        sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
                 entries[entries.count - 1].bodyFile = bodyFile
                 entries[entries.count - 1].tags = Self.tags(fromJSON: select.string(24))
             }

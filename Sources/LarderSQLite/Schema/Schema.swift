@@ -149,7 +149,7 @@ enum Schema {
         // keys on every write.
         """
         DROP INDEX entries_primary_key;
-        """,
+        """
     ]
 
     /// The rows of a primary key, as an SQL condition on the parameter `parameter`: a row's key is
@@ -166,9 +166,10 @@ enum Schema {
         let current = try connection.scalarInt("PRAGMA user_version")
         guard current < Int64(migrations.count) else {
             if current > Int64(migrations.count) {
-                throw SQLiteError(code: SQLITE_ERROR,
-                                  message: "schema version \(current) is newer than this Larder knows (\(migrations.count))",
-                                  context: "migrate")
+                throw SQLiteError(
+                    code: SQLITE_ERROR,
+                    message: "schema version \(current) is newer than this Larder knows (\(migrations.count))",
+                    context: "migrate")
             }
             return
         }

@@ -32,12 +32,12 @@
 // WarmJobs/ (warm jobs kept across restarts).
 
 import CSQLite
-public import LarderCore
-public import LarderEngine
-public import Logging
 import Dispatch
 import Foundation
+public import LarderCore
+public import LarderEngine
 import LarderSync
+public import Logging
 
 public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     // @unchecked Sendable: `writer`, its `statements`, `trimming` and `writtenFiles` are touched
@@ -86,8 +86,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     var keptBodyFiles: Int { files.openFiles.count }
 
     /// Opens (creating when absent) the database at `path`, running migrations.
-    public init(path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, capacity: StoreCapacity = StoreCapacity(),
-                keptBodyFileCapacity: Int? = nil, logger: Logger) throws {
+    public init(
+        path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, capacity: StoreCapacity = StoreCapacity(),
+        keptBodyFileCapacity: Int? = nil, logger: Logger
+    ) throws {
         self.path = path
         self.capacity = capacity
         self.maxVariants = max(1, maxVariants)

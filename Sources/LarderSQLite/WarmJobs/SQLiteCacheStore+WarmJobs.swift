@@ -64,14 +64,16 @@ extension SQLiteCacheStore: WarmJobStore {
         writerQueue.sync { [self] in
             do {
                 var jobs: [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] = []
-                let select = try writer.prepare("""
+                let select = try writer.prepare(
+                    """
                     SELECT id, state, total, done, failed, stored, bytes, bytes_expected, concurrency, created_at,
                            started_at, finished_at, errors FROM warm_jobs ORDER BY created_at
                     """)
                 while try select.step() {
-                    var record = WarmJobRecord(id: select.string(0) ?? "",
-                                               state: WarmJobRecord.State(rawValue: select.string(1) ?? "") ?? .done,
-                                               total: Int(select.int64(2)), concurrency: Int(select.int64(8)), createdAt: select.double(9))
+                    var record = WarmJobRecord(
+                        id: select.string(0) ?? "",
+                        state: WarmJobRecord.State(rawValue: select.string(1) ?? "") ?? .done,
+                        total: Int(select.int64(2)), concurrency: Int(select.int64(8)), createdAt: select.double(9))
                     record.done = Int(select.int64(3))
                     record.failed = Int(select.int64(4))
                     record.stored = Int(select.int64(5))
@@ -101,15 +103,18 @@ extension SQLiteCacheStore: WarmJobStore {
 
     /// On the writer queue.
     private func saveJob(_ record: WarmJobRecord) throws(SQLiteError) {
-        let upsert = try writer.prepare("""
+        let upsert = try writer.prepare(
+            """
             INSERT OR REPLACE INTO warm_jobs (id, state, total, done, failed, stored, bytes, bytes_expected, concurrency,
                                               created_at, started_at, finished_at, errors)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
             """)
         try upsert.bind(1, record.id)
         try upsert.bind(2, record.state.rawValue)
-        for (position, value) in [record.total, record.done, record.failed, record.stored, record.bytes, record.bytesExpected,
-                                  record.concurrency].enumerated() {
+        for (position, value) in [
+            record.total, record.done, record.failed, record.stored, record.bytes, record.bytesExpected,
+            record.concurrency
+        ].enumerated() {
             try upsert.bind(Int32(position + 3), Int64(value))
         }
         try upsert.bind(10, record.createdAt)

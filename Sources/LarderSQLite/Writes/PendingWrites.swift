@@ -49,8 +49,10 @@ struct PendingWrites {
     /// (the disk stalled), the entry is not stored and the caller is answered at once, since
     /// waiting for the commit stalled every request with it. One entry alone over the limit is
     /// stored, and answered after its commit.
-    mutating func admit(_ entry: StoredEntry, size: Int, probe: KeyFilter.Probe, byteLimit: Int,
-                        completion: @escaping @Sendable (Bool) -> Void) -> Admission? {
+    mutating func admit(
+        _ entry: StoredEntry, size: Int, probe: KeyFilter.Probe, byteLimit: Int,
+        completion: @escaping @Sendable (Bool) -> Void
+    ) -> Admission? {
         if bytes > 0, bytes + size > byteLimit { return nil }
         let waits = size > byteLimit
         // Asked before the insert below; nil (still being built) answers "maybe".
@@ -72,7 +74,8 @@ struct PendingWrites {
     /// Takes the next group commit off the queue: the oldest saves, at most `entryLimit` of them
     /// and `byteLimit` bytes, and one at least. `more`: saves are left for another group.
     mutating func takeGroup(entryLimit: Int, byteLimit: Int) -> (group: [PendingWrite], more: Bool) {
-        var count = 0, groupBytes = 0
+        var count = 0
+        var groupBytes = 0
         while count < min(queue.count, entryLimit), count == 0 || groupBytes + queue[count].size <= byteLimit {
             groupBytes += queue[count].size
             count += 1

@@ -150,7 +150,10 @@ extension SQLiteCacheStore {
             do {
                 try writer.immediateTransaction { () throws(SQLiteError) in
                     for urlKey in Set(urlKeys) {
-                        defer { statements.selectByURL.reset(); statements.deleteByURL.reset() }
+                        defer {
+                            statements.selectByURL.reset()
+                            statements.deleteByURL.reset()
+                        }
                         try statements.selectByURL.bind(1, urlKey)
                         while try statements.selectByURL.step() {
                             if let key = statements.selectByURL.string(0) { removed.append(CacheKey(hex: key)) }
@@ -244,7 +247,8 @@ extension SQLiteCacheStore {
     /// Counts a failed write and logs it, once a minute at most (WriteHealth).
     func noteWriteFailure(_ error: any Error) {
         guard let count = health.recordFailure(now: DispatchTime.now().uptimeNanoseconds) else { return }
-        logger.error("""
+        logger.error(
+            """
             cannot store responses: \(error) (\(count) failed writes since the last report); \
             answering uncached until writes succeed again
             """, metadata: ["database": "\(path)"])

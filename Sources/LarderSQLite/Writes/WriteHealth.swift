@@ -43,7 +43,8 @@ final class WriteHealth: Sendable {
         _ = failingSince.compareExchange(expected: 0, desired: now, ordering: .relaxed)
         let last = lastReport.load(ordering: .relaxed)
         guard last == 0 || (now > last && now - last > Self.reportInterval),
-              lastReport.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged else { return nil }
+            lastReport.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
+        else { return nil }
         return failuresSinceReport.exchange(0, ordering: .relaxed)
     }
 

@@ -18,7 +18,8 @@ struct WriterStatements {
     let journalsInFiles: SQLiteStatement
 
     init(_ writer: SQLiteConnection) throws(SQLiteError) {
-        insert = try writer.prepare("""
+        insert = try writer.prepare(
+            """
             INSERT OR REPLACE INTO entries
               (key, namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at,
                freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
@@ -34,7 +35,8 @@ struct WriterStatements {
         addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
         selectByURL = try writer.prepare("SELECT DISTINCT primary_key FROM entries WHERE url_key = ?1")
         dropOtherVariants = try writer.prepare("DELETE FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) AND vary <> ?2")
-        trimVariants = try writer.prepare("""
+        trimVariants = try writer.prepare(
+            """
             DELETE FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) AND key NOT IN
               (SELECT key FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) ORDER BY stored_at DESC LIMIT CAST(?2 AS INTEGER))
             """)

@@ -59,16 +59,19 @@ public enum ConfigFile {
     /// (a block level needs at least one more column), its leading `- ` and `? ` indicators
     /// (`- - - x` nests on one line), and the open flow brackets outside quotes and comments.
     static func nestingEstimate(_ text: String) -> Int {
-        var deepest = 0, flow = 0
+        var deepest = 0
+        var flow = 0
         var quote: UInt8?
         for line in Array(text.utf8).split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
-            var index = line.startIndex, block = 0
+            var index = line.startIndex
+            var block = 0
             while index < line.endIndex, line[index] == UInt8(ascii: " ") || line[index] == UInt8(ascii: "\t") {
                 block += 1
                 index += 1
             }
             while index + 1 < line.endIndex, line[index] == UInt8(ascii: "-") || line[index] == UInt8(ascii: "?"),
-                  line[index + 1] == UInt8(ascii: " ") {
+                line[index + 1] == UInt8(ascii: " ")
+            {
                 block += 2
                 index += 2
             }
@@ -169,7 +172,7 @@ public enum ConfigFile {
         Setting("storeFallback") { $1.storeFallbackPassThrough = try $0.either("fail", or: "pass-through") },
         Setting("adminPort") { $1.adminPort = try $0.integer() },
         Setting("bodyFileThreshold") { $1.bodyFileThresholdBytes = try $0.integer() },
-        Setting("upstreams") { $1.upstreams = try $0.upstreams() },
+        Setting("upstreams") { $1.upstreams = try $0.upstreams() }
     ]
 
     /// One key of the file and how it sets its field.

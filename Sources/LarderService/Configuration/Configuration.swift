@@ -138,7 +138,8 @@ public struct LarderConfiguration: Sendable {
     /// Whether the store is shared by many instances (Redis, Redis Cluster).
     public var isSharedStore: Bool { store != "sqlite" }
 
-    static let sharedSecretRequired = "a shared store needs a secret file, the same for every instance and kept out of Redis: "
+    static let sharedSecretRequired =
+        "a shared store needs a secret file, the same for every instance and kept out of Redis: "
         + "make one with `head -c 32 /dev/urandom | base64 > larder.secret` and give it with --secret-file larder.secret "
         + "(or LARDER_SECRET_FILE, or secretFile in the config file)"
 
@@ -248,14 +249,17 @@ public struct ConfigurationError: Error, CustomStringConvertible {
 /// `90s`, `30m`, `12h`, `7d`. KB/MB/GB are powers of 1000, KiB/MiB/GiB (and k/m/g) of 1024.
 public enum Quantity {
     public static func bytes(_ text: String) -> Int? {
-        let units: [(String, Int)] = [("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40),
-                                      ("KB", 1_000), ("MB", 1_000_000), ("GB", 1_000_000_000), ("TB", 1_000_000_000_000),
-                                      ("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30),
-                                      ("B", 1)]
+        let units: [(String, Int)] = [
+            ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("TiB", 1 << 40),
+            ("KB", 1_000), ("MB", 1_000_000), ("GB", 1_000_000_000), ("TB", 1_000_000_000_000),
+            ("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30),
+            ("B", 1)
+        ]
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         for (unit, factor) in units where trimmed.hasSuffix(unit) {
             guard let value = Double(trimmed.dropLast(unit.count).trimmingCharacters(in: .whitespaces)), value >= 0,
-                  value * Double(factor) < 9e18 else { return nil }
+                value * Double(factor) < 9e18
+            else { return nil }
             return Int(value * Double(factor))
         }
         return Int(trimmed).flatMap { $0 >= 0 ? $0 : nil }

@@ -14,9 +14,9 @@ import Foundation
 import LarderCore
 import LarderEngine
 import LarderSQLite
+import LarderSync
 import Metrics
 import Prometheus
-import LarderSync
 
 final class LarderMetrics: TrafficObserver, Sendable {
     let registry = PrometheusCollectorRegistry()
@@ -41,17 +41,24 @@ final class LarderMetrics: TrafficObserver, Sendable {
         factory.defaultDurationHistogramBuckets = [
             .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2.5), .milliseconds(5),
             .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500),
-            .seconds(1), .seconds(2.5), .seconds(5), .seconds(10), .seconds(30),
+            .seconds(1), .seconds(2.5), .seconds(5), .seconds(10), .seconds(30)
         ]
         self.factory = factory
         self.namespaceLimit = namespaceLimit
         self.startedAt = startedAt
-        routeMetrics = Dictionary(uniqueKeysWithValues: Self.routes.map { route in
-            (route, RouteMetrics(duration: CoreMetrics.Timer(label: "larder_request_duration_seconds", dimensions: [("route", route)],
-                                                             factory: factory),
-                                 ok: CoreMetrics.Counter(label: "larder_requests_total", dimensions: [("route", route), ("status", "200")],
-                                                         factory: factory)))
-        })
+        routeMetrics = Dictionary(
+            uniqueKeysWithValues: Self.routes.map { route in
+                (
+                    route,
+                    RouteMetrics(
+                        duration: CoreMetrics.Timer(
+                            label: "larder_request_duration_seconds", dimensions: [("route", route)],
+                            factory: factory),
+                        ok: CoreMetrics.Counter(
+                            label: "larder_requests_total", dimensions: [("route", route), ("status", "200")],
+                            factory: factory))
+                )
+            })
     }
 
     /// The metric kept under `key` in `table`, made by `make` the first time.
@@ -90,7 +97,10 @@ final class LarderMetrics: TrafficObserver, Sendable {
         let duration: CoreMetrics.Timer
         let ok: CoreMetrics.Counter
         let byStatus = Locked<[Int: CoreMetrics.Counter]>([:])
-        init(duration: CoreMetrics.Timer, ok: CoreMetrics.Counter) { self.duration = duration; self.ok = ok }
+        init(duration: CoreMetrics.Timer, ok: CoreMetrics.Counter) {
+            self.duration = duration
+            self.ok = ok
+        }
     }
 
     /// A namespace's lookup counters, one per outcome (and coalesced), made together.
@@ -114,9 +124,12 @@ final class LarderMetrics: TrafficObserver, Sendable {
         let label = namespaceLabel(namespace)
         return lookups.withLock { all in
             if let existing = all[namespace] { return existing }
-            let made = all[label] ?? LookupCounters(byOutcome: Self.outcomeLabels.map { outcome in
-                counter("larder_cache_lookups_total", [("outcome", outcome), ("namespace", label)])
-            })
+            let made =
+                all[label]
+                ?? LookupCounters(
+                    byOutcome: Self.outcomeLabels.map { outcome in
+                        counter("larder_cache_lookups_total", [("outcome", outcome), ("namespace", label)])
+                    })
             all[label] = made
             // Folded namespaces are remembered too (bounded: only up to the limit plus what
             // maps to `other` is kept by name, and names past 10,000 are looked up each time).
@@ -134,21 +147,29 @@ final class LarderMetrics: TrafficObserver, Sendable {
         case "/healthz": "healthz"
         case "/metrics": "metrics"
         default:
-            if path.hasPrefix("/cache/warm") { "warm" }
-            else if path == "/cache" || path.hasPrefix("/cache/") { "admin" }
-            else if path.hasPrefix("/proxy/") { "proxy" }
-            else { "other" }
+            if path.hasPrefix("/cache/warm") {
+                "warm"
+            } else if path == "/cache" || path.hasPrefix("/cache/") {
+                "admin"
+            } else if path.hasPrefix("/proxy/") {
+                "proxy"
+            } else {
+                "other"
+            }
         }
     }
 
     func requestFinished(route: String, status: Int, seconds: Double) {
         let metrics = metrics(forRoute: route)
-        let requests = status == 200 ? metrics.ok : metrics.byStatus.withLock { byStatus in
-            if let existing = byStatus[status] { return existing }
-            let made = self.counter("larder_requests_total", [("route", route), ("status", String(status))])
-            byStatus[status] = made
-            return made
-        }
+        let requests =
+            status == 200
+            ? metrics.ok
+            : metrics.byStatus.withLock { byStatus in
+                if let existing = byStatus[status] { return existing }
+                let made = self.counter("larder_requests_total", [("route", route), ("status", String(status))])
+                byStatus[status] = made
+                return made
+            }
         requests.increment()
         metrics.duration.recordNanoseconds(Int64(max(0, seconds) * 1e9))
     }
@@ -188,8 +209,9 @@ final class LarderMetrics: TrafficObserver, Sendable {
         func requests(status: Int) -> CoreMetrics.Counter {
             byStatus.withLock { counters in
                 if let counter = counters[status] { return counter }
-                let counter = CoreMetrics.Counter(label: "larder_upstream_requests_total",
-                                                  dimensions: [("upstream", name), ("status", String(status))], factory: factory)
+                let counter = CoreMetrics.Counter(
+                    label: "larder_upstream_requests_total",
+                    dimensions: [("upstream", name), ("status", String(status))], factory: factory)
                 counters[status] = counter
                 return counter
             }
@@ -215,8 +237,10 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     /// The exposition, after reading what is measured at scrape time (`memoBytes`: what the
     /// router's request memos hold).
-    func scrape(store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int,
-                listeners: [(name: String, open: Int, limit: Int)] = []) -> [UInt8] {
+    func scrape(
+        store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int,
+        listeners: [(name: String, open: Int, limit: Int)] = []
+    ) -> [UInt8] {
         let figures = store.figures
         for listener in listeners {
             gauge("larder_http_connections", [("listener", listener.name)]).record(listener.open)
@@ -229,12 +253,16 @@ final class LarderMetrics: TrafficObserver, Sendable {
         // Counters kept by the store; Prometheus counters advance by what changed since.
         let (evicted, expired, failed, shed, skipped, rejected) = reported.withLock { reported -> (Int, Int, Int, Int, Int, Int) in
             defer {
-                reported = (figures.evictions, figures.expiredRemovals, figures.failures, figures.shedWrites, figures.lookupsSkipped,
-                            figures.rejectedEntries)
+                reported = (
+                    figures.evictions, figures.expiredRemovals, figures.failures, figures.shedWrites, figures.lookupsSkipped,
+                    figures.rejectedEntries
+                )
             }
-            return (figures.evictions - reported.evictions, figures.expiredRemovals - reported.expired, figures.failures - reported.failures,
-                    figures.shedWrites - reported.shed, figures.lookupsSkipped - reported.skipped,
-                    figures.rejectedEntries - reported.rejected)
+            return (
+                figures.evictions - reported.evictions, figures.expiredRemovals - reported.expired, figures.failures - reported.failures,
+                figures.shedWrites - reported.shed, figures.lookupsSkipped - reported.skipped,
+                figures.rejectedEntries - reported.rejected
+            )
         }
         counter("larder_cache_evictions_total", []).increment(by: max(0, evicted))
         counter("larder_cache_expired_removals_total", []).increment(by: max(0, expired))

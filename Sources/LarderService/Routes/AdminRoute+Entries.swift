@@ -149,9 +149,12 @@ extension AdminRoute {
         }
         let response = try Self.response(fields)
         let now = clock.now()
-        engine.write(UpstreamResponse(status: response.status, headers: response.headers, body: response.body,
-                                      requestTime: now, responseTime: now),
-                     for: engine.prepare(fetch)) { result in
+        engine.write(
+            UpstreamResponse(
+                status: response.status, headers: response.headers, body: response.body,
+                requestTime: now, responseTime: now),
+            for: engine.prepare(fetch)
+        ) { result in
             // (The engine's store is the memory tier: it keeps the new response, not the old.)
             switch result {
             case .success(let key):
@@ -202,8 +205,9 @@ extension AdminRoute {
     }
 
     /// What a read of the store that failed answers: never an empty store that is not.
-    static let unreadable = LarderError(.storageFailed,
-                                        "the store could not be read (a shared Redis out of reach or too slow, or a database error); retry")
+    static let unreadable = LarderError(
+        .storageFailed,
+        "the store could not be read (a shared Redis out of reach or too slow, or a database error); retry")
 
     // MARK: - Namespaces
 
@@ -243,8 +247,9 @@ extension AdminRoute {
             version = explicit
         case (nil, true?):
             guard previous < CacheOptions.versions.upperBound else {
-                throw LarderError(.versionExhausted, "namespace '\(namespace)' is at the highest version; set a lower one explicitly",
-                                  field: "bump")
+                throw LarderError(
+                    .versionExhausted, "namespace '\(namespace)' is at the highest version; set a lower one explicitly",
+                    field: "bump")
             }
             version = previous + 1
         default:

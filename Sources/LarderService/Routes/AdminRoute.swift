@@ -36,13 +36,15 @@ struct AdminRoute: Sendable {
     static func refusal(_ request: HTTPServerRequest, token: [UInt8]) -> HTTPServerResponse? {
         let presented = request.headers.first { $0.name.caseInsensitiveEquals("authorization") }?.value ?? ""
         let scheme = "Bearer "
-        let credential = presented.utf8.count > scheme.utf8.count && presented.prefix(7).lowercased() == "bearer "
+        let credential =
+            presented.utf8.count > scheme.utf8.count && presented.prefix(7).lowercased() == "bearer "
             ? Array(presented.utf8.dropFirst(7)) : []
         guard !constantTimeEquals(credential, token) else { return nil }
         let error = LarderError(.unauthorized, "this route requires Authorization: Bearer <token>")
-        return HTTPServerResponse(status: 401,
-                                  headers: [("Content-Type", "application/json"), ("WWW-Authenticate", #"Bearer realm="larder""#)],
-                                  body: error.jsonBody)
+        return HTTPServerResponse(
+            status: 401,
+            headers: [("Content-Type", "application/json"), ("WWW-Authenticate", #"Bearer realm="larder""#)],
+            body: error.jsonBody)
     }
 
     /// Compares every byte whatever the first difference, so the time taken says nothing about
@@ -125,8 +127,10 @@ struct AdminRoute: Sendable {
 
     /// 503 `storage_failed` for a removal the store failed part way through.
     static func storeFailure(_ result: PurgeResult) -> HTTPServerResponse {
-        let error = LarderError(.storageFailed, "the store failed before the removal was complete (\(result.removed) entries removed); "
-            + "entries it should have removed may remain: retry")
+        let error = LarderError(
+            .storageFailed,
+            "the store failed before the removal was complete (\(result.removed) entries removed); "
+                + "entries it should have removed may remain: retry")
         return json(error.status, error.jsonBody)
     }
 
@@ -188,8 +192,10 @@ struct AdminRoute: Sendable {
     static let filterNames: Set<String> = ["namespace", "urlPrefix", "host", "tag", "olderThan", "versionBelow", "expired", "all"]
 
     /// Reads a query's parameters, each one of `allowed` and at most once, through `read`.
-    static func readQuery(_ query: [(String, String)], allowed: Set<String>, kind: String,
-                          _ read: (String, String) throws(LarderError) -> Void) throws(LarderError) {
+    static func readQuery(
+        _ query: [(String, String)], allowed: Set<String>, kind: String,
+        _ read: (String, String) throws(LarderError) -> Void
+    ) throws(LarderError) {
         var seen: Set<String> = []
         for (name, value) in query {
             guard allowed.contains(name) else { throw .invalid(name, "is not a \(kind) (\(allowed.sorted().joined(separator: ", ")))") }
@@ -238,8 +244,9 @@ struct AdminRoute: Sendable {
         }
         if filter.all, query.count > 1 { throw .invalid("all", "clears everything and takes no other filter") }
         guard !filter.isEmpty else {
-            throw .invalid("query",
-                           "name at least one filter (namespace, urlPrefix, host, tag, olderThan, versionBelow, expired), or all=true")
+            throw .invalid(
+                "query",
+                "name at least one filter (namespace, urlPrefix, host, tag, olderThan, versionBelow, expired), or all=true")
         }
         return filter
     }

@@ -38,8 +38,9 @@ struct BatchRoute: Sendable {
             batch = known
         } else {
             let parsed = try BatchRequest.parse(json: request.body, upstreams: upstreams, maxRequests: maxRequests)
-            batch = PreparedBatch(ids: parsed.items.map(\.id), items: parsed.items.map { engine.prepare($0.request) },
-                                  mode: parsed.mode, concurrency: parsed.concurrency, timeoutMs: parsed.timeoutMs)
+            batch = PreparedBatch(
+                ids: parsed.items.map(\.id), items: parsed.items.map { engine.prepare($0.request) },
+                mode: parsed.mode, concurrency: parsed.concurrency, timeoutMs: parsed.timeoutMs)
             memo.insert(request.body, .batch(batch))
         }
         let clock = self.clock
@@ -47,43 +48,54 @@ struct BatchRoute: Sendable {
         let budget = AnswerBudget(limit: maxAnswerBytes)
         if ItemRendering.wantsNDJSON(request) {
             let stream = HTTPResponseStream()
-            let sink = ItemSink(budget: budget, render: { outcome in
-                // Nobody reads what is rendered for a client that left.
-                stream.isClosed ? []
-                    : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
-            }, write: { _, line, taken in
-                stream.write(line, taken: taken)
-            })
-            let run = BatchRun(engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
-                               timeoutMs: batch.timeoutMs, sink: sink,
-                               onFinish: { outcomes in
-                                   var none: [[UInt8]]? = nil
-                                   stream.write(Self.summary(outcomes, ids: ids, responses: &none, receivedAt: receivedAt, clock: clock,
-                                                             line: true))
-                                   stream.finish()
-                               })
+            let sink = ItemSink(
+                budget: budget,
+                render: { outcome in
+                    // Nobody reads what is rendered for a client that left.
+                    stream.isClosed
+                        ? []
+                        : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
+                },
+                write: { _, line, taken in
+                    stream.write(line, taken: taken)
+                })
+            let run = BatchRun(
+                engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
+                timeoutMs: batch.timeoutMs, sink: sink,
+                onFinish: { outcomes in
+                    var none: [[UInt8]]? = nil
+                    stream.write(
+                        Self.summary(
+                            outcomes, ids: ids, responses: &none, receivedAt: receivedAt, clock: clock,
+                            line: true))
+                    stream.finish()
+                })
             routeRequest.onClientGone { run.cancel() }
             run.start()
             return RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
         // Each item is kept as rendered, in its place; the response goes out of the run's hands.
         let rendered = Locked<[[UInt8]]>(Array(repeating: [], count: ids.count))
-        let sink = ItemSink(budget: budget, render: { outcome in
-            ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt)
-        }, write: { outcome, item, taken in
-            rendered.withLock { $0[outcome.index] = item }
-            taken()
-        })
-        let run = BatchRun(engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
-                           timeoutMs: batch.timeoutMs, sink: sink,
-                           onFinish: { outcomes in
-                               var responses: [[UInt8]]? = rendered.withLock { items in
-                                   defer { items = [] }
-                                   return items
-                               }
-                               let body = Self.summary(outcomes, ids: ids, responses: &responses, receivedAt: receivedAt, clock: clock)
-                               routeRequest.respond(AdminRoute.json(200, body))
-                           })
+        let sink = ItemSink(
+            budget: budget,
+            render: { outcome in
+                ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt)
+            },
+            write: { outcome, item, taken in
+                rendered.withLock { $0[outcome.index] = item }
+                taken()
+            })
+        let run = BatchRun(
+            engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
+            timeoutMs: batch.timeoutMs, sink: sink,
+            onFinish: { outcomes in
+                var responses: [[UInt8]]? = rendered.withLock { items in
+                    defer { items = [] }
+                    return items
+                }
+                let body = Self.summary(outcomes, ids: ids, responses: &responses, receivedAt: receivedAt, clock: clock)
+                routeRequest.respond(AdminRoute.json(200, body))
+            })
         routeRequest.onClientGone { run.cancel() }
         run.start()
         return nil
@@ -91,8 +103,10 @@ struct BatchRoute: Sendable {
 
     /// `{"ok":…,"failed":[ids],"responses":[…],"timing":{"totalMs":…}}` (no `responses` in the
     /// stream's last line). The rendered responses are let go of as they are copied in.
-    static func summary(_ outcomes: [ItemOutcome], ids: [String], responses: inout [[UInt8]]?, receivedAt: Double, clock: Clock,
-                        line: Bool = false) -> [UInt8] {
+    static func summary(
+        _ outcomes: [ItemOutcome], ids: [String], responses: inout [[UInt8]]?, receivedAt: Double, clock: Clock,
+        line: Bool = false
+    ) -> [UInt8] {
         let failed = outcomes.filter { $0.state == .failed }.map { ids[$0.index] }
         let ok = outcomes.allSatisfy { $0.state == .done }
         var out: [UInt8] = []
@@ -150,9 +164,10 @@ enum ItemRendering {
         out.append(UInt8(ascii: "\""))
         if let served = outcome.response {
             out.append(UInt8(ascii: ","))
-            Envelope.appendMembers(status: served.status, headersJSON: served.headersJSON, body: served.body, kind: served.bodyKind,
-                                   cache: served.report, totalMs: max(0, (outcome.finishedAt - receivedAt) * 1000),
-                                   upstreamMs: served.upstreamMs, to: &out)
+            Envelope.appendMembers(
+                status: served.status, headersJSON: served.headersJSON, body: served.body, kind: served.bodyKind,
+                cache: served.report, totalMs: max(0, (outcome.finishedAt - receivedAt) * 1000),
+                upstreamMs: served.upstreamMs, to: &out)
         }
         if let error = outcome.error {
             out.append(UInt8(ascii: ","))

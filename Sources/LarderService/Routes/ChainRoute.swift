@@ -46,20 +46,27 @@ struct ChainRoute: Sendable {
         let budget = AnswerBudget(limit: maxAnswerBytes)
         if ItemRendering.wantsNDJSON(request) {
             let stream = HTTPResponseStream()
-            let sink = ItemSink(budget: budget, render: { outcome in
-                // Nobody reads what is rendered for a client that left.
-                stream.isClosed ? []
-                    : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
-            }, write: { _, line, taken in
-                stream.write(line, taken: taken)
-            })
-            let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
-                               onFinish: { result in
-                                   var none: [[UInt8]]? = nil
-                                   stream.write(Self.summary(result, plan: plan, steps: &none, receivedAt: receivedAt, clock: clock,
-                                                             line: true))
-                                   stream.finish()
-                               })
+            let sink = ItemSink(
+                budget: budget,
+                render: { outcome in
+                    // Nobody reads what is rendered for a client that left.
+                    stream.isClosed
+                        ? []
+                        : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
+                },
+                write: { _, line, taken in
+                    stream.write(line, taken: taken)
+                })
+            let run = ChainRun(
+                engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
+                onFinish: { result in
+                    var none: [[UInt8]]? = nil
+                    stream.write(
+                        Self.summary(
+                            result, plan: plan, steps: &none, receivedAt: receivedAt, clock: clock,
+                            line: true))
+                    stream.finish()
+                })
             routeRequest.onClientGone { run.cancel() }
             run.start()
             return RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
@@ -67,21 +74,25 @@ struct ChainRoute: Sendable {
         // Each step as rendered, in its place: all of them, or with `include: output` the failed
         // ones (every step is rendered and counted against the budget all the same).
         let rendered = Locked<[[UInt8]]>(Array(repeating: [], count: ids.count))
-        let sink = ItemSink(budget: budget, render: { outcome in
-            ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt)
-        }, write: { outcome, item, taken in
-            if !plan.outputOnly || outcome.state == .failed { rendered.withLock { $0[outcome.index] = item } }
-            taken()
-        })
-        let run = ChainRun(engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
-                           onFinish: { result in
-                               var renderedSteps: [[UInt8]]? = rendered.withLock { items in
-                                   defer { items = [] }
-                                   return items
-                               }
-                               let body = Self.summary(result, plan: plan, steps: &renderedSteps, receivedAt: receivedAt, clock: clock)
-                               routeRequest.respond(AdminRoute.json(200, body))
-                           })
+        let sink = ItemSink(
+            budget: budget,
+            render: { outcome in
+                ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt)
+            },
+            write: { outcome, item, taken in
+                if !plan.outputOnly || outcome.state == .failed { rendered.withLock { $0[outcome.index] = item } }
+                taken()
+            })
+        let run = ChainRun(
+            engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
+            onFinish: { result in
+                var renderedSteps: [[UInt8]]? = rendered.withLock { items in
+                    defer { items = [] }
+                    return items
+                }
+                let body = Self.summary(result, plan: plan, steps: &renderedSteps, receivedAt: receivedAt, clock: clock)
+                routeRequest.respond(AdminRoute.json(200, body))
+            })
         routeRequest.onClientGone { run.cancel() }
         run.start()
         return nil
@@ -90,8 +101,10 @@ struct ChainRoute: Sendable {
     /// `{"ok", "output", "steps": {id: {…}}, "order": [ids], "failed": [ids], "error", "timing"}`;
     /// with `include: "output"`, steps only for failures. `steps`: the steps as rendered, by
     /// index (nil in the stream's last line, which has no `steps`), let go of as copied in.
-    static func summary(_ result: ChainResult, plan: ChainPlan, steps: inout [[UInt8]]?, receivedAt: Double, clock: Clock,
-                        line: Bool = false) -> [UInt8] {
+    static func summary(
+        _ result: ChainResult, plan: ChainPlan, steps: inout [[UInt8]]?, receivedAt: Double, clock: Clock,
+        line: Bool = false
+    ) -> [UInt8] {
         let ids = plan.steps.map(\.id)
         let failed = result.outcomes.compactMap { $0 }.filter { $0.state == .failed }
         let includeSteps = steps != nil

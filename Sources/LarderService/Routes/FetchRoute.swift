@@ -36,8 +36,9 @@ struct FetchRoute: Sendable {
             return RouteAnswer(error: error)
         case .served(let served):
             let totalMs = max(0, (clock.now() - receivedAt) * 1000)
-            let body = Envelope.render(status: served.status, headersJSON: served.headersJSON, body: served.body,
-                                       kind: served.bodyKind, cache: served.report, totalMs: totalMs, upstreamMs: served.upstreamMs)
+            let body = Envelope.render(
+                status: served.status, headersJSON: served.headersJSON, body: served.body,
+                kind: served.bodyKind, cache: served.report, totalMs: totalMs, upstreamMs: served.upstreamMs)
             let headers = [("Content-Type", "application/json"), ("X-Cache", served.report.outcome.headerValue)]
             return RouteAnswer(HTTPServerResponse(status: 200, headers: headers, body: body), outcome: served.report.outcome)
         }

@@ -43,12 +43,14 @@ struct ProxyRoute: Sendable {
     /// (Every `x-forwarded-*` field too, by prefix.)
     static let unkeyedOverrides: Set<String> = [
         "forwarded", "x-real-ip", "x-host", "x-original-url", "x-rewrite-url", "x-original-host",
-        "x-http-method-override", "x-http-method", "x-method-override",
+        "x-http-method-override", "x-http-method", "x-method-override"
     ]
     /// Conditions (and ranges) Larder evaluates itself for cacheable requests, so the upstream
     /// always sends a full response that can be stored.
-    private static let conditionals = FieldNames(["if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
-                                                  "if-range", "range"])
+    private static let conditionals = FieldNames([
+        "if-none-match", "if-modified-since", "if-match", "if-unmodified-since",
+        "if-range", "range"
+    ])
     /// Response fields never passed on (besides hop-by-hop): the server sets its own framing and
     /// its own Age; the fields tags are read from (Surrogate-Key, Cache-Tag: they are for this
     /// cache, as a CDN keeps them); with `stripTargeted`, CDN-Cache-Control too (RFC 9213 §2.1:
@@ -80,10 +82,15 @@ struct ProxyRoute: Sendable {
         var memoKey: [UInt8] = []
         if method == .get, request.body.isEmpty {
             memoKey.reserveCapacity(256)
-            for part in [name, target] { memoKey.append(contentsOf: part.utf8); memoKey.append(0) }
+            for part in [name, target] {
+                memoKey.append(contentsOf: part.utf8)
+                memoKey.append(0)
+            }
             for header in request.headers {
-                memoKey.append(contentsOf: header.name.utf8); memoKey.append(0)
-                memoKey.append(contentsOf: header.value.utf8); memoKey.append(0)
+                memoKey.append(contentsOf: header.name.utf8)
+                memoKey.append(0)
+                memoKey.append(contentsOf: header.value.utf8)
+                memoKey.append(0)
             }
             if case .fetch(let prepared)? = memo.lookup(memoKey) {
                 return answerGet(prepared, request: routeRequest)
@@ -155,8 +162,10 @@ struct ProxyRoute: Sendable {
         return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld) }
     }
 
-    private static func deliver(_ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest,
-                                withheld: FieldNames) -> RouteAnswer {
+    private static func deliver(
+        _ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest,
+        withheld: FieldNames
+    ) -> RouteAnswer {
         let conditions = request.headers.filter { conditionals.contains(anyCase: $0.name) }
         let response = render(answer, method: method, conditions: conditions, withheld: withheld)
         var errorCode: String?
@@ -165,8 +174,10 @@ struct ProxyRoute: Sendable {
     }
 
     /// The request as it goes upstream: the client's method, path, query, fields and body.
-    static func forwardedRequest(_ request: HTTPServerRequest, method: HTTPMethod, upstream: NamedUpstream,
-                                 target: String) throws(LarderError) -> FetchRequest {
+    static func forwardedRequest(
+        _ request: HTTPServerRequest, method: HTTPMethod, upstream: NamedUpstream,
+        target: String
+    ) throws(LarderError) -> FetchRequest {
         guard let base = upstream.url(for: target, cdn: false) else { throw LarderError(.unknownUpstream, "no base URL") }
         let url = try UpstreamURL(parsing: base, mergingQuery: upstream.query, field: "path")
         if let refusal = upstream.refusal(for: url, cdn: false) { throw .invalid("path", refusal) }
@@ -177,7 +188,10 @@ struct ProxyRoute: Sendable {
         for field in fields {
             let name = field.name.lowercasedASCII
             if HopByHop.contains(name, nominatedBy: nominated) || notForwarded.contains(name)
-                || unkeyedOverrides.contains(name) || name.hasPrefix("x-forwarded-") { continue }
+                || unkeyedOverrides.contains(name) || name.hasPrefix("x-forwarded-")
+            {
+                continue
+            }
             if cacheable, conditionals.contains(name) { continue }
             headers.append(field)
         }
@@ -190,14 +204,17 @@ struct ProxyRoute: Sendable {
         options.namespace = FetchRequest.reservedNamespacePrefix + upstream.name
         options.staleOnError = upstream.cache.staleOnError
         options.tags = upstream.cache.tags
-        var forwarded = FetchRequest(method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
-                                     cache: options, shared: true)
+        var forwarded = FetchRequest(
+            method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
+            cache: options, shared: true)
         forwarded.originBoundHeaders = originBound
         return forwarded
     }
 
-    static func render(_ answer: CacheAnswer, method: HTTPMethod, conditions: [(name: String, value: String)],
-                       withheld notPassedOn: FieldNames) -> HTTPServerResponse {
+    static func render(
+        _ answer: CacheAnswer, method: HTTPMethod, conditions: [(name: String, value: String)],
+        withheld notPassedOn: FieldNames
+    ) -> HTTPServerResponse {
         guard case .served(let served) = answer else {
             if case .failed(let error) = answer { return errorResponse(error) }
             return HTTPServerResponse(status: 502)
@@ -222,26 +239,33 @@ struct ProxyRoute: Sendable {
         headers.append(("Cache-Status", cacheStatus(report, status: served.status, method: method)))
 
         if !conditions.isEmpty, method == .get || method == .head, served.status == 200,
-           notModified(conditions: conditions, etag: served.etag,
-                       lastModified: served.lastModified ?? served.headers.first(named: "date")) {
+            notModified(
+                conditions: conditions, etag: served.etag,
+                lastModified: served.lastModified ?? served.headers.first(named: "date"))
+        {
             // §4.3.2 / RFC 9110 §15.4.5: the 304 carries the fields a 200 would, but no body.
-            let kept: Set<String> = ["cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status",
-                                     "last-modified"]
+            let kept: Set<String> = [
+                "cache-control", "content-location", "date", "etag", "expires", "vary", "age", "cache-status",
+                "last-modified"
+            ]
             return HTTPServerResponse(status: 304, headers: headers.filter { kept.contains($0.name.lowercasedASCII) }, body: [])
         }
         if !conditions.isEmpty, method == .get, served.status == 200 {
             // RFC 9110 §14: a single range is cut from the full response.
             let field = { (name: String) in conditions.first { $0.name.lowercasedASCII == name }?.value }
             let length = served.bodyLength
-            switch ByteRange.answer(range: field("range"), ifRange: field("if-range"), length: length,
-                                    etag: served.etag, lastModified: served.lastModified) {
+            switch ByteRange.answer(
+                range: field("range"), ifRange: field("if-range"), length: length,
+                etag: served.etag, lastModified: served.lastModified)
+            {
             case .full:
                 break
             case .partial(let bytes):
                 headers.append(("Content-Range", "bytes \(bytes.lowerBound)-\(bytes.upperBound)/\(length)"))
                 if let file = served.openedBody {
-                    return HTTPServerResponse(status: 206, headers: headers,
-                                              file: HTTPFileBody(file, offset: bytes.lowerBound, length: bytes.count))
+                    return HTTPServerResponse(
+                        status: 206, headers: headers,
+                        file: HTTPFileBody(file, offset: bytes.lowerBound, length: bytes.count))
                 }
                 return HTTPServerResponse(status: 206, headers: headers, body: Array(served.body[bytes]))
             case .unsatisfiable:
@@ -257,7 +281,8 @@ struct ProxyRoute: Sendable {
         }
         var response = HTTPServerResponse(status: served.status, headers: headers, body: served.body)
         if method == .head, served.body.isEmpty, served.upstreamMs != nil, served.status >= 200,
-           served.status != 204, served.status != 304 {
+            served.status != 204, served.status != 304
+        {
             // The upstream's HEAD response: its Content-Length is the GET's (when it is one
             // plain number; otherwise libmicrohttpd's 0 stands, as before).
             response.headContentLength = served.headers.first(named: "content-length").flatMap { value in
@@ -278,7 +303,8 @@ struct ProxyRoute: Sendable {
             return candidates.contains { $0 == "*" || opaque($0) == opaque(etag) }
         }
         guard let since = conditions.first(where: { $0.name.lowercasedASCII == "if-modified-since" }).flatMap({ HTTPDate.parse($0.value) }),
-              let modified = lastModified.flatMap(HTTPDate.parse) else { return false }
+            let modified = lastModified.flatMap(HTTPDate.parse)
+        else { return false }
         return modified <= since
     }
 
@@ -300,8 +326,10 @@ struct ProxyRoute: Sendable {
         case .stale:
             parts.append("hit")
             parts.append("ttl=0")
-            parts.append(report.upstreamError == nil ? "detail=stale"
-                         : (report.staleOnErrorPolicy ? "detail=stale-on-error" : "detail=stale-if-error"))
+            parts.append(
+                report.upstreamError == nil
+                    ? "detail=stale"
+                    : (report.staleOnErrorPolicy ? "detail=stale-on-error" : "detail=stale-if-error"))
         case .revalidated:
             parts.append("fwd=stale")
             parts.append("fwd-status=304")

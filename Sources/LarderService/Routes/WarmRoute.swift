@@ -61,8 +61,10 @@ struct WarmRoute: Sendable {
                 return request.respond(Self.json(404, LarderError(.notFound, "no warm job '\(id)'").jsonBody))
             }
             guard saved else {
-                let error = LarderError(.storageFailed, "the job was cancelled on this instance, but the store did not take the change: "
-                    + "another instance could resume it; retry")
+                let error = LarderError(
+                    .storageFailed,
+                    "the job was cancelled on this instance, but the store did not take the change: "
+                        + "another instance could resume it; retry")
                 return request.respond(Self.json(error.status, error.jsonBody))
             }
             request.respond(Self.json(200, Self.render(record)))
@@ -80,8 +82,10 @@ struct WarmRoute: Sendable {
         JSONWriter.appendString(record.id, to: &out)
         out.append(contentsOf: #","state":"#.utf8)
         JSONWriter.appendString(record.state.rawValue, to: &out)
-        for (name, value) in [("total", record.total), ("done", record.done), ("failed", record.failed), ("stored", record.stored),
-                              ("bytes", record.bytes), ("bytesExpected", record.bytesExpected)] {
+        for (name, value) in [
+            ("total", record.total), ("done", record.done), ("failed", record.failed), ("stored", record.stored),
+            ("bytes", record.bytes), ("bytesExpected", record.bytesExpected)
+        ] {
             out.append(contentsOf: ",\"\(name)\":\(value)".utf8)
         }
         let times = [("createdAt", Optional(record.createdAt)), ("startedAt", record.startedAt), ("finishedAt", record.finishedAt)]

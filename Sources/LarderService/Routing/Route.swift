@@ -38,8 +38,10 @@ struct Route: Sendable {
     let metricsRoute: String?
     let handler: Handler
 
-    init(_ pattern: RoutePattern, _ methods: [String]?, listener: Listener = .main, access: Access = .open,
-         refusesLoops: Bool = false, metricsRoute: String? = nil, handler: @escaping Handler) {
+    init(
+        _ pattern: RoutePattern, _ methods: [String]?, listener: Listener = .main, access: Access = .open,
+        refusesLoops: Bool = false, metricsRoute: String? = nil, handler: @escaping Handler
+    ) {
         self.pattern = pattern
         self.methods = methods
         self.listener = listener

@@ -15,8 +15,10 @@ struct RouteRequest: Sendable {
     private let responder: any RouteResponder
     private let finish: @Sendable (RouteAnswer) -> HTTPServerResponse
 
-    init(_ http: HTTPServerRequest, parameter: String, receivedAt: Double, responder: any RouteResponder,
-         finish: @escaping @Sendable (RouteAnswer) -> HTTPServerResponse) {
+    init(
+        _ http: HTTPServerRequest, parameter: String, receivedAt: Double, responder: any RouteResponder,
+        finish: @escaping @Sendable (RouteAnswer) -> HTTPServerResponse
+    ) {
         self.http = http
         self.parameter = parameter
         self.receivedAt = receivedAt

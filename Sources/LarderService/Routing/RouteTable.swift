@@ -35,7 +35,8 @@ struct RouteTable: Sendable {
         let allowed = allowed(routes)
         let named = allowed.filter { $0 != "HEAD" }.joined(separator: " or ")
         let display = routes.first?.pattern.display ?? "/"
-        return RouteAnswer(error: LarderError(.methodNotAllowed, "use \(named) for \(display)"),
-                           allow: allowed.joined(separator: ", "))
+        return RouteAnswer(
+            error: LarderError(.methodNotAllowed, "use \(named) for \(display)"),
+            allow: allowed.joined(separator: ", "))
     }
 }

@@ -7,8 +7,10 @@ import LarderEngine
 import LarderHTTP
 
 extension Router {
-    static func routes(fetch: FetchRoute, batch: BatchRoute, chain: ChainRoute, proxy: ProxyRoute, warm: WarmRoute,
-                       admin: AdminRoute, health: (any StorageHealth)?, scrape: (@Sendable () -> [UInt8])?) -> [Route] {
+    static func routes(
+        fetch: FetchRoute, batch: BatchRoute, chain: ChainRoute, proxy: ProxyRoute, warm: WarmRoute,
+        admin: AdminRoute, health: (any StorageHealth)?, scrape: (@Sendable () -> [UInt8])?
+    ) -> [Route] {
         /// An admin route: on the admin listener when there is one, behind the admin token.
         func adminRoute(_ pattern: RoutePattern, _ methods: [String]?, _ handler: @escaping Route.Handler) -> Route {
             Route(pattern, methods, listener: .admin, access: .adminToken, refusesLoops: true, handler: handler)
@@ -55,7 +57,7 @@ extension Router {
                 let rest = request.parameter
                 let end = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
                 return proxy.handle(request, upstream: String(rest[..<end]), target: String(rest[end...]))
-            },
+            }
         ]
     }
 
@@ -67,15 +69,19 @@ extension Router {
             }
         }
         return Route(.exact(["/metrics"]), ["GET", "HEAD"], listener: .admin, access: .metricsToken, refusesLoops: true) { _ in
-            RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
-                                           body: scrape()))
+            RouteAnswer(
+                HTTPServerResponse(
+                    status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
+                    body: scrape()))
         }
     }
 
     /// The proxy-root listener: every request proxied to `upstream`, path and query as they are.
     static func proxyRootRoutes(proxy: ProxyRoute, upstream: String) -> [Route] {
-        [Route(.any, nil, refusesLoops: true, metricsRoute: "proxy") { request in
-            proxy.handle(request, upstream: upstream, target: request.parameter)
-        }]
+        [
+            Route(.any, nil, refusesLoops: true, metricsRoute: "proxy") { request in
+                proxy.handle(request, upstream: upstream, target: request.parameter)
+            }
+        ]
     }
 }

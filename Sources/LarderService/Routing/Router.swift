@@ -39,24 +39,29 @@ final class Router: Sendable {
     /// The proxy-root listener's one route, when there is that listener.
     let proxyRootTable: RouteTable?
 
-    init(engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
-         upstreams: [String: NamedUpstream], warmJobs: WarmJobs, admin: AdminRoute,
-         metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, loop: LoopDetection? = nil,
-         scrape: (@Sendable (_ memoBytes: Int) -> [UInt8])? = nil) {
+    init(
+        engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
+        upstreams: [String: NamedUpstream], warmJobs: WarmJobs, admin: AdminRoute,
+        metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, loop: LoopDetection? = nil,
+        scrape: (@Sendable (_ memoBytes: Int) -> [UInt8])? = nil
+    ) {
         self.clock = clock
         self.logger = logger
         self.accessLog = configuration.accessLog
         let budgets = RequestMemoBudgets(totalBytes: configuration.effectiveRequestMemoBytes)
         let fetch = FetchRoute(engine: engine, upstreams: upstreams, clock: clock, memo: RequestMemo(budgetBytes: budgets.fetch))
-        let proxy = ProxyRoute(engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: budgets.proxy),
-                               stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)
-        let batch = BatchRoute(engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch,
-                               maxAnswerBytes: configuration.maxBatchBytes,
-                               memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.batch))
-        let chain = ChainRoute(engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps,
-                               maxAnswerBytes: configuration.maxBatchBytes,
-                               memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.chain),
-                               steps: RequestMemo(budgetBytes: budgets.chainSteps))
+        let proxy = ProxyRoute(
+            engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: budgets.proxy),
+            stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)
+        let batch = BatchRoute(
+            engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch,
+            maxAnswerBytes: configuration.maxBatchBytes,
+            memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.batch))
+        let chain = ChainRoute(
+            engine: engine, upstreams: upstreams, clock: clock, maxSteps: configuration.maxChainSteps,
+            maxAnswerBytes: configuration.maxBatchBytes,
+            memo: RequestMemo(maxBodyBytes: 64 << 10, budgetBytes: budgets.chain),
+            steps: RequestMemo(budgetBytes: budgets.chainSteps))
         let memos = [fetch.memo, proxy.memo, batch.memo, chain.memo, chain.steps]
         self.memos = memos
         self.fetchRoute = fetch
@@ -69,9 +74,11 @@ final class Router: Sendable {
         self.adminOnOwnListener = configuration.adminPort != nil
         self.loop = loop
         let scrapeNow: (@Sendable () -> [UInt8])? = scrape.map { scrape in { @Sendable in scrape(Self.bytes(of: memos)) } }
-        self.table = RouteTable(Self.routes(fetch: fetch, batch: batch, chain: chain, proxy: proxy,
-                                            warm: WarmRoute(jobs: warmJobs, upstreams: upstreams), admin: admin, health: health,
-                                            scrape: scrapeNow))
+        self.table = RouteTable(
+            Self.routes(
+                fetch: fetch, batch: batch, chain: chain, proxy: proxy,
+                warm: WarmRoute(jobs: warmJobs, upstreams: upstreams), admin: admin, health: health,
+                scrape: scrapeNow))
         self.proxyRootTable = configuration.proxyRoot.map { RouteTable(Self.proxyRootRoutes(proxy: proxy, upstream: $0)) }
     }
 
@@ -131,8 +138,10 @@ final class Router: Sendable {
     }
 
     /// The access-log line and the request metrics of every answer, given now or later.
-    private func finish(_ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double,
-                        metricsRoute: String? = nil) -> HTTPServerResponse {
+    private func finish(
+        _ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double,
+        metricsRoute: String? = nil
+    ) -> HTTPServerResponse {
         let response = answer.response
         let seconds = clock.now() - receivedAt
         metrics?.requestFinished(route: metricsRoute ?? LarderMetrics.route(for: request.path), status: response.status, seconds: seconds)

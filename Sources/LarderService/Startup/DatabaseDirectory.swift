@@ -1,8 +1,9 @@
 // Checks made before SQLite opens the database, so a failure names its cause.
 
 import Foundation
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Fails with the reason when the database's directory cannot be made or written, or the file
@@ -16,8 +17,9 @@ func requireWritableDatabase(at path: String) throws {
             existing = (existing as NSString).deletingLastPathComponent
         }
         guard access(existing.isEmpty ? "." : existing, W_OK | X_OK) == 0 else {
-            throw ConfigurationError("cannot create the database directory \(directory): \(existing) is not writable "
-                + "(\(String(cString: strerror(errno))))")
+            throw ConfigurationError(
+                "cannot create the database directory \(directory): \(existing) is not writable "
+                    + "(\(String(cString: strerror(errno))))")
         }
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -26,8 +28,9 @@ func requireWritableDatabase(at path: String) throws {
         }
     }
     guard access(directory, W_OK | X_OK) == 0 else {
-        throw ConfigurationError("the database directory \(directory) is not writable (\(String(cString: strerror(errno)))); "
-            + "Larder writes the database, its write-ahead log and body files there: choose another --db or make it writable")
+        throw ConfigurationError(
+            "the database directory \(directory) is not writable (\(String(cString: strerror(errno)))); "
+                + "Larder writes the database, its write-ahead log and body files there: choose another --db or make it writable")
     }
     if FileManager.default.fileExists(atPath: path), access(path, R_OK | W_OK) != 0 {
         throw ConfigurationError("the database \(path) cannot be read and written (\(String(cString: strerror(errno))))")

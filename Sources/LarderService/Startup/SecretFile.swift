@@ -1,8 +1,9 @@
 // The instance secret's file: read, or created on first start with SQLite.
 
 import Foundation
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The instance secret's file. One rule for reading every such file: its bytes, less one
@@ -16,8 +17,9 @@ enum SecretFile {
     static func load(at path: String) throws -> [UInt8] {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw ConfigurationError("the secret file \(path) does not exist; make it once with "
-                + "`head -c 32 /dev/urandom | base64 > \(path)` and give every instance the same file")
+            throw ConfigurationError(
+                "the secret file \(path) does not exist; make it once with "
+                    + "`head -c 32 /dev/urandom | base64 > \(path)` and give every instance the same file")
         }
         // A directory or a device (/dev/zero) is no secret: say so, not "No such file".
         // stat(2) follows links: orchestrators mount secrets as links to the file.
@@ -40,8 +42,9 @@ enum SecretFile {
             if text.allSatisfy({ (0x20...0x7E).contains($0) }) { bytes = Array(text) }
         }
         guard bytes.count >= minimumBytes else {
-            throw ConfigurationError("the secret file \(path) holds \(bytes.count) bytes; at least \(minimumBytes) are needed "
-                + "(make one with `head -c 32 /dev/urandom | base64 > \(path)`)")
+            throw ConfigurationError(
+                "the secret file \(path) holds \(bytes.count) bytes; at least \(minimumBytes) are needed "
+                    + "(make one with `head -c 32 /dev/urandom | base64 > \(path)`)")
         }
         return bytes
     }

@@ -8,8 +8,9 @@ struct SpecSealing: Sendable {
     private let keyBytes: [UInt8]
 
     init(secret: [UInt8]) {
-        let key = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: secret), info: Array("larder-warm-jobs/1".utf8),
-                                          outputByteCount: 32)
+        let key = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: SymmetricKey(data: secret), info: Array("larder-warm-jobs/1".utf8),
+            outputByteCount: 32)
         keyBytes = key.withUnsafeBytes { Array($0) }
     }
 
@@ -21,7 +22,8 @@ struct SpecSealing: Sendable {
 
     func open(_ bytes: [UInt8]) -> [UInt8]? {
         guard let box = try? AES.GCM.SealedBox(combined: bytes),
-              let opened = try? AES.GCM.open(box, using: SymmetricKey(data: keyBytes)) else { return nil }
+            let opened = try? AES.GCM.open(box, using: SymmetricKey(data: keyBytes))
+        else { return nil }
         return Array(opened)
     }
 }

@@ -3,8 +3,9 @@
 
 import Foundation
 import LarderSync
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class HangingOrigin: @unchecked Sendable {

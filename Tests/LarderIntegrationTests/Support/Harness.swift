@@ -6,8 +6,8 @@ import LarderCore
 import LarderEngine
 import LarderHTTP
 import LarderService
-import Logging
 import LarderSync
+import Logging
 import XCTest
 
 /// A clock the test moves by hand, so ages and expiry need no sleeping. It starts at the real
@@ -105,7 +105,9 @@ class IntegrationTestCase: XCTestCase {
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
         guard bound == 0 else { return nil }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) } }
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
+        }
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
@@ -222,8 +224,10 @@ struct CapturingLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    func log(level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
-             function: String, line: UInt) {
+    func log(
+        level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
+        function: String, line: UInt
+    ) {
         lines.append(message.description)
     }
 }
@@ -231,8 +235,10 @@ struct CapturingLogHandler: LogHandler {
 extension XCTestCase {
     /// Starts the HTTP server alone on port 0 with `handler`, stopped (drained first) after the
     /// test; `configure` adjusts the defaults.
-    func startHTTPServer(handler: any HTTPRequestHandler,
-                         _ configure: (inout HTTPServerConfiguration) -> Void = { _ in }) throws -> HTTPServer {
+    func startHTTPServer(
+        handler: any HTTPRequestHandler,
+        _ configure: (inout HTTPServerConfiguration) -> Void = { _ in }
+    ) throws -> HTTPServer {
         var configuration = HTTPServerConfiguration()
         configuration.port = 0
         configure(&configuration)

@@ -4,8 +4,9 @@
 
 import Foundation
 import LarderSync
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 final class RawOrigin: @unchecked Sendable {

@@ -27,8 +27,11 @@ final class RedisServer {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["--port", String(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", directory.path, "--maxmemory-policy", "allkeys-lru"]
+        process.arguments =
+            [
+                "--port", String(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", directory.path, "--maxmemory-policy", "allkeys-lru"
+            ]
             + (cluster ? ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"] : [])
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
@@ -189,9 +192,10 @@ final class RedisClusterNodes {
     func waitUntilHealthy(timeout: Double = 30) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            let healthy = nodes.filter(\.isRunning).allSatisfy { node in
-                (try? node.bulk(["CLUSTER", "INFO"]))?.contains("cluster_state:ok") == true
-            } && masters().count == 3
+            let healthy =
+                nodes.filter(\.isRunning).allSatisfy { node in
+                    (try? node.bulk(["CLUSTER", "INFO"]))?.contains("cluster_state:ok") == true
+                } && masters().count == 3
             if healthy { return true }
             usleep(100_000)
         }

@@ -2,8 +2,9 @@
 // exactly which connection each request uses.
 
 import Foundation
+
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 struct TestResponse {
@@ -91,8 +92,10 @@ final class TestConnection {
     }
 
     /// `rawHeaderLines`: header lines sent byte for byte (each ending in CRLF).
-    func request(_ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
-                 rawHeaderLines: [UInt8] = []) throws -> TestResponse {
+    func request(
+        _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
+        rawHeaderLines: [UInt8] = []
+    ) throws -> TestResponse {
         var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
@@ -102,8 +105,9 @@ final class TestConnection {
 
     /// POST /fetch with a JSON object.
     func fetch(_ object: [String: Any]) throws -> TestResponse {
-        try request("POST", "/fetch", headers: ["Content-Type": "application/json"],
-                    body: Array(try JSONSerialization.data(withJSONObject: object)))
+        try request(
+            "POST", "/fetch", headers: ["Content-Type": "application/json"],
+            body: Array(try JSONSerialization.data(withJSONObject: object)))
     }
 
     /// POST /fetch with raw bytes.
@@ -130,8 +134,10 @@ final class TestConnection {
 
     /// Sends a request and reads a chunked response line by line, calling `onLine` with each
     /// line as it arrives (before the rest of the body). Returns the status.
-    func streamLines(_ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8],
-                     onLine: (String) -> Void) throws -> Int {
+    func streamLines(
+        _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8],
+        onLine: (String) -> Void
+    ) throws -> Int {
         var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.count)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         try sendAll(Array((head + "\r\n").utf8) + body)
@@ -145,7 +151,9 @@ final class TestConnection {
         let headText = String(decoding: buffer[0..<end], as: UTF8.self)
         buffer.removeFirst(end + 4)
         let status = Int(headText.split(separator: " ")[1]) ?? 0
-        guard headText.lowercased().contains("transfer-encoding: chunked") else { throw TestClientError(description: "not chunked: \(headText)") }
+        guard headText.lowercased().contains("transfer-encoding: chunked") else {
+            throw TestClientError(description: "not chunked: \(headText)")
+        }
         var pending: [UInt8] = []
         while true {
             while !buffer.containsSequence([13, 10]) { try fill() }

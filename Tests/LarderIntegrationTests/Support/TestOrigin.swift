@@ -24,8 +24,8 @@ import Dispatch
 import Foundation
 import LarderCore
 import LarderHTTP
-import Logging
 import LarderSync
+import Logging
 
 struct RecordedRequest: Sendable {
     let method: String
@@ -110,7 +110,8 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         }
         let etag = query.first { $0.0 == "etag" }?.1
         let lastModified = query.first { $0.0 == "lm" }?.1
-        let notModified = (etag != nil && headers["if-none-match"] == etag)
+        let notModified =
+            (etag != nil && headers["if-none-match"] == etag)
             || (lastModified != nil && headers["if-modified-since"] == lastModified)
         if notModified { status = 304 }
         var responseHeaders: [(name: String, value: String)] = []
@@ -131,7 +132,7 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
             let document: [String: Any] = [
                 "path": path, "n": n, "method": request.method,
                 "query": Dictionary(query.map { ($0.0, $0.1) }, uniquingKeysWith: { $1 }),
-                "body": String(decoding: request.body, as: UTF8.self), "headers": headers,
+                "body": String(decoding: request.body, as: UTF8.self), "headers": headers
             ]
             body = Array(try! JSONSerialization.data(withJSONObject: document, options: [.sortedKeys]))
             if !query.contains(where: { $0.0 == "ct" }) { responseHeaders.append(("Content-Type", "application/json")) }
@@ -158,7 +159,10 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         // A HEAD gets the body too: the server sends only its length (RFC 9110 §8.6).
         let response = HTTPServerResponse(status: status, headers: responseHeaders, body: notModified ? [] : body)
         if let delay = query.first(where: { $0.0 == "delay" }).flatMap({ Int($0.1) }) {
-            concurrency.withLock { $0.current += 1; $0.peak = max($0.peak, $0.current) }
+            concurrency.withLock {
+                $0.current += 1
+                $0.peak = max($0.peak, $0.current)
+            }
             DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delay)) { [self] in
                 concurrency.withLock { $0.current -= 1 }
                 responder.respond(response)
