@@ -15,6 +15,9 @@
 //
 // The bounds (transfers at once, body bytes in flight) are shared by all drivers of one
 // upstream (TransferBounds); a driver that must wait for either is woken when some is released.
+//
+// One file of ~520 lines on purpose: the driver's state belongs to its one thread and is private
+// to this type; split across files, it would have to become visible to the whole module.
 
 import CCurl
 import Dispatch
