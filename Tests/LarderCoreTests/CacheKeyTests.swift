@@ -110,6 +110,60 @@ final class CacheKeyTests: XCTestCase {
         let fetch = try request("http://a.test/x")
         XCTAssertNotEqual(builder.derive(for: fetch).key, other.derive(for: fetch).key)
     }
+
+    // MARK: - Known answers (issue 35): versions share one store
+
+    // Keys and fingerprints are what a stored entry is found by, in SQLite and in Redis, and
+    // instances of different releases share one store (a rolling upgrade, --redis). These values
+    // are frozen: they were computed once, from the encoding documented at the top of
+    // Sources/LarderCore/CacheKey.swift, both by this code and independently (Python's hmac and
+    // hashlib over that text). A change that makes any of them fail changes every key, and
+    // with it orphans every stored entry: it needs a new `larder-key/N` and a note in the
+    // release, never an update of these constants.
+
+    /// A fixed instance secret: bytes 0, 1, …, 31.
+    private let knownSecret = CacheKeyBuilder(secret: Array(0..<32))
+
+    func testKnownKeyOfAPlainGet() throws {
+        XCTAssertEqual(
+            knownSecret.derive(for: try request("http://a.test/x")).key.hex,
+            "3038d8f91ae89e5c3cb4f0d1d485a3594b9cb0d8c2177bd6e6f5f8758cc8d532")
+        // Equivalent spellings normalise to the same key.
+        XCTAssertEqual(
+            knownSecret.derive(for: try request("HTTP://A.TEST:80/./x#f")).key.hex,
+            "3038d8f91ae89e5c3cb4f0d1d485a3594b9cb0d8c2177bd6e6f5f8758cc8d532")
+        // On the shared /proxy route credentials are not part of the key (RFC 9111 §3.5).
+        var shared = try request("http://a.test/x", headers: [HeaderField("Authorization", "Bearer t")])
+        shared.shared = true
+        XCTAssertEqual(knownSecret.derive(for: shared).key.hex, "3038d8f91ae89e5c3cb4f0d1d485a3594b9cb0d8c2177bd6e6f5f8758cc8d532")
+    }
+
+    func testKnownKeyAndFingerprintOfARequestWithEveryPart() throws {
+        // Namespace, method, a URL with ignored parameters, a body, a sensitive value and
+        // credentials: every line of the encoding, the optional `ignored` one included.
+        let derived = knownSecret.derive(
+            for: try request(
+                "http://api.example.test/v1/search?ts=5&q=x&a=2", method: .post,
+                headers: [HeaderField("Authorization", "Bearer t"), HeaderField("X-Other", "y"), HeaderField("Cookie", "s=1")],
+                body: Array(#"{"q":"a"}"#.utf8)
+            ) {
+                $0.namespace = "orders"
+                $0.ignoreQuery = ["zz", "ts"]
+                $0.sensitive = .object(["user": .number(42), "org": .string("acme")])
+            })
+        XCTAssertEqual(derived.key.hex, "2ac92b6a65536919f25e0ccf248f05aaa77b09788e7f98e6b06eff8238f04122")
+        XCTAssertEqual(derived.sensitiveFingerprint, "58338193f9198c233d601721ca05defbc020ec9931609515e95371a9ef341372")
+        XCTAssertTrue(derived.partitioned)
+    }
+
+    func testKnownVariantFingerprint() {
+        // Vary (RFC 9111 §4.1): a field present, one absent, and values normalised (list
+        // whitespace; Accept-Language's tokens lower-cased and sorted).
+        let fingerprint = knownSecret.variantFingerprint(
+            names: ["accept-language", "x-absent", "x-tenant"],
+            request: [HeaderField("Accept-Language", "EN, De"), HeaderField("X-Tenant", "a  b, c"), HeaderField("X-Other", "1")])
+        XCTAssertEqual(fingerprint, "6ea768f19688c1947bd7baefe08a40fc6b44a2616435336eb6f124704df53cea")
+    }
 }
 
 final class UpstreamURLTests: XCTestCase {

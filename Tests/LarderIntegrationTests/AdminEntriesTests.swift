@@ -204,10 +204,23 @@ final class AdminEntriesTests: IntegrationTestCase {
     }
 
     func testTagHeadersCanBeTurnedOff() throws {
-        let client = try startLarder { $0.tagHeaders = [] }.connection()
+        let larder = try startLarder { $0.tagHeaders = [] }
+        let client = try larder.connection()
         let path = uniquePath()
-        _ = try client.fetch(["url": url(path, "h=Surrogate-Key:k1"), "cache": ["ttl": 600]])
+        let spec: [String: Any] = ["url": url(path, "h=Surrogate-Key:k1"), "cache": ["ttl": 600, "tags": ["from-spec"]]]
+        XCTAssertEqual(try client.fetch(spec).outcome, "miss")
+        XCTAssertEqual(try client.fetch(spec).outcome, "hit", "the response is stored")
+        XCTAssertEqual(try list(client, "tag=from-spec").entries.first?["tags"] as? [String], ["from-spec"], "only the spec's tag")
         XCTAssertEqual(try client.request("DELETE", "/cache?tag=k1").json["removed"] as? Int, 0)
+        XCTAssertEqual(try client.fetch(spec).outcome, "hit", "the purge by the header's tag left it")
+        // The controls (issue 35): in the same instance a purge by tag does remove the entry, and
+        // with the default tag headers the same response is tagged by its Surrogate-Key.
+        XCTAssertEqual(try client.request("DELETE", "/cache?tag=from-spec").json["removed"] as? Int, 1)
+        stopLarder(larder)
+        let tagging = try startLarder().connection()
+        let other = uniquePath()
+        XCTAssertEqual(try tagging.fetch(["url": url(other, "h=Surrogate-Key:k1"), "cache": ["ttl": 600]]).outcome, "miss")
+        XCTAssertEqual(try tagging.request("DELETE", "/cache?tag=k1").json["removed"] as? Int, 1)
     }
 
     func testBumpingANamespaceRetiresItsEntriesAtOnceAndForGood() throws {

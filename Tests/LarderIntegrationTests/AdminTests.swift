@@ -175,11 +175,17 @@ final class AdminTests: IntegrationTestCase {
         XCTAssertEqual(try fetch(client, path, query: "size=5000").outcome, "miss")
         // At once: the entry may not be committed yet; the purge commits it first.
         XCTAssertEqual(try client.request("DELETE", "/cache?all=true").json["removed"] as? Int, 1)
+        // The control (issue 35): an entry stored the same way and not purged keeps its body
+        // file where the listing below looks, so an empty listing means the purged one is gone.
+        let kept = try fetch(client, uniquePath(), query: "size=5000")
+        XCTAssertEqual(kept.outcome, "miss")
+        let keptKey = try XCTUnwrap(kept.cache["key"] as? String)
         stopLarder(larder)
         let root = databasePath + "-bodies"
         let files = ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).flatMap {
             (try? FileManager.default.contentsOfDirectory(atPath: root + "/" + $0)) ?? []
         }
-        XCTAssertEqual(files, [], "the body file went with its row")
+        XCTAssertEqual(files.count, 1, "the body file went with its row; the kept entry's stays: \(files)")
+        XCTAssertEqual(files.first?.hasPrefix(keptKey), true, "\(files) is the kept entry's (\(keptKey))")
     }
 }

@@ -32,6 +32,15 @@ final class CoalescingTests: IntegrationTestCase {
         XCTAssertEqual(outcomes.filter { $0 == "hit" }.count, 499, "the others were coalesced or arrived after the store")
         XCTAssertGreaterThan(coalesced, 0)
         XCTAssertEqual(Set(responses.compactMap { $0?.originCount }), [1], "everyone got the one response")
+        // Exact counts (issue 35): the joiners are hits marked coalesced, the leader is not, and
+        // the server counted each answer as its client saw it (answers are counted before they
+        // are sent).
+        XCTAssertEqual(Set(responses.filter { $0?.cache["coalesced"] as? Bool == true }.map { $0?.outcome }), ["hit"])
+        XCTAssertNil(responses.first { $0?.outcome == "miss" }??.cache["coalesced"], "the leader did not join a flight")
+        let sinceStart = try XCTUnwrap(try larder.connection().request("GET", "/cache/stats").json["sinceStart"] as? [String: Any])
+        XCTAssertEqual(sinceStart["misses"] as? Int, 1)
+        XCTAssertEqual(sinceStart["hits"] as? Int, 499)
+        XCTAssertEqual(sinceStart["coalesced"] as? Int, coalesced)
     }
 
     func testNonShareableResponsesMakeWaitersFetchOnTheirOwn() throws {
@@ -53,6 +62,15 @@ final class CoalescingTests: IntegrationTestCase {
                 _ = try? TestConnection(port: port).fetch(["url": first, "cache": ["ttl": 60, "version": index + 1]])
             })
         XCTAssertEqual(origin.count(path), 2)
+        // The control (issue 35): the same two requests with one version share one upstream
+        // request, so the two above were two because their versions differ.
+        let control = uniquePath()
+        let second = url(control, "delay=300")
+        XCTAssertTrue(
+            concurrently(2) { _ in
+                _ = try? TestConnection(port: port).fetch(["url": second, "cache": ["ttl": 60, "version": 1]])
+            })
+        XCTAssertEqual(origin.count(control), 1)
     }
 
     func testAnUpstreamFailureIsSharedWithTheWaiters() throws {

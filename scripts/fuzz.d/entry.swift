@@ -4,7 +4,7 @@
 import Foundation
 import LarderFuzzing
 
-let selected: @Sendable ([UInt8]) -> Void = {
+let selected: @Sendable ([UInt8]) -> Bool = {
     let name = ProcessInfo.processInfo.environment["LARDER_FUZZ_TARGET"] ?? ""
     guard let target = FuzzTargets.all[name] else {
         FileHandle.standardError.write(Data("LARDER_FUZZ_TARGET must be one of: \(FuzzTargets.names.joined(separator: " "))\n".utf8))
@@ -15,6 +15,6 @@ let selected: @Sendable ([UInt8]) -> Void = {
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
-    selected(data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? [])
+    _ = selected(data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? [])
     return 0
 }
