@@ -121,6 +121,12 @@ let package = Package(
                 "LarderSQLite", "LarderEngine", "LarderCore", "LarderSync",
                 .product(name: "Crypto", package: "swift-crypto")
             ]),
+        // The executable's command line: `larder serve`'s options against the settings table and
+        // the docs, parsed in process.
+        .testTarget(
+            name: "LarderCommandTests",
+            dependencies: ["larder", "LarderService", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
         .testTarget(
             name: "LarderIntegrationTests",
             dependencies: ["LarderService", "LarderHTTP", "LarderCore", "LarderSync", "CMalloc", "LarderRedis", "LarderEngine", "CXXHash"]

@@ -68,11 +68,63 @@ public final class LarderService: @unchecked Sendable {
         // whoever embeds the service (the executable ignores SIGPIPE too; so must the tests).
         signal(SIGPIPE, SIG_IGN)
         _ = Self.curlInitialised
-        var capacity = StoreCapacity()
-        capacity.maxBytes = configuration.maxBytes
-        capacity.retention = configuration.retentionSeconds
-        capacity.keepStaleFor = configuration.staleOnErrorSeconds
         let secret = try Self.secret(configuration)
+        let store = try openClaimedStore(secret: secret)
+        // Filled by the listeners below as each binds, before it accepts: no upstream connection
+        // may reach them, or a /fetch caller could drive this instance's own routes.
+        let ownListeners = OwnListeners()
+        let redaction = QueryRedaction(names: configuration.redactQuery)
+        let upstream = makeUpstream(ownListeners: ownListeners, redaction: redaction)
+        upstream.start()
+        let loop = LoopDetection(token: LoopDetection.randomToken())
+        let (engine, tier) = makeEngine(store: store, upstream: upstream, secret: secret, redaction: redaction, loop: loop)
+        // The listeners, for their connection gauges; weak: each server holds the router, which
+        // holds the scrape closure.
+        let listeners = Locked<[(name: String, server: WeakServer)]>([])
+        let (router, warmJobs) = makeRouter(
+            engine: engine, tier: tier, store: store, secret: secret, loop: loop,
+            connections: {
+                listeners.withLock { listeners in
+                    listeners.compactMap { listener in
+                        listener.server.server.map { server in
+                            let connections = server.connections
+                            return (name: listener.name, open: connections.open, limit: connections.limit)
+                        }
+                    }
+                }
+            })
+        let servers = makeServers(
+            router: router, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners)
+        listeners.withLock { listeners in
+            listeners = [("main", WeakServer(servers.main))]
+            if let proxy = servers.proxy { listeners.append(("proxy", WeakServer(proxy))) }
+            if let admin = servers.admin { listeners.append(("admin", WeakServer(admin))) }
+        }
+        do {
+            try servers.main.start()
+            try servers.proxy?.start()
+            try servers.admin?.start()
+        } catch {
+            servers.proxy?.stop()
+            servers.main.stop()
+            upstream.shutdown()
+            store.close()
+            throw error
+        }
+        warmJobs.resumeUnfinished()
+        self.warmJobs = warmJobs
+        self.engine = engine
+        self.store = store
+        self.upstream = upstream
+        self.server = servers.main
+        self.proxyServer = servers.proxy
+        self.adminServer = servers.admin
+        logListening(store: store)
+    }
+
+    /// The configured store, open; on a shared one, with this instance's secret compared to the
+    /// others' (see `RedisCacheStore.claimSecret`).
+    private func openClaimedStore(secret: [UInt8]) throws -> any OperatedStore {
         let store = try Self.openStore(configuration, secret: secret, logger: logger)
         if let redis = store as? RedisCacheStore {
             // Instances on one shared store must have the same secret, or they would key the
@@ -87,19 +139,25 @@ public final class LarderService: @unchecked Sendable {
                 throw ConfigurationError("cannot start on \(redis.addressDisplay): \(error)")
             }
         }
-        // Filled by the listeners below as each binds, before it accepts: no upstream connection
-        // may reach them, or a /fetch caller could drive this instance's own routes.
-        let ownListeners = OwnListeners()
+        return store
+    }
+
+    /// The libcurl upstream, under the access policy (which refuses Larder's own listeners).
+    private func makeUpstream(ownListeners: OwnListeners, redaction: QueryRedaction) -> CurlUpstream {
         let policy = UpstreamAccessPolicy(
             allowHosts: configuration.allowHosts, denyPrivate: configuration.denyPrivate,
             ownListeners: ownListeners)
-        let redaction = QueryRedaction(names: configuration.redactQuery)
-        let upstream = CurlUpstream(
+        return CurlUpstream(
             policy: policy, clock: .system, userAgent: "larder/\(LarderVersion.string)", logger: logger,
             maxTransfers: configuration.maxUpstreamTransfers,
             maxInflightBodyBytes: configuration.maxInflightBodyBytes, resolve: configuration.resolve,
             redaction: redaction)
-        upstream.start()
+    }
+
+    /// The fetch engine, over the memory tier in front of `store`.
+    private func makeEngine(
+        store: any OperatedStore, upstream: CurlUpstream, secret: [UInt8], redaction: QueryRedaction, loop: LoopDetection
+    ) -> (FetchEngine, MemoryTier) {
         var limits = FetchEngine.Limits()
         limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
         limits.maxStoredBodyBytes = configuration.resolvedMaxObjectBytes
@@ -107,7 +165,6 @@ public final class LarderService: @unchecked Sendable {
         limits.rangeFetchOver = configuration.rangeFetchOverBytes
         limits.tagHeaders = configuration.tagHeaders
         limits.redaction = redaction
-        let loop = LoopDetection(token: LoopDetection.randomToken())
         limits.loopToken = loop.token
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryTierBytes)
         let redis = store as? RedisCacheStore
@@ -121,6 +178,15 @@ public final class LarderService: @unchecked Sendable {
             store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
             clock: clock, limits: limits, sharedFlights: redis, logger: logger)
         redis?.onNamespaceVersion { [weak engine] namespace, version in engine?.namespaces.set(namespace, to: version) }
+        return (engine, tier)
+    }
+
+    /// The router every listener hands its requests to, with the warm jobs, the admin routes and
+    /// the metrics behind it.
+    private func makeRouter(
+        engine: FetchEngine, tier: MemoryTier, store: any OperatedStore, secret: [UInt8], loop: LoopDetection,
+        connections: @escaping @Sendable () -> [(name: String, open: Int, limit: Int)]
+    ) -> (Router, WarmJobs) {
         let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
         let sealing = SpecSealing(secret: secret)
         let warmJobs = WarmJobs(
@@ -141,28 +207,23 @@ public final class LarderService: @unchecked Sendable {
         }
         let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
         engine.traffic.observe(with: metrics)
-        // The listeners, for their connection gauges; weak: each server holds the router, which
-        // holds the scrape closure.
-        let listeners = Locked<[(name: String, server: WeakServer)]>([])
         let router = Router(
             engine: engine, clock: clock, logger: logger, configuration: configuration,
             upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store, loop: loop,
             scrape: { [weak tier] memoBytes in
-                let connections = listeners.withLock { listeners in
-                    listeners.compactMap { listener in
-                        listener.server.server.map { server in
-                            let connections = server.connections
-                            return (name: listener.name, open: connections.open, limit: connections.limit)
-                        }
-                    }
-                }
+                let connections = connections()
                 return tier.map {
                     metrics.scrape(
                         store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes,
                         listeners: connections)
                 } ?? []
             })
+        return (router, warmJobs)
+    }
 
+    /// What every listener shares: host, threads, limits, timeouts, and the answers the server
+    /// gives by itself.
+    private func serverConfiguration(store: any OperatedStore, upstream: CurlUpstream) -> HTTPServerConfiguration {
         var serverConfiguration = HTTPServerConfiguration()
         serverConfiguration.host = configuration.host
         serverConfiguration.port = configuration.port
@@ -191,55 +252,44 @@ public final class LarderService: @unchecked Sendable {
                 logger.info("\(AccessLog.escaped(method)) \(AccessLog.escaped(path)) \(status) \(code) -")
             }
         }
+        return serverConfiguration
+    }
+
+    /// The main listener, and the proxy-root and admin listeners when configured; each records
+    /// its address in `ownListeners` as it binds.
+    private func makeServers(
+        router: Router, base: HTTPServerConfiguration, ownListeners: OwnListeners
+    ) -> (main: HTTPServer, proxy: HTTPServer?, admin: HTTPServer?) {
         func registering(_ name: String) -> @Sendable (IPAddress, Int) -> Void {
             { address, port in ownListeners.add(ListenerEndpoint(name: name, address: address, port: port)) }
         }
-        serverConfiguration.onListening = registering("main")
-        let server = HTTPServer(configuration: serverConfiguration, handler: ListenerHandler(router: router, listener: .main))
+        var mainConfiguration = base
+        mainConfiguration.onListening = registering("main")
+        let server = HTTPServer(configuration: mainConfiguration, handler: ListenerHandler(router: router, listener: .main))
         var proxyServer: HTTPServer?
         if configuration.proxyRoot != nil {
-            var proxyConfiguration = serverConfiguration
+            var proxyConfiguration = mainConfiguration
             proxyConfiguration.port = configuration.proxyPort
             proxyConfiguration.onListening = registering("proxy")
             proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ListenerHandler(router: router, listener: .proxyRoot))
         }
         var adminServer: HTTPServer?
         if let adminPort = configuration.adminPort {
-            var adminConfiguration = serverConfiguration
+            var adminConfiguration = mainConfiguration
             adminConfiguration.port = adminPort
             adminConfiguration.onListening = registering("admin")
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
             adminServer = HTTPServer(configuration: adminConfiguration, handler: ListenerHandler(router: router, listener: .admin))
         }
-        listeners.withLock { listeners in
-            listeners = [("main", WeakServer(server))]
-            if let proxyServer { listeners.append(("proxy", WeakServer(proxyServer))) }
-            if let adminServer { listeners.append(("admin", WeakServer(adminServer))) }
-        }
-        do {
-            try server.start()
-            try proxyServer?.start()
-            try adminServer?.start()
-        } catch {
-            proxyServer?.stop()
-            server.stop()
-            upstream.shutdown()
-            store.close()
-            throw error
-        }
-        warmJobs.resumeUnfinished()
-        self.warmJobs = warmJobs
-        self.engine = engine
-        self.store = store
-        self.upstream = upstream
-        self.server = server
-        self.proxyServer = proxyServer
-        self.adminServer = adminServer
+        return (server, proxyServer, adminServer)
+    }
+
+    private func logListening(store: any OperatedStore) {
         let storeDisplay =
-            redis.map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
+            (store as? RedisCacheStore).map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
             ?? "database \(configuration.databasePath)"
-        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server.port), \(storeDisplay)")
+        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server?.port ?? 0), \(storeDisplay)")
         if let proxyServer, let root = configuration.proxyRoot {
             logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
         }

@@ -1,4 +1,4 @@
-// The config file's keys come from one table (ConfigFile.settings): each must set a field of
+// The config file's keys come from one table (Setting.all): each must set a field of
 // LarderConfiguration, and the fields no key sets are named here.
 
 import Foundation
@@ -16,8 +16,8 @@ final class ConfigFileKeyTests: XCTestCase {
     func testEveryKeySetsAFieldAndOnlyTheNamedFieldsHaveNoKey() throws {
         let defaults = fields(of: LarderConfiguration())
         var set: Set<String> = []
-        XCTAssertEqual(Set(ConfigFile.settings.map(\.key)).count, ConfigFile.settings.count, "a key is in the table twice")
-        for setting in ConfigFile.settings {
+        XCTAssertEqual(Set(Setting.all.map(\.key)).count, Setting.all.count, "a key is in the table twice")
+        for setting in Setting.all {
             var changed: Set<String> = []
             for candidate in candidates {
                 var configuration = LarderConfiguration()

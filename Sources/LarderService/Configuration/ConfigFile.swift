@@ -2,7 +2,7 @@
 // upstreams, in YAML or JSON (YAML is a superset of JSON). Unknown keys are errors, so a typo
 // never silently falls back to a default. Every error names the file, the key and the reason.
 //
-// Every key is in `settings` below, which names the field it sets (see LarderConfiguration
+// Every key is a `Setting` (Setting.all), which names the field it sets (see LarderConfiguration
 // for each default and unit). For example:
 //
 //   host: 127.0.0.1
@@ -126,66 +126,6 @@ public enum ConfigFile {
         }
     }
 
-    /// Every key of the file and the field it sets, applied in this order; the key names the
-    /// setting in errors. (ConfigFileKeyTests checks that each one changes its field.)
-    static let settings: [Setting] = [
-        Setting("host") { $1.host = try $0.string() },
-        Setting("port") { $1.port = try $0.integer() },
-        Setting("db") { $1.databasePath = try $0.string() },
-        Setting("secretFile") { $1.secretPath = try $0.string() },
-        Setting("allowHosts") { $1.allowHosts = try $0.strings() },
-        Setting("denyPrivate") { $1.denyPrivate = try $0.boolean() },
-        Setting("threads") { $1.serverThreads = try $0.integer() },
-        Setting("maxBodyBytes") { $1.maxUpstreamBodyBytes = try $0.integer() },
-        Setting("memoryMb") { $1.memoryCapacityBytes = try $0.megabytes() },
-        Setting("requestMemoMb") { $1.requestMemoBytes = try $0.megabytes() },
-        Setting("maxUpstreamTransfers") { $1.maxUpstreamTransfers = try $0.integer() },
-        Setting("maxInflightMb") { $1.maxInflightBodyBytes = try $0.megabytes() },
-        Setting("rangeFetchOver") { $1.rangeFetchOverBytes = try $0.integer() },
-        Setting("staleOnError") { $1.staleOnErrorSeconds = try $0.number() },
-        Setting("stripTargetedCacheControl") { $1.stripTargetedCacheControl = try $0.boolean() },
-        Setting("maxBatch") { $1.maxBatch = try $0.integer() },
-        Setting("maxChainSteps") { $1.maxChainSteps = try $0.integer() },
-        Setting("maxBatchBytes") { $1.maxBatchBytes = try $0.size() },
-        Setting("headerTimeout") { $1.headerTimeoutSeconds = try $0.integer() },
-        Setting("connectionsPerAddress") { $1.connectionsPerAddress = try $0.integer() },
-        Setting("shutdownGrace") { $1.shutdownGraceSeconds = try $0.number() },
-        Setting("accessLog") { $1.accessLog = try $0.boolean() },
-        Setting("proxyRoot") { $1.proxyRoot = try $0.string() },
-        Setting("proxyPort") { $1.proxyPort = try $0.integer() },
-        Setting("maxVariants") { $1.maxVariants = try $0.integer() },
-        Setting("adminToken") { $1.adminToken = try $0.string() },
-        Setting("metricsToken") { $1.metricsToken = try $0.string() },
-        Setting("metricsNamespaces") { $1.metricsNamespaces = try $0.integer() },
-        Setting("maxBytes") { $1.maxBytes = try $0.size() },
-        Setting("maxObjectBytes") { $1.maxObjectBytes = try $0.size() },
-        Setting("retention") { $1.retentionSeconds = try $0.duration() },
-        Setting("tagHeaders") { $1.tagHeaders = try $0.strings().map { name in name.lowercased() } },
-        Setting("resolve") { $1.resolve = try $0.strings() },
-        Setting("onCorrupt") { $1.renameCorruptDatabase = try $0.either("fail", or: "rename") },
-        Setting("clientTimeout") { $1.clientTimeoutSeconds = try $0.integer() },
-        Setting("maxConnections") { $1.maxConnections = try $0.integer() },
-        Setting("redactQuery") { $1.redactQuery = try $0.strings() },
-        Setting("store") { $1.store = try $0.string() },
-        Setting("storePrefix") { $1.storePrefix = try $0.string() },
-        Setting("storeTimeoutMs") { $1.storeTimeoutMs = try $0.integer() },
-        Setting("storeFallback") { $1.storeFallbackPassThrough = try $0.either("fail", or: "pass-through") },
-        Setting("adminPort") { $1.adminPort = try $0.integer() },
-        Setting("bodyFileThreshold") { $1.bodyFileThresholdBytes = try $0.integer() },
-        Setting("upstreams") { $1.upstreams = try $0.upstreams() }
-    ]
-
-    /// One key of the file and how it sets its field.
-    struct Setting: Sendable {
-        let key: String
-        let apply: @Sendable (Value, inout LarderConfiguration) throws -> Void
-
-        init(_ key: String, _ apply: @escaping @Sendable (Value, inout LarderConfiguration) throws -> Void) {
-            self.key = key
-            self.apply = apply
-        }
-    }
-
     /// A value in the file under its key, read as the type its setting needs.
     struct Value {
         fileprivate let reader: Reader
@@ -218,16 +158,10 @@ public enum ConfigFile {
         }
 
         func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
-            try rejectUnknown(root, known: Set(ConfigFile.settings.map(\.key)), at: "")
-            for setting in ConfigFile.settings {
+            try rejectUnknown(root, known: Set(Setting.all.map(\.key)), at: "")
+            for setting in Setting.all {
                 guard let raw = root[setting.key] else { continue }
-                do {
-                    try setting.apply(Value(reader: self, raw: raw, key: setting.key), &configuration)
-                } catch let error as ConfigurationError {
-                    throw error
-                } catch {
-                    throw self.error(setting.key, "\(error)")
-                }
+                try setting.readFile(Value(reader: self, raw: raw, key: setting.key), &configuration)
             }
         }
 
