@@ -105,20 +105,34 @@ let package = Package(
         // replayed over their corpora by LarderFuzzTests.
         .target(name: "LarderFuzzing", dependencies: ["LarderCore", "LarderEngine", "LarderRedis", "LarderService"], swiftSettings: strict),
 
+        // Test support (regular targets, since test targets cannot be depended on). LarderTesting:
+        // the clock tests move by hand and the entry factory, for any test of the engine or a store.
+        // LarderServiceTesting: a real Larder on a loopback port (the harness), the origins it
+        // fetches from, the client that talks to it and a redis-server of the test's own; apart,
+        // so that unit tests do not depend on the whole service.
+        .target(name: "LarderTesting", dependencies: ["LarderEngine", "LarderCore", "LarderSync"], path: "Tests/LarderTesting"),
+        .target(
+            name: "LarderServiceTesting",
+            dependencies: [
+                "LarderTesting", "LarderService", "LarderHTTP", "LarderEngine", "LarderCore", "LarderSync", "CMalloc",
+                .product(name: "Logging", package: "swift-log")
+            ],
+            path: "Tests/LarderServiceTesting"),
+
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
         .testTarget(name: "LarderFuzzTests", dependencies: ["LarderFuzzing"]),
         // The HTTP server's pure parts (request phases, hand-over, admission, header deadlines)
         // and responders made without a socket.
         .testTarget(name: "LarderHTTPTests", dependencies: ["LarderHTTP", "LarderCore"]),
-        .testTarget(name: "LarderRedisTests", dependencies: ["LarderRedis", "LarderEngine", "LarderCore", "CXXHash"]),
+        .testTarget(name: "LarderRedisTests", dependencies: ["LarderRedis", "LarderEngine", "LarderCore", "LarderTesting", "CXXHash"]),
         .testTarget(
             name: "LarderEngineTests",
-            dependencies: ["LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["LarderEngine", "LarderCore", "LarderSync", "LarderTesting", .product(name: "Logging", package: "swift-log")]
         ),
         .testTarget(
             name: "LarderSQLiteTests",
             dependencies: [
-                "LarderSQLite", "LarderEngine", "LarderCore", "LarderSync",
+                "LarderSQLite", "LarderEngine", "LarderCore", "LarderSync", "LarderTesting",
                 .product(name: "Crypto", package: "swift-crypto")
             ]),
         // The executable's command line: `larder serve`'s options against the settings table and
@@ -129,7 +143,10 @@ let package = Package(
         ),
         .testTarget(
             name: "LarderIntegrationTests",
-            dependencies: ["LarderService", "LarderHTTP", "LarderCore", "LarderSync", "CMalloc", "LarderRedis", "LarderEngine", "CXXHash"]
+            dependencies: [
+                "LarderServiceTesting", "LarderTesting", "LarderService", "LarderHTTP", "LarderCore", "LarderSync", "CMalloc",
+                "LarderRedis", "LarderEngine", "CXXHash"
+            ]
         )
     ]
 )

@@ -4,6 +4,7 @@ import Foundation
 import LarderCore
 import LarderEngine
 import LarderSync
+import LarderTesting
 import Logging
 import XCTest
 
@@ -31,19 +32,13 @@ final class ScriptedUpstream: Upstream {
     }
 }
 
-/// A clock the test moves by hand.
-final class TestTime: Sendable {
-    private let seconds = Locked<Double>(1_000)
-    func withLock<T>(_ body: (inout Double) -> T) -> T { seconds.withLock { body(&$0) } }
-}
-
 final class FetchEngineTests: XCTestCase {
-    private let now = TestTime()
+    private let now = ManualClock(start: 1_000)
 
     private func engine(store: any CacheStore, upstream: any Upstream) -> FetchEngine {
         FetchEngine(
             store: store, upstream: upstream, keys: CacheKeyBuilder(secret: Array(repeating: 1, count: 32)),
-            clock: Clock { [now] in now.withLock { $0 } }, logger: Logger(label: "engine-test"))
+            clock: now.clock, logger: Logger(label: "engine-test"))
     }
 
     /// Runs a fetch to completion (the scripted upstream answers synchronously).
@@ -87,7 +82,7 @@ final class FetchEngineTests: XCTestCase {
         }
         let engine = engine(store: store, upstream: upstream)
         XCTAssertEqual(fetch(engine, request)["bodyText"] as? String, "first")
-        now.withLock { $0 += 20 }
+        now.advance(by: 20)
         let refetched = fetch(engine, request)
         XCTAssertEqual(refetched["bodyText"] as? String, "second")
         XCTAssertEqual((refetched["cache"] as? [String: Any])?["outcome"] as? String, "miss")
@@ -104,11 +99,11 @@ final class FetchEngineTests: XCTestCase {
         let engine = engine(store: store, upstream: upstream)
         let request = FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item"))
         _ = fetch(engine, request)
-        now.withLock { $0 += 20 }
+        now.advance(by: 20)
         let revalidated = fetch(engine, request)
         XCTAssertEqual((revalidated["cache"] as? [String: Any])?["outcome"] as? String, "revalidated")
         XCTAssertEqual((revalidated["cache"] as? [String: Any])?["ttl"] as? Int, 100)
-        now.withLock { $0 += 50 }
+        now.advance(by: 50)
         XCTAssertEqual((fetch(engine, request)["cache"] as? [String: Any])?["outcome"] as? String, "hit")
         XCTAssertEqual(upstream.requests.withLock { $0.count }, 2)
     }

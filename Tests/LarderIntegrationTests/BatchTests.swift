@@ -3,6 +3,7 @@
 // batch before anything runs, cancellation by a departing client, and coalescing across batches.
 
 import Foundation
+import LarderServiceTesting
 import LarderSync
 import XCTest
 

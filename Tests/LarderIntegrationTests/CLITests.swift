@@ -2,6 +2,7 @@
 
 import Foundation
 import LarderService
+import LarderServiceTesting
 import XCTest
 
 final class CLITests: IntegrationTestCase {

@@ -4,6 +4,7 @@
 import Foundation
 import LarderCore
 import LarderService
+import LarderServiceTesting
 import XCTest
 
 final class CapacityTests: IntegrationTestCase {

@@ -2,6 +2,7 @@
 // conditions and skipping, failure and continueOnError, output templates, bad chains.
 
 import Foundation
+import LarderServiceTesting
 import XCTest
 
 final class ChainTests: IntegrationTestCase {

@@ -1,6 +1,7 @@
 // Request coalescing: concurrent misses on one key share one upstream request.
 
 import Foundation
+import LarderServiceTesting
 import LarderSync
 import XCTest
 

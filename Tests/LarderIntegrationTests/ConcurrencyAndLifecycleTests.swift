@@ -3,6 +3,7 @@
 // and secrets never reach the database files in clear.
 
 import Foundation
+import LarderServiceTesting
 import LarderSync
 import XCTest
 

@@ -2,6 +2,7 @@
 // LarderConfiguration, and the fields no key sets are named here.
 
 import Foundation
+import LarderServiceTesting
 import XCTest
 
 @testable import LarderService

@@ -6,6 +6,7 @@
 
 import Foundation
 import LarderCore
+import LarderServiceTesting
 import LarderSync
 import XCTest
 

@@ -3,6 +3,7 @@
 
 import Foundation
 import LarderService
+import LarderServiceTesting
 import XCTest
 
 final class ExampleConfigTests: IntegrationTestCase {

@@ -2,6 +2,7 @@
 // requests, real SQLite files. A hit is proven by the origin's counter not moving.
 
 import Foundation
+import LarderServiceTesting
 import XCTest
 
 final class FetchCachingTests: IntegrationTestCase {

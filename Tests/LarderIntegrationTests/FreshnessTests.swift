@@ -3,6 +3,7 @@
 
 import Foundation
 import LarderCore
+import LarderServiceTesting
 import XCTest
 
 final class FreshnessIntegrationTests: IntegrationTestCase {

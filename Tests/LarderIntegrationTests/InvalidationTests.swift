@@ -3,6 +3,7 @@
 import Foundation
 import LarderCore
 import LarderService
+import LarderServiceTesting
 import XCTest
 
 final class InvalidationTests: IntegrationTestCase {

@@ -4,7 +4,9 @@
 
 import LarderCore
 import LarderEngine
+import LarderServiceTesting
 import LarderSync
+import LarderTesting
 import XCTest
 
 final class MemoryTierFootprintTests: XCTestCase {
@@ -35,11 +37,11 @@ final class MemoryTierFootprintTests: XCTestCase {
                 HeaderField("Date", date),
                 HeaderField("Server", "origin/1.\(index % 1)")
             ], dropCookies: true)
-        var entry = StoredEntry(
-            key: key, namespace: "", method: .get, url: url, urlKey: String(url.dropLast(18)), status: 200,
-            headersJSON: json, body: inFile ? [] : [UInt8](repeating: UInt8(index & 0x7f), count: bodyBytes), bodyKind: .binary,
-            freshness: EntryFreshness(storedAt: 1, freshnessLifetime: 3600, version: 0), sensitiveFingerprint: nil,
-            etag: "\"\(index)-5f1c2a9e\"", lastModified: "\(date)", headerFields: fields)
+        var entry = StoredEntry.fixture(
+            key.hex, namespace: "", url: url, urlKey: String(url.dropLast(18)), headersJSON: json, headerFields: fields,
+            body: inFile ? [] : [UInt8](repeating: UInt8(index & 0x7f), count: bodyBytes), bodyKind: .binary,
+            freshness: EntryFreshness(storedAt: 1, freshnessLifetime: 3600, version: 0), etag: "\"\(index)-5f1c2a9e\"",
+            lastModified: "\(date)")
         if inFile {
             entry.bodyFile = BodyFile(
                 path: "/var/lib/larder/cache.sqlite-bodies/\(key.hex.prefix(2))/\(key.hex)-8f3a2b1c",

@@ -6,6 +6,7 @@
 import Foundation
 import LarderCore
 import LarderService
+import LarderServiceTesting
 import XCTest
 
 final class OwnListenerTests: IntegrationTestCase {

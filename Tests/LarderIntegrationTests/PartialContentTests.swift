@@ -4,6 +4,7 @@
 
 import Foundation
 import LarderCore
+import LarderServiceTesting
 import XCTest
 
 final class PartialContentTests: IntegrationTestCase {

@@ -1,6 +1,7 @@
 // Every cache.policy, end to end.
 
 import Foundation
+import LarderServiceTesting
 import XCTest
 
 final class PolicyTests: IntegrationTestCase {

@@ -3,6 +3,7 @@
 
 import LarderCore
 import LarderEngine
+import LarderServiceTesting
 import XCTest
 
 @testable import LarderService

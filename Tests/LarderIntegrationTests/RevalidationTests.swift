@@ -1,6 +1,7 @@
 // Revalidating stale entries with their validators (RFC 9111 §4.3).
 
 import Foundation
+import LarderServiceTesting
 import XCTest
 
 final class RevalidationTests: IntegrationTestCase {

@@ -6,6 +6,7 @@ import LarderCore
 import LarderEngine
 import LarderHTTP
 import LarderSQLite
+import LarderServiceTesting
 import LarderSync
 import Logging
 import XCTest

@@ -8,6 +8,7 @@ import Foundation
 import LarderCore
 import LarderHTTP
 import LarderService
+import LarderServiceTesting
 import LarderSync
 import XCTest
 

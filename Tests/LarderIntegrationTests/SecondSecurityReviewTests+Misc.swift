@@ -5,6 +5,7 @@
 import Foundation
 import LarderCore
 import LarderService
+import LarderServiceTesting
 import XCTest
 
 #if canImport(Glibc)

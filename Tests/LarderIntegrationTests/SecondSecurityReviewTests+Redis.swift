@@ -8,6 +8,7 @@ import Foundation
 import LarderCore
 import LarderEngine
 import LarderService
+import LarderServiceTesting
 import XCTest
 
 @testable import LarderRedis

@@ -4,6 +4,7 @@
 
 import Foundation
 import LarderHTTP
+import LarderServiceTesting
 import LarderSync
 import XCTest
 

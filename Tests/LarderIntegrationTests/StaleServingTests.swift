@@ -2,6 +2,7 @@
 
 import Foundation
 import LarderCore
+import LarderServiceTesting
 import LarderSync
 import XCTest
 

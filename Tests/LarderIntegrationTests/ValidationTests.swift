@@ -2,6 +2,7 @@
 // a stored entry the caller's validators reject is fetched again.
 
 import Foundation
+import LarderServiceTesting
 import XCTest
 
 final class ValidationTests: IntegrationTestCase {

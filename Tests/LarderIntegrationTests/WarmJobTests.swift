@@ -2,6 +2,7 @@
 // connections, resuming a cut download with Range, bad jobs, and a job that survives kill -9.
 
 import Foundation
+import LarderServiceTesting
 import XCTest
 
 #if canImport(Glibc)

@@ -5,23 +5,21 @@
 import CXXHash
 import LarderCore
 import LarderEngine
+import LarderTesting
 import XCTest
 
 @testable import LarderRedis
 
 final class RedisStoreUnitTests: XCTestCase {
     private func entry() -> StoredEntry {
-        var entry = StoredEntry(
-            key: CacheKey(hex: "ab12.cd"), primaryKey: CacheKey(hex: "ab12"), varyNames: ["accept-language"],
-            variantFingerprint: "cd", namespace: "ns", method: .get, url: "https://x.test/a?b=1",
-            urlKey: "https://x.test/a?b=1", status: 203, headersJSON: Array(#"{"a":"b"}"#.utf8),
+        .fixture(
+            "ab12.cd", primaryKey: "ab12", varyNames: ["accept-language"], variantFingerprint: "cd", namespace: "ns",
+            url: "https://x.test/a?b=1", urlKey: "https://x.test/a?b=1", status: 203, headersJSON: Array(#"{"a":"b"}"#.utf8),
             body: Array(repeating: 7, count: 3000), bodyKind: .binary,
             freshness: EntryFreshness(
                 storedAt: 1000.5, freshnessLifetime: 60, version: 3, staleWhileRevalidate: 5,
                 staleIfError: 9, mustRevalidate: true, initialAge: 2),
-            sensitiveFingerprint: nil, etag: "\"e\"", lastModified: nil)
-        entry.tags = ["t1", "t2"]
-        return entry
+            etag: "\"e\"", tags: ["t1", "t2"])
     }
 
     private let codec = EntryCodec(secret: Array(repeating: 1, count: 32))

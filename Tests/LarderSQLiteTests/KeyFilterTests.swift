@@ -4,6 +4,7 @@
 import Foundation
 import LarderCore
 import LarderEngine
+import LarderTesting
 import Logging
 import Synchronization
 import XCTest
@@ -27,18 +28,12 @@ final class KeyFilterTests: XCTestCase {
         Self.entry(key, primaryKey: primaryKey)
     }
 
+    /// A JSON entry; with `primaryKey`, a variant (of Accept-Language) whose fingerprint ends `key`.
     private static func entry(_ key: String, primaryKey: String? = nil) -> StoredEntry {
-        var entry = StoredEntry(
-            key: CacheKey(hex: key), primaryKey: primaryKey.map(CacheKey.init(hex:)), namespace: "default",
-            method: .get, url: "http://a.test/\(key)", status: 200, headersJSON: Array("{}".utf8),
-            body: Array("{\"a\":1}".utf8), bodyKind: .json,
-            freshness: EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 1),
-            sensitiveFingerprint: nil, etag: nil, lastModified: nil)
-        if primaryKey != nil {
-            entry.varyNames = ["accept-language"]
-            entry.variantFingerprint = String(key.split(separator: ".").last ?? "")
-        }
-        return entry
+        .fixture(
+            key, primaryKey: primaryKey, varyNames: primaryKey == nil ? [] : ["accept-language"],
+            variantFingerprint: primaryKey.map { _ in String(key.split(separator: ".").last ?? "") },
+            headersJSON: Array("{}".utf8), body: Array("{\"a\":1}".utf8))
     }
 
     private func saveAll(_ store: SQLiteCacheStore, _ entries: [StoredEntry]) {

@@ -3,22 +3,15 @@
 
 import LarderCore
 import LarderEngine
+import LarderTesting
 import XCTest
 
 @testable import LarderSQLite
 
 final class PendingWritesTests: XCTestCase {
-    private func entry(_ key: String) -> StoredEntry {
-        StoredEntry(
-            key: CacheKey(hex: key), namespace: "default", method: .get, url: "http://a.test/\(key)", status: 200,
-            headersJSON: [], body: [], bodyKind: .json,
-            freshness: EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 1),
-            sensitiveFingerprint: nil, etag: nil, lastModified: nil)
-    }
-
     @discardableResult
     private func admit(_ pending: inout PendingWrites, _ key: String, size: Int, limit: Int = 1000) -> PendingWrites.Admission? {
-        pending.admit(entry(key), size: size, probe: KeyFilter.probe(key), byteLimit: limit, completion: { _ in })
+        pending.admit(.fixture(key), size: size, probe: KeyFilter.probe(key), byteLimit: limit, completion: { _ in })
     }
 
     func testTheFirstSaveSchedulesACommitAndTheNextJoinIt() {

@@ -5,6 +5,7 @@ import Foundation
 import LarderCore
 import LarderEngine
 import LarderSync
+import LarderTesting
 import Logging
 import XCTest
 
@@ -24,11 +25,10 @@ final class SQLiteCacheStoreTests: XCTestCase {
     }
 
     private func entry(_ key: String, body: String = "{\"a\":1}", version: Int64 = 1) -> StoredEntry {
-        StoredEntry(
-            key: CacheKey(hex: key), namespace: "default", method: .get, url: "http://a.test/\(key)", status: 200,
-            headersJSON: Array(#"{"content-type":"application/json"}"#.utf8), body: Array(body.utf8), bodyKind: .json,
-            freshness: EntryFreshness(storedAt: 1000.5, freshnessLifetime: 60, version: version),
-            sensitiveFingerprint: "fp", etag: "\"v1\"", lastModified: nil)
+        .fixture(
+            key, headersJSON: Array(#"{"content-type":"application/json"}"#.utf8), body: Array(body.utf8),
+            freshness: EntryFreshness(storedAt: 1000.5, freshnessLifetime: 60, version: version), sensitiveFingerprint: "fp",
+            etag: "\"v1\"")
     }
 
     private func save(_ store: SQLiteCacheStore, _ entry: StoredEntry) {
@@ -679,11 +679,9 @@ final class SQLiteCacheStoreTests: XCTestCase {
 
 final class MemoryTierTests: XCTestCase {
     private func entry(_ key: String, size: Int) -> StoredEntry {
-        StoredEntry(
-            key: CacheKey(hex: key), namespace: "n", method: .get, url: "u", status: 200, headersJSON: [],
-            body: [UInt8](repeating: 1, count: size), bodyKind: .binary,
-            freshness: EntryFreshness(storedAt: 0, freshnessLifetime: 0, version: 0),
-            sensitiveFingerprint: nil, etag: nil, lastModified: nil)
+        .fixture(
+            key, namespace: "n", url: "u", body: [UInt8](repeating: 1, count: size), bodyKind: .binary,
+            freshness: EntryFreshness(storedAt: 0, freshnessLifetime: 0, version: 0))
     }
 
     /// Counts lookups that reach the backing store.

@@ -25,16 +25,17 @@ import Foundation
 import LarderCore
 import LarderHTTP
 import LarderSync
+import LarderTesting
 import Logging
 
-struct RecordedRequest: Sendable {
-    let method: String
-    let target: String
-    let headers: [String: String]
-    let body: [UInt8]
+public struct RecordedRequest: Sendable {
+    public let method: String
+    public let target: String
+    public let headers: [String: String]
+    public let body: [UInt8]
 }
 
-final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
+public final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
     // @unchecked Sendable: `server` is set once in `start`; the rest is lock-protected.
     private let log = Locked<[String: [RecordedRequest]]>([:])
     /// Delayed responses not yet sent, and the most there ever were at once.
@@ -42,10 +43,10 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
     private let changed = Condition()
     private var server: HTTPServer!
 
-    static let cookie = "sid=origin-cookie-secret-4242"
+    public static let cookie = "sid=origin-cookie-secret-4242"
 
-    var port: Int { server.port }
-    var base: String { "http://127.0.0.1:\(port)" }
+    public var port: Int { server.port }
+    public var base: String { "http://127.0.0.1:\(port)" }
 
     /// The clock Larder runs on in the test: the origin's Date headers follow it, as a real
     /// origin's follow a synchronised real clock (apparent ages stay truthful).
@@ -53,7 +54,7 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
 
     private init(clock: ManualClock?) { self.clock = clock }
 
-    static func start(clock: ManualClock? = nil) throws -> TestOrigin {
+    public static func start(clock: ManualClock? = nil) throws -> TestOrigin {
         let origin = TestOrigin(clock: clock)
         var configuration = HTTPServerConfiguration()
         configuration.port = 0
@@ -64,36 +65,36 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         return origin
     }
 
-    func stop() {
+    public func stop() {
         server.stopAccepting()
         server.waitForPending(timeout: 10)
         server.stop()
     }
 
     /// How many requests reached `path`.
-    func count(_ path: String) -> Int {
+    public func count(_ path: String) -> Int {
         log.withLock { $0[path]?.count ?? 0 }
     }
 
-    func requests(_ path: String) -> [RecordedRequest] {
+    public func requests(_ path: String) -> [RecordedRequest] {
         log.withLock { $0[path] ?? [] }
     }
 
     /// Requests received on any path.
-    var totalCount: Int { log.withLock { $0.values.reduce(0) { $0 + $1.count } } }
+    public var totalCount: Int { log.withLock { $0.values.reduce(0) { $0 + $1.count } } }
 
     /// The most delayed (`delay=`) requests that were waiting for their answer at once.
-    var peakConcurrency: Int { concurrency.withLock { $0.peak } }
+    public var peakConcurrency: Int { concurrency.withLock { $0.peak } }
 
     /// Delayed requests received and not yet answered.
-    var pendingDelayed: Int { concurrency.withLock { $0.current } }
+    public var pendingDelayed: Int { concurrency.withLock { $0.current } }
 
     /// Waits until `path` has seen at least `count` requests (woken on each arrival).
-    func waitForCount(_ path: String, atLeast count: Int, timeout: Double = 10) -> Bool {
+    public func waitForCount(_ path: String, atLeast count: Int, timeout: Double = 10) -> Bool {
         changed.wait(timeout: timeout) { self.count(path) >= count }
     }
 
-    func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
+    public func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
         let (path, query) = Self.split(request.rawTarget)
         var headers: [String: String] = [:]
         for header in request.headers { headers[header.name.lowercased()] = header.value }
@@ -172,7 +173,7 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         return response
     }
 
-    static func split(_ target: String) -> (String, [(String, String)]) {
+    public static func split(_ target: String) -> (String, [(String, String)]) {
         guard let mark = target.firstIndex(of: "?") else { return (target, []) }
         let path = String(target[..<mark])
         let query = target[target.index(after: mark)...].split(separator: "&").map { pair -> (String, String) in
@@ -186,18 +187,20 @@ final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
 }
 
 /// A condition variable with a predicate wait, for awaiting events across threads.
-final class Condition: @unchecked Sendable {
+public final class Condition: @unchecked Sendable {
     // @unchecked Sendable: NSCondition is thread-safe.
     private let condition = NSCondition()
 
-    func broadcast() {
+    public init() {}
+
+    public func broadcast() {
         condition.lock()
         condition.broadcast()
         condition.unlock()
     }
 
     /// Waits until `predicate` holds (checked on every broadcast) or `timeout` passes.
-    func wait(timeout: Double, until predicate: () -> Bool) -> Bool {
+    public func wait(timeout: Double, until predicate: () -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         condition.lock()
         defer { condition.unlock() }
@@ -210,7 +213,7 @@ final class Condition: @unchecked Sendable {
 
 extension TestOrigin {
     /// `size` bytes: "<path>|<offset>\n" lines, over and over, cut at `size`.
-    static func fill(path: String, size: Int) -> [UInt8] {
+    public static func fill(path: String, size: Int) -> [UInt8] {
         var body: [UInt8] = []
         body.reserveCapacity(size)
         while body.count < size { body.append(contentsOf: "\(path)|\(body.count)\n".utf8) }

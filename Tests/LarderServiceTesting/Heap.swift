@@ -4,7 +4,7 @@ import CMalloc
 
 /// Bytes in use in every arena plus separately mapped blocks; 0 under a sanitizer, whose
 /// allocator replaces glibc's.
-func glibcHeapInUse() -> Int {
+public func glibcHeapInUse() -> Int {
     let info = mallinfo2()
     return Int(info.uordblks) + Int(info.hblkhd)
 }

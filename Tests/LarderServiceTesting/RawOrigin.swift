@@ -9,10 +9,10 @@ import LarderSync
     import Glibc
 #endif
 
-final class RawOrigin: @unchecked Sendable {
+public final class RawOrigin: @unchecked Sendable {
     // @unchecked: `listener` is set in init and only read afterwards; the thread owns the rest,
     // and what it shares is lock-protected.
-    let port: Int
+    public let port: Int
     private let listener: Int32
     private final class Shared: Sendable {
         let received = Locked<[[UInt8]]>([])
@@ -21,12 +21,12 @@ final class RawOrigin: @unchecked Sendable {
     private let shared = Shared()
 
     /// `holdOpen`: after replying, keep the connection open (until deinit) instead of closing it.
-    convenience init(reply: [UInt8], holdOpen: Bool = false) throws {
+    public convenience init(reply: [UInt8], holdOpen: Bool = false) throws {
         try self.init(holdOpen: holdOpen) { _, _ in reply }
     }
 
     /// `respond(n, request)`: the bytes to send on the n-th connection (from 0), given what it sent.
-    init(holdOpen: Bool = false, respond: @escaping @Sendable (Int, [UInt8]) -> [UInt8]) throws {
+    public init(holdOpen: Bool = false, respond: @escaping @Sendable (Int, [UInt8]) -> [UInt8]) throws {
         let (listener, port) = try LoopbackListener.open()
         self.listener = listener
         self.port = port
@@ -53,7 +53,7 @@ final class RawOrigin: @unchecked Sendable {
     }
 
     /// What each connection sent (its first read), in order.
-    var requests: [[UInt8]] { shared.received.withLock { $0 } }
+    public var requests: [[UInt8]] { shared.received.withLock { $0 } }
 
     deinit {
         shutdown(listener, Int32(SHUT_RDWR))
@@ -63,8 +63,8 @@ final class RawOrigin: @unchecked Sendable {
 }
 
 /// A listening TCP socket on 127.0.0.1 and a free port, for the hand-made origins.
-enum LoopbackListener {
-    static func open(backlog: Int32 = 64) throws -> (socket: Int32, port: Int) {
+public enum LoopbackListener {
+    public static func open(backlog: Int32 = 64) throws -> (socket: Int32, port: Int) {
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)

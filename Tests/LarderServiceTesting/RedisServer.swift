@@ -5,20 +5,20 @@ import Foundation
 import LarderService
 import XCTest
 
-final class RedisServer {
-    let port: Int
+public final class RedisServer {
+    public let port: Int
     private let process: Process
     private let directory: URL
 
-    var url: String { "redis://127.0.0.1:\(port)" }
+    public var url: String { "redis://127.0.0.1:\(port)" }
 
-    static var executable: String? {
+    public static var executable: String? {
         ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 
     /// Starts one; `port` reuses a port (to bring a stopped server back at the same address);
     /// `cluster` starts it as a Redis Cluster node (RedisClusterNodes joins them).
-    init(port: Int? = nil, cluster: Bool = false) throws {
+    public init(port: Int? = nil, cluster: Bool = false) throws {
         guard let executable = Self.executable else {
             throw XCTSkip("redis-server is not installed (scripts/setup installs it with LARDER_SETUP_TESTS=1)")
         }
@@ -46,7 +46,7 @@ final class RedisServer {
         throw TestClientError(description: "redis-server did not start on port \(self.port)")
     }
 
-    func stop() {
+    public func stop() {
         if process.isRunning {
             // A stopped process (pause) would hold SIGTERM until continued.
             resume()
@@ -58,16 +58,16 @@ final class RedisServer {
 
     /// Freezes the server (SIGSTOP): connections stay open and nothing is answered, as with a
     /// Redis that hangs. `resume` (or `stop`) undoes it.
-    func pause() { kill(process.processIdentifier, SIGSTOP) }
+    public func pause() { kill(process.processIdentifier, SIGSTOP) }
 
     /// SIGCONT; harmless when not paused.
-    func resume() { kill(process.processIdentifier, SIGCONT) }
+    public func resume() { kill(process.processIdentifier, SIGCONT) }
 
     deinit { stop() }
 
     /// One command over a fresh connection; the first line of the reply.
     @discardableResult
-    func command(_ arguments: [String]) throws -> String {
+    public func command(_ arguments: [String]) throws -> String {
         let connection = try TestConnection(port: port)
         var request = "*\(arguments.count)\r\n"
         for argument in arguments { request += "$\(argument.utf8.count)\r\n\(argument)\r\n" }
@@ -75,11 +75,11 @@ final class RedisServer {
         return try connection.readLine()
     }
 
-    var isRunning: Bool { process.isRunning }
+    public var isRunning: Bool { process.isRunning }
 
     /// One command with binary arguments over a fresh connection, and its whole reply (what a
     /// raw client, or an attacker with access to Redis, would send).
-    func send(_ arguments: [[UInt8]]) throws -> RESPValue {
+    public func send(_ arguments: [[UInt8]]) throws -> RESPValue {
         let connection = try TestConnection(port: port, timeoutSeconds: 10)
         var request = Array("*\(arguments.count)\r\n".utf8)
         for argument in arguments { request += Array("$\(argument.count)\r\n".utf8) + argument + Array("\r\n".utf8) }
@@ -87,10 +87,10 @@ final class RedisServer {
         return try RESPValue.read(from: connection)
     }
 
-    func send(_ arguments: [String]) throws -> RESPValue { try send(arguments.map { Array($0.utf8) }) }
+    public func send(_ arguments: [String]) throws -> RESPValue { try send(arguments.map { Array($0.utf8) }) }
 
     /// Every key, by SCAN.
-    func allKeys() throws -> [String] {
+    public func allKeys() throws -> [String] {
         var keys: [String] = []
         var cursor = "0"
         repeat {
@@ -104,7 +104,7 @@ final class RedisServer {
 }
 
 /// A Redis reply (RESP2).
-enum RESPValue: Equatable {
+public enum RESPValue: Equatable, Sendable {
     case status(String)
     case error(String)
     case integer(Int)
@@ -112,11 +112,11 @@ enum RESPValue: Equatable {
     case null
     case array([RESPValue])
 
-    var bytes: [UInt8]? { if case .bytes(let value) = self { value } else { nil } }
-    var text: String? { bytes.map { String(decoding: $0, as: UTF8.self) } }
-    var array: [RESPValue] { if case .array(let values) = self { values } else { [] } }
+    public var bytes: [UInt8]? { if case .bytes(let value) = self { value } else { nil } }
+    public var text: String? { bytes.map { String(decoding: $0, as: UTF8.self) } }
+    public var array: [RESPValue] { if case .array(let values) = self { values } else { [] } }
 
-    static func read(from connection: TestConnection) throws -> RESPValue {
+    public static func read(from connection: TestConnection) throws -> RESPValue {
         let line = try connection.readLine()
         guard let kind = line.first else { throw TestClientError(description: "empty RESP line") }
         let rest = String(line.dropFirst())
@@ -139,13 +139,13 @@ enum RESPValue: Equatable {
 
 /// A Redis Cluster of the test's own: 3 masters and 3 replicas on loopback ports, joined with
 /// `redis-cli --cluster create` (from redis-tools, which redis-server brings).
-final class RedisClusterNodes {
-    let nodes: [RedisServer]
+public final class RedisClusterNodes {
+    public let nodes: [RedisServer]
 
     /// Every node as a seed, as a deployment would list them (any one may be down).
-    var url: String { "redis-cluster://" + nodes.map { "127.0.0.1:\($0.port)" }.joined(separator: ",") }
+    public var url: String { "redis-cluster://" + nodes.map { "127.0.0.1:\($0.port)" }.joined(separator: ",") }
 
-    init() throws {
+    public init() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/redis-cli") else {
             throw XCTSkip("redis-cli is not installed (it comes with redis-server)")
         }
@@ -189,7 +189,7 @@ final class RedisClusterNodes {
     /// Waits until every running node reports cluster_state:ok and three running nodes are
     /// masters (after a master was stopped: until its replica has taken over).
     @discardableResult
-    func waitUntilHealthy(timeout: Double = 30) -> Bool {
+    public func waitUntilHealthy(timeout: Double = 30) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             let healthy =
@@ -203,16 +203,16 @@ final class RedisClusterNodes {
     }
 
     /// The nodes that are masters now.
-    func masters() -> [RedisServer] {
+    public func masters() -> [RedisServer] {
         nodes.filter { node in node.isRunning && (try? node.bulk(["ROLE"]))?.contains("master") == true }
     }
 
-    func stop() { nodes.forEach { $0.stop() } }
+    public func stop() { nodes.forEach { $0.stop() } }
 }
 
 extension RedisServer {
     /// A command's whole reply as text (bulk strings and arrays of them), for inspection.
-    func bulk(_ arguments: [String]) throws -> String {
+    public func bulk(_ arguments: [String]) throws -> String {
         let output = Pipe()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-cli")
@@ -229,7 +229,7 @@ extension RedisServer {
 extension IntegrationTestCase {
     /// A secret file as an operator makes one for a shared store
     /// (`head -c 32 /dev/urandom | base64 > larder.secret`), in the test's directory.
-    func makeSecretFile(_ name: String = "larder.secret") throws -> String {
+    public func makeSecretFile(_ name: String = "larder.secret") throws -> String {
         var generator = SystemRandomNumberGenerator()
         let random = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
         let path = directory.appendingPathComponent(name).path
@@ -239,24 +239,25 @@ extension IntegrationTestCase {
 }
 
 /// A test case whose Larders share one redis-server of its own and one operator's secret file.
-class SharedStoreTestCase: IntegrationTestCase {
-    var redis: RedisServer!
+open class SharedStoreTestCase: IntegrationTestCase {
+    public var redis: RedisServer!
     /// The secret every instance of a test shares (--secret-file).
-    var secretFile: String!
+    public var secretFile: String!
 
-    override func setUpWithError() throws {
+    open override func setUpWithError() throws {
         try super.setUpWithError()
         redis = try RedisServer()
         secretFile = try makeSecretFile()
     }
 
-    override func tearDown() {
+    open override func tearDown() {
         super.tearDown()
         redis?.stop()
     }
 
     /// A Larder on the test's Redis, with the shared secret and a database path of its own.
-    func startShared(logLines: LogLines? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+    public func startShared(logLines: LogLines? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder
+    {
         try startLarder(logLines: logLines) { configuration in
             configuration.store = self.redis.url
             configuration.secretPath = self.secretFile

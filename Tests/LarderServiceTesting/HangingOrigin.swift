@@ -8,9 +8,9 @@ import LarderSync
     import Glibc
 #endif
 
-final class HangingOrigin: @unchecked Sendable {
+public final class HangingOrigin: @unchecked Sendable {
     // @unchecked: `listener` is set in init and only read afterwards; shared state is in `shared`.
-    let port: Int
+    public let port: Int
     private let listener: Int32
     private final class Shared: Sendable {
         let counts = Locked<(accepted: Int, closed: Int)>((0, 0))
@@ -18,7 +18,7 @@ final class HangingOrigin: @unchecked Sendable {
     }
     private let shared = Shared()
 
-    init() throws {
+    public init() throws {
         let (listener, port) = try LoopbackListener.open()
         self.listener = listener
         self.port = port
@@ -39,15 +39,15 @@ final class HangingOrigin: @unchecked Sendable {
         }
     }
 
-    var base: String { "http://127.0.0.1:\(port)" }
+    public var base: String { "http://127.0.0.1:\(port)" }
 
     /// Waits until `count` connections were accepted.
-    func waitForAccepted(_ count: Int, timeout: Double = 10) -> Bool {
+    public func waitForAccepted(_ count: Int, timeout: Double = 10) -> Bool {
         shared.changed.wait(timeout: timeout) { self.shared.counts.withLock { $0.accepted } >= count }
     }
 
     /// Waits until `count` connections were closed by their clients.
-    func waitForClosed(_ count: Int, timeout: Double = 10) -> Bool {
+    public func waitForClosed(_ count: Int, timeout: Double = 10) -> Bool {
         shared.changed.wait(timeout: timeout) { self.shared.counts.withLock { $0.closed } >= count }
     }
 

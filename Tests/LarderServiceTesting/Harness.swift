@@ -7,26 +7,15 @@ import LarderEngine
 import LarderHTTP
 import LarderService
 import LarderSync
+import LarderTesting
 import Logging
 import XCTest
 
-/// A clock the test moves by hand, so ages and expiry need no sleeping. It starts at the real
-/// time, so the origin's Date headers (real time) give apparent ages below one second.
-final class ManualClock: Sendable {
-    private let seconds: Locked<Double>
+public final class RunningLarder {
+    public let service: LarderService
+    public let configuration: LarderConfiguration
 
-    init(start: Double = Date().timeIntervalSince1970) { seconds = Locked(start) }
-
-    var now: Double { seconds.withLock { $0 } }
-    func advance(by delta: Double) { seconds.withLock { $0 += delta } }
-    var clock: Clock { Clock { [self] in now } }
-}
-
-final class RunningLarder {
-    let service: LarderService
-    let configuration: LarderConfiguration
-
-    init(configuration: LarderConfiguration, clock: Clock, logLines: LogLines? = nil) throws {
+    public init(configuration: LarderConfiguration, clock: Clock, logLines: LogLines? = nil) throws {
         self.configuration = configuration
         var logger: Logger
         if let logLines {
@@ -40,38 +29,39 @@ final class RunningLarder {
         try service.start()
     }
 
-    var port: Int { service.port }
-    var adminPort: Int? { service.adminPort }
+    public var port: Int { service.port }
+    public var adminPort: Int? { service.adminPort }
 
-    func connection() throws -> TestConnection { try TestConnection(port: port) }
+    public func connection() throws -> TestConnection { try TestConnection(port: port) }
 
-    func stop() { service.shutdown() }
+    public func stop() { service.shutdown() }
 }
 
-class IntegrationTestCase: XCTestCase {
-    var origin: TestOrigin!
-    var directory: URL!
-    let clock = ManualClock()
+open class IntegrationTestCase: XCTestCase {
+    public var origin: TestOrigin!
+    public var directory: URL!
+    public let clock = ManualClock()
     private var running: [RunningLarder] = []
 
-    override func setUpWithError() throws {
+    open override func setUpWithError() throws {
         origin = try TestOrigin.start(clock: clock)
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-tests-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     }
 
-    override func tearDown() {
+    open override func tearDown() {
         for larder in running { larder.stop() }
         running.removeAll()
         origin?.stop()
         if let directory { try? FileManager.default.removeItem(at: directory) }
     }
 
-    var databasePath: String { directory.appendingPathComponent("larder.sqlite").path }
+    public var databasePath: String { directory.appendingPathComponent("larder.sqlite").path }
 
     /// Starts Larder on port 0 with the test's database; `configure` adjusts the defaults.
     @discardableResult
-    func startLarder(logLines: LogLines? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+    public func startLarder(logLines: LogLines? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder
+    {
         var configuration = LarderConfiguration()
         configuration.port = 0
         configuration.databasePath = databasePath
@@ -83,16 +73,16 @@ class IntegrationTestCase: XCTestCase {
         return larder
     }
 
-    func stopLarder(_ larder: RunningLarder) {
+    public func stopLarder(_ larder: RunningLarder) {
         larder.stop()
         running.removeAll { $0 === larder }
     }
 
     /// A loopback port free right now (bound to port 0, then released).
-    static func freeLoopbackPort() -> Int { bindLoopback(port: 0) ?? 0 }
+    public static func freeLoopbackPort() -> Int { bindLoopback(port: 0) ?? 0 }
 
     /// Whether a loopback port can be bound right now.
-    static func isFreeLoopbackPort(_ port: Int) -> Bool { bindLoopback(port: port) != nil }
+    public static func isFreeLoopbackPort(_ port: Int) -> Bool { bindLoopback(port: port) != nil }
 
     /// Binds a TCP socket to 127.0.0.1:`port` (0: any) and releases it; the port bound, or nil.
     private static func bindLoopback(port: Int) -> Int? {
@@ -112,7 +102,7 @@ class IntegrationTestCase: XCTestCase {
     }
 
     /// A path no other test uses.
-    func uniquePath(_ name: String = #function) -> String {
+    public func uniquePath(_ name: String = #function) -> String {
         let cleaned = name.filter { $0.isLetter || $0.isNumber }
         return "/\(cleaned)-\(UUID().uuidString.prefix(8))"
     }
@@ -120,7 +110,7 @@ class IntegrationTestCase: XCTestCase {
     /// Runs `body(index)` on `count` threads released together, and waits for all of them.
     /// Returns false if they did not all finish within `timeout` seconds.
     @discardableResult
-    func concurrently(_ count: Int, timeout: Double = 60, _ body: @escaping @Sendable (Int) -> Void) -> Bool {
+    public func concurrently(_ count: Int, timeout: Double = 60, _ body: @escaping @Sendable (Int) -> Void) -> Bool {
         let group = DispatchGroup()
         let gate = Condition()
         let open = Atomic<Bool>(false)
@@ -141,7 +131,7 @@ class IntegrationTestCase: XCTestCase {
 
     // MARK: The real executable, for start-up, signal and crash tests
 
-    var binary: URL {
+    public var binary: URL {
         if let override = ProcessInfo.processInfo.environment["LARDER_BINARY"] { return URL(fileURLWithPath: override) }
         // The test bundle sits beside the products of the same build.
         var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
@@ -153,7 +143,7 @@ class IntegrationTestCase: XCTestCase {
         return URL(fileURLWithPath: "/nonexistent/larder")
     }
 
-    func launch(_ arguments: [String]) throws -> (Process, Pipe) {
+    public func launch(_ arguments: [String]) throws -> (Process, Pipe) {
         let path = binary.path
         guard FileManager.default.isExecutableFile(atPath: path) else {
             throw XCTSkip("the larder executable is not built next to the tests (run scripts/test, or set LARDER_BINARY)")
@@ -169,7 +159,7 @@ class IntegrationTestCase: XCTestCase {
     }
 
     /// Reads the process's stderr until the "listening on HOST:PORT" line; returns the port.
-    func waitForPort(_ errors: Pipe) throws -> Int {
+    public func waitForPort(_ errors: Pipe) throws -> Int {
         var seen = ""
         let handle = errors.fileHandleForReading
         while true {
@@ -184,7 +174,7 @@ class IntegrationTestCase: XCTestCase {
     }
 
     /// Reads the process's stderr until a line contains `text`.
-    func waitForLine(_ errors: Pipe, containing text: String) throws {
+    public func waitForLine(_ errors: Pipe, containing text: String) throws {
         var seen = ""
         while !seen.contains(text) {
             let chunk = errors.fileHandleForReading.availableData
@@ -193,7 +183,7 @@ class IntegrationTestCase: XCTestCase {
         }
     }
 
-    func waitForExit(_ process: Process, timeout: Double = 20) -> Bool {
+    public func waitForExit(_ process: Process, timeout: Double = 20) -> Bool {
         let exited = DispatchSemaphore(value: 0)
         Thread {
             process.waitUntilExit()
@@ -202,29 +192,30 @@ class IntegrationTestCase: XCTestCase {
         return exited.wait(timeout: .now() + timeout) == .success
     }
 
-    func url(_ path: String, _ query: String = "") -> String {
+    public func url(_ path: String, _ query: String = "") -> String {
         origin.base + path + (query.isEmpty ? "" : "?" + query)
     }
 }
 
 /// Log messages captured from a Larder under test, one entry per message.
-final class LogLines: Sendable {
+public final class LogLines: Sendable {
     private let lines = Locked<[String]>([])
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-    var all: [String] { lines.withLock { $0 } }
+    public init() {}
+    public func append(_ line: String) { lines.withLock { $0.append(line) } }
+    public var all: [String] { lines.withLock { $0 } }
 }
 
-struct CapturingLogHandler: LogHandler {
-    let lines: LogLines
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .info
+public struct CapturingLogHandler: LogHandler {
+    public let lines: LogLines
+    public var metadata: Logger.Metadata = [:]
+    public var logLevel: Logger.Level = .info
 
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+    public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
         set { metadata[key] = newValue }
     }
 
-    func log(
+    public func log(
         level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
         function: String, line: UInt
     ) {
@@ -235,7 +226,7 @@ struct CapturingLogHandler: LogHandler {
 extension XCTestCase {
     /// Starts the HTTP server alone on port 0 with `handler`, stopped (drained first) after the
     /// test; `configure` adjusts the defaults.
-    func startHTTPServer(
+    public func startHTTPServer(
         handler: any HTTPRequestHandler,
         _ configure: (inout HTTPServerConfiguration) -> Void = { _ in }
     ) throws -> HTTPServer {

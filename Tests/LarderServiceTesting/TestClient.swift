@@ -7,36 +7,37 @@ import Foundation
     import Glibc
 #endif
 
-struct TestResponse {
-    let status: Int
-    let headers: [String: String]
-    let body: [UInt8]
+public struct TestResponse: Sendable {
+    public let status: Int
+    public let headers: [String: String]
+    public let body: [UInt8]
     /// The status line and header fields as received, for byte-exact checks.
-    var rawHead: [UInt8] = []
+    public var rawHead: [UInt8] = []
 
-    var text: String { String(decoding: body, as: UTF8.self) }
+    public var text: String { String(decoding: body, as: UTF8.self) }
 
-    var json: [String: Any] {
+    public var json: [String: Any] {
         (try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])) as? [String: Any] ?? [:]
     }
 
     /// The `cache` object of a /fetch envelope.
-    var cache: [String: Any] { json["cache"] as? [String: Any] ?? [:] }
-    var outcome: String? { cache["outcome"] as? String }
-    var errorCode: String? { (json["error"] as? [String: Any])?["code"] as? String }
-    var errorField: String? { (json["error"] as? [String: Any])?["field"] as? String }
+    public var cache: [String: Any] { json["cache"] as? [String: Any] ?? [:] }
+    public var outcome: String? { cache["outcome"] as? String }
+    public var errorCode: String? { (json["error"] as? [String: Any])?["code"] as? String }
+    public var errorField: String? { (json["error"] as? [String: Any])?["field"] as? String }
     /// The upstream JSON body carried in the envelope.
-    var upstreamBody: [String: Any] { json["body"] as? [String: Any] ?? [:] }
+    public var upstreamBody: [String: Any] { json["body"] as? [String: Any] ?? [:] }
     /// The origin's request counter for the path, as it answered.
-    var originCount: Int? { upstreamBody["n"] as? Int }
+    public var originCount: Int? { upstreamBody["n"] as? Int }
 }
 
-struct TestClientError: Error, CustomStringConvertible {
-    let description: String
+public struct TestClientError: Error, CustomStringConvertible {
+    public let description: String
+    public init(description: String) { self.description = description }
 }
 
 /// Connects `descriptor` to 127.0.0.1:`port`; closes it and throws when that fails.
-func connectLoopback(_ descriptor: Int32, port: Int) throws {
+public func connectLoopback(_ descriptor: Int32, port: Int) throws {
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -50,14 +51,14 @@ func connectLoopback(_ descriptor: Int32, port: Int) throws {
     }
 }
 
-final class TestConnection {
+public final class TestConnection {
     private let descriptor: Int32
     private var buffer: [UInt8] = []
 
     /// `from`: the loopback address to connect from (e.g. "127.0.0.2", another client address).
     /// `receiveBufferBytes`: a fixed socket receive buffer (the kernel's autotuning lets a
     /// client that reads nothing take in tens of megabytes on loopback).
-    init(port: Int, timeoutSeconds: Int = 30, from source: String? = nil, receiveBufferBytes: Int? = nil) throws {
+    public init(port: Int, timeoutSeconds: Int = 30, from source: String? = nil, receiveBufferBytes: Int? = nil) throws {
         descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard descriptor >= 0 else { throw TestClientError(description: "socket failed") }
         var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
@@ -85,14 +86,14 @@ final class TestConnection {
     deinit { if !closed { close(descriptor) } }
 
     /// Closes the connection now, as a client that gives up.
-    func closeSocket() {
+    public func closeSocket() {
         guard !closed else { return }
         closed = true
         close(descriptor)
     }
 
     /// `rawHeaderLines`: header lines sent byte for byte (each ending in CRLF).
-    func request(
+    public func request(
         _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
         rawHeaderLines: [UInt8] = []
     ) throws -> TestResponse {
@@ -104,20 +105,20 @@ final class TestConnection {
     }
 
     /// POST /fetch with a JSON object.
-    func fetch(_ object: [String: Any]) throws -> TestResponse {
+    public func fetch(_ object: [String: Any]) throws -> TestResponse {
         try request(
             "POST", "/fetch", headers: ["Content-Type": "application/json"],
             body: Array(try JSONSerialization.data(withJSONObject: object)))
     }
 
     /// POST /fetch with raw bytes.
-    func fetchRaw(_ body: String) throws -> TestResponse {
+    public func fetchRaw(_ body: String) throws -> TestResponse {
         try request("POST", "/fetch", headers: ["Content-Type": "application/json"], body: Array(body.utf8))
     }
 
     /// Waits (up to the receive timeout) until the server closes the connection; true if it
     /// did. Bytes that arrive first are discarded.
-    func awaitClose() -> Bool {
+    public func awaitClose() -> Bool {
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
             let received = chunk.withUnsafeMutableBytes { recv(descriptor, $0.baseAddress, $0.count, 0) }
@@ -127,14 +128,14 @@ final class TestConnection {
     }
 
     /// Sends raw bytes and reads one response.
-    func raw(_ bytes: [UInt8], method: String = "GET") throws -> TestResponse {
+    public func raw(_ bytes: [UInt8], method: String = "GET") throws -> TestResponse {
         try sendAll(bytes)
         return try readResponse(method: method)
     }
 
     /// Sends a request and reads a chunked response line by line, calling `onLine` with each
     /// line as it arrives (before the rest of the body). Returns the status.
-    func streamLines(
+    public func streamLines(
         _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8],
         onLine: (String) -> Void
     ) throws -> Int {
@@ -145,7 +146,7 @@ final class TestConnection {
     }
 
     /// Reads a chunked response (a request already sent) line by line, as `streamLines`.
-    func readStreamedLines(onLine: (String) -> Void) throws -> Int {
+    public func readStreamedLines(onLine: (String) -> Void) throws -> Int {
         while !buffer.containsSequence([13, 10, 13, 10]) { try fill() }
         let end = buffer.indexOfSequence([13, 10, 13, 10])!
         let headText = String(decoding: buffer[0..<end], as: UTF8.self)
@@ -184,7 +185,7 @@ final class TestConnection {
         }
     }
 
-    func sendAll(_ bytes: [UInt8]) throws {
+    public func sendAll(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
             let sent = bytes[offset...].withUnsafeBytes { send(descriptor, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -194,7 +195,7 @@ final class TestConnection {
     }
 
     /// One CRLF-terminated line (without the CRLF): for line protocols (the Redis test helper).
-    func readLine() throws -> String {
+    public func readLine() throws -> String {
         while true {
             if let end = buffer.indices.dropLast().first(where: { buffer[$0] == 13 && buffer[$0 + 1] == 10 }) {
                 defer { buffer.removeFirst(end + 2) }
@@ -205,7 +206,7 @@ final class TestConnection {
     }
 
     /// Exactly `count` bytes (binary line protocols: the Redis test helper).
-    func readExactly(_ count: Int) throws -> [UInt8] {
+    public func readExactly(_ count: Int) throws -> [UInt8] {
         while buffer.count < count { try fill() }
         defer { buffer.removeFirst(count) }
         return Array(buffer[..<count])
@@ -218,7 +219,7 @@ final class TestConnection {
         buffer.append(contentsOf: chunk[0..<received])
     }
 
-    func readResponse(method: String) throws -> TestResponse {
+    public func readResponse(method: String) throws -> TestResponse {
         var headEnd: Int?
         var searchFrom = 0
         while headEnd == nil {
@@ -254,11 +255,11 @@ final class TestConnection {
 }
 
 extension Array where Element == UInt8 {
-    func indexOfSequence(_ pattern: [UInt8]) -> Int? {
+    public func indexOfSequence(_ pattern: [UInt8]) -> Int? {
         guard count >= pattern.count else { return nil }
         for start in 0...(count - pattern.count) where self[start..<(start + pattern.count)].elementsEqual(pattern) { return start }
         return nil
     }
 
-    func containsSequence(_ pattern: [UInt8]) -> Bool { indexOfSequence(pattern) != nil }
+    public func containsSequence(_ pattern: [UInt8]) -> Bool { indexOfSequence(pattern) != nil }
 }

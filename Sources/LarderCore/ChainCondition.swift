@@ -1,0 +1,79 @@
+// A chain step's `when` (POST /chain): parsed by ChainPlan, evaluated against the results so far.
+
+import Foundation
+
+/// A step's `when`: a comparison, or `all` / `any` / `not` of conditions.
+public indirect enum ChainCondition: Sendable, Equatable {
+    case compare(ChainReference, Operator, JSONValue?)
+    case all([ChainCondition])
+    case any([ChainCondition])
+    case not(ChainCondition)
+
+    public enum Operator: String, Sendable, CaseIterable {
+        case eq, ne, gt, ge, lt, le, exists, `in`, matches
+    }
+
+    /// The references the condition reads.
+    var references: [ChainReference] {
+        switch self {
+        case .compare(let reference, _, _): [reference]
+        case .all(let conditions), .any(let conditions): conditions.flatMap(\.references)
+        case .not(let condition): condition.references
+        }
+    }
+
+    /// The step ids the condition reads.
+    var roots: [String] { references.map(\.root) }
+
+    public func holds(in documents: [String: JSONValue]) -> Bool {
+        switch self {
+        case .all(let conditions): return conditions.allSatisfy { $0.holds(in: documents) }
+        case .any(let conditions): return conditions.contains { $0.holds(in: documents) }
+        case .not(let condition): return !condition.holds(in: documents)
+        case .compare(let reference, let op, let expected):
+            let actual = reference.resolve(in: documents)
+            switch op {
+            case .exists: return actual != nil && actual != .null
+            case .eq: return actual.map { Self.equal($0, expected ?? .null) } ?? false
+            case .ne: return !(actual.map { Self.equal($0, expected ?? .null) } ?? false)
+            case .gt, .ge, .lt, .le:
+                guard let actual, let expected, let order = Self.order(actual, expected) else { return false }
+                switch op {
+                case .gt: return order > 0
+                case .ge: return order >= 0
+                case .lt: return order < 0
+                default: return order <= 0
+                }
+            case .in:
+                guard let actual, case .array(let options)? = expected else { return false }
+                return options.contains { Self.equal(actual, $0) }
+            case .matches:
+                guard case .string(let text)? = actual, case .string(let pattern)? = expected,
+                    let regex = try? Regex(pattern)
+                else { return false }
+                return (try? regex.firstMatch(in: text)) != nil
+            }
+        }
+    }
+
+    private static func number(_ value: JSONValue) -> Double? {
+        switch value {
+        case .number(let number): number.double
+        default: nil
+        }
+    }
+
+    static func equal(_ lhs: JSONValue, _ rhs: JSONValue) -> Bool {
+        if let left = number(lhs), let right = number(rhs) { return left == right }
+        return lhs == rhs
+    }
+
+    /// Numbers compare as numbers, strings by their UTF-8 bytes; anything else has no order.
+    static func order(_ lhs: JSONValue, _ rhs: JSONValue) -> Int? {
+        if let left = number(lhs), let right = number(rhs) { return left < right ? -1 : (left > right ? 1 : 0) }
+        if case .string(let left) = lhs, case .string(let right) = rhs {
+            return left == right ? 0 : (left.utf8.lexicographicallyPrecedes(right.utf8) ? -1 : 1)
+        }
+        return nil
+    }
+}
