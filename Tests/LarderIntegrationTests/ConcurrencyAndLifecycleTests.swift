@@ -46,7 +46,8 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let count = 64
         let statuses = Locked<[Int]>([])
         let port = larder.port
-        let target = url(base, "delay=200")
+        // The origin answers none until all of them wait on it: every one is suspended at once.
+        let target = url(base, "hold=\(count)")
         XCTAssertTrue(
             concurrently(count, timeout: 30) { index in
                 let response = try? TestConnection(port: port).fetch(["url": target + "&i=\(index)", "cache": ["ttl": 60]])
