@@ -58,10 +58,21 @@ final class CrashSafetyTests: IntegrationTestCase {
             let (process, errors) = try launch(arguments)
             let port = try waitForPort(errors)
             let killed = Atomic<Bool>(false)
+            // Responses answered before the kill, requests the kill cut, failures before it.
+            let answered = Atomic<Int>(0)
+            let cut = Atomic<Int>(0)
+            let failedEarly = Atomic<Int>(0)
+            let progress = Condition()
+            let senders = DispatchGroup()
             let originBase = origin.base
-            let senders = (0..<4).map { sender in
+            for sender in 0..<4 {
+                senders.enter()
                 Thread {
-                    guard let connection = try? TestConnection(port: port) else { return }
+                    defer { senders.leave() }
+                    guard let connection = try? TestConnection(port: port) else {
+                        failedEarly.add(1, ordering: .relaxed)
+                        return
+                    }
                     var index = 0
                     while !killed.load(ordering: .relaxed) {
                         let path = "\(base)-r\(round)-s\(sender)-\(index)"
@@ -69,21 +80,34 @@ final class CrashSafetyTests: IntegrationTestCase {
                         index += 1
                         written.withLock { $0.append((path, size)) }
                         // A response cut by the kill throws here; one that arrives must be whole.
-                        guard let response = try? connection.fetch(Self.spec(origin: originBase, path, size)) else { return }
+                        guard let response = try? connection.fetch(Self.spec(origin: originBase, path, size)) else {
+                            if killed.load(ordering: .relaxed) {
+                                cut.add(1, ordering: .relaxed)
+                            } else {
+                                failedEarly.add(1, ordering: .relaxed)
+                            }
+                            return
+                        }
                         if response.status == 200,
                             response.json["bodyText"] as? String != String(decoding: TestOrigin.fill(path: path, size: size), as: UTF8.self)
                         {
                             partial.add(1, ordering: .relaxed)
                         }
+                        answered.add(1, ordering: .relaxed)
+                        progress.broadcast()
                     }
-                }
+                }.start()
             }
-            senders.forEach { $0.start() }
-            // A random moment in the load: the point of the test (not a wait for a condition).
-            usleep(UInt32.random(in: 50_000...400_000, using: &generator))
-            kill(process.processIdentifier, SIGKILL)
+            // The load is under way (a response came back), then a random moment in it: the
+            // point of the test (not a wait for a condition).
+            XCTAssertTrue(progress.wait(timeout: 30) { answered.load(ordering: .relaxed) > 0 }, "round \(round): misses answered")
+            usleep(UInt32.random(in: 0...300_000, using: &generator))
             killed.store(true, ordering: .relaxed)
+            kill(process.processIdentifier, SIGKILL)
             XCTAssertTrue(waitForExit(process), "round \(round)")
+            XCTAssertEqual(senders.wait(timeout: .now() + 30), .success, "round \(round): every sender stopped")
+            XCTAssertGreaterThan(cut.load(ordering: .relaxed), 0, "round \(round): the kill landed while misses were in progress")
+            XCTAssertEqual(failedEarly.load(ordering: .relaxed), 0, "round \(round): nothing failed before the kill")
             XCTAssertEqual(try integrityCheck(), "ok", "round \(round)")
         }
         XCTAssertEqual(partial.load(ordering: .relaxed), 0, "no request got a partial or wrong body")
