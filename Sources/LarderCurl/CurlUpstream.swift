@@ -61,6 +61,10 @@ public final class CurlUpstream: Upstream, @unchecked Sendable {
         background = CurlDriver(settings: settings, bounds: bounds)
     }
 
+    /// The most bytes of bodies being received there ever were at once, over all drivers
+    /// (`maxInflightBodyBytes` bounds it, but for the oldest transfer's body); for tests.
+    public var peakInflightBodyBytes: Int { bounds.peakBodyBytes }
+
     /// Starts the thread that runs requests sent from outside the event loops.
     public func start() {
         guard !started.exchange(true, ordering: .relaxed) else { return }

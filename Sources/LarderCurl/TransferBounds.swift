@@ -9,6 +9,8 @@ final class TransferBounds: Sendable {
     private struct State {
         var running = 0
         var usedBytes = 0
+        /// The most `usedBytes` ever was.
+        var peakBytes = 0
         /// Sequence numbers of the transfers running, to know the oldest.
         var active: Set<Int> = []
         var oldest = Int.max
@@ -29,6 +31,10 @@ final class TransferBounds: Sendable {
         self.maxTransfers = max(1, maxTransfers)
         self.maxBodyBytes = max(1, maxBodyBytes)
     }
+
+    /// The most body bytes that were ever in flight at once: at most `maxBodyBytes` plus the
+    /// oldest transfer's body.
+    var peakBodyBytes: Int { state.withLock { $0.peakBytes } }
 
     /// A slot for a new transfer and its sequence number, or nil when all are taken (then
     /// `waiter` is woken when one is released).
@@ -57,6 +63,7 @@ final class TransferBounds: Sendable {
                 return false
             }
             state.usedBytes += count
+            state.peakBytes = max(state.peakBytes, state.usedBytes)
             return true
         }
     }

@@ -52,6 +52,18 @@ public final class LarderService: @unchecked Sendable {
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { engine?.coalescedCount ?? 0 }
 
+    /// The most bytes of upstream bodies being received there ever were at once
+    /// (`maxInflightBodyBytes` bounds it, but for one body); for tests.
+    public var peakInflightBodyBytes: Int { upstream?.peakInflightBodyBytes ?? 0 }
+
+    /// Waits until the SQLite store's writer is idle: what was acknowledged is committed, and the
+    /// evictions and sweeps it started are done; for tests. Returns at once on other stores.
+    public func waitForIdleStoreWriter() { (store as? SQLiteCacheStore)?.waitForTrimming() }
+
+    /// The most bytes the SQLite store held at once (right after a commit, before the eviction
+    /// that follows it); 0 on other stores or without --max-bytes; for tests.
+    public var peakStoredBytes: Int { (store as? SQLiteCacheStore)?.peakUsedByteCount ?? 0 }
+
     /// The proxy-root listener's port, when there is one.
     public var proxyPort: Int? { proxyServer?.port }
     /// The --admin-port listener's port (nil without one).

@@ -206,7 +206,11 @@ final class BatchTests: IntegrationTestCase {
     func testConcurrentBatchesShareOneUpstreamRequestPerURL() throws {
         let larder = try startLarder()
         let base = uniquePath()
-        let requests = (0..<50).map { ["url": url("\(base)-\($0 % 10)", "delay=200"), "cache": ["ttl": 300]] as [String: Any] }
+        // Each batch starts one item per URL (concurrency 10); the origin answers once the first
+        // items of all 100 batches are in flight (990 of them waiting on the 10 fetches), so the
+        // URLs are shared by coalescing, not only by the cache.
+        let requests = (0..<50).map { ["url": url("\(base)-\($0 % 10)", "hold=gate"), "cache": ["ttl": 300]] as [String: Any] }
+        let released = release((0..<10).map { "\(base)-\($0)" }, whenCoalesced: 990, on: larder.service)
         let body = Array(try JSONSerialization.data(withJSONObject: ["requests": requests, "concurrency": 10]))
         let port = larder.port
         let okCount = Atomic<Int>(0)
@@ -215,6 +219,7 @@ final class BatchTests: IntegrationTestCase {
                 let response = try? TestConnection(port: port).request("POST", "/batch", body: body)
                 if response?.json["ok"] as? Bool == true { okCount.add(1, ordering: .relaxed) }
             })
+        XCTAssertTrue(released.waitForRelease(), "the requests overlapped")
         XCTAssertEqual(okCount.load(ordering: .relaxed), 100)
         XCTAssertEqual((0..<10).map { origin.count("\(base)-\($0)") }, Array(repeating: 1, count: 10))
     }

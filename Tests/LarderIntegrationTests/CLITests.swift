@@ -9,7 +9,7 @@ final class CLITests: IntegrationTestCase {
     /// Runs the executable; returns its exit status, stdout and stderr.
     private func run(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> (Int32, String, String) {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
-            throw XCTSkip("the larder executable is not built next to the tests")
+            throw skipOrFail("the larder executable is not built next to the tests")
         }
         let process = Process()
         process.executableURL = binary

@@ -23,7 +23,10 @@ final class CoalescingTests: IntegrationTestCase {
     func test500ConcurrentColdRequestsMakeExactlyOneOriginRequest() throws {
         let larder = try startLarder()
         let path = uniquePath()
-        let responses = concurrently(500, port: larder.port, ["url": url(path, "delay=200"), "cache": ["ttl": 300]])
+        // The origin answers once the 499 others joined the first request's fetch: all 500 overlap.
+        let released = release([path], whenCoalesced: 499, on: larder.service)
+        let responses = concurrently(500, port: larder.port, ["url": url(path, "hold=gate"), "cache": ["ttl": 300]])
+        XCTAssertTrue(released.waitForRelease(), "the requests overlapped")
         XCTAssertEqual(responses.count, 500)
         XCTAssertEqual(responses.filter { $0?.status == 200 && $0?.json["status"] as? Int == 200 }.count, 500)
         XCTAssertEqual(origin.count(path), 1, "exactly one upstream request")
@@ -32,6 +35,7 @@ final class CoalescingTests: IntegrationTestCase {
         let coalesced = responses.filter { $0?.cache["coalesced"] as? Bool == true }.count
         XCTAssertEqual(outcomes.filter { $0 == "hit" }.count, 499, "the others were coalesced or arrived after the store")
         XCTAssertGreaterThan(coalesced, 0)
+        XCTAssertEqual(coalesced, 499, "all waited on the one fetch")
         XCTAssertEqual(Set(responses.compactMap { $0?.originCount }), [1], "everyone got the one response")
         // Exact counts (issue 35): the joiners are hits marked coalesced, the leader is not, and
         // the server counted each answer as its client saw it (answers are counted before they
@@ -47,7 +51,11 @@ final class CoalescingTests: IntegrationTestCase {
     func testNonShareableResponsesMakeWaitersFetchOnTheirOwn() throws {
         let larder = try startLarder()
         let path = uniquePath()
-        let responses = concurrently(20, port: larder.port, ["url": url(path, "delay=100&cc=private")])
+        // The first request's answer comes once the 19 others are waiting on it.
+        let released = release([path], whenCoalesced: 19, on: larder.service)
+        let responses = concurrently(20, port: larder.port, ["url": url(path, "hold=gate&cc=private")])
+        XCTAssertTrue(released.waitForRelease(), "the requests overlapped")
+        XCTAssertEqual(larder.service.coalescedCount, 19, "the others waited on the first before fetching on their own")
         XCTAssertEqual(responses.filter { $0?.json["status"] as? Int == 200 }.count, 20)
         XCTAssertEqual(origin.count(path), 20, "a private response is not shared")
         XCTAssertTrue(responses.allSatisfy { $0?.cache["coalesced"] == nil })
@@ -57,10 +65,12 @@ final class CoalescingTests: IntegrationTestCase {
         let larder = try startLarder()
         let path = uniquePath()
         let port = larder.port
-        let first = url(path, "delay=300")
+        // The origin answers once both requests reach it: had they coalesced, one never would.
+        let first = url(path, "hold=2")
         XCTAssertTrue(
             concurrently(2) { index in
-                _ = try? TestConnection(port: port).fetch(["url": first, "cache": ["ttl": 60, "version": index + 1]])
+                let response = try? TestConnection(port: port).fetch(["url": first, "cache": ["ttl": 60, "version": index + 1]])
+                XCTAssertEqual(response?.json["status"] as? Int, 200)
             })
         XCTAssertEqual(origin.count(path), 2)
         // The control (issue 35): the same two requests with one version share one upstream

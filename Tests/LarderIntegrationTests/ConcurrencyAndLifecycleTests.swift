@@ -47,7 +47,8 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let count = 64
         let statuses = Locked<[Int]>([])
         let port = larder.port
-        let target = url(base, "delay=200")
+        // The origin answers none until all of them wait on it: every one is suspended at once.
+        let target = url(base, "hold=\(count)")
         XCTAssertTrue(
             concurrently(count, timeout: 30) { index in
                 let response = try? TestConnection(port: port).fetch(["url": target + "&i=\(index)", "cache": ["ttl": 60]])
@@ -170,26 +171,44 @@ final class ExecutableTests: IntegrationTestCase {
         let next = Atomic<Int>(0)
         let acknowledged = Atomic<Int>(0)
         let killed = Atomic<Bool>(false)
+        // Requests the kill cut, and failures before it.
+        let cut = Atomic<Int>(0)
+        let failedEarly = Atomic<Int>(0)
         let progress = Condition()
-        let senders = (0..<4).map { _ in
+        let senders = DispatchGroup()
+        for _ in 0..<4 {
+            senders.enter()
             Thread {
-                guard let connection = try? TestConnection(port: port) else { return }
+                defer { senders.leave() }
+                guard let connection = try? TestConnection(port: port) else {
+                    failedEarly.add(1, ordering: .relaxed)
+                    return
+                }
                 while !killed.load(ordering: .relaxed) {
                     let index = next.add(1, ordering: .relaxed).oldValue
                     guard index < urls.count else { return }
                     guard let response = try? connection.fetch(["url": urls[index], "cache": ["ttl": 3600]]),
                         response.status == 200
-                    else { return }
+                    else {
+                        if killed.load(ordering: .relaxed) {
+                            cut.add(1, ordering: .relaxed)
+                        } else {
+                            failedEarly.add(1, ordering: .relaxed)
+                        }
+                        return
+                    }
                     acknowledged.add(1, ordering: .relaxed)
                     progress.broadcast()
                 }
-            }
+            }.start()
         }
-        senders.forEach { $0.start() }
         XCTAssertTrue(progress.wait(timeout: 30) { acknowledged.load(ordering: .relaxed) >= 400 })
-        kill(process.processIdentifier, SIGKILL)
         killed.store(true, ordering: .relaxed)
+        kill(process.processIdentifier, SIGKILL)
         XCTAssertTrue(waitForExit(process))
+        XCTAssertEqual(senders.wait(timeout: .now() + 30), .success, "every sender stopped")
+        XCTAssertGreaterThan(cut.load(ordering: .relaxed), 0, "the kill landed while misses were in progress")
+        XCTAssertEqual(failedEarly.load(ordering: .relaxed), 0, "nothing failed before the kill")
         let sent = min(next.load(ordering: .relaxed), paths.count)
 
         let (restarted, restartErrors) = try launch(["serve", "--port", "0", "--db", databasePath, "--no-access-log"])

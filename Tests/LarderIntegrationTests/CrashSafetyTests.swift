@@ -59,10 +59,21 @@ final class CrashSafetyTests: IntegrationTestCase {
             let (process, errors) = try launch(arguments)
             let port = try waitForPort(errors)
             let killed = Atomic<Bool>(false)
+            // Responses answered before the kill, requests the kill cut, failures before it.
+            let answered = Atomic<Int>(0)
+            let cut = Atomic<Int>(0)
+            let failedEarly = Atomic<Int>(0)
+            let progress = Condition()
+            let senders = DispatchGroup()
             let originBase = origin.base
-            let senders = (0..<4).map { sender in
+            for sender in 0..<4 {
+                senders.enter()
                 Thread {
-                    guard let connection = try? TestConnection(port: port) else { return }
+                    defer { senders.leave() }
+                    guard let connection = try? TestConnection(port: port) else {
+                        failedEarly.add(1, ordering: .relaxed)
+                        return
+                    }
                     var index = 0
                     while !killed.load(ordering: .relaxed) {
                         let path = "\(base)-r\(round)-s\(sender)-\(index)"
@@ -70,21 +81,34 @@ final class CrashSafetyTests: IntegrationTestCase {
                         index += 1
                         written.withLock { $0.append((path, size)) }
                         // A response cut by the kill throws here; one that arrives must be whole.
-                        guard let response = try? connection.fetch(Self.spec(origin: originBase, path, size)) else { return }
+                        guard let response = try? connection.fetch(Self.spec(origin: originBase, path, size)) else {
+                            if killed.load(ordering: .relaxed) {
+                                cut.add(1, ordering: .relaxed)
+                            } else {
+                                failedEarly.add(1, ordering: .relaxed)
+                            }
+                            return
+                        }
                         if response.status == 200,
                             response.json["bodyText"] as? String != String(decoding: TestOrigin.fill(path: path, size: size), as: UTF8.self)
                         {
                             partial.add(1, ordering: .relaxed)
                         }
+                        answered.add(1, ordering: .relaxed)
+                        progress.broadcast()
                     }
-                }
+                }.start()
             }
-            senders.forEach { $0.start() }
-            // A random moment in the load: the point of the test (not a wait for a condition).
-            usleep(UInt32.random(in: 50_000...400_000, using: &generator))
-            kill(process.processIdentifier, SIGKILL)
+            // The load is under way (a response came back), then a random moment in it: the
+            // point of the test (not a wait for a condition).
+            XCTAssertTrue(progress.wait(timeout: 30) { answered.load(ordering: .relaxed) > 0 }, "round \(round): misses answered")
+            usleep(UInt32.random(in: 0...300_000, using: &generator))
             killed.store(true, ordering: .relaxed)
+            kill(process.processIdentifier, SIGKILL)
             XCTAssertTrue(waitForExit(process), "round \(round)")
+            XCTAssertEqual(senders.wait(timeout: .now() + 30), .success, "round \(round): every sender stopped")
+            XCTAssertGreaterThan(cut.load(ordering: .relaxed), 0, "round \(round): the kill landed while misses were in progress")
+            XCTAssertEqual(failedEarly.load(ordering: .relaxed), 0, "round \(round): nothing failed before the kill")
             XCTAssertEqual(try integrityCheck(), "ok", "round \(round)")
         }
         XCTAssertEqual(partial.load(ordering: .relaxed), 0, "no request got a partial or wrong body")
@@ -159,30 +183,18 @@ final class DamagedDatabaseTests: IntegrationTestCase {
 
 /// A database directory Larder cannot write: start-up stops with the reason, never a crash.
 final class ReadOnlyDirectoryTests: IntegrationTestCase {
-    private var mountPoint: URL?
-
     override func tearDown() {
-        super.tearDown()
-        if let mountPoint {
-            _ = DiskFullTests.run("/bin/umount", [mountPoint.path])
-        }
         try? FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.appendingPathComponent("readonly").path)
+        super.tearDown()
     }
 
     func testAReadOnlyDatabaseDirectoryStopsStartUpWithTheReason() throws {
         let point = directory.appendingPathComponent("readonly")
         try FileManager.default.createDirectory(at: point, withIntermediateDirectories: true)
-        if getuid() == 0 {
-            // Permissions do not stop root; a read-only file system does.
-            guard DiskFullTests.run("/bin/mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", point.path]) == 0 else {
-                throw XCTSkip("mounting a read-only tmpfs failed")
-            }
-            mountPoint = point
-        } else {
-            try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: point.path)
-        }
+        try FileManager.default.setAttributes([.posixPermissions: 0o555], ofItemAtPath: point.path)
         for database in [point.appendingPathComponent("larder.sqlite"), point.appendingPathComponent("inner/larder.sqlite")] {
-            let (process, errors) = try launch(["serve", "--port", "0", "--db", database.path])
+            // Permissions do not stop root: as root, Larder runs as nobody (setpriv), whom they stop.
+            let (process, errors) = try launchAsUnprivileged(["serve", "--port", "0", "--db", database.path])
             XCTAssertTrue(waitForExit(process))
             XCTAssertEqual(process.terminationReason, .exit, "an exit, not a crash")
             XCTAssertNotEqual(process.terminationStatus, 0)
@@ -192,17 +204,24 @@ final class ReadOnlyDirectoryTests: IntegrationTestCase {
             XCTAssertTrue(message.contains("Read-only file system") || message.contains("Permission denied"), message)
         }
     }
+
+    /// The executable, as this user, or as nobody when this user is root (whom file permissions
+    /// do not stop).
+    private func launchAsUnprivileged(_ arguments: [String]) throws -> (Process, Pipe) {
+        guard getuid() == 0 else { return try launch(arguments) }
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else {
+            throw skipOrFail("setpriv (util-linux) is not installed")
+        }
+        let nobody = "65534"
+        return try launch(arguments, through: "/usr/bin/setpriv", ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups"])
+    }
 }
 
-/// The database on a small file system that fills up (a tmpfs the test mounts; root only).
+/// The database's files stop growing: writes fail as on a full disk. The limit is the file size
+/// limit (RLIMIT_FSIZE) of the Larder process, set and lifted from outside while it runs, so the
+/// test needs neither root nor a file system of its own; SIGXFSZ is ignored in the process, so a
+/// write past the limit fails with EFBIG, as one on a full disk fails with ENOSPC.
 final class DiskFullTests: IntegrationTestCase {
-    private var mountPoint: URL?
-
-    override func tearDown() {
-        super.tearDown() // stops Larder first
-        if let mountPoint { _ = Self.run("/bin/umount", [mountPoint.path]) }
-    }
-
     @discardableResult
     static func run(_ tool: String, _ arguments: [String]) -> Int32 {
         let process = Process()
@@ -216,19 +235,33 @@ final class DiskFullTests: IntegrationTestCase {
     }
 
     func testAFullDiskIsAnsweredUncachedReportedOnceAndRecovered() throws {
-        let point = directory.appendingPathComponent("small")
-        try FileManager.default.createDirectory(at: point, withIntermediateDirectories: true)
-        guard getuid() == 0, Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=3m", "tmpfs", point.path]) == 0 else {
-            throw XCTSkip("mounting a small tmpfs needs root")
+        let (process, errors) = try launch(
+            ["serve", "--port", "0", "--db", databasePath, "--no-access-log"], through: "/bin/sh",
+            ["-c", "trap '' XFSZ; exec \"$0\" \"$@\""])
+        defer {
+            process.terminate()
+            _ = waitForExit(process)
         }
-        mountPoint = point
-        let lines = LogLines()
-        let larder = try startLarder(logLines: lines) { $0.databasePath = point.appendingPathComponent("larder.sqlite").path }
-        let client = try larder.connection()
+        let client = try TestConnection(port: try waitForPort(errors))
         let base = uniquePath()
         let early = ["url": url("\(base)/early", "size=1000"), "cache": ["ttl": 600]] as [String: Any]
         XCTAssertEqual(try client.fetch(early).outcome, "miss")
-        // 200 KB bodies (files beside the database) until the 3 MB file system is full.
+        XCTAssertEqual(try client.request("GET", "/cache/stats").status, 200, "the early entry is committed (stats commits)")
+        // Every file may grow to 64 KiB past the largest there is: 200 KB bodies (files beside
+        // the database) cannot be written, nor can the WAL grow much.
+        let largest =
+            try FileManager.default.contentsOfDirectory(atPath: directory.path).map {
+                try XCTUnwrap(FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent($0).path)[.size] as? Int)
+            }.max() ?? 0
+        let limit = largest + (64 << 10)
+        XCTAssertLessThan(limit, 200_000, "the bodies cannot fit under the limit")
+        // The soft limit only (util-linux prlimit: any user may lower it, and raise it back up to
+        // the hard limit, on a process of their own).
+        var inherited = rlimit()
+        XCTAssertEqual(getrlimit(Int32(RLIMIT_FSIZE.rawValue), &inherited), 0)
+        let original = inherited.rlim_cur == rlim_t.max ? "unlimited" : "\(inherited.rlim_cur)"
+        XCTAssertEqual(DiskFullTests.run("/usr/bin/prlimit", ["--pid", "\(process.processIdentifier)", "--fsize=\(limit):"]), 0)
+
         var unstored = 0
         for index in 0..<60 {
             let response = try client.fetch(["url": url("\(base)/\(index)", "size=200000"), "cache": ["ttl": 600]])
@@ -238,11 +271,10 @@ final class DiskFullTests: IntegrationTestCase {
         XCTAssertGreaterThan(unstored, 0, "past the full disk, responses pass through unstored")
         XCTAssertEqual(try client.request("GET", "/healthz").json["storage"] as? String, "degraded")
         XCTAssertEqual(try client.fetch(early).outcome, "hit", "what is stored is still served")
-        let reports = lines.all.filter { $0.contains("cannot store responses") }
-        XCTAssertEqual(reports.count, 1, "one report per minute, not one per request: \(reports)")
         XCTAssertTrue(try client.request("GET", "/metrics").text.contains("larder_store_errors_total"))
 
         // Space comes back: storing resumes by itself.
+        XCTAssertEqual(DiskFullTests.run("/usr/bin/prlimit", ["--pid", "\(process.processIdentifier)", "--fsize=\(original):"]), 0)
         XCTAssertEqual(try client.request("DELETE", "/cache?all=true").status, 200)
         let deadline = Date().addingTimeInterval(15)
         var stored = false
@@ -252,7 +284,7 @@ final class DiskFullTests: IntegrationTestCase {
             stored =
                 try client.fetch(["url": url("\(base)/again-\(attempt)", "size=1000"), "cache": ["ttl": 600]]).cache["stored"] as? Bool
                 == true
-            if !stored { usleep(100_000) }
+            if !stored { usleep(100_000) } // a probe goes ahead every 2 s: no event to wait on
         }
         XCTAssertTrue(stored, "stores again once space is freed")
         XCTAssertTrue(
@@ -264,5 +296,10 @@ final class DiskFullTests: IntegrationTestCase {
                 }
                 return false
             }(), "healthy again")
+        process.terminate()
+        XCTAssertTrue(waitForExit(process))
+        let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let reports = log.split(separator: "\n").filter { $0.contains("cannot store responses") }
+        XCTAssertEqual(reports.count, 1, "one report per minute, not one per request: \(reports)")
     }
 }

@@ -145,7 +145,7 @@ final class SecondSecurityReviewMiscTests: IntegrationTestCase {
     /// Starts the executable with `environment` added to this process's (its tokens left out).
     private func launch(_ arguments: [String], environment: [String: String]) throws -> (Process, Pipe) {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
-            throw XCTSkip("the larder executable is not built next to the tests (run scripts/test, or set LARDER_BINARY)")
+            throw skipOrFail("the larder executable is not built next to the tests (run scripts/test, or set LARDER_BINARY)")
         }
         let process = Process()
         process.executableURL = binary

@@ -146,7 +146,7 @@ open class IntegrationTestCase: XCTestCase {
     public func launch(_ arguments: [String]) throws -> (Process, Pipe) {
         let path = binary.path
         guard FileManager.default.isExecutableFile(atPath: path) else {
-            throw XCTSkip("the larder executable is not built next to the tests (run scripts/test, or set LARDER_BINARY)")
+            throw skipOrFail("the larder executable is not built next to the tests (run scripts/test, or set LARDER_BINARY)")
         }
         let process = Process()
         process.executableURL = binary

@@ -20,7 +20,7 @@ public final class RedisServer {
     /// `cluster` starts it as a Redis Cluster node (RedisClusterNodes joins them).
     public init(port: Int? = nil, cluster: Bool = false) throws {
         guard let executable = Self.executable else {
-            throw XCTSkip("redis-server is not installed (scripts/setup installs it with LARDER_SETUP_TESTS=1)")
+            throw skipOrFail("redis-server is not installed (scripts/setup installs it with LARDER_SETUP_TESTS=1)")
         }
         self.port = port ?? IntegrationTestCase.freeLoopbackPort()
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-redis-\(UUID().uuidString)")
@@ -147,7 +147,7 @@ public final class RedisClusterNodes {
 
     public init() throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/redis-cli") else {
-            throw XCTSkip("redis-cli is not installed (it comes with redis-server)")
+            throw skipOrFail("redis-cli is not installed (it comes with redis-server)")
         }
         nodes = try Self.startNodes()
         let create = Process()

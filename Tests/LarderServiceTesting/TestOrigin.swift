@@ -4,6 +4,7 @@
 //   status=NNN         response status (default 200)
 //   unsafe=NNN         response status for methods other than GET and HEAD
 //   delay=MS           answer after MS milliseconds (the connection waits, nothing blocks)
+//   hold=N|gate        answer once N requests of the path wait, or the test releases it (HoldingOrigin.swift)
 //   size=N             body of N bytes of "a" (text/plain) instead of the default JSON
 //   cc=VALUE           Cache-Control
 //   ct=VALUE           Content-Type
@@ -42,6 +43,8 @@ public final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
     private let concurrency = Locked<(current: Int, peak: Int)>((0, 0))
     private let changed = Condition()
     private var server: HTTPServer!
+    /// Requests held by `hold=`.
+    let holds = HeldRequests()
 
     public static let cookie = "sid=origin-cookie-secret-4242"
 
@@ -159,6 +162,10 @@ public final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
         if let clock { responseHeaders.append(("Date", HTTPDate.format(clock.now))) }
         // A HEAD gets the body too: the server sends only its length (RFC 9110 §8.6).
         let response = HTTPServerResponse(status: status, headers: responseHeaders, body: notModified ? [] : body)
+        if let hold = query.first(where: { $0.0 == "hold" })?.1 {
+            holds.hold(path: path, hold, answer: { responder.respond(response) }, tooLong: { responder.respond(.heldTooLong) })
+            return nil
+        }
         if let delay = query.first(where: { $0.0 == "delay" }).flatMap({ Int($0.1) }) {
             concurrency.withLock {
                 $0.current += 1

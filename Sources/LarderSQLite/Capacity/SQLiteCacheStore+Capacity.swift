@@ -63,7 +63,10 @@ extension SQLiteCacheStore {
     /// writer's turn, so the next commit cannot add to an overfull store), then goes on to the
     /// low-water mark in background batches that let saves interleave.
     func enforceCapacity() {
-        guard capacity.maxBytes < Int.max, !trimming.underWay, usedBytes() > capacity.maxBytes else { return }
+        guard capacity.maxBytes < Int.max else { return }
+        let used = usedBytes()
+        if used > counters.peakUsedBytes.load(ordering: .relaxed) { counters.peakUsedBytes.store(used, ordering: .relaxed) }
+        guard !trimming.underWay, used > capacity.maxBytes else { return }
         while !closed.load(ordering: .relaxed), usedBytes() > capacity.maxBytes, evictOnce() > 0 {}
         trimming.underWay = true
         evictBatch()
@@ -118,6 +121,10 @@ extension SQLiteCacheStore {
         while writerQueue.sync(execute: { trimming.underWay }) {}
         writerQueue.sync {}
     }
+
+    /// The most bytes held at once, right after a commit and before the eviction that follows
+    /// it: at most `maxBytes` plus one group commit; for tests.
+    public var peakUsedByteCount: Int { counters.peakUsedBytes.load(ordering: .relaxed) }
 
     /// Bytes held (bodies, body files, metadata), as capacity counts them.
     public var usedByteCount: Int { writerQueue.sync { usedBytes() } }

@@ -12,4 +12,7 @@ final class StoreCounters: Sendable {
     let expiredRemovals = Atomic<Int>(0)
     /// Lookups the key filter answered without reading the database.
     let lookupsSkipped = Atomic<Int>(0)
+    /// The most bytes held right after a commit, before the eviction that follows it (written
+    /// on the writer queue only).
+    let peakUsedBytes = Atomic<Int>(0)
 }

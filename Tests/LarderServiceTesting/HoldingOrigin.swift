@@ -1,0 +1,125 @@
+// Requests the test origin holds, so that tests of overlap (coalescing, concurrency limits,
+// requests in parallel) know their requests overlap instead of hoping a delay is long enough.
+//
+//   hold=N      the origin answers no request of the path until N of them are waiting, then
+//               answers them all (and later ones at once)
+//   hold=gate   the origin answers no request of the path until the test calls `release(path)`
+//               (and later ones at once)
+//
+// A request held longer than `HeldRequests.limit` seconds is answered 503 "held too long", so a
+// test whose requests never overlap fails on its statuses instead of hanging.
+
+import Dispatch
+import Foundation
+import LarderHTTP
+import LarderService
+import LarderSync
+
+public final class HeldRequests: Sendable {
+    static let limit = 20.0
+
+    private struct Held {
+        var answers: [Int: @Sendable () -> Void] = [:]
+        var released = false
+        var arrived = 0
+    }
+
+    private let paths = Locked<[String: Held]>([:])
+    private let nextID = Atomic<Int>(0)
+    private let changed = Condition()
+
+    /// Holds the request (`hold` is the query value) and calls `answer` when its path is
+    /// released, or answers `tooLong` after `limit` seconds.
+    func hold(path: String, _ hold: String, answer: @escaping @Sendable () -> Void, tooLong: @escaping @Sendable () -> Void) {
+        let id = nextID.add(1, ordering: .relaxed).oldValue
+        let threshold = Int(hold)
+        let release = paths.withLock { paths -> [@Sendable () -> Void]? in
+            var held = paths[path, default: Held()]
+            defer { paths[path] = held }
+            held.arrived += 1
+            guard !held.released else { return [answer] }
+            held.answers[id] = answer
+            guard let threshold, held.answers.count >= threshold else { return nil }
+            held.released = true
+            defer { held.answers.removeAll() }
+            return Array(held.answers.values)
+        }
+        changed.broadcast()
+        if let release {
+            for answer in release { answer() }
+            return
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + Self.limit) { [self] in
+            let stillHeld = paths.withLock { $0[path]?.answers.removeValue(forKey: id) != nil }
+            if stillHeld { tooLong() }
+        }
+    }
+
+    /// Answers every request of `path` held now, and those that come later at once.
+    public func release(_ path: String) {
+        let answers = paths.withLock { paths -> [@Sendable () -> Void] in
+            var held = paths[path, default: Held()]
+            defer { paths[path] = held }
+            held.released = true
+            defer { held.answers.removeAll() }
+            return Array(held.answers.values)
+        }
+        for answer in answers { answer() }
+    }
+
+    /// Requests of `path` waiting now.
+    public func waiting(_ path: String) -> Int { paths.withLock { $0[path]?.answers.count ?? 0 } }
+
+    /// Waits until `count` requests of `path` are held at once (woken on each arrival).
+    public func waitForHeld(_ path: String, count: Int, timeout: Double = 10) -> Bool {
+        changed.wait(timeout: timeout) { waiting(path) >= count }
+    }
+}
+
+extension HTTPServerResponse {
+    /// What a request held too long gets.
+    static let heldTooLong = HTTPServerResponse(status: 503, headers: [("Content-Type", "text/plain")], body: Array("held too long".utf8))
+}
+
+extension IntegrationTestCase {
+    /// Polls `condition` every 5 ms until it holds or `timeout` passes; for counters no event
+    /// marks (requests joining a flight). Returns whether it held.
+    @discardableResult
+    public static func pollUntil(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while !condition() {
+            guard Date() < deadline else { return false }
+            usleep(5_000)
+        }
+        return true
+    }
+
+    /// Releases `paths` of the origin on another thread once `service` counts `joined` requests
+    /// coalesced (waiting on another request's upstream fetch), or after 30 s without.
+    public func release(_ paths: [String], whenCoalesced joined: Int, on service: LarderService) -> Release {
+        let holds = origin.holds
+        let release = Release()
+        DispatchQueue.global().async {
+            let reached = Self.pollUntil(timeout: 30) { service.coalescedCount >= joined }
+            for path in paths { holds.release(path) }
+            release.done(reached: reached)
+        }
+        return release
+    }
+}
+
+/// A release to come (`IntegrationTestCase.release`).
+public final class Release: Sendable {
+    private let reachedCondition = Atomic<Bool>(false)
+    private let finished = DispatchSemaphore(value: 0)
+
+    fileprivate func done(reached: Bool) {
+        reachedCondition.store(reached, ordering: .releasing)
+        finished.signal()
+    }
+
+    /// Waits for the release; true when it came because its condition held.
+    public func waitForRelease(timeout: Double = 40) -> Bool {
+        finished.wait(timeout: .now() + timeout) == .success && reachedCondition.load(ordering: .acquiring)
+    }
+}
