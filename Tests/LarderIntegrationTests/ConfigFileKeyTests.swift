@@ -22,8 +22,11 @@ final class ConfigFileKeyTests: XCTestCase {
             var changed: Set<String> = []
             for candidate in candidates {
                 var configuration = LarderConfiguration()
-                let applied = try? ConfigFile.apply(text: json([setting.key: candidate]), source: "test", to: &configuration)
-                guard applied != nil else { continue }
+                do {
+                    try ConfigFile.apply(text: json([setting.key: candidate]), source: "test", to: &configuration)
+                } catch {
+                    continue
+                }
                 let now = fields(of: configuration)
                 changed.formUnion(now.keys.filter { now[$0] != defaults[$0] })
             }

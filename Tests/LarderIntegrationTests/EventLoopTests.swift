@@ -124,7 +124,7 @@ final class EventLoopTests: IntegrationTestCase {
 
         private func record(_ call: String) {
             let name = kernelThreadName()
-            threads.withLock { $0[call, default: []].insert(name) }
+            _ = threads.withLock { $0[call, default: []].insert(name) }
         }
 
         func attach(wake: @escaping @Sendable () -> Void) {

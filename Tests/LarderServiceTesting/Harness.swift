@@ -215,11 +215,8 @@ public struct CapturingLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
-    public func log(
-        level: Logger.Level, message: Logger.Message, metadata: Logger.Metadata?, source: String, file: String,
-        function: String, line: UInt
-    ) {
-        lines.append(message.description)
+    public func log(event: LogEvent) {
+        lines.append(event.message.description)
     }
 }
 

@@ -1,9 +1,7 @@
 // POST /batch: many /fetch specs in one call (see BatchRunner). Answers with one JSON
 // document in request order, or — with `Accept: application/x-ndjson` — streams one line per
 // request as it completes and a summary line last, so a caller sees the first results while
-// slow ones still run (each line written before the next, all before the summary, and the
-// next only once the socket took the last). A client that goes away cancels its batch.
-// Either way the items the answer holds are bounded by `--max-batch-bytes`.
+// slow ones still run (ItemAnswer, shared with /chain).
 
 import LarderCore
 import LarderEngine
@@ -45,60 +43,16 @@ struct BatchRoute: Sendable {
         }
         let clock = self.clock
         let ids = batch.ids
-        let budget = AnswerBudget(limit: maxAnswerBytes)
-        if ItemRendering.wantsNDJSON(request) {
-            let stream = HTTPResponseStream()
-            let sink = ItemSink(
-                budget: budget,
-                render: { outcome in
-                    // Nobody reads what is rendered for a client that left.
-                    stream.isClosed
-                        ? []
-                        : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
-                },
-                write: { _, line, taken in
-                    stream.write(line, taken: taken)
-                })
-            let run = BatchRun(
+        return ItemAnswer.answer(routeRequest, ids: ids, maxAnswerBytes: maxAnswerBytes) { [engine] sink, finish in
+            BatchRun(
                 engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
                 timeoutMs: batch.timeoutMs, sink: sink,
                 onFinish: { outcomes in
-                    var none: [[UInt8]]? = nil
-                    stream.write(
-                        Self.summary(
-                            outcomes, ids: ids, responses: &none, receivedAt: receivedAt, clock: clock,
-                            line: true))
-                    stream.finish()
+                    finish { responses, line in
+                        Self.summary(outcomes, ids: ids, responses: &responses, receivedAt: receivedAt, clock: clock, line: line)
+                    }
                 })
-            routeRequest.onClientGone { run.cancel() }
-            run.start()
-            return RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
-        // Each item is kept as rendered, in its place; the response goes out of the run's hands.
-        let rendered = Locked<[[UInt8]]>(Array(repeating: [], count: ids.count))
-        let sink = ItemSink(
-            budget: budget,
-            render: { outcome in
-                ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt)
-            },
-            write: { outcome, item, taken in
-                rendered.withLock { $0[outcome.index] = item }
-                taken()
-            })
-        let run = BatchRun(
-            engine: engine, items: batch.items, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
-            timeoutMs: batch.timeoutMs, sink: sink,
-            onFinish: { outcomes in
-                var responses: [[UInt8]]? = rendered.withLock { items in
-                    defer { items = [] }
-                    return items
-                }
-                let body = Self.summary(outcomes, ids: ids, responses: &responses, receivedAt: receivedAt, clock: clock)
-                routeRequest.respond(AdminRoute.json(200, body))
-            })
-        routeRequest.onClientGone { run.cancel() }
-        run.start()
-        return nil
     }
 
     /// `{"ok":…,"failed":[ids],"responses":[…],"timing":{"totalMs":…}}` (no `responses` in the

@@ -1,7 +1,6 @@
 // POST /chain: dependent steps (see ChainPlan and ChainRun). Answers with every step's result
 // and the rendered `output`, or — with `Accept: application/x-ndjson` — one line per step as it
-// finishes and a summary line last (written as /batch writes its lines). A client that goes
-// away cancels its chain. The steps an answer holds are bounded by `--max-batch-bytes`.
+// finishes and a summary line last (ItemAnswer, shared with /batch).
 
 import LarderCore
 import LarderEngine
@@ -43,59 +42,17 @@ struct ChainRoute: Sendable {
             steps.insert(bytes, .fetch(prepared))
             return prepared
         }
-        let budget = AnswerBudget(limit: maxAnswerBytes)
-        if ItemRendering.wantsNDJSON(request) {
-            let stream = HTTPResponseStream()
-            let sink = ItemSink(
-                budget: budget,
-                render: { outcome in
-                    // Nobody reads what is rendered for a client that left.
-                    stream.isClosed
-                        ? []
-                        : ItemRendering.item(outcome, id: ids[outcome.index], index: outcome.index, receivedAt: receivedAt, line: true)
-                },
-                write: { _, line, taken in
-                    stream.write(line, taken: taken)
-                })
-            let run = ChainRun(
+        // With `include: output`, the document holds the failed steps only.
+        let keep: @Sendable (ItemOutcome) -> Bool = { !plan.outputOnly || $0.state == .failed }
+        return ItemAnswer.answer(routeRequest, ids: ids, maxAnswerBytes: maxAnswerBytes, keep: keep) { sink, finish in
+            ChainRun(
                 engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
                 onFinish: { result in
-                    var none: [[UInt8]]? = nil
-                    stream.write(
-                        Self.summary(
-                            result, plan: plan, steps: &none, receivedAt: receivedAt, clock: clock,
-                            line: true))
-                    stream.finish()
+                    finish { steps, line in
+                        Self.summary(result, plan: plan, steps: &steps, receivedAt: receivedAt, clock: clock, line: line)
+                    }
                 })
-            routeRequest.onClientGone { run.cancel() }
-            run.start()
-            return RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", "application/x-ndjson")], stream: stream))
         }
-        // Each step as rendered, in its place: all of them, or with `include: output` the failed
-        // ones (every step is rendered and counted against the budget all the same).
-        let rendered = Locked<[[UInt8]]>(Array(repeating: [], count: ids.count))
-        let sink = ItemSink(
-            budget: budget,
-            render: { outcome in
-                ItemRendering.item(outcome, id: ids[outcome.index], index: nil, receivedAt: receivedAt)
-            },
-            write: { outcome, item, taken in
-                if !plan.outputOnly || outcome.state == .failed { rendered.withLock { $0[outcome.index] = item } }
-                taken()
-            })
-        let run = ChainRun(
-            engine: engine, plan: plan, clock: clock, prepare: makeRequest, sink: sink,
-            onFinish: { result in
-                var renderedSteps: [[UInt8]]? = rendered.withLock { items in
-                    defer { items = [] }
-                    return items
-                }
-                let body = Self.summary(result, plan: plan, steps: &renderedSteps, receivedAt: receivedAt, clock: clock)
-                routeRequest.respond(AdminRoute.json(200, body))
-            })
-        routeRequest.onClientGone { run.cancel() }
-        run.start()
-        return nil
     }
 
     /// `{"ok", "output", "steps": {id: {…}}, "order": [ids], "failed": [ids], "error", "timing"}`;
