@@ -11,18 +11,8 @@ import XCTest
 
 @testable import LarderSQLite
 
-final class KeyFilterTests: XCTestCase {
-    private var directory: URL!
-    private var path: String { directory.appendingPathComponent("cache.sqlite").path }
+final class KeyFilterTests: DatabaseTestCase {
     private let logger = Logger(label: "key-filter-test")
-
-    override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-keyfilter-\(UUID().uuidString)")
-    }
-
-    override func tearDown() {
-        try? FileManager.default.removeItem(at: directory)
-    }
 
     private func entry(_ key: String, primaryKey: String? = nil) -> StoredEntry {
         Self.entry(key, primaryKey: primaryKey)

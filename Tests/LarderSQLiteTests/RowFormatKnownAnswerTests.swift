@@ -12,23 +12,14 @@
 import Foundation
 import LarderCore
 import LarderEngine
+import LarderTesting
 import Logging
 import XCTest
 
 @testable import LarderSQLite
 
-final class RowFormatKnownAnswerTests: XCTestCase {
-    private var directory: URL!
-    private var path: String { directory.appendingPathComponent("cache.sqlite").path }
+final class RowFormatKnownAnswerTests: DatabaseTestCase {
     private let logger = Logger(label: "sqlite-row-format-test")
-
-    override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-row-format-\(UUID().uuidString)")
-    }
-
-    override func tearDown() {
-        try? FileManager.default.removeItem(at: directory)
-    }
 
     /// Every column that has a value of Larder's own set: a variant, tags, validators, a sensitive
     /// fingerprint and stale windows.

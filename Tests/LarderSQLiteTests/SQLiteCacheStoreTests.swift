@@ -11,18 +11,8 @@ import XCTest
 
 @testable import LarderSQLite
 
-final class SQLiteCacheStoreTests: XCTestCase {
-    private var directory: URL!
-    private var path: String { directory.appendingPathComponent("cache.sqlite").path }
+final class SQLiteCacheStoreTests: DatabaseTestCase {
     private let logger = Logger(label: "sqlite-test")
-
-    override func setUpWithError() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-sqlite-\(UUID().uuidString)")
-    }
-
-    override func tearDown() {
-        try? FileManager.default.removeItem(at: directory)
-    }
 
     private func entry(_ key: String, body: String = "{\"a\":1}", version: Int64 = 1) -> StoredEntry {
         .fixture(
