@@ -52,16 +52,6 @@ final class RowFormatKnownAnswerTests: DatabaseTestCase {
         "'[\"t1\",\"product-7\"]'"
     ]
 
-    private func save(_ store: SQLiteCacheStore, _ entry: StoredEntry) {
-        let done = expectation(description: "saved")
-        store.save(entry) { saved in
-            XCTAssertTrue(saved)
-            done.fulfill()
-        }
-        wait(for: [done], timeout: 10)
-        store.commitAndWait()
-    }
-
     func testAFixedEntryIsWrittenAsTheKnownRow() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }

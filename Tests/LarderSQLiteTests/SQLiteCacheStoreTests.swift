@@ -21,16 +21,6 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
             etag: "\"v1\"")
     }
 
-    private func save(_ store: SQLiteCacheStore, _ entry: StoredEntry) {
-        let done = expectation(description: "saved")
-        store.save(entry) { saved in
-            XCTAssertTrue(saved)
-            done.fulfill()
-        }
-        wait(for: [done], timeout: 10)
-        store.commitAndWait()
-    }
-
     func testRoundTrip() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
