@@ -41,7 +41,7 @@ TRACES = {
     "zipf1.1": (1.1, False),
     "zipf0.9+scan": (0.9, True),
 }
-POLICIES = [("LRU", "LRU"), ("SIEVE", "Sieve"), ("S3-FIFO", "S3FIFO"), ("W-TinyLFU", "WTinyLFU"),
+POLICIES = [("FIFO", "FIFO"), ("LRU", "LRU"), ("SIEVE", "Sieve"), ("S3-FIFO", "S3FIFO"), ("W-TinyLFU", "WTinyLFU"),
             ("Belady", "BeladySize")]
 
 
@@ -252,7 +252,7 @@ def wait_until_up(url, process, what):
     raise SystemExit(f"bench-hitratio: {what} did not come up at {url}")
 
 
-def replay(larder, processes, work, origin_port, ids, sizes, capacity, memory_tier, label):
+def replay(larder, processes, work, origin_port, ids, sizes, capacity, memory_tier, label, rate):
     """Replays the trace through a fresh Larder; returns its figures."""
     directory = tempfile.mkdtemp(prefix="replay-", dir=work)
     db = os.path.join(directory, "larder.sqlite")
@@ -286,6 +286,10 @@ def replay(larder, processes, work, origin_port, ids, sizes, capacity, memory_ti
         started = time.monotonic()
         id_list, size_list = ids.tolist(), sizes.tolist()
         for i, (obj, size) in enumerate(zip(id_list, size_list)):
+            if rate:
+                ahead = started + i / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
             connection.request("GET", f"/o/{obj}/{size}")
             response = connection.getresponse()
             body = response.read()
@@ -392,10 +396,10 @@ def run(options):
                 else:
                     label = f"{name} at {pct}%"
                     row["larder"] = replay(options.larder, processes, work, origin_port, ids, sizes,
-                                           capacity, False, label)
+                                           capacity, False, label, options.rate)
                     if options.memory_tier:
                         row["larder_mem"] = replay(options.larder, processes, work, origin_port, ids, sizes,
-                                                   capacity, True, label + " (memory tier)")
+                                                   capacity, True, label + " (memory tier)", options.rate)
                     r = row["larder"]
                     log(f"   {pct}% ({capacity / MiB:.1f} MiB): larder {percent(r['hit'])}% hits "
                         f"({percent(r['byte_hit'])}% bytes) at {r['rate']:.0f} req/s; "
@@ -419,7 +423,8 @@ def print_tables(rows, options, elapsed):
     print()
     print(f"Hit ratio under capacity pressure: {options.requests} requests a trace, {options.objects} "
           f"Zipf-popular objects, {int(options.ohw * 100)}% one-hit wonders, sizes 1–64 KiB log-uniform, "
-          f"seed {options.seed}; commit {git_commit()}, {datetime.date.today().isoformat()}, "
+          f"seed {options.seed}"
+          f"{f', at most {options.rate:g} req/s' if options.rate else ''}; commit {git_commit()}, {datetime.date.today().isoformat()}, "
           f"{elapsed / 60:.1f} min.")
     print()
     print("Hit ratio (% of requests):")
@@ -490,6 +495,8 @@ def main():
     p.add_argument("--ohw", type=float, default=float(env("HITRATIO_OHW", "0.25")),
                    help="share of requests for one-hit wonders (default 0.25)")
     p.add_argument("--seed", type=int, default=int(env("HITRATIO_SEED", "33")))
+    p.add_argument("--rate", type=float, default=float(env("HITRATIO_RATE", "0")),
+                   help="send at most this many requests a second (default 0: as fast as answered)")
     p.add_argument("--memory-tier", action="store_true", default=env("HITRATIO_MEMORY_TIER") == "1",
                    help="also replay with the default memory tier (--memory-mb 64)")
     options = parser.parse_args()
