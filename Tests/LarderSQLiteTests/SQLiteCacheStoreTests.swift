@@ -474,6 +474,24 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(dropped.withLock { $0.count }, store.evictionCount, "the tier above is told each one")
     }
 
+    /// Commits that land between the turns of a retention sweep (or of earlier eviction batches)
+    /// are evicted down to the limit all the same: a store once ended a replay at 1.87x its
+    /// limit because a sweep was under way when its last commits came.
+    func testCommitsWhileASweepIsUnderWayStayUnderTheLimit() throws {
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 200_000
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
+        defer { store.close() }
+        // A sweep between two of its turns, as the writer queue sees it.
+        store.writerQueue.sync { store.trimming.underWay = true }
+        for index in 0..<60 {
+            save(store, sized("k\(index)", bytes: 10_000, storedAt: Double(10 + index)))
+            XCTAssertLessThanOrEqual(store.usedByteCount, 200_000, "after commit \(index)")
+        }
+        XCTAssertGreaterThan(store.evictionCount, 35)
+        store.writerQueue.sync { store.trimming.underWay = false }
+    }
+
     func testTheRetentionSweepRemovesOldEntriesAndUnusableProxyEntries() throws {
         var capacity = StoreCapacity()
         capacity.retention = 1000

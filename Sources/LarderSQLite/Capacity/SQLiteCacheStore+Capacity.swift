@@ -61,13 +61,16 @@ extension SQLiteCacheStore {
 
     /// On the writer queue, after a commit: over capacity, evicts at once down to it (in the
     /// writer's turn, so the next commit cannot add to an overfull store), then goes on to the
-    /// low-water mark in background batches that let saves interleave.
+    /// low-water mark in background batches that let saves interleave. The first part runs even
+    /// while a retention sweep or earlier batches are under way: commits between their turns
+    /// would otherwise fill the store past its limit unchecked.
     func enforceCapacity() {
         guard capacity.maxBytes < Int.max else { return }
         let used = usedBytes()
         if used > counters.peakUsedBytes.load(ordering: .relaxed) { counters.peakUsedBytes.store(used, ordering: .relaxed) }
-        guard !trimming.underWay, used > capacity.maxBytes else { return }
+        guard used > capacity.maxBytes else { return }
         while !closed.load(ordering: .relaxed), usedBytes() > capacity.maxBytes, evictOnce() > 0 {}
+        guard !trimming.underWay else { return }
         trimming.underWay = true
         evictBatch()
     }
