@@ -1,0 +1,228 @@
+// S3-FIFO (Yang et al., "FIFO queues are all you need for cache eviction", SOSP 2023), counted in
+// bytes. A new object enters a small FIFO (a tenth of the capacity). When the small queue is over
+// its share, its oldest object moves to the main FIFO if it was asked for again while there;
+// otherwise it leaves, and its key alone is remembered in a ghost FIFO. An object whose key is
+// still in the ghost enters the main queue directly. The main queue evicts its oldest object
+// unless that was asked for since it was last looked at: then it goes round again with its count
+// lowered by one (counts stop at 3, two bits). Most objects are asked for once: they leave from
+// the small queue quickly and never displace the proven ones in the main queue.
+//
+// A hit only raises a counter: no reordering, so it costs no write to a list (or to a database
+// row). Pure: no I/O and no clock. A store applies what it decides: `admit` says which queue a new
+// object joins and which objects must go; a move from the small queue to the main one is reported
+// (`promoted`), so that a store keeping the small queue in memory writes the object to disk then.
+
+public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
+    public enum Queue: Sendable, Equatable {
+        case small, main
+    }
+
+    /// What `admit` changed besides adding the new object.
+    public enum Change: Sendable, Equatable {
+        /// The object left the cache (from the small queue, its key goes to the ghost).
+        case evicted(Key, from: Queue)
+        /// The object moved from the small queue to the main one.
+        case promoted(Key)
+    }
+
+    public struct Counters: Sendable, Equatable {
+        /// New objects that entered the small queue.
+        public var admittedToSmall = 0
+        /// New objects that entered the main queue because their key was in the ghost.
+        public var ghostHits = 0
+        /// Objects moved from the small queue to the main one.
+        public var promoted = 0
+        public var evictedFromSmall = 0
+        public var evictedFromMain = 0
+        /// Main-queue objects sent round again because they were asked for.
+        public var reinserted = 0
+        public init() {}
+    }
+
+    public let capacityBytes: Int
+    /// The small queue's share of the capacity.
+    public let smallBytesLimit: Int
+    public private(set) var counters = Counters()
+    public private(set) var smallBytes = 0
+    public private(set) var mainBytes = 0
+
+    private struct Entry {
+        var queue: Queue
+        var frequency: UInt8
+        var bytes: Int
+        /// Tells this entry's place in a queue from places an earlier entry of the key left
+        /// behind (removed or moved objects are skipped when their old place comes up).
+        var ticket: UInt64
+    }
+
+    private var entries: [Key: Entry] = [:]
+    private var small = FIFO<Place>()
+    private var main = FIFO<Place>()
+    private var ghost = FIFO<Place>()
+    private var ghostTickets: [Key: UInt64] = [:]
+    private var mainCount = 0
+    private var nextTicket: UInt64 = 0
+
+    private struct Place {
+        let key: Key
+        let ticket: UInt64
+    }
+
+    static var maxFrequency: UInt8 { 3 }
+    /// The ghost remembers as many keys as the main queue holds objects, and at least this many.
+    static var minimumGhostKeys: Int { 64 }
+
+    public init(capacityBytes: Int, smallFraction: Double = 0.1) {
+        precondition(capacityBytes > 0 && smallFraction > 0 && smallFraction < 1)
+        self.capacityBytes = capacityBytes
+        self.smallBytesLimit = max(1, Int(Double(capacityBytes) * smallFraction))
+    }
+
+    public var count: Int { entries.count }
+    public var usedBytes: Int { smallBytes + mainBytes }
+    public func contains(_ key: Key) -> Bool { entries[key] != nil }
+    public func queue(of key: Key) -> Queue? { entries[key]?.queue }
+    public func remembersInGhost(_ key: Key) -> Bool { ghostTickets[key] != nil }
+
+    /// A hit: the object was asked for again. Returns whether it is held.
+    @discardableResult
+    public mutating func recordHit(_ key: Key) -> Bool {
+        guard var entry = entries[key] else { return false }
+        if entry.frequency < Self.maxFrequency {
+            entry.frequency += 1
+            entries[key] = entry
+        }
+        return true
+    }
+
+    /// A miss to be kept: the object joins a queue (nil when it is larger than the whole
+    /// capacity: it is not kept), and what must make room for it is returned. An object already
+    /// held is replaced (its size may have changed) and keeps its queue.
+    public mutating func admit(_ key: Key, bytes: Int) -> (queue: Queue?, changes: [Change]) {
+        guard bytes <= capacityBytes else {
+            remove(key)
+            return (nil, [])
+        }
+        let queue: Queue
+        if let held = entries[key] {
+            queue = held.queue
+            remove(key)
+        } else if ghostTickets.removeValue(forKey: key) != nil {
+            queue = .main
+            counters.ghostHits += 1
+        } else {
+            queue = .small
+            counters.admittedToSmall += 1
+        }
+        place(key, bytes: bytes, in: queue, frequency: 0)
+        var changes: [Change] = []
+        while usedBytes > capacityBytes { evictOne(into: &changes) }
+        return (queue, changes)
+    }
+
+    /// The object left for another reason (a purge, an expiry): forgets it.
+    public mutating func remove(_ key: Key) {
+        guard let entry = entries.removeValue(forKey: key) else { return }
+        switch entry.queue {
+        case .small: smallBytes -= entry.bytes
+        case .main:
+            mainBytes -= entry.bytes
+            mainCount -= 1
+        }
+    }
+
+    private mutating func place(_ key: Key, bytes: Int, in queue: Queue, frequency: UInt8) {
+        nextTicket &+= 1
+        entries[key] = Entry(queue: queue, frequency: frequency, bytes: bytes, ticket: nextTicket)
+        switch queue {
+        case .small:
+            small.append(Place(key: key, ticket: nextTicket))
+            smallBytes += bytes
+        case .main:
+            main.append(Place(key: key, ticket: nextTicket))
+            mainBytes += bytes
+            mainCount += 1
+        }
+    }
+
+    private mutating func evictOne(into changes: inout [Change]) {
+        if smallBytes > smallBytesLimit || mainCount == 0 {
+            evictFromSmall(into: &changes)
+        } else {
+            evictFromMain(into: &changes)
+        }
+    }
+
+    private mutating func evictFromSmall(into changes: inout [Change]) {
+        while let oldest = small.popFirst() {
+            guard let entry = entries[oldest.key], entry.ticket == oldest.ticket, entry.queue == .small else { continue }
+            smallBytes -= entry.bytes
+            entries[oldest.key] = nil
+            if entry.frequency > 0 {
+                place(oldest.key, bytes: entry.bytes, in: .main, frequency: 0)
+                counters.promoted += 1
+                changes.append(.promoted(oldest.key))
+            } else {
+                remember(oldest.key)
+                counters.evictedFromSmall += 1
+                changes.append(.evicted(oldest.key, from: .small))
+            }
+            return
+        }
+    }
+
+    private mutating func evictFromMain(into changes: inout [Change]) {
+        while let oldest = main.popFirst() {
+            guard var entry = entries[oldest.key], entry.ticket == oldest.ticket, entry.queue == .main else { continue }
+            if entry.frequency > 0 {
+                entry.frequency -= 1
+                entries[oldest.key] = entry
+                main.append(oldest)
+                counters.reinserted += 1
+                continue
+            }
+            entries[oldest.key] = nil
+            mainBytes -= entry.bytes
+            mainCount -= 1
+            counters.evictedFromMain += 1
+            changes.append(.evicted(oldest.key, from: .main))
+            return
+        }
+    }
+
+    private mutating func remember(_ key: Key) {
+        nextTicket &+= 1
+        ghostTickets[key] = nextTicket
+        ghost.append(Place(key: key, ticket: nextTicket))
+        let limit = max(mainCount, Self.minimumGhostKeys)
+        // Places of keys since readmitted or remembered again are dropped on the way.
+        while ghostTickets.count > limit || ghost.count > 2 * limit, let oldest = ghost.popFirst() {
+            if ghostTickets[oldest.key] == oldest.ticket { ghostTickets[oldest.key] = nil }
+        }
+    }
+}
+
+/// A first-in first-out queue on an array: appends at the end, takes from a moving head, and
+/// drops the taken part once it is most of the array (amortised O(1)).
+struct FIFO<Element> {
+    private var storage: [Element] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == storage.count }
+    var count: Int { storage.count - head }
+
+    mutating func append(_ element: Element) { storage.append(element) }
+
+    mutating func popFirst() -> Element? {
+        guard head < storage.count else { return nil }
+        let element = storage[head]
+        head += 1
+        if head >= 1024 && head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+        return element
+    }
+}
+
+extension FIFO: Sendable where Element: Sendable {}
