@@ -7,17 +7,23 @@ import LarderCore
 
 struct RouteTable: Sendable {
     let routes: [Route]
+    /// The routes grouped by pattern, in the order each pattern first appears: matched per
+    /// request without building the group again.
+    private let groups: [(pattern: RoutePattern, routes: [Route])]
 
     init(_ routes: [Route]) {
         self.routes = routes
+        var groups: [(pattern: RoutePattern, routes: [Route])] = []
+        for route in routes where !groups.contains(where: { $0.pattern == route.pattern }) {
+            groups.append((route.pattern, routes.filter { $0.pattern == route.pattern }))
+        }
+        self.groups = groups
     }
 
     /// The routes declared with the first pattern matching the request, and what it captured.
     func match(path: String, rawTarget: String) -> (routes: [Route], parameter: String)? {
-        for route in routes {
-            if let parameter = route.pattern.match(path: path, rawTarget: rawTarget) {
-                return (routes.filter { $0.pattern == route.pattern }, parameter)
-            }
+        for group in groups {
+            if let parameter = group.pattern.match(path: path, rawTarget: rawTarget) { return (group.routes, parameter) }
         }
         return nil
     }
