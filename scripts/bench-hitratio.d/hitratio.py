@@ -427,29 +427,20 @@ def print_tables(rows, options, elapsed):
           f"{f', at most {options.rate:g} req/s' if options.rate else ''}; commit {git_commit()}, {datetime.date.today().isoformat()}, "
           f"{elapsed / 60:.1f} min.")
     print()
-    print("Hit ratio (% of requests):")
-    print()
     head = ["trace", "capacity", "Larder"] + (["Larder (mem 64)"] if mem else []) + [p for p, _ in POLICIES]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for row in rows:
-        cells = [row["trace"], f"{row['pct']}%", larder_cell(row, "hit")]
-        if mem:
-            cells.append(larder_cell(row, "hit", "larder_mem"))
-        cells += [percent(row["sims"][p][0]) for p, _ in POLICIES]
-        print("| " + " | ".join(cells) + " |")
-    print()
-    print("Byte hit ratio (% of bytes requested):")
-    print()
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for row in rows:
-        cells = [row["trace"], f"{row['pct']}%", larder_cell(row, "byte_hit")]
-        if mem:
-            cells.append(larder_cell(row, "byte_hit", "larder_mem"))
-        cells += [percent(row["sims"][p][1]) for p, _ in POLICIES]
-        print("| " + " | ".join(cells) + " |")
-    print()
+    # The same table twice: by requests (the simulators' first figure), then by bytes.
+    for title, key, column in [("Hit ratio (% of requests):", "hit", 0), ("Byte hit ratio (% of bytes requested):", "byte_hit", 1)]:
+        print(title)
+        print()
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for row in rows:
+            cells = [row["trace"], f"{row['pct']}%", larder_cell(row, key)]
+            if mem:
+                cells.append(larder_cell(row, key, "larder_mem"))
+            cells += [percent(row["sims"][p][column]) for p, _ in POLICIES]
+            print("| " + " | ".join(cells) + " |")
+        print()
     print("Larder's store (`--memory-mb 0`): bytes at the end and the highest sampled during the replay "
           "(`/cache/stats`, every 2% of the trace), as a multiple of `--max-bytes`; database bytes "
           "written per request (`write_bytes` of /proc/PID/io: the database, its WAL and the body "
