@@ -27,6 +27,8 @@ public struct CacheOptions: Sendable, Equatable {
     /// Whether the caller (or its named upstream) chose `version`; when not, the engine uses
     /// the namespace's current version (POST /cache/namespaces/{ns}/version).
     public var versionExplicit = false
+    /// Set by a warm job: what it fetches is meant to be kept (admitted without probation).
+    public var keepRequested = false
     /// Surrogate keys the stored entry carries, for purging by tag (besides the response's
     /// Surrogate-Key / Cache-Tag).
     public var tags: [String] = []

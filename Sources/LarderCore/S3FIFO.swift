@@ -97,19 +97,22 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
 
     /// A miss to be kept: the object joins a queue (nil when it is larger than the whole
     /// capacity: it is not kept), and what must make room for it is returned. An object already
-    /// held is replaced (its size may have changed) and keeps its queue.
-    public mutating func admit(_ key: Key, bytes: Int) -> (queue: Queue?, changes: [Change]) {
+    /// held is replaced (its size may have changed) and keeps its queue. `proven`: the object
+    /// needs no probation (someone asked for it to be kept) and joins the main queue.
+    public mutating func admit(_ key: Key, bytes: Int, proven: Bool = false) -> (queue: Queue?, changes: [Change]) {
         guard bytes <= capacityBytes else {
             remove(key)
             return (nil, [])
         }
         let queue: Queue
         if let held = entries[key] {
-            queue = held.queue
+            queue = proven ? .main : held.queue
             remove(key)
         } else if ghostTickets.removeValue(forKey: key) != nil {
             queue = .main
             counters.ghostHits += 1
+        } else if proven {
+            queue = .main
         } else {
             queue = .small
             counters.admittedToSmall += 1
@@ -118,6 +121,14 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         var changes: [Change] = []
         while usedBytes > capacityBytes { evictOne(into: &changes) }
         return (queue, changes)
+    }
+
+    /// An object found in the store at start-up: it joins the end of the main queue, unless it
+    /// is queued already (admitted since). Nothing is evicted: the next `admit` brings the
+    /// queues back under the capacity.
+    public mutating func restore(_ key: Key, bytes: Int) {
+        guard entries[key] == nil else { return }
+        place(key, bytes: bytes, in: .main, frequency: 0)
     }
 
     /// The object left for another reason (a purge, an expiry): forgets it.

@@ -203,7 +203,7 @@ private struct Trace {
 }
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a small seeded generator, the same numbers everywhere.
-private struct SplitMix64 {
+struct SplitMix64 {
     var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {

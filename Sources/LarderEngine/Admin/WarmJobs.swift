@@ -169,6 +169,7 @@ public final class WarmJobs: Sendable {
             var request = item.request
             request.progress = job.progress
             request.resumable = true
+            request.cache.keepRequested = true
             return engine.prepare(request)
         }
         // A warm job records what it fetched, whatever the status (it is not a caller reading

@@ -150,6 +150,8 @@ extension FetchEngine {
             etag: response.headers.first(named: "etag"),
             lastModified: response.headers.first(named: "last-modified"), headerFields: headers.fields)
         entry.tags = CacheTags.merged(request.cache.tags, from: response.headers, headerNames: limits.tagHeaders)
+        // A caller that chose a lifetime or a version wants this entry kept (docs/operations.md).
+        entry.keepRequested = request.cache.keepRequested || request.cache.ttl != nil || request.cache.versionExplicit
         return entry
     }
 

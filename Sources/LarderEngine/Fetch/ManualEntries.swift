@@ -49,9 +49,11 @@ extension FetchEngine {
             }
             return
         }
-        let entry = entry(storing: response, for: request, derived: prepared.derived, kind: kind, stored: stored, at: now)
+        var entry = entry(storing: response, for: request, derived: prepared.derived, kind: kind, stored: stored, at: now)
+        entry.keepRequested = true
+        let primaryKey = entry.primaryKey
         store.save(entry) { saved in
-            completion(saved ? .success(entry.primaryKey) : .failure(LarderError(.storageFailed, "the entry could not be stored")))
+            completion(saved ? .success(primaryKey) : .failure(LarderError(.storageFailed, "the entry could not be stored")))
         }
     }
 }

@@ -29,6 +29,7 @@ public struct StoredEntry: Sendable, Equatable {
         var bodyFile: BodyFile?
         var openedBody: OwnedDescriptor?
         var tags: [String]
+        var keepRequested: Bool
     }
 
     /// @unchecked Sendable: `fields` is changed only through `change`, on a box no other
@@ -140,6 +141,12 @@ public struct StoredEntry: Sendable, Equatable {
         get { storage.fields.tags }
         set { change { $0.tags = newValue } }
     }
+    /// Someone asked for this entry to be kept (a PUT, a warm job, a caller's ttl or version):
+    /// a store with an admission policy writes it at once, without probation. Not stored.
+    public var keepRequested: Bool {
+        get { storage.fields.keepRequested }
+        set { change { $0.keepRequested = newValue } }
+    }
 
     public static func == (lhs: StoredEntry, rhs: StoredEntry) -> Bool {
         if lhs.storage === rhs.storage { return true }
@@ -164,7 +171,7 @@ public struct StoredEntry: Sendable, Equatable {
                 // Given when the caller has them (a new entry: ResponseHeaders.rendered), else parsed.
                 headerFields: headerFields ?? ResponseHeaders.parseJSON(headersJSON),
                 body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
-                etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: []))
+                etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: [], keepRequested: false))
     }
 }
 

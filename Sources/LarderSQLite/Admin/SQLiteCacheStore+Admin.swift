@@ -59,6 +59,7 @@ extension SQLiteCacheStore: CacheAdministration {
     public func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void) {
         let (condition, bind) = Self.condition(for: filter)
         writerQueue.async { [self] in
+            dropHeldObjects()
             commitAllPending()
             purgeBatch(condition: condition, bind: bind, total: PurgeResult(), completion: completion)
         }
@@ -66,6 +67,7 @@ extension SQLiteCacheStore: CacheAdministration {
 
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
         writerQueue.async { [self] in
+            dropHeldObjects()
             commitAllPending()
             purgeBatch(
                 condition: Schema.rowsOfPrimaryKey("?1"),

@@ -1,6 +1,8 @@
-// Which rows one eviction pass removes: over `maxBytes`, the least recently used rows go, in
+// Which rows one pass of the capacity check removes: over `maxBytes`, the oldest rows go, in
 // that order, until what they free brings the store down to the low-water mark. Pure: the
-// store feeds it candidate rows (oldest last_access first) and deletes the rowids it took.
+// store feeds it candidate rows (oldest first) and deletes the rowids it took. The admission
+// policy evicts first (SQLiteCacheStore+Admission.swift); this backs it up while the policy
+// learns the stored rows at start, and when its estimate of the bytes drifted (variants).
 
 struct EvictionPass {
     /// Bytes over the low-water mark (0 or less: nothing to evict).

@@ -90,7 +90,7 @@ extension SQLiteCacheStore {
         guard pass.wantsMore else { return 0 }
         do {
             let candidates = try writer.prepare(
-                "SELECT rowid, \(Self.entryBytesSQL) FROM entries ORDER BY last_access LIMIT \(Self.evictionBatch)")
+                "SELECT rowid, \(Self.entryBytesSQL) FROM entries ORDER BY rowid LIMIT \(Self.evictionBatch)")
             while pass.wantsMore, try candidates.step() {
                 pass.take(rowid: candidates.int64(0), bytes: Int(candidates.int64(1)))
             }
@@ -209,6 +209,7 @@ extension SQLiteCacheStore {
             delete.reset()
         }
         reapDeadFiles()
+        forgetInPolicy(removed.map(\.primaryKey))
         return removed
     }
 

@@ -7,6 +7,7 @@ public import LarderCore
 extension SQLiteCacheStore {
     public func recordHit(_ key: CacheKey, at time: Double) {
         hitCounters.record(key, at: time)
+        policy?.withLock { $0.recordHit(PolicyKey(key)) }
     }
 
     /// On the writer queue: every hit count so far into the database.

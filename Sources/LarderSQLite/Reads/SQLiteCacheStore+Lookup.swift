@@ -9,7 +9,11 @@ extension SQLiteCacheStore {
         guard !closed.load(ordering: .relaxed) else { return [] }
         // Uncommitted saves first: one that commits between this read and the SELECT below is
         // then found by the SELECT (it leaves `visible` only after its COMMIT).
-        let (uncommitted, filter) = pending.withLock { ($0.visible.isEmpty ? nil : $0.visible[primaryKey], $0.keyFilter) }
+        let (uncommitted, held, filter) = pending.withLock {
+            ($0.visible.isEmpty ? nil : $0.visible[primaryKey], Self.heldEntries(primaryKey, in: $0.held), $0.keyFilter)
+        }
+        // Held in memory by the admission policy: it has no row.
+        if let held { return held }
         // A key the filter never saw has no row: no read transaction. (Taking the lock above
         // orders this after the save that inserted the key, once it left `visible`.)
         let mayBeStored = filter?.mayContain(KeyFilter.probe(primaryKey.hex)) ?? true
@@ -20,7 +24,7 @@ extension SQLiteCacheStore {
     }
 
     /// What writing `entry` does to the rows of its primary key (as `write` does in SQL).
-    private static func apply(_ entry: StoredEntry, to entries: inout [StoredEntry], maxVariants: Int) {
+    static func apply(_ entry: StoredEntry, to entries: inout [StoredEntry], maxVariants: Int) {
         entries.removeAll { $0.varyNames != entry.varyNames || $0.key == entry.key }
         entries.append(entry)
         if !entry.varyNames.isEmpty, entries.count > maxVariants {

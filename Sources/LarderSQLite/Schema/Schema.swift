@@ -149,6 +149,12 @@ enum Schema {
         // keys on every write.
         """
         DROP INDEX entries_primary_key;
+        """,
+        // 13: eviction follows the admission policy (S3-FIFO, in memory), and the capacity check
+        // that backs it up takes the oldest rows: nothing orders by last_access any more, whose
+        // index cost a random B-tree update per hit flushed. The column stays (listings show it).
+        """
+        DROP INDEX entries_last_access;
         """
     ]
 

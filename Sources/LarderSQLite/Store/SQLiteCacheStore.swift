@@ -22,6 +22,9 @@
 //   hand edit) is a miss and the row is deleted.
 // - Hit counters are tallied in memory in shards and written in batches, so a hit costs no
 //   write transaction.
+// - With a capacity, an admission policy (S3-FIFO) decides what is kept: misses wait in memory
+//   for proof of reuse once the store is full, and hits only raise a counter in memory
+//   (Capacity/SQLiteCacheStore+Admission.swift).
 // - Bodies of at least `bodyFileThreshold` bytes are kept as files beside the database and
 //   sent with sendfile (BodyFiles.swift says how they stay consistent with the rows).
 //
@@ -65,6 +68,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     let hitCounters = HitCounters()
     let health = WriteHealth()
     let counters = StoreCounters()
+    /// What to keep and what to write when the store has a capacity (SQLiteCacheStore+Admission).
+    let policy: LockedPolicy?
     let droppedHandler = CallbackSlot<CacheKey>()
 
     /// The start-up sweep of orphaned body files, under way.
@@ -115,11 +120,18 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         try writer.execute("PRAGMA wal_autocheckpoint = 100")
         statements = try WriterStatements(writer)
         readers = ReaderPool(path: path)
+        // The rows already stored are told to the policy in the background (restorePolicy).
+        let lastRowid = try writer.scalarInt("SELECT coalesce(max(rowid), 0) FROM entries")
+        policy =
+            capacity.maxBytes < Int.max
+            ? LockedPolicy(StorePolicy(capacityBytes: capacity.maxBytes, heldBytesLimit: Self.heldByteLimit, ready: lastRowid == 0))
+            : nil
         // Hit counts reach the database within 10 s: one UPDATE per key per 10 s however hot.
         hitCounters.startFlushing(on: writerQueue, every: 1) { [weak self] in self?.flushHits(olderThan: 10) }
         // Files of rows deleted just before a crash, then files whose rows never committed.
         writerQueue.sync { reapDeadFiles() }
         startSweeping()
+        if policy != nil, lastRowid > 0 { writerQueue.async { [self] in restorePolicy(after: 0, upTo: lastRowid) } }
         let startedAt = Date().timeIntervalSince1970
         orphanSweep.enter()
         DispatchQueue.global(qos: .utility).async { [weak self] in

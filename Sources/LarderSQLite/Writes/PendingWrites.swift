@@ -22,6 +22,11 @@ struct PendingWrites {
     var visible: [CacheKey: [StoredEntry]] = [:]
     var bytes = 0
     var flushScheduled = false
+    /// Objects the admission policy keeps in memory only (on probation in its small queue), by
+    /// policy key: what lookups find in place of rows (AdmissionPolicy.swift).
+    var held: [PolicyKey: [StoredEntry]] = [:]
+    /// Objects the policy evicted whose rows the writer deletes at its next turn.
+    var evictions: [PolicyKey] = []
     /// The filter lookups consult (nil until the first build from the database finished),
     /// and the one a rebuild is filling; saves go into both.
     var keyFilter: KeyFilter?
@@ -71,9 +76,19 @@ struct PendingWrites {
         return Admission(scheduleCommit: !flushScheduled, waitsForCommit: waits, rebuildKeyFilter: rebuild)
     }
 
+    /// Queues the deletion of evicted objects' rows; true when the caller must schedule a writer
+    /// turn for it (none is scheduled).
+    mutating func queueEvictions(_ keys: [PolicyKey]) -> Bool {
+        guard !keys.isEmpty else { return false }
+        evictions += keys
+        defer { flushScheduled = true }
+        return !flushScheduled
+    }
+
     /// Takes the next group commit off the queue: the oldest saves, at most `entryLimit` of them
-    /// and `byteLimit` bytes, and one at least. `more`: saves are left for another group.
-    mutating func takeGroup(entryLimit: Int, byteLimit: Int) -> (group: [PendingWrite], more: Bool) {
+    /// and `byteLimit` bytes, and one at least, with every eviction queued. `more`: saves are
+    /// left for another group.
+    mutating func takeGroup(entryLimit: Int, byteLimit: Int) -> (group: [PendingWrite], evictions: [PolicyKey], more: Bool) {
         var count = 0
         var groupBytes = 0
         while count < min(queue.count, entryLimit), count == 0 || groupBytes + queue[count].size <= byteLimit {
@@ -82,8 +97,10 @@ struct PendingWrites {
         }
         let group = Array(queue.prefix(count))
         queue.removeFirst(count)
+        let evicted = evictions
+        evictions = []
         if queue.isEmpty { flushScheduled = false }
-        return (group, !queue.isEmpty)
+        return (group, evicted, !queue.isEmpty)
     }
 
     /// After `group` was committed (or failed): lookups read it from the database (or not at all).

@@ -29,12 +29,14 @@ extension SQLiteCacheStore {
         // 2 s goes ahead to find out whether space came back.
         guard health.admitsSave(now: DispatchTime.now().uptimeNanoseconds) else { return completion(false) }
         let size = entry.approximateBytes
+        if case .answered(let stored) = admitThroughPolicy(entry, size: size) { return completion(stored) }
         let probe = KeyFilter.probe(entry.primaryKey.hex)
         let admitted = pending.withLock { pending in
             pending.admit(entry, size: size, probe: probe, byteLimit: Self.pendingByteLimit, completion: completion)
         }
         guard let admitted else {
             counters.shedWrites.add(1, ordering: .relaxed)
+            forgetInPolicy([entry.primaryKey])
             return completion(false)
         }
         if admitted.scheduleCommit {
@@ -68,10 +70,10 @@ extension SQLiteCacheStore {
     /// On the writer queue: one group commit of what is queued (at most `groupCommitLimit`
     /// entries), then again while more is queued. A group that fails is written again one
     /// entry per transaction, so one failing entry is dropped alone.
-    private func commitPending() {
+    func commitPending() {
         let byteLimit = PendingWrites.groupByteLimit(maxBytes: capacity.maxBytes, pendingByteLimit: Self.pendingByteLimit)
-        let (batch, more) = pending.withLock { $0.takeGroup(entryLimit: Self.groupCommitLimit, byteLimit: byteLimit) }
-        guard !batch.isEmpty else { return }
+        let (batch, evictions, more) = pending.withLock { $0.takeGroup(entryLimit: Self.groupCommitLimit, byteLimit: byteLimit) }
+        guard !batch.isEmpty else { return deleteEvicted(evictions) }
         var written: [Bool]
         switch commitGroup(batch[...]) {
         case .committed:
@@ -83,9 +85,13 @@ extension SQLiteCacheStore {
         }
         if written.contains(true) { noteWriteSuccess() }
         reapDeadFiles()
+        // After the group (a row it wrote for an object the policy evicted since goes too), and
+        // before the capacity check, which would otherwise find those rows still there.
+        deleteEvicted(evictions)
         enforceCapacity()
         pending.withLock { $0.finish(batch) }
         let dropped = droppedHandler.current
+        forgetInPolicy(zip(batch, written).filter { !$0.1 }.map(\.0.entry.primaryKey))
         for (write, saved) in zip(batch, written) {
             if !saved { dropped?(write.entry.primaryKey) }
             write.completion?(saved)
@@ -134,7 +140,7 @@ extension SQLiteCacheStore {
 
     /// On the writer queue: commits everything queued, before work that must see it.
     func commitAllPending() {
-        while pending.withLock({ !$0.queue.isEmpty }) { commitPending() }
+        while pending.withLock({ !$0.queue.isEmpty || !$0.evictions.isEmpty }) { commitPending() }
     }
 
     private func step(_ statement: SQLiteStatement) throws(SQLiteError) {
@@ -145,6 +151,7 @@ extension SQLiteCacheStore {
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         writerQueue.async { [self] in
             guard !closed.load(ordering: .relaxed) else { return completion([]) }
+            dropHeldObjects()
             commitAllPending()
             var removed: [CacheKey] = []
             do {
@@ -167,6 +174,7 @@ extension SQLiteCacheStore {
                 removed = []
             }
             reapDeadFiles()
+            forgetInPolicy(removed)
             completion(removed)
         }
     }

@@ -1,0 +1,163 @@
+// What a store with a byte capacity keeps, and where: S3-FIFO (S3FIFO.swift) decides which
+// objects stay; this decides which of them are written to disk.
+//
+// Below the capacity every miss is written, as a store without a policy would. Once the store is
+// full, a first-time object enters the small queue *held in memory only*: most such objects are
+// asked for once (one-hit wonders, scans) and leave again from the small queue, having cost no
+// disk write. One asked for again while there is promoted to the main queue and written then.
+// Objects someone asked to keep (`proven`: an explicit PUT, a warm job, a caller's ttl or
+// version) and objects whose key the ghost remembers go to the main queue and are written at
+// once. Memory for held objects is bounded (`heldBytesLimit`); past it, small-queue objects are
+// written as they arrive, and the policy still evicts them early.
+//
+// Until the store has told the policy what it already holds (`finishRestoring`), nothing is
+// held and nothing is evicted by the policy: objects are written and queued as found.
+//
+// Pure: the store applies each `Decision` (writes, deletes, drops from memory).
+
+public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
+    public enum Placement: Sendable, Equatable {
+        /// Write the object to disk now.
+        case write
+        /// Keep the object in memory only, in the small queue, until it proves reuse.
+        case hold
+        /// The object is larger than the capacity: neither written nor held.
+        case notKept
+    }
+
+    /// What the store does after `admit`.
+    public struct Decision: Sendable, Equatable {
+        public var placement: Placement
+        /// Objects on disk that leave the cache: delete them.
+        public var evict: [Key] = []
+        /// Objects held in memory that leave without having been written (not admitted).
+        public var drop: [Key] = []
+        /// Objects held in memory that were asked for again: write them now.
+        public var write: [Key] = []
+
+        public init(placement: Placement, evict: [Key] = [], drop: [Key] = [], write: [Key] = []) {
+            self.placement = placement
+            self.evict = evict
+            self.drop = drop
+            self.write = write
+        }
+    }
+
+    public struct Counters: Sendable, Equatable {
+        /// Objects written to disk: at once, or on promotion from memory.
+        public var admitted = 0
+        /// Objects that entered the small queue in memory only.
+        public var held = 0
+        /// Held objects that left without being written: the disk writes saved.
+        public var rejected = 0
+        /// Held objects written because they were asked for again.
+        public var promotedFromMemory = 0
+        public var queues = S3FIFO<Key>.Counters()
+    }
+
+    public private(set) var queues: S3FIFO<Key>
+    public let heldBytesLimit: Int
+    /// The store said what it held at start (see `finishRestoring`).
+    public private(set) var ready: Bool
+    private var held: [Key: Int] = [:]
+    public private(set) var heldBytes = 0
+    private var ownCounters = Counters()
+
+    /// `ready` false: the store will `restore` what it holds first.
+    public init(capacityBytes: Int, heldBytesLimit: Int, ready: Bool) {
+        queues = S3FIFO(capacityBytes: capacityBytes)
+        self.heldBytesLimit = max(0, min(heldBytesLimit, queues.smallBytesLimit))
+        self.ready = ready
+    }
+
+    public var counters: Counters {
+        var counters = ownCounters
+        counters.queues = queues.counters
+        return counters
+    }
+
+    public func isHeld(_ key: Key) -> Bool { held[key] != nil }
+    public func contains(_ key: Key) -> Bool { queues.contains(key) }
+
+    /// A miss of `bytes` to be kept under `key`.
+    public mutating func admit(_ key: Key, bytes: Int, proven: Bool) -> Decision {
+        guard ready else {
+            // Queued as found; the store's own capacity check evicts meanwhile.
+            queues.remove(key)
+            queues.restore(key, bytes: bytes)
+            ownCounters.admitted += 1
+            return Decision(placement: .write)
+        }
+        let wasHeld = releaseHeld(key)
+        let known = queues.contains(key)
+        let full = queues.usedBytes + bytes > queues.capacityBytes
+        let (queue, changes) = queues.admit(key, bytes: bytes, proven: proven)
+        var decision = Decision(placement: .write)
+        for change in changes {
+            switch change {
+            case .evicted(let gone, _):
+                if releaseHeld(gone) {
+                    ownCounters.rejected += 1
+                    decision.drop.append(gone)
+                } else if gone != key {
+                    decision.evict.append(gone)
+                }
+            case .promoted(let proved):
+                if releaseHeld(proved) {
+                    ownCounters.promotedFromMemory += 1
+                    ownCounters.admitted += 1
+                    decision.write.append(proved)
+                }
+            }
+        }
+        if queue == nil || !queues.contains(key) {
+            decision.placement = .notKept
+        } else if queue == .small, wasHeld || (!known && full), heldBytes + bytes <= heldBytesLimit {
+            // Only an object with no row on disk is held: a held object leaves without a delete.
+            held[key] = bytes
+            heldBytes += bytes
+            ownCounters.held += wasHeld ? 0 : 1
+            decision.placement = .hold
+        } else {
+            ownCounters.admitted += 1
+        }
+        return decision
+    }
+
+    /// A hit on `key` (held or on disk).
+    public mutating func recordHit(_ key: Key) {
+        queues.recordHit(key)
+    }
+
+    /// The object left for another reason (a purge, an expiry, a failed write).
+    public mutating func remove(_ key: Key) {
+        releaseHeld(key)
+        queues.remove(key)
+    }
+
+    /// Forgets everything (the whole store was purged).
+    public mutating func removeAll() {
+        let capacity = queues.capacityBytes
+        queues = S3FIFO(capacityBytes: capacity)
+        held = [:]
+        heldBytes = 0
+    }
+
+    /// An object the store already held at start, in the order it was written (a key admitted
+    /// since start keeps its place).
+    public mutating func restore(_ key: Key, bytes: Int) {
+        queues.restore(key, bytes: bytes)
+    }
+
+    /// The store has restored everything it holds: from now on the policy evicts and holds.
+    public mutating func finishRestoring() {
+        ready = true
+    }
+
+    @discardableResult
+    private mutating func releaseHeld(_ key: Key) -> Bool {
+        guard let bytes = held.removeValue(forKey: key) else { return false }
+        heldBytes -= bytes
+        return true
+    }
+}
