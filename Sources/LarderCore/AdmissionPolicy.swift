@@ -61,6 +61,8 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
     public private(set) var ready: Bool
     private var held: [Key: Int] = [:]
     public private(set) var heldBytes = 0
+    /// The store is full (see `admit`).
+    private var full = false
     private var ownCounters = Counters()
 
     /// `ready` false: the store will `restore` what it holds first.
@@ -90,7 +92,14 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         }
         let wasHeld = releaseHeld(key)
         let known = queues.contains(key)
-        let full = queues.usedBytes + bytes > queues.capacityBytes
+        // Full once the policy had to evict, until a purge brings it below nine tenths: an
+        // eviction of a large object leaves room for a few small ones, which must not be
+        // written for that alone.
+        if queues.usedBytes + bytes > queues.capacityBytes {
+            full = true
+        } else if queues.usedBytes + bytes <= queues.capacityBytes / 10 * 9 {
+            full = false
+        }
         let (queue, changes) = queues.admit(key, bytes: bytes, proven: proven)
         var decision = Decision(placement: .write)
         for change in changes {
@@ -141,6 +150,7 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         queues = S3FIFO(capacityBytes: capacity)
         held = [:]
         heldBytes = 0
+        full = false
     }
 
     /// An object the store already held at start, in the order it was written (a key admitted

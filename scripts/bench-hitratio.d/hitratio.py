@@ -319,6 +319,8 @@ def replay(larder, processes, work, origin_port, ids, sizes, capacity, memory_ti
             previous = now
         peak = max(peak, now)
         stats = get_json(f"http://127.0.0.1:{port}/cache/stats")
+        if os.environ.get("HITRATIO_VERBOSE"):
+            log(f"{label}: admission {stats['stored'].get('admission')}")
         shed = metric(port, "larder_store_writes_shed_total")
         io_after = proc_io(server.pid)
         disk_after = disk_bytes(db)

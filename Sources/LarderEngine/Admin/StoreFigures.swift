@@ -17,5 +17,7 @@ public struct StoreFigures: Sendable, Equatable {
     /// Stored values refused when read, removed and answered as misses (a shared store's values
     /// that fail authentication or are malformed).
     public var rejectedEntries = 0
+    /// The admission policy's counts (nil: the store has none).
+    public var admission: AdmissionFigures?
     public init() {}
 }

@@ -20,6 +20,8 @@ public struct StoredStatistics: Sendable, Equatable {
     /// Entries evicted for capacity, and removed by the retention sweep, since start.
     public var evictions = 0
     public var expiredRemovals = 0
+    /// The admission policy's counts (nil: the store has none).
+    public var admission: AdmissionFigures?
     /// The store could not be read (a shared Redis out of reach, a database error): the figures
     /// are not the store's, and an admin call answers `503 storage_failed` instead of them.
     public var failed = false

@@ -53,6 +53,7 @@ extension SQLiteCacheStore: CacheAdministration {
         statistics.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
         statistics.evictions = evictionCount
         statistics.expiredRemovals = expiredRemovalCount
+        statistics.admission = admissionFigures
         return statistics
     }
 
@@ -218,6 +219,7 @@ extension SQLiteCacheStore: OperatedStore {
         figures.shedWrites = counters.shedWrites.load(ordering: .relaxed)
         figures.lookupsSkipped = lookupsSkippedByKeyFilter
         figures.bodyFilesOpen = keptBodyFiles
+        figures.admission = admissionFigures
         return figures
     }
 }

@@ -90,6 +90,24 @@ extension SQLiteCacheStore {
     /// The admission counters, when the store has a capacity.
     public var admissionCounters: StorePolicy.Counters? { policy?.withLock { $0.counters } }
 
+    /// The same, for stats and metrics.
+    var admissionFigures: AdmissionFigures? {
+        guard let counters = admissionCounters else { return nil }
+        let held = heldObjects
+        var figures = AdmissionFigures()
+        figures.admitted = counters.admitted
+        figures.held = counters.held
+        figures.rejected = counters.rejected
+        figures.promoted = counters.queues.promoted
+        figures.ghostHits = counters.queues.ghostHits
+        figures.evictedFromSmall = counters.queues.evictedFromSmall
+        figures.evictedFromMain = counters.queues.evictedFromMain
+        figures.reinserted = counters.queues.reinserted
+        figures.heldEntriesNow = held.count
+        figures.heldBytesNow = held.bytes
+        return figures
+    }
+
     /// Objects held in memory on probation, and their bytes; for stats and tests.
     public var heldObjects: (count: Int, bytes: Int) {
         let count = pending.withLock { $0.held.count }
@@ -161,12 +179,29 @@ extension SQLiteCacheStore {
     }
 
     /// On the writer queue: deletes the rows of objects the policy evicted, unless it has taken
-    /// them back since.
+    /// them back since, and cancels their writes still queued (the writer was behind: written
+    /// later, they would be rows the policy no longer counts).
     func deleteEvicted(_ keys: [PolicyKey]) {
         guard let policy, !keys.isEmpty else { return }
-        let gone = policy.withLock { policy in keys.filter { !policy.contains($0) } }
+        // Under the policy's lock: no save can take a key back between the check and the cancel.
+        // A key taken back into memory only (held) still loses its rows: they are the old ones,
+        // and nothing would delete them when the held copy leaves.
+        let (gone, cancelledKeys, waiting) = policy.withLock { policy in
+            let gone = keys.filter { !policy.contains($0) || policy.isHeld($0) }
+            let cancelled = pending.withLock { $0.cancelWrites(of: Set(gone)) }
+            return (gone, cancelled.map(\.entry.primaryKey), cancelled.compactMap(\.completion))
+        }
+        for completion in waiting { completion(false) }
+        var removed: [CacheKey] = cancelledKeys
+        defer {
+            // Entries evicted: each primary key once, whether its rows were deleted or its write
+            // cancelled.
+            let keys = Set(removed)
+            counters.evictions.add(keys.count, ordering: .relaxed)
+            let handler = droppedHandler.current
+            for key in keys { handler?(key) }
+        }
         guard !gone.isEmpty else { return }
-        var removed: [CacheKey] = []
         do {
             let byPrefix = try writer.prepare("DELETE FROM entries WHERE key >= ?1 AND key < ?2 RETURNING primary_key")
             let whole = try writer.prepare("DELETE FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) RETURNING primary_key")
@@ -181,12 +216,9 @@ extension SQLiteCacheStore {
             }
         } catch {
             logger.error("cannot remove evicted entries", metadata: ["error": "\(error)"])
-            return
+            removed = cancelledKeys
         }
-        counters.evictions.add(removed.count, ordering: .relaxed)
         reapDeadFiles()
-        let handler = droppedHandler.current
-        for key in Set(removed) { handler?(key) }
     }
 
     /// Rows of these primary keys are gone (a purge, the sweep, a failed write): the policy

@@ -85,6 +85,27 @@ struct PendingWrites {
         return !flushScheduled
     }
 
+    /// Takes the queued writes of objects the policy evicted before they were written (the
+    /// writer was behind): they are never written. Lookups stop finding them.
+    mutating func cancelWrites(of keys: Set<PolicyKey>) -> [PendingWrite] {
+        guard !keys.isEmpty, !queue.isEmpty else { return [] }
+        var cancelled: [PendingWrite] = []
+        queue.removeAll { write in
+            guard keys.contains(PolicyKey(write.entry.primaryKey)) else { return false }
+            cancelled.append(write)
+            return true
+        }
+        for write in cancelled {
+            // A key's queued writes are the last of its visible entries (the writer takes the
+            // oldest first), and all of them are cancelled.
+            let primaryKey = write.entry.primaryKey
+            visible[primaryKey]?.removeLast()
+            if visible[primaryKey]?.isEmpty == true { visible.removeValue(forKey: primaryKey) }
+            bytes -= write.size
+        }
+        return cancelled
+    }
+
     /// Takes the next group commit off the queue: the oldest saves, at most `entryLimit` of them
     /// and `byteLimit` bytes, and one at least, with every eviction queued. `more`: saves are
     /// left for another group.

@@ -33,6 +33,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let gauges = Locked<[Key: CoreMetrics.Gauge]>([:])
     private let namespaces = Locked<Set<String>>([])
     private let upstreams = Locked<[String: UpstreamMetrics]>([:])
+    private let reportedAdmission = Locked(AdmissionFigures())
     private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int, skipped: Int, rejected: Int)>((0, 0, 0, 0, 0, 0))
 
     init(namespaceLimit: Int, startedAt: Double) {
@@ -270,6 +271,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         counter("larder_store_writes_shed_total", []).increment(by: max(0, shed))
         counter("larder_store_lookups_skipped_total", []).increment(by: max(0, skipped))
         counter("larder_store_rejected_entries_total", []).increment(by: max(0, rejected))
+        if let admission = figures.admission { recordAdmission(admission) }
         gauge("larder_memory_tier_bytes").record(tier.bytes)
         gauge("larder_body_files_open").record(figures.bodyFilesOpen)
         gauge("larder_request_memo_bytes").record(memoBytes)
@@ -285,6 +287,30 @@ final class LarderMetrics: TrafficObserver, Sendable {
         gauge("larder_heap_bytes", [("state", "in_use")]).record(Int(heap.uordblks + heap.hblkhd))
         gauge("larder_heap_bytes", [("state", "free")]).record(Int(heap.fordblks))
         return registry.emitToBuffer()
+    }
+
+    /// The admission policy's counters (docs/operations.md lists them), advanced by what changed
+    /// since the last scrape.
+    private func recordAdmission(_ admission: AdmissionFigures) {
+        let previous = reportedAdmission.withLock { reported in
+            defer { reported = admission }
+            return reported
+        }
+        let counts: [(String, [(String, String)], KeyPath<AdmissionFigures, Int>)] = [
+            ("larder_admission_admitted_total", [], \.admitted),
+            ("larder_admission_held_total", [], \.held),
+            ("larder_admission_rejected_total", [], \.rejected),
+            ("larder_admission_promoted_total", [], \.promoted),
+            ("larder_admission_ghost_hits_total", [], \.ghostHits),
+            ("larder_admission_evicted_total", [("queue", "small")], \.evictedFromSmall),
+            ("larder_admission_evicted_total", [("queue", "main")], \.evictedFromMain),
+            ("larder_admission_reinserted_total", [], \.reinserted)
+        ]
+        for (name, labels, field) in counts {
+            counter(name, labels).increment(by: max(0, admission[keyPath: field] - previous[keyPath: field]))
+        }
+        gauge("larder_admission_held_entries").record(admission.heldEntriesNow)
+        gauge("larder_admission_held_bytes").record(admission.heldBytesNow)
     }
 
     private static func residentBytes() -> Int? {

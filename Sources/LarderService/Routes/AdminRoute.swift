@@ -154,6 +154,7 @@ struct AdminRoute: Sendable {
         out.append(contentsOf: #"{"stored":{"entries":\#(stored.entries),"bytes":\#(stored.bytes),"#.utf8)
         out.append(contentsOf: #""capacityBytes":\#(number(stored.capacityBytes.map(Double.init))),"#.utf8)
         out.append(contentsOf: #""evictions":\#(stored.evictions),"expiredRemovals":\#(stored.expiredRemovals),"#.utf8)
+        if let admission = stored.admission { Self.appendAdmission(admission, to: &out) }
         out.append(contentsOf: #""oldestStoredAt":\#(number(stored.oldestStoredAt)),"#.utf8)
         out.append(contentsOf: #""newestStoredAt":\#(number(stored.newestStoredAt)),"namespaces":{"#.utf8)
         for (index, namespace) in stored.namespaces.enumerated() {
@@ -173,6 +174,19 @@ struct AdminRoute: Sendable {
         }
         out.append(contentsOf: "}}}".utf8)
         return out
+    }
+
+    /// `"admission":{…},` in the stats.
+    private static func appendAdmission(_ admission: AdmissionFigures, to out: inout [UInt8]) {
+        let fields: [(String, Int)] = [
+            ("admitted", admission.admitted), ("held", admission.held), ("rejected", admission.rejected),
+            ("promoted", admission.promoted), ("ghostHits", admission.ghostHits),
+            ("evictedFromSmall", admission.evictedFromSmall), ("evictedFromMain", admission.evictedFromMain),
+            ("reinserted", admission.reinserted), ("heldEntries", admission.heldEntriesNow), ("heldBytes", admission.heldBytesNow)
+        ]
+        out.append(contentsOf: #""admission":{"#.utf8)
+        out.append(contentsOf: fields.map { #""\#($0.0)":\#($0.1)"# }.joined(separator: ",").utf8)
+        out.append(contentsOf: "},".utf8)
     }
 
     // MARK: - Parsing
