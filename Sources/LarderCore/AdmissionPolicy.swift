@@ -59,7 +59,16 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
     public let heldBytesLimit: Int
     /// The store said what it held at start (see `finishRestoring`).
     public private(set) var ready: Bool
-    private var held: [Key: Int] = [:]
+    private struct Held {
+        var bytes: Int
+        /// Tells this stay in memory from an earlier one of the key in `heldOrder`.
+        var ticket: UInt64
+    }
+
+    private var held: [Key: Held] = [:]
+    /// Held objects, oldest first (places of released ones are skipped).
+    private var heldOrder = FIFO<(key: Key, ticket: UInt64)>()
+    private var nextTicket: UInt64 = 0
     public private(set) var heldBytes = 0
     /// The store is full (see `admit`).
     private var full = false
@@ -119,11 +128,17 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
                 }
             }
         }
+        // Only an object with no row on disk is held: a held object leaves without a delete.
+        let holdable = queue == .small && (wasHeld || (!known && full))
+        if holdable, heldBytes + bytes > heldBytesLimit, queues.smallBytes > queues.smallBytesLimit {
+            makeRoomInMemory(for: bytes, into: &decision)
+        }
         if queue == nil || !queues.contains(key) {
             decision.placement = .notKept
-        } else if queue == .small, wasHeld || (!known && full), heldBytes + bytes <= heldBytesLimit {
-            // Only an object with no row on disk is held: a held object leaves without a delete.
-            held[key] = bytes
+        } else if holdable, heldBytes + bytes <= heldBytesLimit {
+            nextTicket &+= 1
+            held[key] = Held(bytes: bytes, ticket: nextTicket)
+            heldOrder.append((key, nextTicket))
             heldBytes += bytes
             ownCounters.held += wasHeld ? 0 : 1
             decision.placement = .hold
@@ -131,6 +146,26 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
             ownCounters.admitted += 1
         }
         return decision
+    }
+
+    /// The small queue is over its share because the main queue is not full yet (most objects
+    /// were asked for once), so the held objects are its newest part only: the oldest of them
+    /// leave it now, as they would at its end, instead of newcomers being written for want of
+    /// memory. A probation as long as S3-FIFO's small queue of a tenth, and no writes.
+    private mutating func makeRoomInMemory(for bytes: Int, into decision: inout Decision) {
+        while heldBytes + bytes > heldBytesLimit, let oldest = heldOrder.popFirst() {
+            guard held[oldest.key]?.ticket == oldest.ticket, let change = queues.moveOutOfSmall(oldest.key) else { continue }
+            releaseHeld(oldest.key)
+            switch change {
+            case .promoted(let proved):
+                ownCounters.promotedFromMemory += 1
+                ownCounters.admitted += 1
+                decision.write.append(proved)
+            case .evicted(let gone, _):
+                ownCounters.rejected += 1
+                decision.drop.append(gone)
+            }
+        }
     }
 
     /// A hit on `key` (held or on disk).
@@ -149,6 +184,7 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         let capacity = queues.capacityBytes
         queues = S3FIFO(capacityBytes: capacity)
         held = [:]
+        heldOrder = FIFO()
         heldBytes = 0
         full = false
     }
@@ -166,8 +202,8 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
 
     @discardableResult
     private mutating func releaseHeld(_ key: Key) -> Bool {
-        guard let bytes = held.removeValue(forKey: key) else { return false }
-        heldBytes -= bytes
+        guard let stay = held.removeValue(forKey: key) else { return false }
+        heldBytes -= stay.bytes
         return true
     }
 }

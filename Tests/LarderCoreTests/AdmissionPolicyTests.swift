@@ -50,13 +50,32 @@ final class AdmissionPolicyTests: XCTestCase {
         XCTAssertEqual(policy.queues.queue(of: 50), .main)
     }
 
-    func testPastTheHeldMemoryLimitNewObjectsAreWritten() {
+    func testWhenMemoryRunsOutWithTheMainQueueFullNewObjectsAreWritten() {
         var policy = AdmissionPolicy<Int>(capacityBytes: 10_000, heldBytesLimit: 120, ready: true)
-        for key in 1...100 { _ = policy.admit(key, bytes: 100, proven: false) }
+        // Proven objects fill the main queue: the small queue is within its tenth.
+        for key in 1...100 { _ = policy.admit(key, bytes: 100, proven: true) }
         var placements: [AdmissionPolicy<Int>.Placement] = []
         for key in 1_000..<1_003 { placements.append(policy.admit(key, bytes: 50, proven: false).placement) }
         XCTAssertEqual(placements, [.hold, .hold, .write], "120 bytes hold two objects of 50")
         XCTAssertEqual(policy.heldBytes, 100)
+    }
+
+    /// Mostly one-hit wonders: the main queue stays nearly empty and the small queue is most of the
+    /// cache. The held objects are its newest tenth; the oldest of them leave early, unwritten.
+    func testWhenMemoryRunsOutWithTheSmallQueueOverItsShareTheOldestHeldLeave() {
+        var policy = AdmissionPolicy<Int>(capacityBytes: 10_000, heldBytesLimit: 120, ready: true)
+        for key in 1...100 { _ = policy.admit(key, bytes: 100, proven: false) }
+        policy.recordHit(1_001)
+        var decisions: [AdmissionPolicy<Int>.Decision] = []
+        for key in 1_000..<1_003 {
+            decisions.append(policy.admit(key, bytes: 50, proven: false))
+            if key == 1_001 { policy.recordHit(1_001) }
+        }
+        XCTAssertEqual(decisions.map(\.placement), [.hold, .hold, .hold])
+        XCTAssertEqual(decisions[2].drop, [1_000], "the oldest held object left, unwritten")
+        XCTAssertEqual(policy.admit(1_003, bytes: 50, proven: false).write, [1_001], "one asked for again is written instead")
+        XCTAssertLessThanOrEqual(policy.heldBytes, 120)
+        XCTAssertTrue(policy.queues.remembersInGhost(1_000))
     }
 
     func testAnObjectLargerThanTheCapacityIsNotKept() {

@@ -64,6 +64,40 @@ final class CapacityTests: IntegrationTestCase {
         XCTAssertEqual(try client.fetch(["url": url("\(base)/0", "size=20000"), "cache": ["ttl": 600]]).outcome, "miss")
     }
 
+    /// The admission policy through the real server: once the store is full, responses asked
+    /// for once wait in memory and leave unwritten, while one asked for again stays a hit; the
+    /// stats and /metrics count both.
+    func testOnceFullOneHitWondersAreNotWrittenAndWhatIsAskedForAgainStays() throws {
+        let maxBytes = 1 << 20
+        let larder = try startLarder { configuration in
+            configuration.maxBytes = maxBytes
+            configuration.memoryCapacityBytes = 0
+        }
+        let client = try larder.connection()
+        let base = uniquePath()
+        // No ttl: a caller's ttl asks for the entry to be kept, which skips probation.
+        let hot = url("\(base)/hot", "size=5000&cc=max-age%3D600")
+        XCTAssertEqual(try client.fetch(["url": hot]).outcome, "miss")
+        // 300 responses of 10 kB asked for once (three times the capacity), the hot one every 10.
+        for index in 0..<300 {
+            XCTAssertEqual(try client.fetch(["url": url("\(base)/\(index)", "size=10000&cc=max-age%3D600")]).status, 200)
+            if index % 10 == 9 { XCTAssertEqual(try client.fetch(["url": hot]).outcome, "hit", "after \(index + 1)") }
+        }
+        XCTAssertEqual(origin.count("\(base)/hot"), 1, "the hot response never left")
+        larder.service.waitForIdleStoreWriter()
+        let stats = try storedStatistics(client)
+        XCTAssertLessThanOrEqual(try XCTUnwrap(stats["bytes"] as? Int), maxBytes)
+        let admission = try XCTUnwrap(stats["admission"] as? [String: Int])
+        let admitted = try XCTUnwrap(admission["admitted"])
+        let rejected = try XCTUnwrap(admission["rejected"])
+        XCTAssertGreaterThan(rejected, 150, "most one-hit wonders were never written")
+        XCTAssertLessThan(admitted, 150, "about the capacity's worth was written: \(admission)")
+        XCTAssertEqual(admitted + (admission["held"] ?? 0), 301, "every response was written or held")
+        XCTAssertGreaterThanOrEqual(admission["promoted"] ?? 0, 1, "the hot one moved to the main queue")
+        let metrics = String(decoding: try client.request("GET", "/metrics").body, as: UTF8.self)
+        XCTAssertTrue(metrics.contains("\nlarder_admission_rejected_total \(rejected)\n"), "/metrics counts what /cache/stats does")
+    }
+
     private func storedStatistics(_ client: TestConnection) throws -> [String: Any] {
         let response = try client.request("GET", "/cache/stats")
         XCTAssertEqual(response.status, 200)
