@@ -109,7 +109,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         init(byOutcome: [CoreMetrics.Counter]) { self.byOutcome = byOutcome }
     }
 
-    static let routes = ["fetch", "batch", "chain", "proxy", "admin", "warm", "metrics", "healthz", "other"]
+    static let routes = ["fetch", "batch", "chain", "proxy", "admin", "warm", "metrics", "healthz", "livez", "readyz", "other"]
     private static let outcomeLabels = CacheOutcome.allCases.map(\.rawValue) + ["coalesced"]
     /// Every route's metrics, made at start (the routes are a fixed list): read without a lock.
     private let routeMetrics: [String: RouteMetrics]
@@ -145,6 +145,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
         case "/batch": "batch"
         case "/chain": "chain"
         case "/healthz": "healthz"
+        case "/livez": "livez"
+        case "/readyz": "readyz"
         case "/metrics": "metrics"
         default:
             if path.hasPrefix("/cache/warm") {
