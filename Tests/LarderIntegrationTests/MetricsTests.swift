@@ -259,9 +259,29 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertTrue(
             queried.isSuperset(of: [
                 "larder_requests_total", "larder_cache_lookups_total", "larder_request_duration_seconds_bucket",
-                "larder_upstream_errors_total", "larder_cache_bytes", "larder_cache_evictions_total"
+                "larder_upstream_errors_total", "larder_cache_bytes", "larder_cache_evictions_total", "larder_storage_healthy",
+                "larder_store_errors_total", "larder_store_writes_shed_total", "larder_http_connections"
             ]),
-            "request rate, hit ratio, outcomes, latency, upstream errors, bytes and evictions: \(queried.sorted())")
+            """
+            request rate, hit ratio, outcomes, latency, upstream errors, bytes, evictions, storage health, store errors, \
+            shed writes and connections: \(queried.sorted())
+            """)
+        // Every query is scoped to the instances chosen in the `instance` variable, whose values
+        // come from a metric /metrics exposes.
+        let variables = try XCTUnwrap((dashboard["templating"] as? [String: Any])?["list"] as? [[String: Any]])
+        let instance = try XCTUnwrap(variables.first { $0["name"] as? String == "instance" }, "an instance variable")
+        let variableQuery = try XCTUnwrap((instance["query"] as? [String: Any])?["query"] as? String)
+        XCTAssertTrue(variableQuery.hasPrefix("label_values(") && variableQuery.hasSuffix(", instance)"), variableQuery)
+        for match in pattern.matches(in: variableQuery, range: NSRange(variableQuery.startIndex..., in: variableQuery)) {
+            queried.insert(String(variableQuery[Range(match.range, in: variableQuery)!]))
+        }
+        let selector = try NSRegularExpression(pattern: #"\b(larder|process)_[a-z_]+(\{[^}]*\})?"#)
+        for expression in expressions {
+            for match in selector.matches(in: expression, range: NSRange(expression.startIndex..., in: expression)) {
+                let series = String(expression[Range(match.range, in: expression)!])
+                XCTAssertTrue(series.contains(#"instance=~"$instance""#), "\(series) in \(expression) is not scoped to $instance")
+            }
+        }
 
         let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
         let client = try larder.connection()
