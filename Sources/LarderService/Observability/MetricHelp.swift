@@ -13,7 +13,7 @@ enum MetricHelp {
         "larder_requests_total": "Answers by route and HTTP status",
         "larder_request_duration_seconds": "Time from a request's arrival to its answer, by route",
         "larder_cache_lookups_total":
-            "Cache lookups by outcome (hit, miss, stale, revalidated, bypass, coalesced) and namespace (past the first --metrics-namespaces: other)",
+            "Cache lookups by outcome (hit, miss, stale, revalidated, bypass, coalesced) and namespace (other past --metrics-namespaces)",
         "larder_upstream_requests_total": "Upstream exchanges by upstream (a named upstream, or fetch for /fetch URLs) and HTTP status",
         "larder_upstream_duration_seconds": "Upstream exchange durations, by upstream",
         "larder_upstream_errors_total": "Upstream requests that got no response, by error code",

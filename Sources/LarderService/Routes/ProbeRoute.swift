@@ -26,26 +26,23 @@ final class ProbeRoute: Sendable {
         self.readyWhileDegraded = readyWhileDegraded
     }
 
-    private var storage: String { health?.storageHealthy == false ? "degraded" : "ok" }
+    private var storageHealthy: Bool { health?.storageHealthy != false }
 
     func live() -> RouteAnswer {
         RouteAnswer(AdminRoute.json(200, Array(#"{"status":"ok"}"#.utf8)))
     }
 
     func ready() -> RouteAnswer {
-        let storage = storage
-        let ready =
-            readyWhileDegraded
-            || readiness.withLock { readiness in
-                readiness.isReady(
-                    storageHealthy: storage == "ok", failures: health?.storageFailures ?? 0, now: clock.now())
-            }
-        let body = #"{"status":"\#(ready ? "ready" : "not_ready")","storage":"\#(storage)"}"#
+        let healthy = storageHealthy
+        let failures = health?.storageFailures ?? 0
+        let now = clock.now()
+        let ready = readyWhileDegraded || readiness.withLock { $0.isReady(storageHealthy: healthy, failures: failures, now: now) }
+        let body = #"{"status":"\#(ready ? "ready" : "not_ready")","storage":"\#(healthy ? "ok" : "degraded")"}"#
         return RouteAnswer(AdminRoute.json(ready ? 200 : 503, Array(body.utf8)))
     }
 
     func healthz() -> RouteAnswer {
         // Degraded storage still answers 200: requests pass through uncached, correctly.
-        RouteAnswer(AdminRoute.json(200, Array(#"{"status":"ok","storage":"\#(storage)"}"#.utf8)))
+        RouteAnswer(AdminRoute.json(200, Array(#"{"status":"ok","storage":"\#(storageHealthy ? "ok" : "degraded")"}"#.utf8)))
     }
 }
