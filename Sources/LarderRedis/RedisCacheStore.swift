@@ -116,6 +116,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     }
 
     public var storageHealthy: Bool { backend.healthy }
+    public var storageFailures: Int { backend.failureCount }
     /// Where the store is (host:port; never the password).
     public var addressDisplay: String { backend.display }
 
@@ -134,7 +135,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let usage = usageCache.withLock { $0 }
         figures.entries = usage.entries
         figures.bytes = usage.bytes
-        figures.failures = backend.failureCount
+        figures.failures = storageFailures
         figures.rejectedEntries = rejectedEntries.load(ordering: .relaxed)
         return figures
     }

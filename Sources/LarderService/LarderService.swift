@@ -16,10 +16,6 @@ public import Logging
     import Glibc
 #endif
 
-public enum LarderVersion {
-    public static let string = "0.1.0"
-}
-
 public final class LarderService: @unchecked Sendable {
     // @unchecked Sendable: the adapter references are set in `start` before the server
     // accepts a request and cleared in `shutdown` after it stopped.

@@ -66,6 +66,7 @@ struct Serve: ParsableCommand {
     @Option(setting: "storePrefix") var storePrefix: String?
     @Option(setting: "storeTimeoutMs") var storeTimeoutMs: Int?
     @Option(setting: "storeFallback") var storeFallback: String?
+    @Flag(setting: "readyWhileDegraded") var readyWhileDegraded = false
     @Option(setting: "adminPort") var adminPort: Int?
     @Option(setting: "tagHeaders") var tagHeaders: [String] = []
     @Option(setting: "metricsToken") var metricsToken: String?

@@ -270,6 +270,10 @@ final class DiskFullTests: IntegrationTestCase {
         }
         XCTAssertGreaterThan(unstored, 0, "past the full disk, responses pass through unstored")
         XCTAssertEqual(try client.request("GET", "/healthz").json["storage"] as? String, "degraded")
+        let unready = try client.request("GET", "/readyz")
+        XCTAssertEqual(unready.status, 503, "writes failing now: out of rotation")
+        XCTAssertEqual(unready.json["storage"] as? String, "degraded")
+        XCTAssertEqual(try client.request("GET", "/livez").status, 200)
         XCTAssertEqual(try client.fetch(early).outcome, "hit", "what is stored is still served")
         XCTAssertTrue(try client.request("GET", "/metrics").text.contains("larder_store_errors_total"))
 
@@ -296,6 +300,7 @@ final class DiskFullTests: IntegrationTestCase {
                 }
                 return false
             }(), "healthy again")
+        XCTAssertEqual(try client.request("GET", "/readyz").status, 200, "and ready")
         process.terminate()
         XCTAssertTrue(waitForExit(process))
         let log = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)

@@ -103,6 +103,110 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertGreaterThan(samples[#"process_start_time_seconds{}"#] ?? 0, 1_700_000_000)
     }
 
+    /// The families named by the exposition's `# TYPE` lines, and those its `# HELP` lines describe
+    /// (each with a text) right before them.
+    private func families(_ exposition: String) -> (typed: [String], helped: Set<String>) {
+        var typed: [String] = []
+        var helped: Set<String> = []
+        var previous = ""
+        for line in exposition.split(separator: "\n").map(String.init) {
+            let words = line.split(separator: " ", maxSplits: 3).map(String.init)
+            if words.count == 4, words[0] == "#", words[1] == "TYPE" {
+                typed.append(words[2])
+                let help = previous.split(separator: " ", maxSplits: 3).map(String.init)
+                if help.count == 4, help[0] == "#", help[1] == "HELP", help[2] == words[2], !help[3].isEmpty { helped.insert(words[2]) }
+            }
+            previous = line
+        }
+        return (typed, helped)
+    }
+
+    func testEveryFamilyHasAHelpLineBeforeAndAfterTraffic() throws {
+        let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
+        let client = try larder.connection()
+        let before = families(try client.request("GET", "/metrics").text)
+        XCTAssertGreaterThan(before.typed.count, 20)
+        XCTAssertEqual(Set(before.typed).subtracting(before.helped).sorted(), [], "families without a # HELP line at start")
+
+        // Traffic makes the families that appear with it: lookups, upstream exchanges, statuses.
+        let path = uniquePath()
+        _ = try client.fetch(["url": url(path), "cache": ["ttl": 600]])
+        _ = try client.fetch(["url": url(path), "cache": ["ttl": 600]])
+        _ = try client.request("GET", "/proxy/origin\(path)/p?cc=max-age%3D60")
+        _ = try client.request("GET", "/nowhere")
+        let scraped = try client.request("GET", "/metrics")
+        let after = families(scraped.text)
+        XCTAssertTrue(after.typed.contains("larder_cache_lookups_total"))
+        XCTAssertTrue(after.typed.contains("larder_upstream_duration_seconds"))
+        XCTAssertEqual(Set(after.typed).subtracting(after.helped).sorted(), [], "families without a # HELP line")
+        XCTAssertEqual(after.typed.count, Set(after.typed).count, "each family once")
+        XCTAssertFalse(try parse(scraped.body).isEmpty, "prometheus_client reads it, HELP lines and all")
+    }
+
+    func testBuildInfoAndTheProcessMetrics() throws {
+        let client = try startLarder().connection()
+        let samples = try parse(try client.request("GET", "/metrics").body)
+        XCTAssertEqual(samples[#"larder_build_info{revision="\#(LarderVersion.revision)",version="\#(LarderVersion.string)"}"#], 1)
+        XCTAssertEqual(samples.keys.filter { $0.hasPrefix("larder_build_info{") }.count, 1)
+
+        let open = try XCTUnwrap(samples["process_open_fds{}"])
+        XCTAssertGreaterThan(open, 3, "stdin, stdout, stderr, the database, the listening socket")
+        var limit = rlimit()
+        XCTAssertEqual(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit), 0)
+        XCTAssertEqual(samples["process_max_fds{}"], Double(limit.rlim_cur), "the soft open-file limit")
+        XCTAssertGreaterThanOrEqual(samples["process_max_fds{}"] ?? 0, open)
+        let resident = try XCTUnwrap(samples["process_resident_memory_bytes{}"])
+        XCTAssertGreaterThan(resident, 1_048_576)
+        XCTAssertGreaterThan(try XCTUnwrap(samples["process_virtual_memory_bytes{}"]), resident)
+        let cpu = try XCTUnwrap(samples["process_cpu_seconds_total{}"])
+        XCTAssertGreaterThan(cpu, 0, "this process has run")
+
+        // The start time is this process's, as ps(1) tells it (in whole seconds since).
+        let now = Date().timeIntervalSince1970
+        let start = try XCTUnwrap(samples["process_start_time_seconds{}"])
+        XCTAssertLessThanOrEqual(start, now)
+        XCTAssertGreaterThan(start, now - 3600 * 24, "not some other epoch")
+        let ps = Process()
+        ps.executableURL = URL(fileURLWithPath: "/bin/ps")
+        ps.arguments = ["-o", "etimes=", "-p", "\(getpid())"]
+        let output = Pipe()
+        ps.standardOutput = output
+        try ps.run()
+        let elapsed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        ps.waitUntilExit()
+        let seconds = try XCTUnwrap(Double(elapsed.trimmingCharacters(in: .whitespacesAndNewlines)), elapsed)
+        XCTAssertEqual(start, Date().timeIntervalSince1970 - seconds, accuracy: 2.5)
+
+        // CPU time only grows: spend 50 ms of it (several of the kernel's ticks).
+        func cpuTime() -> Double {
+            var time = timespec()
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+            return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+        }
+        let until = cpuTime() + 0.05
+        while cpuTime() < until {}
+        let later = try parse(try client.request("GET", "/metrics").body)
+        XCTAssertGreaterThan(later["process_cpu_seconds_total{}"] ?? 0, cpu)
+    }
+
+    func testEveryKnownUpstreamErrorIsCountedFromZero() throws {
+        let client = try startLarder().connection()
+        let codes = [
+            "upstream_unreachable", "upstream_timeout", "upstream_too_large", "upstream_forbidden", "upstream_error",
+            "too_many_redirects", "cancelled", "shutting_down"
+        ]
+        let before = try parse(try client.request("GET", "/metrics").body)
+        for code in codes {
+            XCTAssertEqual(before[#"larder_upstream_errors_total{code="\#(code)"}"#], 0, code)
+        }
+        _ = try client.fetch(["url": "http://127.0.0.1:1/refused", "cache": ["policy": "no-store"]])
+        let after = try parse(try client.request("GET", "/metrics").body)
+        XCTAssertEqual(after[#"larder_upstream_errors_total{code="upstream_unreachable"}"#], 1)
+        for code in codes where code != "upstream_unreachable" {
+            XCTAssertEqual(after[#"larder_upstream_errors_total{code="\#(code)"}"#], 0, code)
+        }
+    }
+
     /// `--request-memo-mb` bounds what the memos hold (estimated bytes), and 0 turns them off
     /// without changing any answer.
     func testTheRequestMemoBudgetBoundsWhatIsRemembered() throws {
@@ -155,9 +259,29 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertTrue(
             queried.isSuperset(of: [
                 "larder_requests_total", "larder_cache_lookups_total", "larder_request_duration_seconds_bucket",
-                "larder_upstream_errors_total", "larder_cache_bytes", "larder_cache_evictions_total"
+                "larder_upstream_errors_total", "larder_cache_bytes", "larder_cache_evictions_total", "larder_storage_healthy",
+                "larder_store_errors_total", "larder_store_writes_shed_total", "larder_http_connections"
             ]),
-            "request rate, hit ratio, outcomes, latency, upstream errors, bytes and evictions: \(queried.sorted())")
+            """
+            request rate, hit ratio, outcomes, latency, upstream errors, bytes, evictions, storage health, store errors, \
+            shed writes and connections: \(queried.sorted())
+            """)
+        // Every query is scoped to the instances chosen in the `instance` variable, whose values
+        // come from a metric /metrics exposes.
+        let variables = try XCTUnwrap((dashboard["templating"] as? [String: Any])?["list"] as? [[String: Any]])
+        let instance = try XCTUnwrap(variables.first { $0["name"] as? String == "instance" }, "an instance variable")
+        let variableQuery = try XCTUnwrap((instance["query"] as? [String: Any])?["query"] as? String)
+        XCTAssertTrue(variableQuery.hasPrefix("label_values(") && variableQuery.hasSuffix(", instance)"), variableQuery)
+        for match in pattern.matches(in: variableQuery, range: NSRange(variableQuery.startIndex..., in: variableQuery)) {
+            queried.insert(String(variableQuery[Range(match.range, in: variableQuery)!]))
+        }
+        let selector = try NSRegularExpression(pattern: #"\b(larder|process)_[a-z_]+(\{[^}]*\})?"#)
+        for expression in expressions {
+            for match in selector.matches(in: expression, range: NSRange(expression.startIndex..., in: expression)) {
+                let series = String(expression[Range(match.range, in: expression)!])
+                XCTAssertTrue(series.contains(#"instance=~"$instance""#), "\(series) in \(expression) is not scoped to $instance")
+            }
+        }
 
         let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
         let client = try larder.connection()

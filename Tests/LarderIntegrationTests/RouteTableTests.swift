@@ -51,7 +51,8 @@ final class RouteTableTests: XCTestCase {
         let router = try makeRouter()
         for (method, path, allow) in [
             ("GET", "/fetch", "POST"), ("GET", "/batch", "POST"), ("GET", "/chain", "POST"),
-            ("POST", "/healthz", "GET, HEAD"), ("POST", "/metrics", "GET, HEAD"),
+            ("POST", "/healthz", "GET, HEAD"), ("POST", "/livez", "GET, HEAD"), ("POST", "/readyz", "GET, HEAD"),
+            ("POST", "/metrics", "GET, HEAD"),
             ("POST", "/cache/stats", "GET, HEAD"), ("GET", "/cache", "DELETE"), ("GET", "/cache/", "DELETE"),
             ("GET", "/cache/purge", "POST"), ("DELETE", "/cache/entries", "GET, HEAD, PUT"),
             ("PUT", "/cache/entries/abc", "GET, HEAD, DELETE"), ("PUT", "/cache/namespaces", "GET, HEAD"),
@@ -92,8 +93,10 @@ final class RouteTableTests: XCTestCase {
             XCTAssertEqual(response.status, 404, path)
             XCTAssertTrue(message(response).hasSuffix("on this port"), path)
         }
-        XCTAssertEqual(answer(router, "GET", "/healthz", on: .main).status, 200)
-        XCTAssertEqual(answer(router, "GET", "/healthz", on: .admin).status, 200)
+        for probe in ["/healthz", "/livez", "/readyz"] {
+            XCTAssertEqual(answer(router, "GET", probe, on: .main).status, 200, probe)
+            XCTAssertEqual(answer(router, "GET", probe, on: .admin).status, 200, probe)
+        }
 
         // Without an admin port the main listener serves everything.
         let single = try makeRouter()
@@ -128,7 +131,9 @@ final class RouteTableTests: XCTestCase {
             XCTAssertEqual(response.status, 508, path)
             XCTAssertEqual(code(response), "loop_detected", path)
         }
-        XCTAssertEqual(answer(router, "GET", "/healthz", headers: looped).status, 200)
+        for probe in ["/healthz", "/livez", "/readyz"] {
+            XCTAssertEqual(answer(router, "GET", probe, headers: looped).status, 200, "a probe is no fetch: \(probe)")
+        }
     }
 
     // MARK: - Support

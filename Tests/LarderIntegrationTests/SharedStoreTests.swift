@@ -126,6 +126,37 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(try client.fetch(spec).outcome, "hit")
     }
 
+    /// GET /readyz: 503 while Redis fails (its secret check every 10 s keeps failing too), and
+    /// 200 again once it answers; /livez and /healthz stay 200. With --ready-while-degraded, 200
+    /// throughout.
+    func testReadyzLeavesRotationWhileRedisFailsAndComesBack() throws {
+        let client = try startShared().connection()
+        let lenient = try startShared { $0.readyWhileDegraded = true }.connection()
+        let spec: [String: Any] = ["url": url(uniquePath()), "cache": ["ttl": 600]]
+        XCTAssertEqual(try client.request("GET", "/readyz").status, 200)
+        let port = redis.port
+        redis.stop()
+        XCTAssertEqual(try client.fetch(spec).cache["stored"] as? Bool, false)
+        let unready = try client.request("GET", "/readyz")
+        XCTAssertEqual(unready.status, 503, unready.text)
+        XCTAssertEqual(unready.json["status"] as? String, "not_ready")
+        XCTAssertEqual(unready.json["storage"] as? String, "degraded")
+        XCTAssertEqual(try client.request("GET", "/livez").status, 200, "alive all the same")
+        XCTAssertEqual(try client.request("GET", "/healthz").status, 200)
+        XCTAssertEqual(try client.fetch(spec).status, 200, "and still answering, uncached")
+
+        XCTAssertEqual(try lenient.fetch(spec).cache["stored"] as? Bool, false)
+        let stillReady = try lenient.request("GET", "/readyz")
+        XCTAssertEqual(stillReady.status, 200, "--ready-while-degraded")
+        XCTAssertEqual(stillReady.json["storage"] as? String, "degraded")
+
+        redis = try RedisServer(port: port)
+        XCTAssertTrue(try eventually { try client.fetch(spec).cache["stored"] as? Bool == true }, "stores again once Redis is back")
+        let ready = try client.request("GET", "/readyz")
+        XCTAssertEqual(ready.status, 200, "healthy again: ready at once")
+        XCTAssertEqual(ready.json["storage"] as? String, "ok")
+    }
+
     func testRedisDownAtStartFailsUnlessPassThroughIsChosen() throws {
         let port = redis.port
         redis.stop()

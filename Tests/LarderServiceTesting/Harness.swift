@@ -200,9 +200,18 @@ open class IntegrationTestCase: XCTestCase {
 /// Log messages captured from a Larder under test, one entry per message.
 public final class LogLines: Sendable {
     private let lines = Locked<[String]>([])
+    private let changed = Condition()
     public init() {}
-    public func append(_ line: String) { lines.withLock { $0.append(line) } }
+    public func append(_ line: String) {
+        lines.withLock { $0.append(line) }
+        changed.broadcast()
+    }
     public var all: [String] { lines.withLock { $0 } }
+
+    /// Waits until a message containing `text` is logged (woken on each message).
+    public func waitFor(_ text: String, timeout: Double = 10) -> Bool {
+        changed.wait(timeout: timeout) { all.contains { $0.contains(text) } }
+    }
 }
 
 public struct CapturingLogHandler: LogHandler {

@@ -44,7 +44,7 @@ public final class TestOrigin: HTTPRequestHandler, @unchecked Sendable {
     private let changed = Condition()
     private var server: HTTPServer!
     /// Requests held by `hold=`.
-    let holds = HeldRequests()
+    public let holds = HeldRequests()
 
     public static let cookie = "sid=origin-cookie-secret-4242"
 

@@ -206,6 +206,7 @@ extension SQLiteCacheStore: CacheAdministration {
 extension SQLiteCacheStore: OperatedStore {
     /// False while writes fail (a full disk): requests are then answered uncached.
     public var storageHealthy: Bool { writesSucceed }
+    public var storageFailures: Int { health.failures.load(ordering: .relaxed) }
 
     public var figures: StoreFigures {
         let usage = usage()
@@ -215,7 +216,7 @@ extension SQLiteCacheStore: OperatedStore {
         figures.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
         figures.evictions = evictionCount
         figures.expiredRemovals = expiredRemovalCount
-        figures.failures = health.failures.load(ordering: .relaxed)
+        figures.failures = storageFailures
         figures.shedWrites = counters.shedWrites.load(ordering: .relaxed)
         figures.lookupsSkipped = lookupsSkippedByKeyFilter
         figures.bodyFilesOpen = keptBodyFiles

@@ -115,6 +115,9 @@ public struct LarderConfiguration: Sendable {
     public var storePrefix: String = "larder:"
     /// With Redis unreachable at start: start anyway and serve uncached until it returns.
     public var storeFallbackPassThrough = false
+    /// GET /readyz answers 200 while the store is degraded, instead of 503 while it fails (for a
+    /// store every instance shares, whose loss would take them all out of rotation at once).
+    public var readyWhileDegraded = false
     /// Milliseconds a Redis operation may take; slower is a miss, not a stall.
     public var storeTimeoutMs: Int = 250
     /// Response fields whose values tag the stored entry (lower-case); never passed on by /proxy.

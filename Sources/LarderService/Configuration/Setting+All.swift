@@ -108,6 +108,12 @@ extension Setting {
         .choice(
             "storeFallback", \.storeFallbackPassThrough, "fail", or: "pass-through",
             "With Redis unreachable at start: fail, or pass-through (serve uncached until it returns)"),
+        .flag(
+            "readyWhileDegraded", \.readyWhileDegraded,
+            """
+            GET /readyz answers 200 while the store is degraded (writes failing, a shared store out of reach), instead of 503 \
+            while it fails: for a store every instance shares
+            """),
         .integer(
             "adminPort", \.adminPort, unset: "none: on --port",
             "Serve the /cache admin routes and /metrics on this port only, on the same --host; 0 = any free port"),

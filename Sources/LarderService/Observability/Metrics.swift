@@ -5,8 +5,11 @@
 // a request costs a dictionary read under a lock and the metric's own atomic or lock, never a
 // registry lookup. Label sets are bounded: routes and outcomes are fixed lists, statuses are
 // three digits, and namespaces past the first `namespaceLimit` seen are folded into `other`.
-// What the database holds (entries, bytes, evictions), the memory tier, warm jobs and the
-// process figures are read when scraped.
+// Counters whose labels are known in advance (the upstream error codes) are made at start, so
+// that each series is there at 0 before its first event (a rate() over a series that appears
+// only at its first increment misses that increment). What the database holds (entries, bytes,
+// evictions), the memory tier, warm jobs and the process figures are read when scraped; every
+// family's `# HELP` line is added then (MetricHelp).
 
 import CMalloc
 import CoreMetrics
@@ -22,6 +25,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     let registry = PrometheusCollectorRegistry()
     private let factory: PrometheusMetricsFactory
     private let namespaceLimit: Int
+    /// When the process started (process_start_time_seconds).
     private let startedAt: Double
 
     private struct Key: Hashable {
@@ -35,8 +39,19 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let upstreams = Locked<[String: UpstreamMetrics]>([:])
     private let reportedAdmission = Locked(AdmissionFigures())
     private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int, skipped: Int, rejected: Int)>((0, 0, 0, 0, 0, 0))
+    /// The CPU seconds already added to process_cpu_seconds_total.
+    private let reportedCPUSeconds = Locked<Double>(0)
+    private let cpuSeconds: CoreMetrics.FloatingPointCounter
 
-    init(namespaceLimit: Int, startedAt: Double) {
+    /// The codes an upstream request fails with (CurlUpstream, RedirectPolicy), each counted
+    /// from 0 at start; another code is counted too, from its first occurrence.
+    static let upstreamErrorCodes: [LarderError.Code] = [
+        .upstreamUnreachable, .upstreamTimeout, .upstreamTooLarge, .upstreamForbidden, .upstreamError, .tooManyRedirects,
+        .cancelled, .shuttingDown
+    ]
+
+    /// `startedAt`: when the process started, where /proc does not say.
+    init(namespaceLimit: Int, startedAt: Double, version: String = LarderVersion.string, revision: String = LarderVersion.revision) {
         var factory = PrometheusMetricsFactory(registry: registry)
         // Request and upstream durations: 100 µs to 30 s.
         factory.defaultDurationHistogramBuckets = [
@@ -46,7 +61,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
         ]
         self.factory = factory
         self.namespaceLimit = namespaceLimit
-        self.startedAt = startedAt
+        self.startedAt = ProcessFigures.read()?.startTime ?? startedAt
+        cpuSeconds = CoreMetrics.FloatingPointCounter(label: "process_cpu_seconds_total", dimensions: [], factory: factory)
         routeMetrics = Dictionary(
             uniqueKeysWithValues: Self.routes.map { route in
                 (
@@ -60,6 +76,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
                             factory: factory))
                 )
             })
+        gauge("larder_build_info", [("version", version), ("revision", revision)]).record(1)
+        for code in Self.upstreamErrorCodes { _ = counter("larder_upstream_errors_total", [("code", code.rawValue)]) }
     }
 
     /// The metric kept under `key` in `table`, made by `make` the first time.
@@ -110,7 +128,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         init(byOutcome: [CoreMetrics.Counter]) { self.byOutcome = byOutcome }
     }
 
-    static let routes = ["fetch", "batch", "chain", "proxy", "admin", "warm", "metrics", "healthz", "other"]
+    static let routes = ["fetch", "batch", "chain", "proxy", "admin", "warm", "metrics", "healthz", "livez", "readyz", "other"]
     private static let outcomeLabels = CacheOutcome.allCases.map(\.rawValue) + ["coalesced"]
     /// Every route's metrics, made at start (the routes are a fixed list): read without a lock.
     private let routeMetrics: [String: RouteMetrics]
@@ -146,6 +164,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
         case "/batch": "batch"
         case "/chain": "chain"
         case "/healthz": "healthz"
+        case "/livez": "livez"
+        case "/readyz": "readyz"
         case "/metrics": "metrics"
         default:
             if path.hasPrefix("/cache/warm") {
@@ -278,15 +298,13 @@ final class LarderMetrics: TrafficObserver, Sendable {
         var states: [String: Int] = ["queued": 0, "running": 0, "done": 0, "cancelled": 0]
         for job in warmJobs?.list() ?? [] { states[job.state.rawValue, default: 0] += 1 }
         for (state, count) in states { gauge("larder_warm_jobs", [("state", state)]).record(count) }
-        gauge("process_start_time_seconds").record(startedAt)
-        if let resident = Self.residentBytes() { gauge("process_resident_memory_bytes").record(resident) }
-        gauge("process_open_fds").record((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0)
+        recordProcessFigures()
         // glibc's heap: what is allocated (arenas and mmapped blocks) and what is free inside
         // the arenas, so resident memory can be told apart from memory in use (fragmentation).
         let heap = mallinfo2()
         gauge("larder_heap_bytes", [("state", "in_use")]).record(Int(heap.uordblks + heap.hblkhd))
         gauge("larder_heap_bytes", [("state", "free")]).record(Int(heap.fordblks))
-        return registry.emitToBuffer()
+        return MetricHelp.adding(to: registry.emitToBuffer())
     }
 
     /// The admission policy's counters (docs/operations.md lists them), advanced by what changed
@@ -313,10 +331,19 @@ final class LarderMetrics: TrafficObserver, Sendable {
         gauge("larder_admission_held_bytes").record(admission.heldBytesNow)
     }
 
-    private static func residentBytes() -> Int? {
-        guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return nil }
-        let fields = statm.split(separator: " ")
-        guard fields.count > 1, let pages = Int(fields[1]) else { return nil }
-        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    /// The standard process metrics (ProcessFigures).
+    private func recordProcessFigures() {
+        gauge("process_start_time_seconds").record(startedAt)
+        if let open = ProcessFigures.openDescriptors() { gauge("process_open_fds").record(open) }
+        if let limit = ProcessFigures.maxDescriptors() { gauge("process_max_fds").record(limit) }
+        guard let figures = ProcessFigures.read() else { return }
+        gauge("process_resident_memory_bytes").record(figures.residentBytes)
+        gauge("process_virtual_memory_bytes").record(figures.virtualBytes)
+        // A counter advances by what was spent since the last scrape.
+        let spent = reportedCPUSeconds.withLock { reported in
+            defer { reported = max(reported, figures.cpuSeconds) }
+            return figures.cpuSeconds - reported
+        }
+        if spent > 0 { cpuSeconds.increment(by: spent) }
     }
 }

@@ -9,7 +9,7 @@ import LarderHTTP
 extension Router {
     static func routes(
         fetch: FetchRoute, batch: BatchRoute, chain: ChainRoute, proxy: ProxyRoute, warm: WarmRoute,
-        admin: AdminRoute, health: (any StorageHealth)?, scrape: (@Sendable () -> [UInt8])?
+        admin: AdminRoute, probes: ProbeRoute, scrape: (@Sendable () -> [UInt8])?
     ) -> [Route] {
         /// An admin route: on the admin listener when there is one, behind the admin token.
         func adminRoute(_ pattern: RoutePattern, _ methods: [String]?, _ handler: @escaping Route.Handler) -> Route {
@@ -24,11 +24,9 @@ extension Router {
             Route(.exact(["/fetch"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try fetch.handle(request) },
             Route(.exact(["/batch"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try batch.handle(request) },
             Route(.exact(["/chain"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try chain.handle(request) },
-            Route(.exact(["/healthz"]), read, listener: .both) { _ in
-                // Degraded storage still answers 200: requests pass through uncached, correctly.
-                let storage = health?.storageHealthy == false ? "degraded" : "ok"
-                return RouteAnswer(AdminRoute.json(200, Array(#"{"status":"ok","storage":"\#(storage)"}"#.utf8)))
-            },
+            Route(.exact(["/healthz"]), read, listener: .both) { _ in probes.healthz() },
+            Route(.exact(["/livez"]), read, listener: .both) { _ in probes.live() },
+            Route(.exact(["/readyz"]), read, listener: .both) { _ in probes.ready() },
             metricsRoute(scrape),
 
             adminRoute(warmJobs, read) { _ in warm.list() },

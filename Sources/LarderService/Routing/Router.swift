@@ -13,7 +13,7 @@ final class Router: Sendable {
     /// The listener a request came in on.
     enum Listener: Sendable {
         case main
-        /// --admin-port: the /cache routes, /metrics and /healthz.
+        /// --admin-port: the /cache routes, /metrics and the probes (/livez, /readyz, /healthz).
         case admin
         /// --proxy-root: every path proxied to one upstream.
         case proxyRoot
@@ -77,7 +77,8 @@ final class Router: Sendable {
         self.table = RouteTable(
             Self.routes(
                 fetch: fetch, batch: batch, chain: chain, proxy: proxy,
-                warm: WarmRoute(jobs: warmJobs, upstreams: upstreams), admin: admin, health: health,
+                warm: WarmRoute(jobs: warmJobs, upstreams: upstreams), admin: admin,
+                probes: ProbeRoute(health: health, clock: clock, readyWhileDegraded: configuration.readyWhileDegraded),
                 scrape: scrapeNow))
         self.proxyRootTable = configuration.proxyRoot.map { RouteTable(Self.proxyRootRoutes(proxy: proxy, upstream: $0)) }
     }
@@ -126,7 +127,7 @@ final class Router: Sendable {
     }
 
     /// With --admin-port, the main listener serves no admin route and the admin listener only
-    /// those (and both /healthz).
+    /// those (and both the probes).
     private func serves(_ route: Route, on listener: Listener) -> Bool {
         switch (listener, route.listener) {
         case (.proxyRoot, _), (_, .both): true
