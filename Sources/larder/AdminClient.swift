@@ -8,7 +8,7 @@ import Foundation
 import LarderCurl
 
 struct ServerOptions: ParsableArguments {
-    @Option(help: "The Larder to talk to (env LARDER_SERVER; default http://127.0.0.1:8080, or LARDER_PORT's port when set).")
+    @Option(help: "The Larder to talk to (env LARDER_SERVER; default http://127.0.0.1:8080, or LARDER_HOST and LARDER_PORT when set).")
     var server: String?
 
     @Option(help: "The admin token (env LARDER_ADMIN_TOKEN).")
@@ -19,12 +19,19 @@ struct ServerOptions: ParsableArguments {
 
     var base: String { Self.base(server) }
 
-    /// `--server`, else LARDER_SERVER, else 127.0.0.1 on LARDER_PORT (the port `larder serve`
-    /// listens on when set, as in the container) or 8080, without a trailing slash.
-    static func base(_ server: String?) -> String {
-        let environment = ProcessInfo.processInfo.environment
+    /// `--server`, else LARDER_SERVER, else where `larder serve` listens by LARDER_HOST and
+    /// LARDER_PORT (as in the container; a wildcard host is reached on loopback), else
+    /// 127.0.0.1:8080; without a trailing slash.
+    static func base(_ server: String?, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
         let port = environment["LARDER_PORT"].flatMap { Int($0) } ?? 8080
-        let chosen = server ?? environment["LARDER_SERVER"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://127.0.0.1:\(port)"
+        let host: String
+        switch environment["LARDER_HOST"] ?? "" {
+        case "", "0.0.0.0": host = "127.0.0.1"
+        case "::": host = "[::1]"
+        case let given where given.contains(":"): host = "[\(given)]"
+        case let given: host = given
+        }
+        let chosen = server ?? environment["LARDER_SERVER"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://\(host):\(port)"
         return chosen.hasSuffix("/") ? String(chosen.dropLast()) : chosen
     }
 
@@ -47,7 +54,8 @@ struct ServerOptions: ParsableArguments {
         do {
             response = try BlockingHTTPClient.send(method, base + path, headers: headers, body: bytes)
         } catch {
-            throw CLIError("cannot reach \(base): \(error.description)")
+            throw CLIError(
+                "cannot reach \(base): \(error.description)\n  is Larder running there? Point --server (or LARDER_SERVER) at it")
         }
         let parsed = response.body.isEmpty ? nil : try? JSONSerialization.jsonObject(with: Data(response.body))
         let request = "\(method) \(path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? path)"
@@ -122,7 +130,7 @@ struct AdminRefusal: Error, CustomStringConvertible {
                 tokenGiven
                 ? "\n  the admin token given (--token or LARDER_ADMIN_TOKEN) is not this server's --admin-token"
                 : "\n  this server requires its admin token: give it with --token TOKEN or LARDER_ADMIN_TOKEN=TOKEN"
-        } else if status == 404, code == "not_found", request.hasPrefix("GET /cache/stats") {
+        } else if status == 404, code == "not_found", message.hasPrefix("no route for") {
             text += "\n  the admin routes are not on this port: point --server at Larder's --admin-port"
         }
         return text

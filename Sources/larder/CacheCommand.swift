@@ -299,7 +299,7 @@ extension Cache {
 struct Healthcheck: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Exit 0 when the server answers GET /healthz with 200 (for container health checks).")
-    @Option(help: "The Larder to check (env LARDER_SERVER; default http://127.0.0.1:8080, or LARDER_PORT's port when set).")
+    @Option(help: "The Larder to check (env LARDER_SERVER; default http://127.0.0.1:8080, or LARDER_HOST and LARDER_PORT when set).")
     var server: String?
 
     func run() throws {

@@ -129,7 +129,7 @@ extension Cache {
                     let summary = "\(done)/\(total) done, \(failed) failed, \(Format.bytes(job["bytes"]))"
                     if terminal {
                         let width = 30
-                        let filled = total == 0 ? width : width * done / total
+                        let filled = total == 0 ? width : width * min(total, done + failed) / total
                         print(
                             "\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(summary)  ",
                             terminator: finished ? "\n" : "")

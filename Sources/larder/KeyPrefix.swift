@@ -9,7 +9,8 @@ enum KeyPrefix {
     /// The whole key `given` starts, or `given` itself when it is no hex prefix.
     static func resolve(_ given: String, with options: ServerOptions) throws -> String {
         let prefix = given.lowercased()
-        guard !prefix.isEmpty, prefix.utf8.count < keyLength, prefix.allSatisfy(\.isHexDigit) else { return given }
+        guard !prefix.isEmpty, prefix.allSatisfy(\.isHexDigit) else { return given }
+        guard prefix.utf8.count < keyLength else { return prefix }
         var matches: [String] = []
         var cursor: String?
         repeat {

@@ -112,6 +112,17 @@ final class CLIAnswersTests: IntegrationTestCase {
         XCTAssertEqual(wrong.0, 1)
         XCTAssertTrue(wrong.2.contains("is not this server's --admin-token"), wrong.2)
 
+        // Larder's own port when the admin routes are on --admin-port.
+        let split = try startLarder {
+            $0.adminToken = self.token
+            $0.adminPort = 0
+        }
+        let notHere = try runExecutable(["cache", "ls", "--server", "http://127.0.0.1:\(split.port)", "--token", token])
+        XCTAssertEqual(notHere.0, 1)
+        XCTAssertTrue(notHere.2.contains("point --server at Larder's --admin-port"), notHere.2)
+        let admin = "http://127.0.0.1:\(try XCTUnwrap(split.adminPort))"
+        XCTAssertEqual(try runExecutable(["cache", "ls", "--server", admin, "--token", token]).0, 0)
+
         // Another HTTP server's JSON (the test origin), and an HTML page.
         let other = try runExecutable(["cache", "stats", "--server", origin.base])
         XCTAssertEqual(other.0, 1, other.1)
@@ -164,6 +175,10 @@ final class CLIAnswersTests: IntegrationTestCase {
     func testHealthcheckFollowsLarderPort() throws {
         let larder = try startLarder()
         XCTAssertEqual(try runExecutable(["healthcheck"], environment: ["LARDER_PORT": String(larder.port), "LARDER_SERVER": ""]).0, 0)
+        for host in ["0.0.0.0", "127.0.0.1"] {
+            let environment = ["LARDER_HOST": host, "LARDER_PORT": String(larder.port), "LARDER_SERVER": ""]
+            XCTAssertEqual(try runExecutable(["healthcheck"], environment: environment).0, 0, host)
+        }
         XCTAssertEqual(try runExecutable(["healthcheck"], environment: ["LARDER_PORT": "1", "LARDER_SERVER": ""]).0, 1)
     }
 }
