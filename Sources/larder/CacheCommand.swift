@@ -259,19 +259,19 @@ extension Cache {
 
         func run() throws {
             try reporting {
-                let filters: [(String, String?)] =
-                    filters.query + [
+                let chosen: [(String, String?)] =
+                    self.filters.query + [
                         ("olderThan", olderThan.map(DurationArgument.text)), ("versionBelow", versionBelow.map(String.init)),
                         ("expired", expired ? "true" : nil), ("all", all ? "true" : nil)
                     ]
                 let result: AdminAnswer
                 if !urls.isEmpty {
-                    guard filters.allSatisfy({ $0.1 == nil }) else {
+                    guard chosen.allSatisfy({ $0.1 == nil }) else {
                         throw CLIError("--url purges by URL alone; give no other filter with it")
                     }
                     result = try options.call("POST", "/cache/purge", body: ["urls": urls])
                 } else {
-                    guard filters.contains(where: { $0.1 != nil }) else {
+                    guard chosen.contains(where: { $0.1 != nil }) else {
                         throw CLIError(
                             "name a filter (--namespace, --url-prefix, --host, --tag, --older-than, --version-below, "
                                 + "--expired, --url) or --all"
@@ -286,7 +286,7 @@ extension Cache {
                             throw CLIError("not confirmed; nothing removed")
                         }
                     }
-                    result = try options.call("DELETE", "/cache" + Format.query(filters))
+                    result = try options.call("DELETE", "/cache" + Format.query(chosen))
                 }
                 let answer = try result.requiring("removed")
                 if options.json { return options.printRaw(result.bytes) }
