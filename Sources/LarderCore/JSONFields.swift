@@ -130,7 +130,7 @@ public struct JSONFields: Sendable {
     }
 
     /// The known name closest to `name` when it is close enough to be a typo.
-    static func closest(to name: String, in known: [String]) -> String? {
+    public static func closest(to name: String, in known: [String]) -> String? {
         let lowered = Array(name.lowercasedASCII.utf8)
         var best: (name: String, distance: Int)?
         for candidate in known {

@@ -27,53 +27,14 @@ struct Serve: ParsableCommand {
     @Option(help: "A YAML or JSON settings file (docs/larder.example.yaml has every key); command-line options override it.")
     var config: String?
 
-    // One property per setting, named as its key in `Setting.all`, which gives its option's name
-    // and help; `configuration()` applies each through the table. Declared in the order of `--help`.
-    @Option(setting: "host") var host: String?
-    @Option(setting: "port") var port: Int?
-    @Option(setting: "db") var db: String?
-    @Option(setting: "secretFile") var secretFile: String?
-    @Option(setting: "upstreams") var upstreams: [String] = []
-    @Option(setting: "proxyRoot") var proxyRoot: String?
-    @Option(setting: "proxyPort") var proxyPort: Int?
-    @Option(setting: "allowHosts") var allowHosts: [String] = []
-    @Flag(setting: "denyPrivate") var denyPrivate = false
-    @Option(setting: "threads") var threads: Int?
-    @Option(setting: "maxBodyBytes") var maxBodyBytes: Int?
-    @Option(setting: "maxUpstreamTransfers") var maxUpstreamTransfers: Int?
-    @Option(setting: "maxInflightMb") var maxInflightMb: Int?
-    @Option(setting: "headerTimeout") var headerTimeout: Int?
-    @Option(setting: "resolve") var resolve: [String] = []
-    @Option(setting: "onCorrupt") var onCorrupt: String?
-    @Option(setting: "clientTimeout") var clientTimeout: Int?
-    @Option(setting: "maxConnections") var maxConnections: Int?
-    @Option(setting: "connectionsPerAddress") var connectionsPerAddress: Int?
-    @Option(setting: "rangeFetchOver") var rangeFetchOver: Int?
-    @Option(setting: "staleOnError") var staleOnError: Double?
-    @Flag(setting: "stripTargetedCacheControl") var stripTargetedCacheControl = false
-    @Option(setting: "maxBatch") var maxBatch: Int?
-    @Option(setting: "maxChainSteps") var maxChainSteps: Int?
-    @Option(setting: "maxBatchBytes") var maxBatchBytes: String?
-    @Option(setting: "maxVariants") var maxVariants: Int?
-    @Option(setting: "memoryMb") var memoryMb: Int?
-    @Option(setting: "requestMemoMb") var requestMemoMb: Int?
-    @Option(setting: "maxBytes") var maxBytes: String?
-    @Option(setting: "maxObjectBytes") var maxObjectBytes: String?
-    @Option(setting: "retention") var retention: String?
-    @Option(setting: "adminToken") var adminToken: String?
-    @Option(setting: "redactQuery") var redactQuery: [String] = []
-    @Option(setting: "store") var store: String?
-    @Option(setting: "storePrefix") var storePrefix: String?
-    @Option(setting: "storeTimeoutMs") var storeTimeoutMs: Int?
-    @Option(setting: "storeFallback") var storeFallback: String?
-    @Flag(setting: "readyWhileDegraded") var readyWhileDegraded = false
-    @Option(setting: "adminPort") var adminPort: Int?
-    @Option(setting: "tagHeaders") var tagHeaders: [String] = []
-    @Option(setting: "metricsToken") var metricsToken: String?
-    @Option(setting: "metricsNamespaces") var metricsNamespaces: Int?
-    @Option(setting: "bodyFileThreshold") var bodyFileThreshold: Int?
-    @Option(setting: "shutdownGrace") var shutdownGrace: Double?
-    @Flag(setting: "accessLog", inversion: .prefixedNo) var accessLog: Bool?
+    // One group per section of `Setting.all` (Setting.Group), one property per setting in it, named
+    // as its key: the table gives its option's name and help, and `configuration()` applies each
+    // through the table. Declared in the order of `--help`.
+    @OptionGroup(title: Setting.Group.network.title) var network: NetworkSettings
+    @OptionGroup(title: Setting.Group.storage.title) var storage: StorageSettings
+    @OptionGroup(title: Setting.Group.upstream.title) var upstream: UpstreamSettings
+    @OptionGroup(title: Setting.Group.safety.title) var safety: SafetySettings
+    @OptionGroup(title: Setting.Group.observability.title) var observability: ObservabilitySettings
 
     /// Defaults, then the config file, then the environment, then the command line.
     func configuration(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> LarderConfiguration {
@@ -90,7 +51,14 @@ struct Serve: ParsableCommand {
                 try setting.apply(commandLine: value, to: &configuration)
             }
             precondition(given.isEmpty, "serve's properties \(given.keys.sorted()) are no setting's key")
-            try configuration.validate()
+            do throws(ConfigurationError) {
+                try configuration.validate()
+            } catch {
+                if let config, let key = ConfigFile.key(blamedFor: error.description, in: config) {
+                    throw ConfigurationError("\(config): \(key): \(error.description)")
+                }
+                throw error
+            }
         } catch {
             throw ValidationError(error.description)
         }
@@ -112,7 +80,15 @@ struct Serve: ParsableCommand {
             return handler
         }
         let logger = Logger(label: "larder")
-        let configuration = try configuration()
+        let configuration: LarderConfiguration
+        do {
+            configuration = try self.configuration()
+        } catch let error as ValidationError {
+            // Said plainly, without swift-argument-parser's usage footer: a bad value in a file or
+            // a variable is no misuse of the command line.
+            FileHandle.standardError.write(Data("larder serve: \(error.message)\n".utf8))
+            throw ExitCode.validationFailure
+        }
 
         let memory = MemoryDiscipline()
         let service = LarderService(configuration: configuration, logger: logger)
@@ -128,4 +104,72 @@ struct Serve: ParsableCommand {
         logger.info("received signal \(received); shutting down")
         service.shutdown()
     }
+}
+
+// The sections of `larder serve --help`: each holds the properties of one Setting.Group, in the
+// order of its options.
+
+struct NetworkSettings: ParsableArguments {
+    static let group = Setting.Group.network
+    @Option(setting: "host") var host: String?
+    @Option(setting: "port") var port: Int?
+    @Option(setting: "threads") var threads: Int?
+    @Option(setting: "clientTimeout") var clientTimeout: Int?
+    @Option(setting: "maxConnections") var maxConnections: Int?
+    @Option(setting: "proxyRoot") var proxyRoot: String?
+    @Option(setting: "proxyPort") var proxyPort: Int?
+    @Option(setting: "adminPort") var adminPort: Int?
+    @Option(setting: "shutdownGrace") var shutdownGrace: Double?
+}
+
+struct StorageSettings: ParsableArguments {
+    static let group = Setting.Group.storage
+    @Option(setting: "db") var db: String?
+    @Option(setting: "store") var store: String?
+    @Option(setting: "storePrefix") var storePrefix: String?
+    @Option(setting: "storeTimeoutMs") var storeTimeoutMs: Int?
+    @Option(setting: "storeFallback") var storeFallback: String?
+    @Flag(setting: "readyWhileDegraded") var readyWhileDegraded = false
+    @Option(setting: "onCorrupt") var onCorrupt: String?
+    @Option(setting: "maxBytes") var maxBytes: String?
+    @Option(setting: "maxObjectBytes") var maxObjectBytes: String?
+    @Option(setting: "retention") var retention: String?
+    @Option(setting: "memoryMb") var memoryMb: Int?
+    @Option(setting: "requestMemoMb") var requestMemoMb: Int?
+    @Option(setting: "bodyFileThreshold") var bodyFileThreshold: Int?
+    @Option(setting: "maxVariants") var maxVariants: Int?
+    @Option(setting: "tagHeaders") var tagHeaders: [String] = []
+}
+
+struct UpstreamSettings: ParsableArguments {
+    static let group = Setting.Group.upstream
+    @Option(setting: "upstreams") var upstreams: [String] = []
+    @Option(setting: "resolve") var resolve: [String] = []
+    @Option(setting: "maxBodyBytes") var maxBodyBytes: Int?
+    @Option(setting: "maxUpstreamTransfers") var maxUpstreamTransfers: Int?
+    @Option(setting: "maxInflightMb") var maxInflightMb: Int?
+    @Option(setting: "rangeFetchOver") var rangeFetchOver: Int?
+    @Option(setting: "staleOnError") var staleOnError: Double?
+    @Flag(setting: "stripTargetedCacheControl") var stripTargetedCacheControl = false
+}
+
+struct SafetySettings: ParsableArguments {
+    static let group = Setting.Group.safety
+    @Option(setting: "secretFile") var secretFile: String?
+    @Option(setting: "adminToken") var adminToken: String?
+    @Option(setting: "metricsToken") var metricsToken: String?
+    @Option(setting: "allowHosts") var allowHosts: [String] = []
+    @Flag(setting: "denyPrivate") var denyPrivate = false
+    @Option(setting: "redactQuery") var redactQuery: [String] = []
+    @Option(setting: "headerTimeout") var headerTimeout: Int?
+    @Option(setting: "connectionsPerAddress") var connectionsPerAddress: Int?
+    @Option(setting: "maxBatch") var maxBatch: Int?
+    @Option(setting: "maxChainSteps") var maxChainSteps: Int?
+    @Option(setting: "maxBatchBytes") var maxBatchBytes: String?
+}
+
+struct ObservabilitySettings: ParsableArguments {
+    static let group = Setting.Group.observability
+    @Flag(setting: "accessLog", inversion: .prefixedNo) var accessLog: Bool?
+    @Option(setting: "metricsNamespaces") var metricsNamespaces: Int?
 }

@@ -48,14 +48,28 @@ extension Flag: ParsedProperty {
     var parsedValue: Any { wrappedValue }
 }
 
+/// An option group, whose properties count as the command's own.
+protocol ParsedGroup {
+    var parsedGroup: any ParsableArguments { get }
+}
+
+extension OptionGroup: ParsedGroup {
+    var parsedGroup: any ParsableArguments { wrappedValue }
+}
+
 extension ParsableArguments {
-    /// What was parsed into each option and flag, by property name. swift-argument-parser finds
-    /// them the same way: by reflecting the command, whose `_name` holds the wrapper of `name`.
+    /// What was parsed into each option and flag, by property name, those of option groups
+    /// included. swift-argument-parser finds them the same way: by reflecting the command, whose
+    /// `_name` holds the wrapper of `name`.
     var parsedProperties: [String: Any] {
         var values: [String: Any] = [:]
         for child in Mirror(reflecting: self).children {
-            guard let label = child.label, label.hasPrefix("_"), let property = child.value as? ParsedProperty else { continue }
-            values[String(label.dropFirst())] = property.parsedValue
+            guard let label = child.label, label.hasPrefix("_") else { continue }
+            if let property = child.value as? ParsedProperty {
+                values[String(label.dropFirst())] = property.parsedValue
+            } else if let group = child.value as? ParsedGroup {
+                values.merge(group.parsedGroup.parsedProperties) { first, _ in first }
+            }
         }
         return values
     }

@@ -44,6 +44,52 @@ final class ServeSettingsTests: XCTestCase {
         XCTAssertTrue(Setting.named("db").help.hasSuffix("(env LARDER_DB; default data/larder.sqlite)."))
     }
 
+    /// `serve --help` is in the table's sections: each group of Serve holds exactly its
+    /// section's settings, and each option is listed under its section's title.
+    func testServeHelpIsInTheSectionsOfTheTable() throws {
+        let groups: [(Setting.Group, any ParsableArguments.Type)] = [
+            (.network, NetworkSettings.self), (.storage, StorageSettings.self), (.upstream, UpstreamSettings.self),
+            (.safety, SafetySettings.self), (.observability, ObservabilitySettings.self)
+        ]
+        XCTAssertEqual(groups.map(\.0), Setting.Group.allCases)
+        for (group, type) in groups {
+            XCTAssertEqual(
+                Set(try type.parse([]).parsedProperties.keys), Set(Setting.all.filter { $0.group == group }.map(\.key)), "\(group)")
+        }
+        let help = Larder.helpMessage(for: Serve.self, columns: 100_000)
+        let titles = Setting.Group.allCases.map { "\n\($0.title.uppercased()):\n" }
+        var sections: [Substring] = []
+        for (index, title) in titles.enumerated() {
+            let start = try XCTUnwrap(help.range(of: title), "no section \(title) in serve --help")
+            let end = index + 1 < titles.count ? try XCTUnwrap(help.range(of: titles[index + 1])).lowerBound : help.endIndex
+            XCTAssertLessThan(start.upperBound, end, "\(title) comes before the next section")
+            sections.append(help[start.upperBound..<max(start.upperBound, end)])
+        }
+        for setting in Setting.all {
+            let index = try XCTUnwrap(Setting.Group.allCases.firstIndex(of: setting.group))
+            XCTAssertTrue(sections[index].contains("--\(setting.option)"), "--\(setting.option) is not under \(setting.group.title)")
+        }
+    }
+
+    /// Every option of `ls` and `purge` says what it does.
+    func testEveryOptionOfLsAndPurgeHasHelp() {
+        for command in [Cache.List.self, Cache.Purge.self] as [any ParsableCommand.Type] {
+            let lines = Larder.helpMessage(for: command, columns: 100_000).split(separator: "\n")
+                .map { $0.trimmingCharacters(in: .whitespaces) }
+            var options = 0
+            for (index, line) in lines.enumerated() where line.hasPrefix("--") {
+                // `--name <value> Its help.`, or the help on the next line when the name is long.
+                var words = line.split(separator: " ").dropFirst()
+                if words.first?.hasPrefix("<") == true { words = words.dropFirst() }
+                let next = index + 1 < lines.count && !lines[index + 1].hasPrefix("-") ? lines[index + 1] : ""
+                XCTAssertFalse(words.isEmpty && next.isEmpty, "\(command): no help for \(line)")
+                options += 1
+            }
+            XCTAssertGreaterThan(options, 5)
+        }
+        XCTAssertTrue(Larder.helpMessage(for: Cache.Purge.self).contains("--older-than <duration>"))
+    }
+
     /// The default each help names, given on the command line, is LarderConfiguration's default.
     func testTheDefaultInEachHelpIsTheConfigurationsDefault() throws {
         let defaults = fields(LarderConfiguration())

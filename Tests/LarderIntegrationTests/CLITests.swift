@@ -6,31 +6,12 @@ import LarderServiceTesting
 import XCTest
 
 final class CLITests: IntegrationTestCase {
-    /// Runs the executable; returns its exit status, stdout and stderr.
-    private func run(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> (Int32, String, String) {
-        guard FileManager.default.isExecutableFile(atPath: binary.path) else {
-            throw skipOrFail("the larder executable is not built next to the tests")
-        }
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let output = Pipe()
-        let errors = Pipe()
-        let input = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = input
-        try process.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try input.fileHandleForWriting.close()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
-    }
-
     private func json(_ text: String) -> Any? { try? JSONSerialization.jsonObject(with: Data(text.utf8)) }
+
+    /// NDJSON: one object per line.
+    private func lines(_ text: String) throws -> [[String: Any]] {
+        try text.split(separator: "\n").map { try XCTUnwrap(json(String($0)) as? [String: Any], String($0)) }
+    }
 
     func testTheCacheCommandsAgainstARealServer() throws {
         let larder = try startLarder { $0.adminToken = "cli-token" }
@@ -48,41 +29,40 @@ final class CLITests: IntegrationTestCase {
         }
         let auth = ["LARDER_ADMIN_TOKEN": "cli-token", "LARDER_SERVER": server]
 
-        let (status, stats, _) = try run(["cache", "stats", "--json"], environment: auth)
+        let (status, stats, _) = try runExecutable(["cache", "stats", "--json"], environment: auth)
         XCTAssertEqual(status, 0)
         XCTAssertEqual(((json(stats) as? [String: Any])?["stored"] as? [String: Any])?["entries"] as? Int, 3)
-        let table = try run(["cache", "stats"], environment: auth).1
+        let table = try runExecutable(["cache", "stats"], environment: auth).1
         XCTAssertTrue(table.contains("3 entries"), table)
         XCTAssertTrue(table.contains("NAMESPACE"), table)
 
-        let refused = try run(["cache", "stats", "--server", server])
+        let refused = try runExecutable(["cache", "stats", "--server", server])
         XCTAssertEqual(refused.0, 1, "no token")
         XCTAssertTrue(refused.2.contains("401 unauthorized"), refused.2)
 
-        let listed = try XCTUnwrap(
-            json(try run(["cache", "ls", "--json", "--namespace", "default"], environment: auth).1) as? [[String: Any]])
+        let listed = try lines(try runExecutable(["cache", "ls", "--json", "--namespace", "default"], environment: auth).1)
         XCTAssertEqual(listed.count, 2)
-        let paged = try XCTUnwrap(json(try run(["cache", "ls", "--json", "--limit", "2"], environment: auth).1) as? [[String: Any]])
+        let paged = try lines(try runExecutable(["cache", "ls", "--json", "--limit", "2"], environment: auth).1)
         XCTAssertEqual(paged.count, 2)
-        XCTAssertTrue(try run(["cache", "ls", "--tag", "first"], environment: auth).1.contains("\(base)/0"))
+        XCTAssertTrue(try runExecutable(["cache", "ls", "--tag", "first"], environment: auth).1.contains("\(base)/0"))
 
         let key = try XCTUnwrap(listed.first?["key"] as? String)
-        let shown = try run(["cache", "show", key, "--body"], environment: auth)
+        let shown = try runExecutable(["cache", "show", key, "--body"], environment: auth)
         XCTAssertEqual(shown.0, 0, shown.2)
         XCTAssertTrue(shown.1.contains("fresh"), shown.1)
-        XCTAssertEqual(try run(["cache", "show", "00ff", "--token", "cli-token", "--server", server]).0, 1)
+        XCTAssertEqual(try runExecutable(["cache", "show", "00ff", "--token", "cli-token", "--server", server]).0, 1)
 
-        let purged = try run(["cache", "purge", "--tag", "first", "--json"], environment: auth)
+        let purged = try runExecutable(["cache", "purge", "--tag", "first", "--json"], environment: auth)
         XCTAssertEqual((json(purged.1) as? [String: Any])?["removed"] as? Int, 1, purged.2)
         XCTAssertEqual(try client.fetch(["url": url("\(base)/0"), "cache": ["ttl": 600]]).outcome, "miss")
 
-        let unconfirmed = try run(["cache", "purge", "--all"], environment: auth)
+        let unconfirmed = try runExecutable(["cache", "purge", "--all"], environment: auth)
         XCTAssertEqual(unconfirmed.0, 1)
         XCTAssertTrue(unconfirmed.2.contains("--yes"), unconfirmed.2)
         XCTAssertEqual(try client.fetch(["url": url("\(base)/1"), "cache": ["ttl": 600]]).outcome, "hit", "nothing removed")
-        XCTAssertEqual(try run(["cache", "purge", "--all", "--yes"], environment: auth).0, 0)
+        XCTAssertEqual(try runExecutable(["cache", "purge", "--all", "--yes"], environment: auth).0, 0)
         XCTAssertEqual(try client.fetch(["url": url("\(base)/1"), "cache": ["ttl": 600]]).outcome, "miss")
-        XCTAssertEqual(try run(["cache", "purge"], environment: auth).0, 1, "no filter")
+        XCTAssertEqual(try runExecutable(["cache", "purge"], environment: auth).0, 1, "no filter")
     }
 
     func testWarmReadsURLsAndSpecsAndReportsInPlainLines() throws {
@@ -96,7 +76,7 @@ final class CLITests: IntegrationTestCase {
 
         {"url": "\(url("\(base)/b", "cc=max-age%3D600"))", "cache": {"namespace": "warm"}}
         """.write(to: file, atomically: true, encoding: .utf8)
-        let (status, output, errors) = try run(["cache", "warm", file.path, "--server", server])
+        let (status, output, errors) = try runExecutable(["cache", "warm", file.path, "--server", server])
         XCTAssertEqual(status, 0, errors)
         XCTAssertTrue(output.contains("done: 2/2 done, 0 failed"), output)
         XCTAssertFalse(output.contains("\r"), "plain lines when not on a terminal")
@@ -105,14 +85,14 @@ final class CLITests: IntegrationTestCase {
         let client = try larder.connection()
         XCTAssertEqual(try client.fetch(["url": url("\(base)/b", "cc=max-age%3D600"), "cache": ["namespace": "warm"]]).outcome, "hit")
 
-        let bad = try run(["cache", "warm", "-", "--server", server], stdin: "{not json\n")
+        let bad = try runExecutable(["cache", "warm", "-", "--server", server], stdin: "{not json\n")
         XCTAssertEqual(bad.0, 1)
         XCTAssertTrue(bad.2.contains("-:1"), bad.2)
     }
 
     func testHealthcheckExitsZeroOnlyWhenTheServerAnswers() throws {
         let larder = try startLarder()
-        XCTAssertEqual(try run(["healthcheck", "--server", "http://127.0.0.1:\(larder.port)"]).0, 0)
-        XCTAssertEqual(try run(["healthcheck", "--server", "http://127.0.0.1:1"]).0, 1)
+        XCTAssertEqual(try runExecutable(["healthcheck", "--server", "http://127.0.0.1:\(larder.port)"]).0, 0)
+        XCTAssertEqual(try runExecutable(["healthcheck", "--server", "http://127.0.0.1:1"]).0, 1)
     }
 }

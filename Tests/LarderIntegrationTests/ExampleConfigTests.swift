@@ -1,5 +1,6 @@
-// The sample config in docs/ runs as written: every key is one Larder knows, every value passes
-// validation, and a Larder started from it answers (its ports and files moved to the test's).
+// The sample configs run as written: docs/larder.example.yaml (every key is one Larder knows,
+// every value passes validation, and a Larder started from it answers, its ports and files
+// moved to the test's), and the README's, read out of README.md.
 
 import Foundation
 import LarderService
@@ -29,5 +30,20 @@ final class ExampleConfigTests: IntegrationTestCase {
         let admin = try TestConnection(port: try XCTUnwrap(larder.adminPort))
         XCTAssertEqual(try admin.request("GET", "/cache/stats").status, 401, "the sample's admin token is in force")
         XCTAssertEqual(try admin.request("GET", "/cache/stats", headers: ["Authorization": "Bearer change-me-admin-token"]).status, 200)
+    }
+
+    func testTheReadmesSampleConfigIsValidAsWritten() throws {
+        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("README.md")
+        let text = try String(contentsOf: readme, encoding: .utf8)
+        let blocks = text.components(separatedBy: "```yaml\n").dropFirst().map { $0.components(separatedBy: "\n```").first ?? "" }
+        XCTAssertEqual(blocks.count, 1, "README.md has one sample config")
+        for block in blocks {
+            var loaded = LarderConfiguration()
+            try ConfigFile.apply(text: block, source: "README.md", to: &loaded)
+            try loaded.validate()
+            XCTAssertEqual(loaded.adminPort, 8082)
+            XCTAssertEqual(loaded.upstreams.map(\.name), ["api"])
+        }
     }
 }

@@ -1,5 +1,6 @@
 // The larder executable started through another tool (a shell that ignores a signal first,
-// setpriv that drops root), for tests of what the process meets rather than what it is told.
+// setpriv that drops root), for tests of what the process meets rather than what it is told;
+// and run to its end, for tests of the command line (`larder cache …`).
 
 import Foundation
 import XCTest
@@ -19,5 +20,32 @@ extension IntegrationTestCase {
         process.standardOutput = FileHandle.nullDevice
         try process.run()
         return (process, errors)
+    }
+
+    /// Runs the executable with `arguments` to its end, `stdin` as its input and `environment`
+    /// added to the test's; returns its exit status, stdout and stderr.
+    public func runExecutable(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> (
+        Int32, String, String
+    ) {
+        guard FileManager.default.isExecutableFile(atPath: binary.path) else {
+            throw skipOrFail("the larder executable is not built next to the tests")
+        }
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let output = Pipe()
+        let errors = Pipe()
+        let input = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = input
+        try process.run()
+        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try input.fileHandleForWriting.close()
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        let err = errors.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
     }
 }

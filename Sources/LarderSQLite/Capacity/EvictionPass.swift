@@ -22,7 +22,7 @@ struct EvictionPass {
     /// Whether the rows taken so far do not yet free the excess.
     var wantsMore: Bool { freed < excess }
 
-    /// Takes the next candidate (the least recently used not taken yet).
+    /// Takes the next candidate (the oldest not taken yet).
     mutating func take(rowid: Int64, bytes: Int) {
         rowids.append(rowid)
         freed += bytes

@@ -2,9 +2,11 @@
 //
 // - Usage (entries, bytes) is kept by triggers in the one-row `usage` table, so checking it
 //   after each group commit costs one point read, never a scan.
-// - Over `maxBytes`, the least recently used entries (last_access, which hit counts move) are
-//   evicted down to the low-water mark (90%), 256 rows per transaction, each batch its own turn
-//   on the writer queue: in the background, never on a request's path; counted.
+// - The admission policy chooses what to evict (SQLiteCacheStore+Admission.swift). Should the
+//   rows still pass `maxBytes` (the policy still learning the rows at start, or its count of a
+//   key's variants short), the oldest rows are evicted down to the low-water mark (90%), 256
+//   rows per transaction, each batch its own turn on the writer queue: in the background,
+//   never on a request's path; counted.
 // - Every `sweepInterval` seconds the retention sweep removes entries not written for
 //   `retention` seconds (ZBNetworking's one-week expiry), and proxy entries past their freshness,
 //   every stale window and `keepStaleFor`, with no validator to revalidate them with (nothing
@@ -83,7 +85,7 @@ extension SQLiteCacheStore {
         writerQueue.async { [self] in evictBatch() }
     }
 
-    /// Evicts up to `evictionBatch` least recently used rows, as many as free what is over the
+    /// Evicts up to `evictionBatch` of the oldest rows, as many as free what is over the
     /// low-water mark; returns how many went (0 when under it).
     private func evictOnce() -> Int {
         var pass = EvictionPass(usedBytes: usedBytes(), capacity: capacity)

@@ -55,6 +55,29 @@ public enum ConfigFile {
 
     static let maxNesting = 256
 
+    /// The key of the file at `path` whose value makes `validate()` fail with `message`, when
+    /// the file alone makes it fail so: the first key (in the table's order) without which it
+    /// no longer does. Validation sees the whole configuration, so its errors name no key.
+    public static func key(blamedFor message: String, in path: String) -> String? {
+        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8),
+            let root = (try? Yams.compose(yaml: text))??.any as? [String: Any]
+        else { return nil }
+        func fails(without left: String?) -> Bool {
+            var configuration = LarderConfiguration()
+            var kept = root
+            if let left { kept[left] = nil }
+            do throws(ConfigurationError) {
+                try Reader(file: path).apply(kept, to: &configuration)
+                try configuration.validate()
+                return false
+            } catch {
+                return error.description == message
+            }
+        }
+        guard fails(without: nil) else { return nil }
+        return Setting.all.map(\.key).first { root[$0] != nil && !fails(without: $0) }
+    }
+
     /// An upper bound of how deep `text` nests, without parsing it: per line, its indentation
     /// (a block level needs at least one more column), its leading `- ` and `? ` indicators
     /// (`- - - x` nests on one line), and the open flow brackets outside quotes and comments.
@@ -230,7 +253,10 @@ public enum ConfigFile {
 
         private func rejectUnknown(_ map: [String: Any], known: Set<String>, at key: String) throws(ConfigurationError) {
             if let unknown = map.keys.sorted().first(where: { !known.contains($0) }) {
-                throw error(key.isEmpty ? unknown : "\(key).\(unknown)", "unknown key (known: \(known.sorted().joined(separator: ", ")))")
+                let reason =
+                    JSONFields.closest(to: unknown, in: known.sorted()).map { "unknown key; did you mean \($0)?" }
+                    ?? "unknown key (known: \(known.sorted().joined(separator: ", ")))"
+                throw error(key.isEmpty ? unknown : "\(key).\(unknown)", reason)
             }
         }
 

@@ -23,6 +23,16 @@ public struct Setting: Sendable {
     public let defaultText: String
     /// How the option is given on the command line.
     public let form: Form
+    /// The section of `larder serve --help` it is listed in (set by the table, Setting.all).
+    public internal(set) var group: Group = .network
+
+    /// The sections of `larder serve --help`, in order.
+    public enum Group: String, Sendable, CaseIterable {
+        case network, storage, upstream, safety, observability
+
+        /// The section's title in `--help` (shown in capitals, followed by OPTIONS).
+        public var title: String { "\(rawValue) options" }
+    }
 
     public enum Form: Sendable {
         /// `--option VALUE`.
