@@ -168,9 +168,9 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         }
     }
 
-    /// A hit on `key` (held or on disk).
-    public mutating func recordHit(_ key: Key) {
-        queues.recordHit(key)
+    /// A hit on `key` (held or on disk), at `time` (seconds; kept for `usage`).
+    public mutating func recordHit(_ key: Key, at time: UInt32 = 0) {
+        queues.recordHit(key, at: time)
     }
 
     /// The object left for another reason (a purge, an expiry, a failed write).

@@ -53,6 +53,16 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         /// Tells this entry's place in a queue from places an earlier entry of the key left
         /// behind (removed or moved objects are skipped when their old place comes up).
         var ticket: UInt64
+        /// Hits since the object entered the cache, and the time of the last (the caller's
+        /// clock, in seconds): not the policy's, kept here for a listing at no extra lookup.
+        var usage = Usage()
+    }
+
+    /// An object's hits since it entered the cache (saturating), and when it was last hit.
+    public struct Usage: Sendable, Equatable {
+        public var hits: UInt32 = 0
+        public var lastHit: UInt32 = 0
+        public init() {}
     }
 
     private var entries: [Key: Entry] = [:]
@@ -84,16 +94,20 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
     public func queue(of key: Key) -> Queue? { entries[key]?.queue }
     public func remembersInGhost(_ key: Key) -> Bool { ghostTickets[key] != nil }
 
-    /// A hit: the object was asked for again. Returns whether it is held.
+    /// A hit: the object was asked for again (at `time`, seconds on the caller's clock, for
+    /// `usage`). Returns whether it is held.
     @discardableResult
-    public mutating func recordHit(_ key: Key) -> Bool {
+    public mutating func recordHit(_ key: Key, at time: UInt32 = 0) -> Bool {
         guard var entry = entries[key] else { return false }
-        if entry.frequency < Self.maxFrequency {
-            entry.frequency += 1
-            entries[key] = entry
-        }
+        if entry.frequency < Self.maxFrequency { entry.frequency += 1 }
+        if entry.usage.hits < UInt32.max { entry.usage.hits += 1 }
+        entry.usage.lastHit = max(entry.usage.lastHit, time)
+        entries[key] = entry
         return true
     }
+
+    /// The object's hits since it entered the cache; nil when it is not held.
+    public func usage(of key: Key) -> Usage? { entries[key]?.usage }
 
     /// A miss to be kept: the object joins a queue (nil when it is larger than the whole
     /// capacity: it is not kept), and what must make room for it is returned. An object already
@@ -140,7 +154,7 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         smallBytes -= entry.bytes
         entries[key] = nil
         if entry.frequency > 0 {
-            place(key, bytes: entry.bytes, in: .main, frequency: 0)
+            place(key, bytes: entry.bytes, in: .main, frequency: 0, usage: entry.usage)
             counters.promoted += 1
             return .promoted(key)
         }
@@ -160,9 +174,9 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         }
     }
 
-    private mutating func place(_ key: Key, bytes: Int, in queue: Queue, frequency: UInt8) {
+    private mutating func place(_ key: Key, bytes: Int, in queue: Queue, frequency: UInt8, usage: Usage = Usage()) {
         nextTicket &+= 1
-        entries[key] = Entry(queue: queue, frequency: frequency, bytes: bytes, ticket: nextTicket)
+        entries[key] = Entry(queue: queue, frequency: frequency, bytes: bytes, ticket: nextTicket, usage: usage)
         switch queue {
         case .small:
             small.append(Place(key: key, ticket: nextTicket))
@@ -188,7 +202,7 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
             smallBytes -= entry.bytes
             entries[oldest.key] = nil
             if entry.frequency > 0 {
-                place(oldest.key, bytes: entry.bytes, in: .main, frequency: 0)
+                place(oldest.key, bytes: entry.bytes, in: .main, frequency: 0, usage: entry.usage)
                 counters.promoted += 1
                 changes.append(.promoted(oldest.key))
             } else {

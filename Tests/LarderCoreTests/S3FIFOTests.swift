@@ -22,6 +22,20 @@ final class S3FIFOTests: XCTestCase {
         XCTAssertEqual(policy.counters.evictedFromSmall, 2)
     }
 
+    func testUsageCountsHitsSinceTheObjectEnteredAcrossAPromotion() {
+        var policy = S3FIFO<Int>(capacityBytes: 150)
+        for key in 1...3 { _ = policy.admit(key, bytes: 50) }
+        policy.recordHit(1, at: 10)
+        policy.recordHit(1, at: 12)
+        _ = policy.admit(4, bytes: 50) // 1 is promoted to the main queue
+        XCTAssertEqual(policy.queue(of: 1), .main)
+        XCTAssertEqual(policy.usage(of: 1)?.hits, 2)
+        XCTAssertEqual(policy.usage(of: 1)?.lastHit, 12)
+        _ = policy.admit(1, bytes: 60) // stored again: counted afresh
+        XCTAssertEqual(policy.usage(of: 1)?.hits, 0)
+        XCTAssertNil(policy.usage(of: 2))
+    }
+
     func testAKeyInTheGhostEntersTheMainQueueDirectly() {
         var policy = S3FIFO<Int>(capacityBytes: 100)
         _ = policy.admit(1, bytes: 60)

@@ -58,8 +58,8 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
 
         XCTAssertNil(store.lookup(CacheKey(hex: "damaged")).first)
         XCTAssertNotNil(store.lookup(CacheKey(hex: "healthy")).first)
-        // The delete runs on the writer queue; a flush waits for that queue.
-        store.flushHitsAndWait()
+        // The delete runs on the writer queue; a commit waits for that queue.
+        store.commitAndWait()
         XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM entries WHERE key = 'damaged'"), 0)
         XCTAssertEqual(try editor.scalarInt("SELECT count(*) FROM entries"), 1)
     }
@@ -584,17 +584,19 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("SELECT count(*) FROM entries WHERE key = 'ffff'"), 0)
     }
 
-    func testHitsAreCountedInBatches() throws {
-        let store = try SQLiteCacheStore(path: path, logger: logger)
+    func testHitsAreCountedInMemoryAndListedWithoutAWrite() throws {
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 1 << 20
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
         defer { store.close() }
         save(store, entry("popular"))
         for index in 0..<25 { store.recordHit(CacheKey(hex: "popular"), at: 2000 + Double(index)) }
-        store.flushHitsAndWait()
+        let record = try XCTUnwrap(store.records(primaryKey: CacheKey(hex: "popular")).first)
+        XCTAssertEqual(record.hits, 25)
+        XCTAssertEqual(record.lastAccessAt, 2024)
+        store.commitAndWait()
         let reader = try SQLiteConnection(path: path)
-        XCTAssertEqual(try reader.scalarInt("SELECT hits FROM entries WHERE key = 'popular'"), 25)
-        let lastAccess = try reader.prepare("SELECT last_access FROM entries WHERE key = 'popular'")
-        XCTAssertTrue(try lastAccess.step())
-        XCTAssertEqual(lastAccess.double(0), 2024)
+        XCTAssertEqual(try reader.scalarInt("SELECT hits FROM entries WHERE key = 'popular'"), 0, "a hit writes nothing")
     }
 
     func testAVersion1DatabaseIsMigratedKeepingItsEntries() throws {
@@ -669,7 +671,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         }
         for index in 1...100 { store.save(entry("shared", body: "[\(index)]")) { _ in } }
         XCTAssertEqual(group.wait(timeout: .now() + 30), .success)
-        store.flushHitsAndWait()
+        store.commitAndWait()
         XCTAssertEqual(failures.load(ordering: .relaxed), 0, "a reader never saw a missing or half-written entry")
         XCTAssertEqual(store.lookup(CacheKey(hex: "shared")).first?.body, Array("[100]".utf8))
     }

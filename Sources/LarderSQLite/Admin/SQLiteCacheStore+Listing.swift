@@ -46,26 +46,28 @@ extension SQLiteCacheStore {
             bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) }) ?? []
     }
 
-    /// Runs a record query on the writer, after committing pending saves and hit counts (so a
-    /// listing shows what requests have seen); nil when it fails.
+    /// Runs a record query on the writer, after committing pending saves (so a listing shows
+    /// what requests have seen), with the hits counted in memory added; nil when it fails.
     private func readRecords(_ sql: String, bind: (SQLiteStatement) throws(SQLiteError) -> Void) -> [EntryRecord]? {
         writerQueue.sync { () -> [EntryRecord]? in
             commitAllPending()
-            flushHitsNow()
             do {
                 let statement = try writer.prepare(sql)
                 try bind(statement)
                 var records: [EntryRecord] = []
                 while try statement.step() {
                     let vary = statement.string(16) ?? ""
+                    let primaryKey = CacheKey(hex: statement.string(0) ?? "")
+                    let usage = usage(of: primaryKey)
                     records.append(
                         EntryRecord(
-                            key: CacheKey(hex: statement.string(0) ?? ""), rowKey: CacheKey(hex: statement.string(1) ?? ""),
+                            key: primaryKey, rowKey: CacheKey(hex: statement.string(1) ?? ""),
                             namespace: statement.string(2) ?? "", method: statement.string(3) ?? "", url: statement.string(4) ?? "",
                             status: Int(statement.int64(5)), bytes: Int(statement.int64(6)), storedAt: statement.double(7),
                             expiresAt: statement.double(8), staleUntil: statement.double(9), version: statement.int64(10),
-                            tags: Self.tags(fromJSON: statement.string(11)), hits: Int(statement.int64(12)),
-                            lastAccessAt: statement.double(13), etag: statement.string(14), lastModified: statement.string(15),
+                            tags: Self.tags(fromJSON: statement.string(11)), hits: Int(statement.int64(12)) + Int(usage?.hits ?? 0),
+                            lastAccessAt: max(statement.double(13), Double(usage?.lastHit ?? 0)), etag: statement.string(14),
+                            lastModified: statement.string(15),
                             varies: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init)))
                 }
                 return records

@@ -1,44 +1,20 @@
-// Writing the hit counters (HitCounters.swift) into the database: hits and last_access, which
-// eviction orders by.
+// Hits cost no write. The admission policy counts them in memory: its 2-bit frequency (what
+// eviction needs) and, beside it, an entry's hits and last hit since it was stored, which
+// listings add to the `hits` and `last_access` columns (written by versions before the policy,
+// which kept them in the database: an UPDATE per hit key every 10 s, a random page write each on
+// a store of a million entries).
 
-import Foundation
 public import LarderCore
 
 extension SQLiteCacheStore {
     public func recordHit(_ key: CacheKey, at time: Double) {
-        hitCounters.record(key, at: time)
-        policy?.withLock { $0.recordHit(PolicyKey(key)) }
+        let seconds = UInt32(clamping: Int(time.rounded(.down)))
+        policy?.withLock { $0.recordHit(PolicyKey(key), at: seconds) }
     }
 
-    /// On the writer queue: every hit count so far into the database.
-    func flushHitsNow() { flushHits(olderThan: nil) }
-
-    /// On the writer queue: writes the tallies of shards older than `olderThan` seconds (all when
-    /// nil) in one transaction.
-    func flushHits(olderThan age: Double?) {
-        let batch = hitCounters.take(olderThan: age, now: Date().timeIntervalSince1970)
-        guard !batch.isEmpty else { return }
-        let addHits = statements.addHits
-        do {
-            try writer.transaction(.deferred) { () throws(SQLiteError) in
-                for (key, tally) in batch {
-                    defer { addHits.reset() }
-                    try addHits.bind(1, key)
-                    try addHits.bind(2, tally.hits)
-                    try addHits.bind(3, tally.lastAccess)
-                    _ = try addHits.step()
-                }
-            }
-        } catch {
-            logger.warning("cannot record hit counts", metadata: ["error": "\(error)"])
-        }
-    }
-
-    /// Writes pending hit counts now; for shutdown and tests.
-    public func flushHitsAndWait() {
-        writerQueue.sync {
-            commitAllPending()
-            flushHits(olderThan: nil)
-        }
+    /// Hits since the entry under `primaryKey` was stored, and the last one; nil without a
+    /// policy or for an entry it does not hold.
+    func usage(of primaryKey: CacheKey) -> S3FIFO<PolicyKey>.Usage? {
+        policy?.withLock { $0.queues.usage(of: PolicyKey(primaryKey)) }
     }
 }

@@ -20,8 +20,7 @@
 //   by a Bloom filter of the stored keys without a reader (KeyFilter.swift).
 // - Each body carries a checksum (BodyChecksum) checked on read: a mismatch (disk damage, a
 //   hand edit) is a miss and the row is deleted.
-// - Hit counters are tallied in memory in shards and written in batches, so a hit costs no
-//   write transaction.
+// - A hit writes nothing: the admission policy counts it in memory (HitCounts/).
 // - With a capacity, an admission policy (S3-FIFO) decides what is kept: misses wait in memory
 //   for proof of reuse once the store is full, and hits only raise a counter in memory
 //   (Capacity/SQLiteCacheStore+Admission.swift).
@@ -48,6 +47,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     // counters are Sendable themselves. Nothing else is mutable.
 
     public static var schemaVersion: Int64 { Int64(Schema.migrations.count) }
+    /// Bytes of the database file mapped into memory for reads, asked for (SQLite caps it at its
+    /// build's limit, 2 GiB on Debian). An I/O error under a map is a signal, not an error code:
+    /// the price of reads without a system call.
+    static let mmapBytes: Int64 = 1 << 40
 
     public let path: String
     let logger: Logger
@@ -65,7 +68,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     let closed = Atomic<Bool>(false)
 
     let pending = Locked(PendingWrites())
-    let hitCounters = HitCounters()
     let health = WriteHealth()
     let counters = StoreCounters()
     /// What to keep and what to write when the store has a capacity (SQLiteCacheStore+Admission).
@@ -118,6 +120,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // pages on the writer in one burst, and a request thread that needs the core waits for
         // it; smaller checkpoints keep that wait short, at the same throughput.
         try writer.execute("PRAGMA wal_autocheckpoint = 100")
+        // Inserts on a large store descend four random B-trees (key, url_key, namespace and the
+        // table); their inner pages stay in the writer's cache, the rest come through the map.
+        try writer.execute("PRAGMA cache_size = -32768")
+        try writer.execute("PRAGMA mmap_size = \(Self.mmapBytes)")
         statements = try WriterStatements(writer)
         readers = ReaderPool(path: path)
         // The rows already stored are told to the policy in the background (restorePolicy).
@@ -126,8 +132,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             capacity.maxBytes < Int.max
             ? LockedPolicy(StorePolicy(capacityBytes: capacity.maxBytes, heldBytesLimit: Self.heldByteLimit, ready: lastRowid == 0))
             : nil
-        // Hit counts reach the database within 10 s: one UPDATE per key per 10 s however hot.
-        hitCounters.startFlushing(on: writerQueue, every: 1) { [weak self] in self?.flushHits(olderThan: 10) }
         // Files of rows deleted just before a crash, then files whose rows never committed.
         writerQueue.sync { reapDeadFiles() }
         startSweeping()
@@ -149,11 +153,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// Flushes counters and closes every connection. Idempotent.
     public func close() {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
-        hitCounters.stopFlushing()
         trimming.sweepTimer?.cancel()
         writerQueue.sync {
             commitAllPending()
-            flushHits(olderThan: nil)
             try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
         }
         readers.close()

@@ -8,7 +8,6 @@ struct WriterStatements {
     let selectByURL: SQLiteStatement
     let deleteByURL: SQLiteStatement
     let deleteDamaged: SQLiteStatement
-    let addHits: SQLiteStatement
     let selectDeadFiles: SQLiteStatement
     let deleteDeadFile: SQLiteStatement
     /// Read after every group commit (capacity).
@@ -32,7 +31,6 @@ struct WriterStatements {
         deleteDeadFile = try writer.prepare("DELETE FROM dead_files WHERE path = ?1")
         selectUsedBytes = try writer.prepare("SELECT bytes FROM usage WHERE id = 1")
         deleteDamaged = try writer.prepare("DELETE FROM entries WHERE key = ?1 AND body_checksum = ?2")
-        addHits = try writer.prepare("UPDATE entries SET hits = hits + ?2, last_access = max(last_access, ?3) WHERE key = ?1")
         selectByURL = try writer.prepare("SELECT DISTINCT primary_key FROM entries WHERE url_key = ?1")
         dropOtherVariants = try writer.prepare("DELETE FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) AND vary <> ?2")
         trimVariants = try writer.prepare(
