@@ -434,6 +434,35 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         return entry
     }
 
+    /// A purge removes what matched when it was asked for; an entry stored while it runs (between
+    /// its batches) is fresh and stays.
+    func testAPurgeLeavesWhatWasStoredWhileItRan() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        for index in 0..<(SQLiteCacheStore.purgeBatch * 3) {
+            var tagged = entry("old\(index)")
+            tagged.tags = ["t"]
+            store.save(tagged) { _ in }
+        }
+        store.commitAndWait()
+        let purged = expectation(description: "purged")
+        let result = Locked<PurgeResult?>(nil)
+        var filter = PurgeFilter()
+        filter.tags = ["t"]
+        store.purge(filter) { purge in
+            result.withLock { $0 = purge }
+            purged.fulfill()
+        }
+        // Committed on the writer queue behind the purge's first batch, before its next.
+        var fresh = entry("fresh")
+        fresh.tags = ["t"]
+        save(store, fresh)
+        wait(for: [purged], timeout: 30)
+        XCTAssertEqual(result.withLock { $0?.removed }, SQLiteCacheStore.purgeBatch * 3)
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "fresh")).first, "stored after the purge began")
+        XCTAssertNil(store.lookup(CacheKey(hex: "old0")).first)
+    }
+
     func testUsageFollowsInsertsReplacementsAndDeletes() throws {
         let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 4096, logger: logger)
         defer { store.close() }

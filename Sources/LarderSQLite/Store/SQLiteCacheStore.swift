@@ -85,6 +85,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     var trimming = Trimming()
     /// Files written by the group commit under way (writer queue only), removed if it fails.
     var writtenFiles: [String] = []
+    /// The rowid the next row written gets (writer queue only; see insertRow).
+    var nextRowid: Int64 = 1
 
     /// Body files kept open between hits, at most (a quarter of the open-file limit, at most
     /// 16,384).
@@ -128,6 +130,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         readers = ReaderPool(path: path)
         // The rows already stored are told to the policy in the background (restorePolicy).
         let lastRowid = try writer.scalarInt("SELECT coalesce(max(rowid), 0) FROM entries")
+        nextRowid = lastRowid + 1
         policy =
             capacity.maxBytes < Int.max
             ? LockedPolicy(StorePolicy(capacityBytes: capacity.maxBytes, heldBytesLimit: Self.heldByteLimit, ready: lastRowid == 0))
