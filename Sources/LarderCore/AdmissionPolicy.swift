@@ -7,8 +7,10 @@
 // disk write. One asked for again while there is promoted to the main queue and written then.
 // Objects someone asked to keep (`proven`: an explicit PUT, a warm job, a caller's ttl or
 // version) and objects whose key the ghost remembers go to the main queue and are written at
-// once. Memory for held objects is bounded (`heldBytesLimit`); past it, small-queue objects are
-// written as they arrive, and the policy still evicts them early.
+// once. Memory for held objects is bounded (`heldBytesLimit`, at most the small queue's share).
+// When it runs out while the small queue is over its share (the main queue not yet full: most
+// objects were asked for once), the oldest held objects leave the small queue early; otherwise
+// newcomers are written as they arrive, and the policy still evicts them early.
 //
 // Until the store has told the policy what it already holds (`finishRestoring`), nothing is
 // held and nothing is evicted by the policy: objects are written and queued as found.
@@ -88,6 +90,8 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
     }
 
     public func isHeld(_ key: Key) -> Bool { held[key] != nil }
+    /// Places in the order of held objects, stale ones included (a bound on memory; for tests).
+    public var heldPlaceCount: Int { heldOrder.count }
     public func contains(_ key: Key) -> Bool { queues.contains(key) }
 
     /// A miss of `bytes` to be kept under `key`.
@@ -135,10 +139,19 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         }
         if queue == nil || !queues.contains(key) {
             decision.placement = .notKept
+            // Stored again but not kept (larger than the capacity, or pushed out by itself):
+            // its old rows go.
+            if known, !wasHeld { decision.evict.append(key) }
         } else if holdable, heldBytes + bytes <= heldBytesLimit {
             nextTicket &+= 1
             held[key] = Held(bytes: bytes, ticket: nextTicket)
             heldOrder.append((key, nextTicket))
+            // Places of objects no longer held are popped only when memory runs out: dropped
+            // once they outnumber the held ones.
+            if heldOrder.count > 2 * held.count + 64 {
+                let held = self.held
+                heldOrder.keep { held[$0.key]?.ticket == $0.ticket }
+            }
             heldBytes += bytes
             ownCounters.held += wasHeld ? 0 : 1
             decision.placement = .hold
@@ -179,14 +192,12 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         queues.remove(key)
     }
 
-    /// Forgets everything (the whole store was purged).
-    public mutating func removeAll() {
-        let capacity = queues.capacityBytes
-        queues = S3FIFO(capacityBytes: capacity)
-        held = [:]
-        heldOrder = FIFO()
-        heldBytes = 0
-        full = false
+    /// A held object leaves unwritten for another reason (a purge or an invalidation matched it):
+    /// counted as not admitted.
+    public mutating func dropHeld(_ key: Key) {
+        guard releaseHeld(key) else { return }
+        queues.remove(key)
+        ownCounters.rejected += 1
     }
 
     /// An object the store already held at start, in the order it was written (a key admitted

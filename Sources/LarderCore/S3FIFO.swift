@@ -71,6 +71,7 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
     private var ghost = FIFO<Place>()
     private var ghostTickets: [Key: UInt64] = [:]
     private var mainCount = 0
+    private var smallCount = 0
     private var nextTicket: UInt64 = 0
 
     private struct Place {
@@ -89,6 +90,8 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
     }
 
     public var count: Int { entries.count }
+    /// Places in the three queues, stale ones included (a bound on memory; for tests).
+    public var placeCount: Int { small.count + main.count + ghost.count }
     public var usedBytes: Int { smallBytes + mainBytes }
     public func contains(_ key: Key) -> Bool { entries[key] != nil }
     public func queue(of key: Key) -> Queue? { entries[key]?.queue }
@@ -152,6 +155,7 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         guard let entry = entries[key], entry.queue == .small else { return nil }
         // Its place in the small queue is skipped when it comes up (the ticket no longer matches).
         smallBytes -= entry.bytes
+        smallCount -= 1
         entries[key] = nil
         if entry.frequency > 0 {
             place(key, bytes: entry.bytes, in: .main, frequency: 0, usage: entry.usage)
@@ -167,7 +171,9 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
     public mutating func remove(_ key: Key) {
         guard let entry = entries.removeValue(forKey: key) else { return }
         switch entry.queue {
-        case .small: smallBytes -= entry.bytes
+        case .small:
+            smallBytes -= entry.bytes
+            smallCount -= 1
         case .main:
             mainBytes -= entry.bytes
             mainCount -= 1
@@ -181,11 +187,26 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         case .small:
             small.append(Place(key: key, ticket: nextTicket))
             smallBytes += bytes
+            smallCount += 1
+            if small.count > 2 * smallCount + 64 { small = Self.current(small, in: .small, of: entries) }
         case .main:
             main.append(Place(key: key, ticket: nextTicket))
             mainBytes += bytes
             mainCount += 1
+            if main.count > 2 * mainCount + 64 { main = Self.current(main, in: .main, of: entries) }
         }
+    }
+
+    /// The places of `fifo` that still name their object there. Objects stored again, moved or
+    /// removed leave places behind, and below the capacity nothing pops them: `place` drops them
+    /// once they outnumber the live ones.
+    private static func current(_ fifo: FIFO<Place>, in queue: Queue, of entries: [Key: Entry]) -> FIFO<Place> {
+        var kept = fifo
+        kept.keep { place in
+            guard let entry = entries[place.key] else { return false }
+            return entry.ticket == place.ticket && entry.queue == queue
+        }
+        return kept
     }
 
     private mutating func evictOne(into changes: inout [Change]) {
@@ -200,6 +221,7 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         while let oldest = small.popFirst() {
             guard let entry = entries[oldest.key], entry.ticket == oldest.ticket, entry.queue == .small else { continue }
             smallBytes -= entry.bytes
+            smallCount -= 1
             entries[oldest.key] = nil
             if entry.frequency > 0 {
                 place(oldest.key, bytes: entry.bytes, in: .main, frequency: 0, usage: entry.usage)
@@ -255,6 +277,12 @@ struct FIFO<Element> {
     var count: Int { storage.count - head }
 
     mutating func append(_ element: Element) { storage.append(element) }
+
+    /// Keeps only the elements `isKept` says, in order.
+    mutating func keep(where isKept: (Element) -> Bool) {
+        storage = storage[head...].filter(isKept)
+        head = 0
+    }
 
     mutating func popFirst() -> Element? {
         guard head < storage.count else { return nil }

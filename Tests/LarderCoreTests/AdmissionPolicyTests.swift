@@ -78,6 +78,29 @@ final class AdmissionPolicyTests: XCTestCase {
         XCTAssertTrue(policy.queues.remembersInGhost(1_000))
     }
 
+    /// Objects stored again and again below the capacity, and held objects dropped or written in
+    /// the steady state, leave places behind in the queues: they stay bounded by the live ones.
+    func testQueuesDoNotGrowWithObjectsStoredAgainOrHeldAndGone() {
+        var policy = AdmissionPolicy<Int>(capacityBytes: 1_000_000, heldBytesLimit: 100, ready: true)
+        for round in 0..<10_000 { _ = policy.admit(round % 100, bytes: 100, proven: false) }
+        XCTAssertEqual(policy.queues.count, 100)
+        XCTAssertLessThan(policy.queues.placeCount, 400, "places of objects stored again are dropped")
+        var full = AdmissionPolicy<Int>(capacityBytes: 10_000, heldBytesLimit: 200, ready: true)
+        for key in 1...100 { _ = full.admit(key, bytes: 100, proven: true) }
+        for key in 1_000..<21_000 { _ = full.admit(key, bytes: 50, proven: false) }
+        XCTAssertLessThan(full.heldPlaceCount, 200, "places of held objects gone are dropped")
+        XCTAssertLessThan(full.queues.placeCount, 1_000)
+    }
+
+    /// Stored again larger than the capacity: not kept, and its old rows go.
+    func testAnObjectStoredAgainAndNotKeptHasItsRowsEvicted() {
+        var policy = AdmissionPolicy<Int>(capacityBytes: 1_000, heldBytesLimit: 100, ready: true)
+        _ = policy.admit(1, bytes: 100, proven: false)
+        let again = policy.admit(1, bytes: 1_001, proven: false)
+        XCTAssertEqual(again.placement, .notKept)
+        XCTAssertEqual(again.evict, [1])
+    }
+
     func testAnObjectLargerThanTheCapacityIsNotKept() {
         var policy = AdmissionPolicy<Int>(capacityBytes: 1_000, heldBytesLimit: 100, ready: true)
         XCTAssertEqual(policy.admit(1, bytes: 1_001, proven: true).placement, .notKept)

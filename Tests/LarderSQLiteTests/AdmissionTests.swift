@@ -125,6 +125,44 @@ final class AdmissionTests: DatabaseTestCase {
         XCTAssertEqual(store.heldObjects.count, 0)
     }
 
+    func testAnInvalidationDropsOnlyTheHeldObjectsOfItsURLs() throws {
+        let store = try filledStore()
+        defer { store.close() }
+        var first = object("first")
+        first.urlKey = "http://a.test/first"
+        var second = object("second")
+        second.urlKey = "http://a.test/second"
+        save(store, first)
+        save(store, second)
+        let invalidated = expectation(description: "invalidated")
+        store.invalidate(urlKeys: ["http://a.test/first"]) { _ in invalidated.fulfill() }
+        wait(for: [invalidated], timeout: 10)
+        XCTAssertNil(lookup(store, "first"), "held and invalidated: gone")
+        XCTAssertNotNil(lookup(store, "second"), "another URL's held object stays")
+    }
+
+    /// A key's rows deleted while another of its variants is left: the policy still counts the
+    /// key, so the row left is evicted in its turn instead of staying uncounted.
+    func testAKeyWithARowLeftStaysInThePolicy() throws {
+        let store = try SQLiteCacheStore(path: path, capacity: capacity(200_000), logger: logger)
+        defer { store.close() }
+        let primary = key("varied")
+        var gzip = StoredEntry.fixture(primary + ".gz", primaryKey: primary, varyNames: ["accept-encoding"], variantFingerprint: "gz")
+        gzip.keepRequested = true
+        var plain = StoredEntry.fixture(primary + ".id", primaryKey: primary, varyNames: ["accept-encoding"], variantFingerprint: "id")
+        plain.keepRequested = true
+        plain.tags = ["plain"]
+        save(store, gzip)
+        save(store, plain)
+        let purged = expectation(description: "purged")
+        var filter = PurgeFilter()
+        filter.tags = ["plain"]
+        store.purge(filter) { _ in purged.fulfill() }
+        wait(for: [purged], timeout: 10)
+        XCTAssertEqual(store.lookup(CacheKey(hex: primary)).count, 1, "the other variant is left")
+        XCTAssertTrue(store.policy!.withLock { $0.contains(PolicyKey(CacheKey(hex: primary))) })
+    }
+
     /// After a restart the policy learns the stored rows, oldest first, in the background; held
     /// objects were never written and are misses.
     func testAfterARestartStoredRowsAreKeptAndEvictedOldestFirst() throws {

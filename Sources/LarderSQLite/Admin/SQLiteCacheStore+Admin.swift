@@ -60,7 +60,9 @@ extension SQLiteCacheStore: CacheAdministration {
     public func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void) {
         let (condition, bind) = Self.condition(for: filter)
         writerQueue.async { [self] in
-            dropHeldObjects()
+            // Held objects are not matched against the filter: all go (a purge is rare, and
+            // they are a moment's worth of misses).
+            dropHeldObjects { _ in true }
             commitAllPending()
             // What matched when the purge was asked for: a row written since has a higher rowid
             // (insertRow). Without this bound, a purge by tag under load went on removing the
@@ -72,7 +74,7 @@ extension SQLiteCacheStore: CacheAdministration {
 
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
         writerQueue.async { [self] in
-            dropHeldObjects()
+            dropHeldObjects { $0.primaryKey == primaryKey }
             commitAllPending()
             purgeBatch(
                 condition: Schema.rowsOfPrimaryKey("?1"),

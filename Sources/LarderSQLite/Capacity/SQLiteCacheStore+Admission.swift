@@ -22,8 +22,8 @@ import LarderSync
 
 /// The policy's name for a primary key: its first 16 bytes (64 bits of a real key's HMAC), so
 /// that the policy keeps 16 bytes per object in place of a 64-character string. Two keys with
-/// the same first 64 bits are one object to the policy (for real keys, a chance of about 10⁻⁷
-/// in a store of ten million objects); eviction then deletes the rows of both.
+/// the same first 64 bits are one object to the policy (for real keys, as likely as any
+/// collision of 64 random bits); eviction then deletes the rows of both.
 public struct PolicyKey: Hashable, Sendable {
     let high: UInt64
     let low: UInt64
@@ -79,12 +79,14 @@ extension SQLiteCacheStore {
     /// Rowids the start-up restore reads per writer turn.
     static let restoreWindow: Int64 = 8_192
 
-    /// What the policy decided for a save, once applied.
-    enum PolicyOutcome {
-        /// Go on and write the entry.
-        case write
+    /// What became of a save the policy was asked about.
+    enum PolicyOutcome: Sendable {
+        /// The store has no policy: the caller queues the write.
+        case noPolicy
         /// Held in memory or not kept: the save is answered (`stored`) and nothing is written.
         case answered(stored: Bool)
+        /// Queued for the writer (nil: shed, the writer being too far behind).
+        case queued(PendingWrites.Admission?)
     }
 
     /// The admission counters, when the store has a capacity.
@@ -117,19 +119,26 @@ extension SQLiteCacheStore {
     /// The policy has learnt the rows stored before start; for tests.
     public var policyRestored: Bool { policy?.withLock { $0.ready } ?? true }
 
-    /// Asks the policy about `entry` (of `size` bytes) and carries out what it decided, except
-    /// the entry's own write, which the caller queues on `.write`.
-    func admitThroughPolicy(_ entry: StoredEntry, size: Int) -> PolicyOutcome {
-        guard let policy else { return .write }
+    /// Asks the policy about `entry` (of `size` bytes) and carries out what it decided, the
+    /// entry's own write included (queued with `probe` and `completion`), all under the policy's
+    /// lock: a save that queued its write after releasing it could be evicted meanwhile, and the
+    /// writer would then delete its rows before the write came, leaving a row no one counts.
+    func admitThroughPolicy(
+        _ entry: StoredEntry, size: Int, probe: KeyFilter.Probe, completion: @escaping @Sendable (Bool) -> Void
+    ) -> PolicyOutcome {
+        guard let policy else { return .noPolicy }
         let key = PolicyKey(entry.primaryKey)
         var dropped: [CacheKey] = []
         var scheduleTurn = false
         var rebuildFilter = false
-        let placement = policy.withLock { policy -> AdmissionPolicy<PolicyKey>.Placement in
-            let decision = policy.admit(key, bytes: size, proven: entry.keepRequested)
-            // Under the policy's lock, so that the held objects in memory always match the
-            // policy's (two saves applying decisions out of order would strand one).
-            pending.withLock { pending in
+        let outcome = policy.withLock { policy -> PolicyOutcome in
+            // The key's other variants held beside it count too (the policy sees one object).
+            let otherVariants = pending.withLock { pending in
+                (pending.held[key] ?? []).filter { $0.key != entry.key && $0.varyNames == entry.varyNames }
+                    .reduce(0) { $0 + $1.approximateBytes }
+            }
+            let decision = policy.admit(key, bytes: size + otherVariants, proven: entry.keepRequested)
+            return pending.withLock { pending -> PolicyOutcome in
                 for gone in decision.drop {
                     if let entries = pending.held.removeValue(forKey: gone) { dropped.append(entries[0].primaryKey) }
                 }
@@ -142,8 +151,9 @@ extension SQLiteCacheStore {
                             scheduleTurn = scheduleTurn || admitted.scheduleCommit
                             rebuildFilter = rebuildFilter || admitted.rebuildKeyFilter
                         } else {
+                            // Shed: the policy keeps counting it until it is evicted (a delete
+                            // that finds nothing), which errs on the safe side of the capacity.
                             counters.shedWrites.add(1, ordering: .relaxed)
-                            policy.remove(proved)
                             dropped.append(held.primaryKey)
                         }
                     }
@@ -154,21 +164,22 @@ extension SQLiteCacheStore {
                     var entries = pending.held[key] ?? []
                     Self.apply(entry, to: &entries, maxVariants: maxVariants)
                     pending.held[key] = entries
-                case .write, .notKept:
+                    return .answered(stored: true)
+                case .notKept:
                     pending.held[key] = nil
+                    return .answered(stored: false)
+                case .write:
+                    pending.held[key] = nil
+                    return .queued(
+                        pending.admit(entry, size: size, probe: probe, byteLimit: Self.pendingByteLimit, completion: completion))
                 }
             }
-            return decision.placement
         }
         if scheduleTurn { writerQueue.async { [self] in commitPending() } }
         if rebuildFilter { scheduleKeyFilterRebuild() }
         let handler = droppedHandler.current
         for key in dropped { handler?(key) }
-        switch placement {
-        case .write: return .write
-        case .hold: return .answered(stored: true)
-        case .notKept: return .answered(stored: false)
-        }
+        return outcome
     }
 
     /// The held entries of `primaryKey`, if the policy holds it in memory (`held`: the map,
@@ -221,25 +232,38 @@ extension SQLiteCacheStore {
         reapDeadFiles()
     }
 
-    /// Rows of these primary keys are gone (a purge, the sweep, a failed write): the policy
-    /// forgets them.
+    /// On the writer queue: rows of these primary keys were deleted (a purge, the sweep, an
+    /// invalidation); the policy forgets each key that has no row left and is not held in memory
+    /// (a held copy has no row; a key with another variant left stays counted). A write that
+    /// failed or was shed is not forgotten: the policy counts it until it is evicted, erring on
+    /// the side of the capacity, where a forgotten row would be one no one counts.
     func forgetInPolicy<Keys: Sequence>(_ primaryKeys: Keys) where Keys.Element == CacheKey {
-        policy?.withLock { policy in
-            for key in primaryKeys { policy.remove(PolicyKey(key)) }
+        guard let policy else { return }
+        let keys = Set(primaryKeys)
+        guard !keys.isEmpty, let remaining = try? writer.prepare("SELECT 1 FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) LIMIT 1")
+        else { return }
+        let gone = keys.filter { key in
+            defer { remaining.reset() }
+            guard (try? remaining.bind(1, key.hex)) != nil else { return false }
+            return (try? remaining.step()) == false
+        }
+        policy.withLock { policy in
+            for key in gone where !policy.isHeld(PolicyKey(key)) { policy.remove(PolicyKey(key)) }
         }
     }
 
-    /// Drops every object held in memory (before a purge or an invalidation).
-    func dropHeldObjects() {
+    /// Drops the objects held in memory whose entries `matches` picks (before a purge or an
+    /// invalidation removes what it matches from the database), counted as not admitted.
+    func dropHeldObjects(where matches: (StoredEntry) -> Bool) {
         guard let policy else { return }
         var dropped: [CacheKey] = []
         policy.withLock { policy in
             pending.withLock { pending in
-                for (key, entries) in pending.held {
-                    policy.remove(key)
+                for (key, entries) in pending.held where entries.contains(where: matches) {
+                    policy.dropHeld(key)
+                    pending.held[key] = nil
                     dropped.append(entries[0].primaryKey)
                 }
-                pending.held = [:]
             }
         }
         let handler = droppedHandler.current
@@ -247,27 +271,26 @@ extension SQLiteCacheStore {
     }
 
     /// On the writer queue: tells the policy about the rows stored before start, oldest first,
-    /// `restoreWindow` rowids per writer turn, then lets it hold and evict.
+    /// `restoreWindow` rowids per writer turn, then lets it hold and evict. A window is read
+    /// before the policy's lock is taken: saves and hits do not wait for SQLite.
     func restorePolicy(after rowid: Int64, upTo last: Int64) {
         guard let policy, !closed.load(ordering: .relaxed) else { return }
         let end = rowid + Self.restoreWindow
+        var rows: [(key: PolicyKey, bytes: Int)] = []
         do {
-            let rows = try writer.prepare(
+            let select = try writer.prepare(
                 "SELECT primary_key, \(Self.entryBytesSQL) FROM entries WHERE rowid > ?1 AND rowid <= ?2 ORDER BY rowid")
-            try rows.bind(1, rowid)
-            try rows.bind(2, min(end, last))
-            policy.withLock { policy in
-                while (try? rows.step()) == true {
-                    policy.restore(PolicyKey(CacheKey(hex: rows.string(0) ?? "")), bytes: Int(rows.int64(1)))
-                }
-            }
+            try select.bind(1, rowid)
+            try select.bind(2, min(end, last))
+            while try select.step() { rows.append((PolicyKey(CacheKey(hex: select.string(0) ?? "")), Int(select.int64(1)))) }
         } catch {
             logger.error("cannot read the stored entries for the cache policy", metadata: ["error": "\(error)"])
         }
-        guard end < last else {
-            policy.withLock { $0.finishRestoring() }
-            return
+        policy.withLock { policy in
+            for row in rows { policy.restore(row.key, bytes: row.bytes) }
+            if end >= last { policy.finishRestoring() }
         }
+        guard end < last else { return }
         writerQueue.async { [self] in restorePolicy(after: end, upTo: last) }
     }
 }

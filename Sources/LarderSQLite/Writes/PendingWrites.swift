@@ -40,7 +40,7 @@ struct PendingWrites {
     }
 
     /// What the store does after a save was queued.
-    struct Admission: Equatable {
+    struct Admission: Equatable, Sendable {
         /// The first save since the writer last emptied the queue: schedule a commit.
         var scheduleCommit: Bool
         /// Alone over the limit: the caller is answered after the commit, not now.

@@ -29,14 +29,20 @@ extension SQLiteCacheStore {
         // 2 s goes ahead to find out whether space came back.
         guard health.admitsSave(now: DispatchTime.now().uptimeNanoseconds) else { return completion(false) }
         let size = entry.approximateBytes
-        if case .answered(let stored) = admitThroughPolicy(entry, size: size) { return completion(stored) }
         let probe = KeyFilter.probe(entry.primaryKey.hex)
-        let admitted = pending.withLock { pending in
-            pending.admit(entry, size: size, probe: probe, byteLimit: Self.pendingByteLimit, completion: completion)
+        let admitted: PendingWrites.Admission?
+        switch admitThroughPolicy(entry, size: size, probe: probe, completion: completion) {
+        case .answered(let stored):
+            return completion(stored)
+        case .queued(let queued):
+            admitted = queued
+        case .noPolicy:
+            admitted = pending.withLock { pending in
+                pending.admit(entry, size: size, probe: probe, byteLimit: Self.pendingByteLimit, completion: completion)
+            }
         }
         guard let admitted else {
             counters.shedWrites.add(1, ordering: .relaxed)
-            forgetInPolicy([entry.primaryKey])
             return completion(false)
         }
         if admitted.scheduleCommit {
@@ -91,7 +97,6 @@ extension SQLiteCacheStore {
         enforceCapacity()
         pending.withLock { $0.finish(batch) }
         let dropped = droppedHandler.current
-        forgetInPolicy(zip(batch, written).filter { !$0.1 }.map(\.0.entry.primaryKey))
         for (write, saved) in zip(batch, written) {
             if !saved { dropped?(write.entry.primaryKey) }
             write.completion?(saved)
@@ -151,7 +156,8 @@ extension SQLiteCacheStore {
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         writerQueue.async { [self] in
             guard !closed.load(ordering: .relaxed) else { return completion([]) }
-            dropHeldObjects()
+            let stale = Set(urlKeys)
+            dropHeldObjects { stale.contains($0.urlKey) }
             commitAllPending()
             var removed: [CacheKey] = []
             do {
