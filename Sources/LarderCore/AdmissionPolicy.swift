@@ -7,10 +7,11 @@
 // disk write. One asked for again while there is promoted to the main queue and written then.
 // Objects someone asked to keep (`proven`: an explicit PUT, a warm job, a caller's ttl or
 // version) and objects whose key the ghost remembers go to the main queue and are written at
-// once. Memory for held objects is bounded (`heldBytesLimit`, at most the small queue's share).
-// When it runs out while the small queue is over its share (the main queue not yet full: most
-// objects were asked for once), the oldest held objects leave the small queue early; otherwise
-// newcomers are written as they arrive, and the policy still evicts them early.
+// once. Memory for held objects is bounded (`heldBytesLimit`): when it runs out, the oldest held
+// objects are written (they keep their place in the small queue), so what is kept and evicted
+// is exactly S3-FIFO's whatever the memory; only the writes saved depend on it. (Letting them
+// leave early instead cost 2 points of hit ratio: the small queue's older, written part then
+// stopped moving.)
 //
 // Until the store has told the policy what it already holds (`finishRestoring`), nothing is
 // held and nothing is evicted by the policy: objects are written and queued as found.
@@ -54,6 +55,8 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         public var rejected = 0
         /// Held objects written because they were asked for again.
         public var promotedFromMemory = 0
+        /// Held objects written because memory for held objects ran out.
+        public var writtenForMemory = 0
         public var queues = S3FIFO<Key>.Counters()
     }
 
@@ -79,7 +82,7 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
     /// `ready` false: the store will `restore` what it holds first.
     public init(capacityBytes: Int, heldBytesLimit: Int, ready: Bool) {
         queues = S3FIFO(capacityBytes: capacityBytes)
-        self.heldBytesLimit = max(0, min(heldBytesLimit, queues.smallBytesLimit))
+        self.heldBytesLimit = max(0, heldBytesLimit)
         self.ready = ready
     }
 
@@ -134,7 +137,7 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         }
         // Only an object with no row on disk is held: a held object leaves without a delete.
         let holdable = queue == .small && (wasHeld || (!known && full))
-        if holdable, heldBytes + bytes > heldBytesLimit, queues.smallBytes > queues.smallBytesLimit {
+        if holdable, heldBytes + bytes > heldBytesLimit, bytes <= heldBytesLimit {
             makeRoomInMemory(for: bytes, into: &decision)
         }
         if queue == nil || !queues.contains(key) {
@@ -161,23 +164,15 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
         return decision
     }
 
-    /// The small queue is over its share because the main queue is not full yet (most objects
-    /// were asked for once), so the held objects are its newest part only: the oldest of them
-    /// leave it now, as they would at its end, instead of newcomers being written for want of
-    /// memory. A probation as long as S3-FIFO's small queue of a tenth, and no writes.
+    /// Memory for held objects ran out: the oldest are written, keeping their place in the small
+    /// queue (it leaves from there as any written object would).
     private mutating func makeRoomInMemory(for bytes: Int, into decision: inout Decision) {
         while heldBytes + bytes > heldBytesLimit, let oldest = heldOrder.popFirst() {
-            guard held[oldest.key]?.ticket == oldest.ticket, let change = queues.moveOutOfSmall(oldest.key) else { continue }
+            guard held[oldest.key]?.ticket == oldest.ticket else { continue }
             releaseHeld(oldest.key)
-            switch change {
-            case .promoted(let proved):
-                ownCounters.promotedFromMemory += 1
-                ownCounters.admitted += 1
-                decision.write.append(proved)
-            case .evicted(let gone, _):
-                ownCounters.rejected += 1
-                decision.drop.append(gone)
-            }
+            ownCounters.writtenForMemory += 1
+            ownCounters.admitted += 1
+            decision.write.append(oldest.key)
         }
     }
 

@@ -17,7 +17,7 @@ final class AdmissionPolicyTests: XCTestCase {
     }
 
     func testOnceFullAFirstTimeObjectIsHeldAndLeavesUnwrittenUnlessAskedForAgain() {
-        var policy = AdmissionPolicy<Int>(capacityBytes: 1_000, heldBytesLimit: 100, ready: true)
+        var policy = AdmissionPolicy<Int>(capacityBytes: 1_000, heldBytesLimit: 1_000, ready: true)
         for key in 1...10 { _ = policy.admit(key, bytes: 100, proven: false) }
         // Full: the newcomer is held; the small queue (a tenth) gives up its oldest, written, row.
         let first = policy.admit(100, bytes: 50, proven: false)
@@ -39,7 +39,7 @@ final class AdmissionPolicyTests: XCTestCase {
         XCTAssertFalse(dropped.contains(100))
         XCTAssertEqual(policy.counters.rejected, dropped.count)
         XCTAssertEqual(policy.counters.promotedFromMemory, 1)
-        XCTAssertLessThanOrEqual(policy.heldBytes, 100)
+        XCTAssertLessThanOrEqual(policy.heldBytes, 1_000)
     }
 
     func testWhatSomeoneAskedToKeepIsWrittenAtOnceIntoTheMainQueue() {
@@ -50,32 +50,17 @@ final class AdmissionPolicyTests: XCTestCase {
         XCTAssertEqual(policy.queues.queue(of: 50), .main)
     }
 
-    func testWhenMemoryRunsOutWithTheMainQueueFullNewObjectsAreWritten() {
+    func testWhenMemoryRunsOutTheOldestHeldObjectIsWritten() {
         var policy = AdmissionPolicy<Int>(capacityBytes: 10_000, heldBytesLimit: 120, ready: true)
         // Proven objects fill the main queue: the small queue is within its tenth.
         for key in 1...100 { _ = policy.admit(key, bytes: 100, proven: true) }
-        var placements: [AdmissionPolicy<Int>.Placement] = []
-        for key in 1_000..<1_003 { placements.append(policy.admit(key, bytes: 50, proven: false).placement) }
-        XCTAssertEqual(placements, [.hold, .hold, .write], "120 bytes hold two objects of 50")
-        XCTAssertEqual(policy.heldBytes, 100)
-    }
-
-    /// Mostly one-hit wonders: the main queue stays nearly empty and the small queue is most of the
-    /// cache. The held objects are its newest tenth; the oldest of them leave early, unwritten.
-    func testWhenMemoryRunsOutWithTheSmallQueueOverItsShareTheOldestHeldLeave() {
-        var policy = AdmissionPolicy<Int>(capacityBytes: 10_000, heldBytesLimit: 120, ready: true)
-        for key in 1...100 { _ = policy.admit(key, bytes: 100, proven: false) }
-        policy.recordHit(1_001)
         var decisions: [AdmissionPolicy<Int>.Decision] = []
-        for key in 1_000..<1_003 {
-            decisions.append(policy.admit(key, bytes: 50, proven: false))
-            if key == 1_001 { policy.recordHit(1_001) }
-        }
-        XCTAssertEqual(decisions.map(\.placement), [.hold, .hold, .hold])
-        XCTAssertEqual(decisions[2].drop, [1_000], "the oldest held object left, unwritten")
-        XCTAssertEqual(policy.admit(1_003, bytes: 50, proven: false).write, [1_001], "one asked for again is written instead")
-        XCTAssertLessThanOrEqual(policy.heldBytes, 120)
-        XCTAssertTrue(policy.queues.remembersInGhost(1_000))
+        for key in 1_000..<1_003 { decisions.append(policy.admit(key, bytes: 50, proven: false)) }
+        XCTAssertEqual(decisions.map(\.placement), [.hold, .hold, .hold], "newcomers are held")
+        XCTAssertEqual(decisions[2].write, [1_000], "the oldest held object is written to make room")
+        XCTAssertEqual(policy.queues.queue(of: 1_000), .small, "and keeps its place in the small queue")
+        XCTAssertEqual(policy.heldBytes, 100, "120 bytes hold two objects of 50")
+        XCTAssertEqual(policy.counters.writtenForMemory, 1, "the oldest was written to make room")
     }
 
     /// Objects stored again and again below the capacity, and held objects dropped or written in

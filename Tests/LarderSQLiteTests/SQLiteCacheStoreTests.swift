@@ -453,7 +453,9 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
             result.withLock { $0 = purge }
             purged.fulfill()
         }
-        // Committed on the writer queue behind the purge's first batch, before its next.
+        // The purge's first batch ran (it runs in the turn the purge was queued for); the save is
+        // committed between two of its batches.
+        store.writerQueue.sync {}
         var fresh = entry("fresh")
         fresh.tags = ["t"]
         save(store, fresh)
