@@ -20,25 +20,12 @@ final class MetricsTests: IntegrationTestCase {
                     out[f"{sample.name}{{{labels}}}"] = sample.value
             print(json.dumps(out))
             """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script]
-        let input = Pipe()
-        let output = Pipe()
-        let errors = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = errors
-        try process.run()
-        input.fileHandleForWriting.write(Data(exposition))
-        try input.fileHandleForWriting.close()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        let problem = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let (status, data, errors) = try runToEnd(URL(fileURLWithPath: "/usr/bin/env"), ["python3", "-c", script], stdin: Data(exposition))
+        let problem = String(decoding: errors, as: UTF8.self)
         if problem.contains("No module named 'prometheus_client'") {
             throw skipOrFail("prometheus_client is not installed (scripts/setup installs it)")
         }
-        XCTAssertEqual(process.terminationStatus, 0, "the exposition parses: \(problem)")
+        XCTAssertEqual(status, 0, "the exposition parses: \(problem)")
         return try JSONSerialization.jsonObject(with: data) as? [String: Double] ?? [:]
     }
 

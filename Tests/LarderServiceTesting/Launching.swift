@@ -30,22 +30,39 @@ extension IntegrationTestCase {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw skipOrFail("the larder executable is not built next to the tests")
         }
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let output = Pipe()
-        let errors = Pipe()
-        let input = Pipe()
-        process.standardOutput = output
-        process.standardError = errors
-        process.standardInput = input
-        try process.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try input.fileHandleForWriting.close()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = errors.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+        let (status, out, err) = try runToEnd(binary, arguments, stdin: stdin.map { Data($0.utf8) }, environment: environment)
+        return (status, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
     }
+}
+
+/// Runs `executable` with `arguments` to its end, `stdin` as its input and `environment` added
+/// to the test's; returns its exit status, stdout and stderr (stderr read beside stdout, so
+/// neither pipe fills while the other is read).
+public func runToEnd(_ executable: URL, _ arguments: [String], stdin: Data? = nil, environment: [String: String] = [:]) throws -> (
+    Int32, Data, Data
+) {
+    let process = Process()
+    process.executableURL = executable
+    process.arguments = arguments
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+    let output = Pipe()
+    let errors = Pipe()
+    let input = Pipe()
+    process.standardOutput = output
+    process.standardError = errors
+    process.standardInput = input
+    try process.run()
+    let errorsRead = DispatchGroup()
+    nonisolated(unsafe) var err = Data()
+    errorsRead.enter()
+    DispatchQueue.global().async {
+        err = errors.fileHandleForReading.readDataToEndOfFile()
+        errorsRead.leave()
+    }
+    if let stdin { input.fileHandleForWriting.write(stdin) }
+    try input.fileHandleForWriting.close()
+    let out = output.fileHandleForReading.readDataToEndOfFile()
+    errorsRead.wait()
+    process.waitUntilExit()
+    return (process.terminationStatus, out, err)
 }

@@ -75,7 +75,7 @@ final class LockedPolicy: Sendable {
 extension SQLiteCacheStore {
     /// Memory for objects held on probation, at most (and at most the small queue's tenth of the
     /// capacity). Past it, new objects are written as they come.
-    public static let heldByteLimit = 64 << 20
+    public static let heldBytesLimit = 64 << 20
     /// Rowids the start-up restore reads per writer turn.
     static let restoreWindow: Int64 = 8_192
 

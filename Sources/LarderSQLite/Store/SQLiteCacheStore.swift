@@ -133,7 +133,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         nextRowid = lastRowid + 1
         policy =
             capacity.maxBytes < Int.max
-            ? LockedPolicy(StorePolicy(capacityBytes: capacity.maxBytes, heldBytesLimit: Self.heldByteLimit, ready: lastRowid == 0))
+            ? LockedPolicy(StorePolicy(capacityBytes: capacity.maxBytes, heldBytesLimit: Self.heldBytesLimit, ready: lastRowid == 0))
             : nil
         // Files of rows deleted just before a crash, then files whose rows never committed.
         writerQueue.sync { reapDeadFiles() }
