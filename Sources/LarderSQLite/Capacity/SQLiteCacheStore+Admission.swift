@@ -3,17 +3,20 @@
 // is full. The policy lives in memory; what it decides is carried out here:
 //
 // - a held object is kept in `PendingWrites.held`, where lookups find it; it is written when the
-//   policy promotes it, and dropped (never written) when it leaves the small queue unasked;
-// - evicted objects' rows are deleted by the writer at its next turn, after the group commit;
-// - rows deleted for other reasons (purges, the retention sweep, failed writes) are removed
-//   from the policy (`forgetInPolicy`);
+//   policy promotes it (or needs its memory), and dropped (never written) when it leaves the
+//   small queue unasked;
+// - evicted objects' rows are deleted by the writer at its next turn, after the group commit,
+//   and their writes still queued are cancelled;
+// - a key whose rows were all deleted for another reason (a purge, the retention sweep, an
+//   invalidation) is removed from the policy (`forgetInPolicy`); a failed or shed write stays
+//   counted until evicted, which errs on the side of the capacity;
 // - at start the policy learns the rows already stored, oldest first, a window of rowids per
 //   writer turn (`restorePolicy`): serving does not wait for it. Until it has them all the
 //   policy neither holds nor evicts, and the capacity check (`enforceCapacity`) evicts the
 //   oldest rows.
 //
-// A purge or an invalidation drops every held object: they are a moment's worth of misses, and
-// a purge must never leave behind something it matched.
+// A purge drops every held object, an invalidation those of its URLs (`dropHeldObjects`): a
+// purge must never leave behind something it matched.
 
 import Foundation
 public import LarderCore
@@ -73,8 +76,8 @@ final class LockedPolicy: Sendable {
 }
 
 extension SQLiteCacheStore {
-    /// Memory for objects held on probation, at most (and at most the small queue's tenth of the
-    /// capacity). Past it, new objects are written as they come.
+    /// Memory for objects held on probation, at most (outside `--memory-mb`); past it, the oldest
+    /// are written.
     public static let heldBytesLimit = 64 << 20
     /// Rowids the start-up restore reads per writer turn.
     static let restoreWindow: Int64 = 8_192
