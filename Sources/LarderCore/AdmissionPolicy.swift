@@ -177,8 +177,8 @@ public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
     }
 
     /// A hit on `key` (held or on disk), at `time` (seconds; kept for `usage`).
-    public mutating func recordHit(_ key: Key, at time: UInt32 = 0) {
-        queues.recordHit(key, at: time)
+    public mutating func recordHit(_ key: Key, at time: UInt32 = 0, count: UInt32 = 1) {
+        queues.recordHit(key, at: time, count: count)
     }
 
     /// The object left for another reason (a purge, an expiry, a failed write).

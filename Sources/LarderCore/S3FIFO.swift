@@ -63,6 +63,12 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         public var hits: UInt32 = 0
         public var lastHit: UInt32 = 0
         public init() {}
+
+        /// One more hit, at `time`.
+        public mutating func count(at time: UInt32) {
+            if hits < UInt32.max { hits += 1 }
+            if lastHit < time { lastHit = time }
+        }
     }
 
     private var entries: [Key: Entry] = [:]
@@ -100,10 +106,11 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
     /// A hit: the object was asked for again (at `time`, seconds on the caller's clock, for
     /// `usage`). Returns whether it is held.
     @discardableResult
-    public mutating func recordHit(_ key: Key, at time: UInt32 = 0) -> Bool {
+    public mutating func recordHit(_ key: Key, at time: UInt32 = 0, count: UInt32 = 1) -> Bool {
+        guard count > 0 else { return entries[key] != nil }
         guard var entry = entries[key] else { return false }
-        if entry.frequency < Self.maxFrequency { entry.frequency += 1 }
-        if entry.usage.hits < UInt32.max { entry.usage.hits += 1 }
+        entry.frequency = UInt8(min(UInt32(Self.maxFrequency), UInt32(entry.frequency) + count))
+        entry.usage.hits = entry.usage.hits.addingReportingOverflow(count).overflow ? UInt32.max : entry.usage.hits + count
         entry.usage.lastHit = max(entry.usage.lastHit, time)
         entries[key] = entry
         return true

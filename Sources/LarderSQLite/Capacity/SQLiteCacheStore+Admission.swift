@@ -64,14 +64,44 @@ public struct PolicyKey: Hashable, Sendable {
 /// The admission policy of a store with a capacity.
 public typealias StorePolicy = AdmissionPolicy<PolicyKey>
 
-/// The policy behind its lock (a class: a Mutex cannot sit in an Optional property).
+/// The policy behind its lock (a class: a Mutex cannot sit in an Optional property), with the
+/// hits not yet told to it. A hit only counts into one of 16 shards of `hits` (by key), so the
+/// server's threads rarely meet on a lock; every use of the policy first folds them in, so it
+/// decides on every hit so far.
 final class LockedPolicy: Sendable {
     private let state: Locked<StorePolicy>
+    private let hits: [HitShard] = (0..<16).map { _ in HitShard() }
+    /// Keys a shard counts before its hits are folded in at once (a bound on memory when no
+    /// miss comes to fold them).
+    static let shardKeyLimit = 4_096
+
+    private final class HitShard: Sendable {
+        let counts = Locked<[PolicyKey: S3FIFO<PolicyKey>.Usage]>([:])
+    }
 
     init(_ policy: StorePolicy) { state = Locked(policy) }
 
     func withLock<Result: Sendable>(_ body: (inout StorePolicy) -> Result) -> Result {
-        state.withLock { body(&$0) }
+        state.withLock { policy in
+            for shard in hits {
+                let counted = shard.counts.withLock { counts -> [PolicyKey: S3FIFO<PolicyKey>.Usage] in
+                    defer { counts = [:] }
+                    return counts
+                }
+                for (key, usage) in counted { policy.recordHit(key, at: usage.lastHit, count: usage.hits) }
+            }
+            return body(&policy)
+        }
+    }
+
+    /// A hit on `key` at `time` (seconds), counted in its shard (`shard`: 0–15).
+    func recordHit(_ key: PolicyKey, shard: Int, at time: UInt32) {
+        let keys = hits[shard & 15].counts.withLock { counts -> Int in
+            // Counted in place: one hash of the key.
+            counts[key, default: S3FIFO<PolicyKey>.Usage()].count(at: time)
+            return counts.count
+        }
+        if keys >= Self.shardKeyLimit { withLock { _ in () } }
     }
 }
 

@@ -1,4 +1,5 @@
-// Hits cost no write. The admission policy counts them in memory: its 2-bit frequency (what
+// Hits cost no write. They are counted in memory, in shards folded into the admission policy
+// whenever it is next used (LockedPolicy): its 2-bit frequency (what
 // eviction needs) and, beside it, an entry's hits and last hit since it was stored, which
 // listings add to the `hits` and `last_access` columns (written by versions before the policy,
 // which kept them in the database: an UPDATE per hit key every 10 s, a random page write each on
@@ -9,7 +10,7 @@ public import LarderCore
 extension SQLiteCacheStore {
     public func recordHit(_ key: CacheKey, at time: Double) {
         let seconds = UInt32(clamping: Int(time.rounded(.down)))
-        policy?.withLock { $0.recordHit(PolicyKey(key), at: seconds) }
+        policy?.recordHit(PolicyKey(key), shard: key.shardIndex, at: seconds)
     }
 
     /// Hits since the entry under `primaryKey` was stored, and the last one; nil without a

@@ -47,10 +47,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     // counters are Sendable themselves. Nothing else is mutable.
 
     public static var schemaVersion: Int64 { Int64(Schema.migrations.count) }
-    /// Bytes of the database file mapped into memory for reads, asked for (SQLite caps it at its
-    /// build's limit, 2 GiB on Debian). An I/O error under a map is a signal, not an error code:
-    /// the price of reads without a system call.
-    static let mmapBytes: Int64 = 1 << 40
 
     public let path: String
     let logger: Logger
@@ -122,10 +118,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // pages on the writer in one burst, and a request thread that needs the core waits for
         // it; smaller checkpoints keep that wait short, at the same throughput.
         try writer.execute("PRAGMA wal_autocheckpoint = 100")
-        // Inserts on a large store descend four random B-trees (key, url_key, namespace and the
-        // table); their inner pages stay in the writer's cache, the rest come through the map.
-        try writer.execute("PRAGMA cache_size = -32768")
-        try writer.execute("PRAGMA mmap_size = \(Self.mmapBytes)")
         statements = try WriterStatements(writer)
         readers = ReaderPool(path: path)
         // The rows already stored are told to the policy in the background (restorePolicy).
