@@ -155,25 +155,6 @@ public struct S3FIFO<Key: Hashable & Sendable>: Sendable {
         place(key, bytes: bytes, in: .main, frequency: 0)
     }
 
-    /// Takes `key` out of the small queue now, as if it had reached the queue's end: to the main
-    /// queue if it was asked for again there, else out of the cache with its key remembered in
-    /// the ghost. Nil when it is not in the small queue.
-    public mutating func moveOutOfSmall(_ key: Key) -> Change? {
-        guard let entry = entries[key], entry.queue == .small else { return nil }
-        // Its place in the small queue is skipped when it comes up (the ticket no longer matches).
-        smallBytes -= entry.bytes
-        smallCount -= 1
-        entries[key] = nil
-        if entry.frequency > 0 {
-            place(key, bytes: entry.bytes, in: .main, frequency: 0, usage: entry.usage)
-            counters.promoted += 1
-            return .promoted(key)
-        }
-        remember(key)
-        counters.evictedFromSmall += 1
-        return .evicted(key, from: .small)
-    }
-
     /// The object left for another reason (a purge, an expiry): forgets it.
     public mutating func remove(_ key: Key) {
         guard let entry = entries.removeValue(forKey: key) else { return }
