@@ -247,11 +247,9 @@ extension SQLiteCacheStore {
         }
         guard !gone.isEmpty else { return }
         do {
-            let byPrefix = try writer.prepare("DELETE FROM entries WHERE key >= ?1 AND key < ?2 RETURNING primary_key")
-            let whole = try writer.prepare("DELETE FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) RETURNING primary_key")
             try writer.immediateTransaction { () throws(SQLiteError) in
                 for key in gone {
-                    let statement = key.isWholeKey ? whole : byPrefix
+                    let statement = key.isWholeKey ? statements.deleteEvictedWhole : statements.deleteEvictedByPrefix
                     defer { statement.reset() }
                     try statement.bind(1, key.prefix)
                     if !key.isWholeKey { try statement.bind(2, key.prefix + "\u{7F}") }
@@ -273,8 +271,8 @@ extension SQLiteCacheStore {
     func forgetInPolicy<Keys: Sequence>(_ primaryKeys: Keys) where Keys.Element == CacheKey {
         guard let policy else { return }
         let keys = Set(primaryKeys)
-        guard !keys.isEmpty, let remaining = try? writer.prepare("SELECT 1 FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) LIMIT 1")
-        else { return }
+        guard !keys.isEmpty else { return }
+        let remaining = statements.selectRowOfPrimaryKey
         let gone = keys.filter { key in
             defer { remaining.reset() }
             guard (try? remaining.bind(1, key.hex)) != nil else { return false }

@@ -15,6 +15,12 @@ struct WriterStatements {
     /// Statement journals in memory, for a group commit (see `commitGroup`), and back.
     let journalsInMemory: SQLiteStatement
     let journalsInFiles: SQLiteStatement
+    /// The rows of an object the admission policy evicted: by its key's first 16 bytes (?1, and
+    /// ?2 that prefix and "\u{7F}"), or by the whole key when it is shorter (PolicyKey).
+    let deleteEvictedByPrefix: SQLiteStatement
+    let deleteEvictedWhole: SQLiteStatement
+    /// Whether a primary key (?1) has a row left (forgetInPolicy).
+    let selectRowOfPrimaryKey: SQLiteStatement
 
     init(_ writer: SQLiteConnection) throws(SQLiteError) {
         insert = try writer.prepare(
@@ -41,5 +47,8 @@ struct WriterStatements {
         deleteByURL = try writer.prepare("DELETE FROM entries WHERE url_key = ?1")
         journalsInMemory = try writer.prepare("PRAGMA temp_store = MEMORY")
         journalsInFiles = try writer.prepare("PRAGMA temp_store = DEFAULT")
+        deleteEvictedByPrefix = try writer.prepare("DELETE FROM entries WHERE key >= ?1 AND key < ?2 RETURNING primary_key")
+        deleteEvictedWhole = try writer.prepare("DELETE FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) RETURNING primary_key")
+        selectRowOfPrimaryKey = try writer.prepare("SELECT 1 FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) LIMIT 1")
     }
 }
