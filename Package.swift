@@ -24,7 +24,8 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", exact: "5.0.1"),
         .package(url: "https://github.com/apple/swift-http-structured-headers.git", exact: "1.7.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
-        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1")
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", exact: "1.0.0")
     ],
     targets: [
         // System libraries (Debian -dev packages) with thin shims for calls Swift cannot make.
@@ -48,7 +49,9 @@ let package = Package(
                 "LarderSync",
                 .product(name: "Crypto", package: "swift-crypto"),
                 // RFC 9651 parsing for CDN-Cache-Control (RFC 9213), a Structured Field.
-                .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers")
+                .product(name: "RawStructuredFieldValues", package: "swift-http-structured-headers"),
+                // W3C Trace Context: traceparent and tracestate, parsed and written.
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context")
             ],
             swiftSettings: strict
         ),

@@ -20,7 +20,9 @@ public final class LarderService: @unchecked Sendable {
     // @unchecked Sendable: the adapter references are set in `start` before the server
     // accepts a request and cleared in `shutdown` after it stopped.
 
-    public let configuration: LarderConfiguration
+    /// The running configuration: the one started with, then each reload's.
+    public var configuration: LarderConfiguration { running.withLock { $0 } }
+    private let running: Locked<LarderConfiguration>
     private let logger: Logger
     private var store: (any OperatedStore)?
     private var upstream: CurlUpstream?
@@ -29,6 +31,28 @@ public final class LarderService: @unchecked Sendable {
     private var server: HTTPServer?
     private var proxyServer: HTTPServer?
     private var adminServer: HTTPServer?
+    /// What a reload rebuilds the router from; set by `start`.
+    private var wiring: Wiring?
+
+    /// The parts of a running service a reload keeps, and the two places it changes: the router
+    /// every listener asks, and the named upstreams warm jobs resolve against.
+    private struct Wiring {
+        let engine: FetchEngine
+        let tier: MemoryTier
+        let store: any OperatedStore
+        let loop: LoopDetection
+        let metrics: LarderMetrics
+        let warmJobs: WarmJobs
+        let connections: @Sendable () -> [(name: String, open: Int, limit: Int)]
+        let routers: RouterSlot
+        let upstreams: Live<[String: NamedUpstream]>
+    }
+
+    /// A reload's account: the settings it applied and those whose new values wait for a restart.
+    public struct ReloadReport: Sendable {
+        public let applied: [String]
+        public let keptUntilRestart: [String]
+    }
 
     private static let curlInitialised: Void = CurlUpstream.globalInit()
 
@@ -37,7 +61,7 @@ public final class LarderService: @unchecked Sendable {
     /// `clock` drives cache ages and freshness (tests inject one); upstream deadlines always
     /// use the real clock.
     public init(configuration: LarderConfiguration, logger: Logger, clock: Clock = .system) {
-        self.configuration = configuration
+        self.running = Locked(configuration)
         self.logger = logger
         self.clock = clock
     }
@@ -89,9 +113,11 @@ public final class LarderService: @unchecked Sendable {
         // The listeners, for their connection gauges; weak: each server holds the router, which
         // holds the scrape closure.
         let listeners = Locked<[(name: String, server: WeakServer)]>([])
-        let (router, warmJobs) = makeRouter(
-            engine: engine, tier: tier, store: store, secret: secret, loop: loop,
-            connections: {
+        let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
+        engine.traffic.observe(with: metrics)
+        let upstreams = Live(Self.upstreamsByName(configuration))
+        let warmJobs = makeWarmJobs(engine: engine, store: store, secret: secret, upstreams: upstreams)
+        let connections: @Sendable () -> [(name: String, open: Int, limit: Int)] = {
                 listeners.withLock { listeners in
                     listeners.compactMap { listener in
                         listener.server.server.map { server in
@@ -100,9 +126,14 @@ public final class LarderService: @unchecked Sendable {
                         }
                     }
                 }
-            })
+            }
+        let wiring = Wiring(
+            engine: engine, tier: tier, store: store, loop: loop, metrics: metrics, warmJobs: warmJobs,
+            connections: connections, routers: RouterSlot(), upstreams: upstreams)
+        wiring.routers.set(makeRouter(configuration, wiring))
+        warnIfAdminRoutesOpen(configuration)
         let servers = makeServers(
-            router: router, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners)
+            routers: wiring.routers, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners)
         listeners.withLock { listeners in
             listeners = [("main", WeakServer(servers.main))]
             if let proxy = servers.proxy { listeners.append(("proxy", WeakServer(proxy))) }
@@ -120,6 +151,7 @@ public final class LarderService: @unchecked Sendable {
             throw error
         }
         warmJobs.resumeUnfinished()
+        self.wiring = wiring
         self.warmJobs = warmJobs
         self.engine = engine
         self.store = store
@@ -166,14 +198,7 @@ public final class LarderService: @unchecked Sendable {
     private func makeEngine(
         store: any OperatedStore, upstream: CurlUpstream, secret: [UInt8], redaction: QueryRedaction, loop: LoopDetection
     ) -> (FetchEngine, MemoryTier) {
-        var limits = FetchEngine.Limits()
-        limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
-        limits.maxStoredBodyBytes = configuration.resolvedMaxObjectBytes
-        limits.staleOnError = configuration.staleOnErrorSeconds
-        limits.rangeFetchOver = configuration.rangeFetchOverBytes
-        limits.tagHeaders = configuration.tagHeaders
-        limits.redaction = redaction
-        limits.loopToken = loop.token
+        let limits = Self.limits(configuration, loop: loop)
         let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryTierBytes)
         let redis = store as? RedisCacheStore
         // An acknowledged save that could not be committed leaves memory too.
@@ -189,23 +214,57 @@ public final class LarderService: @unchecked Sendable {
         return (engine, tier)
     }
 
-    /// The router every listener hands its requests to, with the warm jobs, the admin routes and
-    /// the metrics behind it.
-    private func makeRouter(
-        engine: FetchEngine, tier: MemoryTier, store: any OperatedStore, secret: [UInt8], loop: LoopDetection,
-        connections: @escaping @Sendable () -> [(name: String, open: Int, limit: Int)]
-    ) -> (Router, WarmJobs) {
-        let upstreamsByName = Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+    /// The engine's limits a configuration sets (a reload sets them again).
+    private static func limits(_ configuration: LarderConfiguration, loop: LoopDetection) -> FetchEngine.Limits {
+        var limits = FetchEngine.Limits()
+        limits.maxUpstreamBodyBytes = configuration.maxUpstreamBodyBytes
+        limits.maxStoredBodyBytes = configuration.resolvedMaxObjectBytes
+        limits.staleOnError = configuration.staleOnErrorSeconds
+        limits.rangeFetchOver = configuration.rangeFetchOverBytes
+        limits.tagHeaders = configuration.tagHeaders
+        limits.redaction = QueryRedaction(names: configuration.redactQuery)
+        limits.loopToken = loop.token
+        return limits
+    }
+
+    private static func upstreamsByName(_ configuration: LarderConfiguration) -> [String: NamedUpstream] {
+        Dictionary(configuration.upstreams.map { ($0.name, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    /// The warm jobs, resolving named upstreams against the running ones.
+    private func makeWarmJobs(
+        engine: FetchEngine, store: any OperatedStore, secret: [UInt8], upstreams: Live<[String: NamedUpstream]>
+    ) -> WarmJobs {
         let sealing = SpecSealing(secret: secret)
-        let warmJobs = WarmJobs(
+        return WarmJobs(
             engine: engine, store: store, clock: clock,
             makeRequest: { spec, path throws(LarderError) in
-                try FetchRequest.parse(spec, path: path, upstreams: upstreamsByName)
+                try FetchRequest.parse(spec, path: path, upstreams: upstreams.current)
             },
             seal: { sealing.seal($0) }, open: { sealing.open($0) })
+    }
+
+    /// The router every listener hands its requests to, built for `configuration` (at start, and
+    /// again on each reload).
+    private func makeRouter(_ configuration: LarderConfiguration, _ wiring: Wiring) -> Router {
+        let upstreamsByName = Self.upstreamsByName(configuration)
         let admin = AdminRoute(
-            engine: engine, upstreams: upstreamsByName, store: store, tier: tier, traffic: engine.traffic,
-            clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
+            engine: wiring.engine, upstreams: upstreamsByName, store: wiring.store, tier: wiring.tier,
+            traffic: wiring.engine.traffic, clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
+        let (metrics, store, warmJobs, connections) = (wiring.metrics, wiring.store, wiring.warmJobs, wiring.connections)
+        return Router(
+            engine: wiring.engine, clock: clock, logger: logger, configuration: configuration,
+            upstreams: upstreamsByName, warmJobs: wiring.warmJobs, admin: admin, metrics: wiring.metrics,
+            health: wiring.store, loop: wiring.loop,
+            scrape: { [weak tier = wiring.tier] memoBytes in
+                let connections = connections()
+                return tier.map {
+                    metrics.scrape(store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes, listeners: connections)
+                } ?? []
+            })
+    }
+
+    private func warnIfAdminRoutesOpen(_ configuration: LarderConfiguration) {
         if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
             logger.warning(
                 """
@@ -213,20 +272,26 @@ public final class LarderService: @unchecked Sendable {
                 set --admin-token (or LARDER_ADMIN_TOKEN)
                 """)
         }
-        let metrics = LarderMetrics(namespaceLimit: configuration.metricsNamespaces, startedAt: Date().timeIntervalSince1970)
-        engine.traffic.observe(with: metrics)
-        let router = Router(
-            engine: engine, clock: clock, logger: logger, configuration: configuration,
-            upstreams: upstreamsByName, warmJobs: warmJobs, admin: admin, metrics: metrics, health: store, loop: loop,
-            scrape: { [weak tier] memoBytes in
-                let connections = connections()
-                return tier.map {
-                    metrics.scrape(
-                        store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes,
-                        listeners: connections)
-                } ?? []
-            })
-        return (router, warmJobs)
+    }
+
+    /// Applies `proposed` to the running service: the settings a reload can change take effect
+    /// for requests that arrive from now on (those under way finish as they began); the others
+    /// keep their running values until a restart, and the report names them. Throws, changing
+    /// nothing, when `proposed` is not valid.
+    public func reload(_ proposed: LarderConfiguration) throws -> ReloadReport {
+        try proposed.validate()
+        guard let wiring else { throw ConfigurationError("the service is not running") }
+        let current = configuration
+        var new = proposed
+        let kept = Setting.keepRestartOnly(from: current, in: &new)
+        var applied = Setting.all.filter { $0.isLive && $0.shown(current) != $0.shown(new) }.map(\.key)
+        if !applied.contains("upstreams"), current.upstreams != new.upstreams { applied.append("upstreams") }
+        wiring.engine.setLimits(Self.limits(new, loop: wiring.loop))
+        wiring.upstreams.set(Self.upstreamsByName(new))
+        wiring.routers.set(makeRouter(new, wiring))
+        running.withLock { $0 = new }
+        if new.adminToken != current.adminToken { warnIfAdminRoutesOpen(new) }
+        return ReloadReport(applied: applied, keptUntilRestart: kept)
     }
 
     /// What every listener shares: host, threads, limits, timeouts, and the answers the server
@@ -266,20 +331,20 @@ public final class LarderService: @unchecked Sendable {
     /// The main listener, and the proxy-root and admin listeners when configured; each records
     /// its address in `ownListeners` as it binds.
     private func makeServers(
-        router: Router, base: HTTPServerConfiguration, ownListeners: OwnListeners
+        routers: RouterSlot, base: HTTPServerConfiguration, ownListeners: OwnListeners
     ) -> (main: HTTPServer, proxy: HTTPServer?, admin: HTTPServer?) {
         func registering(_ name: String) -> @Sendable (IPAddress, Int) -> Void {
             { address, port in ownListeners.add(ListenerEndpoint(name: name, address: address, port: port)) }
         }
         var mainConfiguration = base
         mainConfiguration.onListening = registering("main")
-        let server = HTTPServer(configuration: mainConfiguration, handler: ListenerHandler(router: router, listener: .main))
+        let server = HTTPServer(configuration: mainConfiguration, handler: ListenerHandler(routers: routers, listener: .main))
         var proxyServer: HTTPServer?
         if configuration.proxyRoot != nil {
             var proxyConfiguration = mainConfiguration
             proxyConfiguration.port = configuration.proxyPort
             proxyConfiguration.onListening = registering("proxy")
-            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ListenerHandler(router: router, listener: .proxyRoot))
+            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ListenerHandler(routers: routers, listener: .proxyRoot))
         }
         var adminServer: HTTPServer?
         if let adminPort = configuration.adminPort {
@@ -288,7 +353,7 @@ public final class LarderService: @unchecked Sendable {
             adminConfiguration.onListening = registering("admin")
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
-            adminServer = HTTPServer(configuration: adminConfiguration, handler: ListenerHandler(router: router, listener: .admin))
+            adminServer = HTTPServer(configuration: adminConfiguration, handler: ListenerHandler(routers: routers, listener: .admin))
         }
         return (server, proxyServer, adminServer)
     }

@@ -17,7 +17,7 @@ struct Larder: ParsableCommand {
         commandName: "larder",
         abstract: "An HTTP caching microservice.",
         version: LarderVersion.string,
-        subcommands: [Serve.self, Cache.self, Healthcheck.self]
+        subcommands: [Serve.self, Cache.self, CheckConfig.self, Healthcheck.self]
     )
 }
 
@@ -51,14 +51,7 @@ struct Serve: ParsableCommand {
                 try setting.apply(commandLine: value, to: &configuration)
             }
             precondition(given.isEmpty, "serve's properties \(given.keys.sorted()) are no setting's key")
-            do throws(ConfigurationError) {
-                try configuration.validate()
-            } catch {
-                if let config, let key = ConfigFile.key(blamedFor: error.description, in: config) {
-                    throw ConfigurationError("\(config): \(key): \(error.description)")
-                }
-                throw error
-            }
+            try CheckConfig.validate(configuration, file: config)
         } catch {
             throw ValidationError(error.description)
         }
@@ -71,15 +64,10 @@ struct Serve: ParsableCommand {
         sigemptyset(&signals)
         sigaddset(&signals, SIGINT)
         sigaddset(&signals, SIGTERM)
+        sigaddset(&signals, SIGHUP)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
         signal(SIGPIPE, SIG_IGN)
 
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = .info
-            return handler
-        }
-        let logger = Logger(label: "larder")
         let configuration: LarderConfiguration
         do {
             configuration = try self.configuration()
@@ -89,6 +77,9 @@ struct Serve: ParsableCommand {
             FileHandle.standardError.write(Data("larder serve: \(error.message)\n".utf8))
             throw ExitCode.validationFailure
         }
+        let logControl = LogControl(level: configuration.resolvedLogLevel, format: configuration.resolvedLogFormat)
+        LoggingSystem.bootstrap { _ in LarderLogHandler(control: logControl) }
+        let logger = Logger(label: "larder")
 
         let memory = MemoryDiscipline()
         let service = LarderService(configuration: configuration, logger: logger)
@@ -99,10 +90,76 @@ struct Serve: ParsableCommand {
             throw ExitCode(1)
         }
         var received: Int32 = 0
-        sigwait(&signals, &received)
+        repeat {
+            sigwait(&signals, &received)
+            if received == SIGHUP { reload(service, logControl: logControl, logger: logger) }
+        } while received == SIGHUP
         memory.stop()
         logger.info("received signal \(received); shutting down")
         service.shutdown()
+    }
+}
+
+extension Serve {
+    /// SIGHUP: reads the configuration again (file, environment, command line) and applies it.
+    /// A configuration that does not validate changes nothing.
+    func reload(_ service: LarderService, logControl: LogControl, logger: Logger) {
+        let source = config.map { "from \($0)" } ?? "(no --config file: the environment and command line)"
+        let report: LarderService.ReloadReport
+        do {
+            report = try service.reload(try configuration())
+        } catch let error as ValidationError {
+            logger.error("reload \(source) failed; the running configuration is kept: \(error.message)")
+            return
+        } catch {
+            logger.error("reload \(source) failed; the running configuration is kept: \(error)")
+            return
+        }
+        let running = service.configuration
+        logControl.level = running.resolvedLogLevel
+        logControl.format = running.resolvedLogFormat
+        let applied = report.applied.isEmpty ? "nothing changed" : "applied " + report.applied.joined(separator: ", ")
+        logger.info("reloaded the configuration \(source): \(applied)")
+        if !report.keptUntilRestart.isEmpty {
+            logger.warning(
+                "changed settings that take a restart, kept at their running values: \(report.keptUntilRestart.joined(separator: ", "))")
+        }
+    }
+}
+
+/// `larder check-config FILE`: validates a settings file as `serve --config FILE` would read it
+/// (with the environment's LARDER_ variables), without serving; exit 0 when it is valid.
+struct CheckConfig: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "check-config",
+        abstract: "Check a settings file without serving: exit 0 when it is valid, 1 with the reason when not.")
+
+    @Argument(help: "The YAML or JSON settings file.")
+    var file: String
+
+    func run() throws {
+        var configuration = LarderConfiguration()
+        do throws(ConfigurationError) {
+            try ConfigFile.apply(file, to: &configuration)
+            try Setting.apply(environment: ProcessInfo.processInfo.environment, to: &configuration)
+            try Self.validate(configuration, file: file)
+        } catch {
+            FileHandle.standardError.write(Data("larder check-config: \(error.description)\n".utf8))
+            throw ExitCode(1)
+        }
+        print("\(file): valid")
+    }
+
+    /// `configuration.validate()`, its error naming the file and the key to blame when there is one.
+    static func validate(_ configuration: LarderConfiguration, file: String?) throws(ConfigurationError) {
+        do throws(ConfigurationError) {
+            try configuration.validate()
+        } catch {
+            if let file, let key = ConfigFile.key(blamedFor: error.description, in: file) {
+                throw ConfigurationError("\(file): \(key): \(error.description)")
+            }
+            throw error
+        }
     }
 }
 
@@ -171,5 +228,7 @@ struct SafetySettings: ParsableArguments {
 struct ObservabilitySettings: ParsableArguments {
     static let group = Setting.Group.observability
     @Flag(setting: "accessLog", inversion: .prefixedNo) var accessLog: Bool?
+    @Option(setting: "logFormat") var logFormat: String?
+    @Option(setting: "logLevel") var logLevel: String?
     @Option(setting: "metricsNamespaces") var metricsNamespaces: Int?
 }

@@ -40,7 +40,9 @@ extension FetchEngine {
         }
         switch decision {
         case .refuse(let reason):
-            logger.debug("not stored", metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)"])
+            logger.debug(
+                "not stored",
+                metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)", "request_id": "\(prepared.identity?.id ?? "-")"])
             let report = CacheReport(
                 outcome: outcome, key: derived.key, age: 0, ttl: nil, version: options.version,
                 stored: false, notStoredBecause: outcome == .bypass ? nil : reason)

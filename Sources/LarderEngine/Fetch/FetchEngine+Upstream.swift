@@ -17,7 +17,7 @@ extension FetchEngine {
     ) {
         let request = prepared.request
         let validating = conditional ? Self.revalidating(fallback, for: request) : nil
-        var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating))
+        var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating), identity: prepared.identity)
         if let cancellation {
             // The leader's caller gave up: abort the transfer unless others wait on it. Removing
             // the flight under the lock means nobody can join it after that decision.
@@ -57,9 +57,14 @@ extension FetchEngine {
     }
 
     /// The one way a request goes upstream: the caller's request with what `ask` adds, this
-    /// instance's CDN-Loop token, the engine's limits, and how redirects are treated.
-    func upstreamRequest(for request: FetchRequest, _ ask: UpstreamAsk) -> UpstreamRequest {
+    /// instance's CDN-Loop token, the caller's request id and trace context, the engine's limits,
+    /// and how redirects are treated.
+    func upstreamRequest(for request: FetchRequest, _ ask: UpstreamAsk, identity: RequestIdentity?) -> UpstreamRequest {
         var headers = request.headers
+        if let identity {
+            headers.removeAll { RequestIdentity.upstreamFieldNames.contains($0.name.lowercased()) }
+            headers.append(contentsOf: identity.upstreamFields())
+        }
         var method = request.method
         var body = request.body
         switch ask {
@@ -168,7 +173,9 @@ extension FetchEngine {
                 .flatMap({ withBody($0, forSending: false) }),
             current.freshness.version == options.version
         else {
-            logger.debug("304 for an entry that is gone; fetching in full", metadata: ["key": "\(entry.key)"])
+            logger.debug(
+                "304 for an entry that is gone; fetching in full",
+                metadata: ["key": "\(entry.key)", "request_id": "\(prepared.identity?.id ?? "-")"])
             return sendUpstream(
                 prepared, outcome: .miss, fallback: nil, flight: flight,
                 conditional: false, reply: reply)

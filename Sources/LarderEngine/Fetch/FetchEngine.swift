@@ -40,7 +40,9 @@ public final class FetchEngine: Sendable {
     let upstream: any Upstream
     let keys: CacheKeyBuilder
     let clock: Clock
-    let limits: Limits
+    /// The limits in force; a reload replaces them (`setLimits`). Read on the miss path only.
+    var limits: Limits { currentLimits.withLock { $0 } }
+    private let currentLimits: Locked<Limits>
     let logger: Logger
     /// Answers since start, by outcome and error (GET /cache/stats).
     public let traffic: TrafficCounters
@@ -77,10 +79,15 @@ public final class FetchEngine: Sendable {
         self.upstream = upstream
         self.keys = keys
         self.clock = clock
-        self.limits = limits
+        self.currentLimits = Locked(limits)
         self.logger = logger
         self.traffic = TrafficCounters(startedAt: clock.now())
         self.namespaces = NamespaceVersions(store.namespaceVersions())
+    }
+
+    /// Replaces the limits for the requests that follow (a reload).
+    public func setLimits(_ limits: Limits) {
+        currentLimits.withLock { $0 = limits }
     }
 
     /// Derives the key once; a prepared request can be answered any number of times.

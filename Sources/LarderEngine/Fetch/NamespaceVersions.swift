@@ -36,6 +36,6 @@ public final class NamespaceVersions: Sendable {
         guard !options.versionExplicit, let version = current(options.namespace), version != options.version else { return prepared }
         var request = prepared.request
         request.cache.version = version
-        return PreparedFetch(request: request, derived: prepared.derived)
+        return PreparedFetch(request: request, derived: prepared.derived, identity: prepared.identity)
     }
 }

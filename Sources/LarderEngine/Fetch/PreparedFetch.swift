@@ -6,9 +6,18 @@ public import LarderCore
 public final class PreparedFetch: Sendable {
     public let request: FetchRequest
     public let derived: CacheKeyBuilder.Derived
+    /// The caller's request id and trace, sent upstream with every request made for it; nil for
+    /// a prepared request not yet tied to a caller's (as the request memos keep them).
+    public let identity: RequestIdentity?
 
-    public init(request: FetchRequest, derived: CacheKeyBuilder.Derived) {
+    public init(request: FetchRequest, derived: CacheKeyBuilder.Derived, identity: RequestIdentity? = nil) {
         self.request = request
         self.derived = derived
+        self.identity = identity
+    }
+
+    /// The same request, made for the caller `identity` names.
+    public func identified(_ identity: RequestIdentity) -> PreparedFetch {
+        PreparedFetch(request: request, derived: derived, identity: identity)
     }
 }

@@ -93,7 +93,7 @@ public struct RangeFetcher: Sendable {
         wantsWhole: Bool = false, reply: @escaping @Sendable (CacheAnswer) -> Void
     ) {
         let request = prepared.request
-        let upstreamRequest = engine.upstreamRequest(for: request, .range(range, ifRange: ifRange))
+        let upstreamRequest = engine.upstreamRequest(for: request, .range(range, ifRange: ifRange), identity: prepared.identity)
         let sentAt = engine.clock.now()
         engine.exchange(upstreamRequest, for: request) { result in
             switch result {

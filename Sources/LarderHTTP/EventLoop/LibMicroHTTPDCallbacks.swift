@@ -95,7 +95,8 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
             rawTarget: context.rawTarget,
             headers: headers,
             body: body,
-            bodyTooLarge: bodyTooLarge)
+            bodyTooLarge: bodyTooLarge,
+            clientAddress: larder_mhd_client_address(connection).flatMap { IPAddress(bytes: ClientAddress($0).bytes) })
         if let response = server.handler.handle(request, responder: HTTPResponder(context: context, server: server)) {
             return queue(response, on: connection, server: server)
         }

@@ -1,3 +1,5 @@
+public import LarderCore
+
 /// A request as the handler sees it.
 ///
 /// A class, not a struct: a request is handed through several layers on every hit, and a
@@ -12,10 +14,12 @@ public final class HTTPServerRequest: Sendable {
     public let body: [UInt8]
     /// The body was larger than the server's limit and was not kept.
     public let bodyTooLarge: Bool
+    /// The peer's address (for the access log); nil when libmicrohttpd does not say.
+    public let clientAddress: IPAddress?
 
     public init(
         method: String, path: String, rawTarget: String, headers: [(name: String, value: String)],
-        body: [UInt8], bodyTooLarge: Bool
+        body: [UInt8], bodyTooLarge: Bool, clientAddress: IPAddress? = nil
     ) {
         self.method = method
         self.path = path
@@ -23,5 +27,6 @@ public final class HTTPServerRequest: Sendable {
         self.headers = headers
         self.body = body
         self.bodyTooLarge = bodyTooLarge
+        self.clientAddress = clientAddress
     }
 }

@@ -3,6 +3,7 @@
 
 public import LarderCore
 import LarderRedis
+public import Logging
 
 public struct LarderConfiguration: Sendable {
     /// Address to listen on.
@@ -89,6 +90,10 @@ public struct LarderConfiguration: Sendable {
     public var shutdownGraceSeconds: Double = 10
     /// One line per request on stderr.
     public var accessLog: Bool = true
+    /// `text` or `json` (LogFormat).
+    public var logFormat: String = "text"
+    /// The least severe level logged: trace, debug, info, notice, warning, error or critical.
+    public var logLevel: String = "info"
     /// When set, every /cache route requires `Authorization: Bearer <token>`.
     public var adminToken: String?
     /// When set, GET /metrics requires `Authorization: Bearer <token>`.
@@ -168,6 +173,10 @@ public struct LarderConfiguration: Sendable {
             }
         }
         guard (0...10_000).contains(metricsNamespaces) else { throw ConfigurationError("metrics namespaces must be 0 to 10000") }
+        guard LogFormat(rawValue: logFormat) != nil else { throw ConfigurationError("log format must be text or json") }
+        guard Logger.Level(rawValue: logLevel) != nil else {
+            throw ConfigurationError("log level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
         guard maxBytes >= 1 << 20 else { throw ConfigurationError("max bytes must be at least 1 MiB") }
         if let maxObjectBytes, !(1...maxBytes).contains(maxObjectBytes) {
             throw ConfigurationError("max object bytes must be 1 to max bytes")
@@ -277,4 +286,11 @@ public enum Quantity {
         }
         return Double(trimmed).flatMap { $0.isFinite && $0 >= 0 ? $0 : nil }
     }
+}
+
+extension LarderConfiguration {
+    /// The log format, once validated (text when not).
+    public var resolvedLogFormat: LogFormat { LogFormat(rawValue: logFormat) ?? .text }
+    /// The log level, once validated (info when not).
+    public var resolvedLogLevel: Logger.Level { Logger.Level(rawValue: logLevel) ?? .info }
 }

@@ -142,6 +142,10 @@ extension Setting {
             .observability,
             [
                 .toggle("accessLog", \.accessLog, "One access-log line per request on stderr"),
+                .text("logFormat", \.logFormat, environment: "LARDER_LOG_FORMAT", "Log lines as text, or json (one object per line)"),
+                .text(
+                    "logLevel", \.logLevel, environment: "LARDER_LOG_LEVEL",
+                    "Least severe level logged: trace, debug, info, notice, warning, error or critical"),
                 .integer(
                     "metricsNamespaces", \.metricsNamespaces,
                     "Namespaces with their own label in /metrics; later ones are counted as 'other'")

@@ -56,6 +56,33 @@ public struct Setting: Sendable {
     let readFile: @Sendable (ConfigFile.Value, inout LarderConfiguration) throws(ConfigurationError) -> Void
     let readEnvironment: @Sendable (String, inout LarderConfiguration) throws(ConfigurationError) -> Void
     let readCommandLine: @Sendable (Any, inout LarderConfiguration) throws(ConfigurationError) -> Void
+    /// The value in a configuration, as an operator would write it.
+    let shown: @Sendable (LarderConfiguration) -> String
+    /// Sets the value in the second configuration to the first's.
+    let copy: @Sendable (LarderConfiguration, inout LarderConfiguration) -> Void
+
+    /// Whether a reload (SIGHUP) applies a new value to the running service; the others (the
+    /// listeners, the store, the upstream transport and its address rules) take a restart, and
+    /// a reload keeps their running values and names them.
+    public var isLive: Bool { Self.liveKeys.contains(key) }
+
+    /// The keys of the settings a reload applies.
+    public static let liveKeys: Set<String> = [
+        "upstreams", "adminToken", "metricsToken", "logFormat", "logLevel", "accessLog", "staleOnError", "tagHeaders",
+        "redactQuery", "maxBodyBytes", "maxObjectBytes", "rangeFetchOver", "maxBatch", "maxChainSteps", "maxBatchBytes",
+        "stripTargetedCacheControl", "readyWhileDegraded", "shutdownGrace"
+    ]
+
+    /// The keys of the settings a reload could not apply because their values changed, with the
+    /// running values put back into `new`.
+    public static func keepRestartOnly(from running: LarderConfiguration, in new: inout LarderConfiguration) -> [String] {
+        var kept: [String] = []
+        for setting in all where !setting.isLive && setting.shown(running) != setting.shown(new) {
+            kept.append(setting.key)
+            setting.copy(running, &new)
+        }
+        return kept
+    }
 
     /// The option's help: the summary, then whether it repeats, the environment variable and the
     /// default.
@@ -88,7 +115,7 @@ public struct Setting: Sendable {
     /// property in `larder serve`; `commandLine` returns nil when the option was not given.
     private init<Field: SettingField, Given>(
         _ key: String, _ field: WritableKeyPath<LarderConfiguration, Field> & Sendable, option: String?, form: Form = .value,
-        environment: String? = nil, unset: String?, summary: String, show: (Field.Value) -> String,
+        environment: String? = nil, unset: String?, summary: String, show: @escaping @Sendable (Field.Value) -> String,
         file: @escaping @Sendable (ConfigFile.Value) throws(ConfigurationError) -> Field.Value,
         fromEnvironment: @escaping @Sendable (_ name: String, _ raw: String) throws(ConfigurationError) -> Field.Value? = { _, _ in nil },
         commandLine: @escaping @Sendable (_ given: Given, _ option: String, _ current: Field) throws(ConfigurationError) -> Field.Value?
@@ -103,6 +130,8 @@ public struct Setting: Sendable {
             preconditionFailure("the setting '\(key)' has no default: say what nil means with `unset`")
         }
         self.defaultText = shown
+        self.shown = { configuration in configuration[keyPath: field].settingValue.map(show) ?? unset ?? "" }
+        self.copy = { from, into in into[keyPath: field] = from[keyPath: field] }
         readFile = { value, configuration throws(ConfigurationError) in
             configuration[keyPath: field] = Field(settingValue: try file(value))
         }

@@ -35,12 +35,13 @@ struct ChainRoute: Sendable {
         let ids = plan.steps.map(\.id)
         let engine = self.engine
         let steps = self.steps
+        let identity = routeRequest.identity
         let makeRequest: @Sendable (JSONValue, String) throws(LarderError) -> PreparedFetch = { value, path throws(LarderError) in
             let bytes = value.canonicalBytes
-            if case .fetch(let known)? = steps.lookup(bytes) { return known }
+            if case .fetch(let known)? = steps.lookup(bytes) { return known.identified(identity) }
             let prepared = engine.prepare(try FetchRequest.parse(value, path: path, upstreams: upstreams))
             steps.insert(bytes, .fetch(prepared))
-            return prepared
+            return prepared.identified(identity)
         }
         // With `include: output`, the document holds the failed steps only.
         let keep: @Sendable (ItemOutcome) -> Bool = { !plan.outputOnly || $0.state == .failed }

@@ -22,12 +22,13 @@ struct FetchRoute: Sendable {
             memo.insert(body, .fetch(prepared))
         }
         if prepared.request.method == .head, let fromGet = engine.storedGet(for: prepared.request) {
-            return envelope(fromGet, receivedAt: request.receivedAt)
+            return envelope(fromGet, receivedAt: request.receivedAt).about(prepared)
         }
-        let immediate = engine.fetch(prepared) { [self] answer in
-            request.respond(envelope(answer, receivedAt: request.receivedAt))
+        let identified = prepared.identified(request.identity)
+        let immediate = engine.fetch(identified) { [self] answer in
+            request.respond(envelope(answer, receivedAt: request.receivedAt).about(prepared))
         }
-        return immediate.map { envelope($0, receivedAt: request.receivedAt) }
+        return immediate.map { envelope($0, receivedAt: request.receivedAt).about(prepared) }
     }
 
     private func envelope(_ answer: CacheAnswer, receivedAt: Double) -> RouteAnswer {

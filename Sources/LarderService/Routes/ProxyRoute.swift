@@ -35,7 +35,10 @@ struct ProxyRoute: Sendable {
     }
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
-    private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
+    /// The request id and trace context are not the client's to forward: every request Larder
+    /// sends upstream carries the request's own (RequestIdentity), and they stay out of the
+    /// request memo's key, which would otherwise differ on every traced request.
+    private static let notForwarded: Set<String> = Set(["host", "content-length", "expect"]).union(RequestIdentity.upstreamFieldNames)
     /// Fields a client could use to make the origin answer differently for the same cache key
     /// (the origin reflects or routes on them, but they are not part of the key): the
     /// forwarding headers a proxy in front of Larder would set (Larder is the edge here), and
@@ -86,14 +89,14 @@ struct ProxyRoute: Sendable {
                 memoKey.append(contentsOf: part.utf8)
                 memoKey.append(0)
             }
-            for header in request.headers {
+            for header in request.headers where !Self.notForwarded.contains(header.name.lowercasedASCII) {
                 memoKey.append(contentsOf: header.name.utf8)
                 memoKey.append(0)
                 memoKey.append(contentsOf: header.value.utf8)
                 memoKey.append(0)
             }
             if case .fetch(let prepared)? = memo.lookup(memoKey) {
-                return answerGet(prepared, request: routeRequest)
+                return answerGet(prepared.identified(routeRequest.identity), request: routeRequest)
             }
         }
         let fetch: FetchRequest
@@ -105,7 +108,7 @@ struct ProxyRoute: Sendable {
         if method == .get {
             let prepared = engine.prepare(fetch)
             if !memoKey.isEmpty { memo.insert(memoKey, .fetch(prepared)) }
-            return answerGet(prepared, request: routeRequest)
+            return answerGet(prepared.identified(routeRequest.identity), request: routeRequest)
         }
 
         if method == .head {
@@ -116,9 +119,9 @@ struct ProxyRoute: Sendable {
             }
             var forward = fetch
             forward.cache.policy = .noStore
-            return answer(engine.prepare(forward), method: method, request: routeRequest)
+            return answer(engine.prepare(forward).identified(routeRequest.identity), method: method, request: routeRequest)
         }
-        return answer(engine.prepare(fetch), method: method, request: routeRequest)
+        return answer(engine.prepare(fetch).identified(routeRequest.identity), method: method, request: routeRequest)
     }
 
     /// A GET: a single byte range that no stored whole response answers goes to the range
@@ -130,12 +133,12 @@ struct ProxyRoute: Sendable {
         }
         let withheld = withheld
         if let whole = engine.cachedAnswer(for: prepared) {
-            return Self.deliver(whole, method: .get, request: request, withheld: withheld)
+            return Self.deliver(whole, method: .get, request: request, withheld: withheld).about(prepared)
         }
         let immediate = engine.ranges.fetch(prepared, range: range) { answer in
-            routeRequest.respond(Self.deliver(answer, method: .get, request: request, withheld: withheld))
+            routeRequest.respond(Self.deliver(answer, method: .get, request: request, withheld: withheld).about(prepared))
         }
-        return immediate.map { Self.deliver($0, method: .get, request: request, withheld: withheld) }
+        return immediate.map { Self.deliver($0, method: .get, request: request, withheld: withheld).about(prepared) }
     }
 
     /// The request's Range when it is one byte range Larder serves, without If-Range (a client's
@@ -157,9 +160,9 @@ struct ProxyRoute: Sendable {
         let request = routeRequest.http
         let withheld = withheld
         let immediate = engine.fetch(prepared) { answer in
-            routeRequest.respond(Self.deliver(answer, method: method, request: request, withheld: withheld))
+            routeRequest.respond(Self.deliver(answer, method: method, request: request, withheld: withheld).about(prepared))
         }
-        return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld) }
+        return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld).about(prepared) }
     }
 
     private static func deliver(

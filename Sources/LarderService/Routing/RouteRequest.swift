@@ -3,6 +3,7 @@
 // those returned at once.
 
 import LarderCore
+import LarderEngine
 import LarderHTTP
 
 struct RouteRequest: Sendable {
@@ -12,16 +13,19 @@ struct RouteRequest: Sendable {
     let parameter: String
     /// When the router took the request (the clock the service was given).
     let receivedAt: Double
+    /// Its id and trace context: sent upstream with every request made for it, logged, returned.
+    let identity: RequestIdentity
     private let responder: any RouteResponder
     private let finish: @Sendable (RouteAnswer) -> HTTPServerResponse
 
     init(
-        _ http: HTTPServerRequest, parameter: String, receivedAt: Double, responder: any RouteResponder,
-        finish: @escaping @Sendable (RouteAnswer) -> HTTPServerResponse
+        _ http: HTTPServerRequest, parameter: String, receivedAt: Double, identity: RequestIdentity,
+        responder: any RouteResponder, finish: @escaping @Sendable (RouteAnswer) -> HTTPServerResponse
     ) {
         self.http = http
         self.parameter = parameter
         self.receivedAt = receivedAt
+        self.identity = identity
         self.responder = responder
         self.finish = finish
     }
@@ -47,11 +51,23 @@ struct RouteAnswer: Sendable {
     /// The cache's outcome (/fetch, /proxy), logged in place of the error code.
     var outcome: CacheOutcome?
     var errorCode: String?
+    /// The upstream URL the answer is about (/fetch, /proxy), logged with --redact-query applied.
+    var upstream: UpstreamURL?
+    /// The cache key it was looked up under, logged as the prefix `larder cache show` takes.
+    var key: String?
 
     init(_ response: HTTPServerResponse, outcome: CacheOutcome? = nil, errorCode: String? = nil) {
         self.response = response
         self.outcome = outcome
         self.errorCode = errorCode
+    }
+
+    /// The same answer, logged as about `prepared`'s upstream URL and key.
+    func about(_ prepared: PreparedFetch) -> RouteAnswer {
+        var answer = self
+        answer.upstream = prepared.request.url
+        answer.key = prepared.derived.key.hex
+        return answer
     }
 
     /// The error as JSON with its status, and `Allow` for a 405.

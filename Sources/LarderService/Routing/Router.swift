@@ -22,6 +22,8 @@ final class Router: Sendable {
     let clock: Clock
     let logger: Logger
     let accessLog: Bool
+    /// --redact-query, applied to the upstream URLs the access log shows.
+    let redaction: QueryRedaction
     let metrics: LarderMetrics?
     let fetchRoute: FetchRoute
     let proxyRoute: ProxyRoute
@@ -48,6 +50,7 @@ final class Router: Sendable {
         self.clock = clock
         self.logger = logger
         self.accessLog = configuration.accessLog
+        self.redaction = QueryRedaction(names: configuration.redactQuery)
         let budgets = RequestMemoBudgets(totalBytes: configuration.effectiveRequestMemoBytes)
         let fetch = FetchRoute(engine: engine, upstreams: upstreams, clock: clock, memo: RequestMemo(budgetBytes: budgets.fetch))
         let proxy = ProxyRoute(
@@ -93,36 +96,42 @@ final class Router: Sendable {
     /// Answers `request` now, or returns nil and answers later through `responder`.
     func respond(to request: HTTPServerRequest, on listener: Listener, responder: any RouteResponder) -> HTTPServerResponse? {
         let receivedAt = clock.now()
+        let identity = RequestIdentity(headers: request.headers)
+        func answer(_ answer: RouteAnswer, metricsRoute: String? = nil) -> HTTPServerResponse {
+            finish(request, answer, receivedAt, identity, metricsRoute: metricsRoute)
+        }
         let table = listener == .proxyRoot ? proxyRootTable ?? RouteTable([]) : table
         guard let (routes, parameter) = table.match(path: request.path, rawTarget: request.rawTarget), let first = routes.first else {
             let onThisPort = adminOnOwnListener && listener == .admin ? " on this port" : ""
-            return finish(request, RouteAnswer(error: LarderError(.notFound, "no route for \(request.path)\(onThisPort)")), receivedAt)
+            return answer(RouteAnswer(error: LarderError(.notFound, "no route for \(request.path)\(onThisPort)")))
         }
         if !serves(first, on: listener) {
-            return finish(request, RouteAnswer(error: LarderError(.notFound, "no route for \(request.path) on this port")), receivedAt)
+            return answer(RouteAnswer(error: LarderError(.notFound, "no route for \(request.path) on this port")))
         }
         if first.refusesLoops, let loop, loop.isLoop(request.headers) {
             // Answered at once: waiting on it would wait on itself (coalesced with its own flight).
             let error = LarderError(.loopDetected, "this request was sent by this Larder instance and came back to it (CDN-Loop)")
-            return finish(request, RouteAnswer(error: error), receivedAt)
+            return answer(RouteAnswer(error: error))
         }
         if first.access == .adminToken, let refusal = adminRoute.refusal(request) {
-            return finish(request, RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue), receivedAt)
+            return answer(RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue))
         }
         guard let route = routes.first(where: { $0.accepts(request.method) }) else {
-            return finish(request, RouteTable.methodNotAllowed(routes), receivedAt)
+            return answer(RouteTable.methodNotAllowed(routes))
         }
         if route.access == .metricsToken, let metricsToken, let refusal = AdminRoute.refusal(request, token: metricsToken) {
-            return finish(request, RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue), receivedAt)
+            return answer(RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue))
         }
         let label = route.metricsRoute
-        let routeRequest = RouteRequest(request, parameter: parameter, receivedAt: receivedAt, responder: responder) { [self] answer in
-            finish(request, answer, receivedAt, metricsRoute: label)
+        let routeRequest = RouteRequest(
+            request, parameter: parameter, receivedAt: receivedAt, identity: identity, responder: responder
+        ) { [self] later in
+            finish(request, later, receivedAt, identity, metricsRoute: label)
         }
         do {
-            return try route.handler(routeRequest).map { finish(request, $0, receivedAt, metricsRoute: label) }
+            return try route.handler(routeRequest).map { answer($0, metricsRoute: label) }
         } catch {
-            return finish(request, RouteAnswer(error: error), receivedAt, metricsRoute: label)
+            return answer(RouteAnswer(error: error), metricsRoute: label)
         }
     }
 
@@ -138,19 +147,21 @@ final class Router: Sendable {
         }
     }
 
-    /// The access-log line and the request metrics of every answer, given now or later.
+    /// The access-log line, the request metrics and the request's id and trace of every answer,
+    /// given now or later.
     private func finish(
-        _ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double,
+        _ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double, _ identity: RequestIdentity,
         metricsRoute: String? = nil
     ) -> HTTPServerResponse {
-        let response = answer.response
+        var response = answer.response
+        response.headers.append(contentsOf: identity.responseFields)
         let seconds = clock.now() - receivedAt
-        metrics?.requestFinished(route: metricsRoute ?? LarderMetrics.route(for: request.path), status: response.status, seconds: seconds)
+        let route = metricsRoute ?? LarderMetrics.route(for: request.path)
+        metrics?.requestFinished(route: route, status: response.status, seconds: seconds)
         if accessLog {
-            let milliseconds = seconds * 1000
-            let rounded = (milliseconds * 100).rounded() / 100
-            let said = answer.outcome?.rawValue ?? answer.errorCode ?? "-"
-            logger.info("\(AccessLog.escaped(request.method)) \(AccessLog.escaped(request.path)) \(response.status) \(said) \(rounded)ms")
+            AccessLog.write(
+                to: logger, request: request, answer: answer, status: response.status, seconds: seconds, route: route,
+                identity: identity, redaction: redaction)
         }
         return response
     }

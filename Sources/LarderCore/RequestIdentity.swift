@@ -1,0 +1,136 @@
+// Who a request is, for logs and for the upstreams it reaches: its id (`X-Request-Id`: the
+// caller's when well-formed, else one made here) and its place in a distributed trace (W3C Trace
+// Context, https://www.w3.org/TR/trace-context/). Larder is one hop of the trace: the caller's
+// `traceparent` names the parent span, Larder's span for the request gets an id of its own
+// (returned in the response and logged), and each request it sends upstream is a child span with
+// a new id (§3.2.2.3: "parent-id" is the id of the span that sends). Without a valid
+// `traceparent`, a new trace starts here, not sampled (flags 00): the upstream's logs and
+// Larder's still share its trace id.
+
+import Synchronization
+public import W3CTraceContext
+
+public struct RequestIdentity: Sendable {
+    /// The request id: sent upstream and returned as `X-Request-Id`, in every log line of the
+    /// request.
+    public let id: String
+    /// Larder's span for this request (the trace the caller's `traceparent` names, or a new one).
+    public let span: TraceContext
+    /// The caller's span, when it sent a valid `traceparent`.
+    public let parentSpanID: SpanID?
+    /// The caller's `tracestate`, passed on as received (§3.3.1.1: a vendor that does not change
+    /// it must not drop it).
+    public let traceState: String?
+
+    /// The identity of a request with these header fields (names compared case-insensitively).
+    public init(headers: [(name: String, value: String)]) {
+        var callerID: String?
+        var traceParent: String?
+        var traceState: [String] = []
+        for header in headers {
+            if header.name.caseInsensitiveEquals("x-request-id") {
+                callerID = header.value
+            } else if header.name.caseInsensitiveEquals("traceparent") {
+                // Two traceparent fields are one invalid value (§3.2.1): start a new trace.
+                traceParent = traceParent == nil ? header.value : ""
+            } else if header.name.caseInsensitiveEquals("tracestate") {
+                // §3.3.1.1: several fields are one list, joined with commas.
+                traceState.append(header.value)
+            }
+        }
+        self.init(callerID: callerID, traceParent: traceParent, traceState: traceState.isEmpty ? nil : traceState.joined(separator: ","))
+    }
+
+    public init(callerID: String?, traceParent: String?, traceState: String?) {
+        var ids = IdentityRandom()
+        id = callerID.flatMap { Self.isWellFormedID($0) ? $0 : nil } ?? Self.newID(using: &ids)
+        let state = traceState.map { $0.trimmingSpaces }.flatMap { $0.isEmpty || $0.utf8.count > Self.maxTraceStateBytes ? nil : $0 }
+        if let traceParent, let parent = try? TraceContext(traceParentHeaderValue: traceParent, traceStateHeaderValue: state) {
+            span = TraceContext(traceID: parent.traceID, spanID: .random(using: &ids), flags: parent.flags, state: parent.state)
+            parentSpanID = parent.spanID
+            self.traceState = state
+        } else {
+            // A tracestate without a valid traceparent is discarded with it (§3.3.1.1).
+            span = TraceContext(traceID: .random(using: &ids), spanID: .random(using: &ids), flags: [], state: TraceState())
+            parentSpanID = nil
+            self.traceState = nil
+        }
+    }
+
+    /// Longest request id taken from a caller.
+    public static let maxIDLength = 128
+    /// §3.3.1.5: vendors should propagate at least 512 characters of `tracestate`; longer ones
+    /// are dropped here rather than cut (a cut list would be malformed).
+    public static let maxTraceStateBytes = 512
+
+    /// An id Larder passes on and logs as given: 1 to 128 characters of letters, digits and
+    /// `-_.:/+=@`, so it cannot break a log line or a header.
+    public static func isWellFormedID(_ text: String) -> Bool {
+        let bytes = text.utf8
+        guard !bytes.isEmpty, bytes.count <= maxIDLength else { return false }
+        return bytes.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                true
+            case UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: ":"), UInt8(ascii: "/"),
+                UInt8(ascii: "+"), UInt8(ascii: "="), UInt8(ascii: "@"):
+                true
+            default:
+                false
+            }
+        }
+    }
+
+    /// A new request id: 16 lower-case hex digits.
+    static func newID(using random: inout IdentityRandom) -> String {
+        hex(random.next())
+    }
+
+    /// `traceparent` for Larder's span (returned to the caller).
+    public var traceParent: String { span.traceParentHeaderValue }
+
+    /// The fields a request sent upstream carries: the request id, and a child span of Larder's
+    /// (a new span id each time) with the caller's trace state. Replaces any the caller's own
+    /// request held (a proxied request's, or a /fetch spec's), so the upstream sees one trace.
+    public func upstreamFields() -> [HeaderField] {
+        var random = IdentityRandom()
+        let child = TraceContext(traceID: span.traceID, spanID: .random(using: &random), flags: span.flags, state: TraceState())
+        var fields = [HeaderField("X-Request-Id", id), HeaderField("traceparent", child.traceParentHeaderValue)]
+        if let traceState { fields.append(HeaderField("tracestate", traceState)) }
+        return fields
+    }
+
+    /// The names `upstreamFields` sets, lower-case.
+    public static let upstreamFieldNames: Set<String> = ["x-request-id", "traceparent", "tracestate"]
+
+    /// The fields of Larder's answer: the request id and Larder's span.
+    public var responseFields: [(name: String, value: String)] {
+        [("X-Request-Id", id), ("traceparent", traceParent)]
+    }
+
+    static func hex(_ value: UInt64) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes = [UInt8](repeating: 0, count: 16)
+        var rest = value
+        for index in stride(from: 15, through: 0, by: -1) {
+            bytes[index] = digits[Int(rest & 0xF)]
+            rest >>= 4
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}
+
+/// Random enough for ids and unique within the process, without a system call per id: SplitMix64
+/// (Steele, Lea and Flood, OOPSLA 2014) over one counter every thread advances, seeded once from
+/// the system's generator. SplitMix64's mix is a bijection, so distinct counts give distinct ids.
+/// Not for secrets.
+struct IdentityRandom: RandomNumberGenerator {
+    private static let counter = Atomic<UInt64>(UInt64.random(in: .min ... .max))
+
+    mutating func next() -> UInt64 {
+        var z = Self.counter.wrappingAdd(0x9E37_79B9_7F4A_7C15, ordering: .relaxed).newValue
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
