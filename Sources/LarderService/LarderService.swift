@@ -118,15 +118,15 @@ public final class LarderService: @unchecked Sendable {
         let upstreams = Live(Self.upstreamsByName(configuration))
         let warmJobs = makeWarmJobs(engine: engine, store: store, secret: secret, upstreams: upstreams)
         let connections: @Sendable () -> [(name: String, open: Int, limit: Int)] = {
-                listeners.withLock { listeners in
-                    listeners.compactMap { listener in
-                        listener.server.server.map { server in
-                            let connections = server.connections
-                            return (name: listener.name, open: connections.open, limit: connections.limit)
-                        }
+            listeners.withLock { listeners in
+                listeners.compactMap { listener in
+                    listener.server.server.map { server in
+                        let connections = server.connections
+                        return (name: listener.name, open: connections.open, limit: connections.limit)
                     }
                 }
             }
+        }
         let wiring = Wiring(
             engine: engine, tier: tier, store: store, loop: loop, metrics: metrics, warmJobs: warmJobs,
             connections: connections, routers: RouterSlot(), upstreams: upstreams)

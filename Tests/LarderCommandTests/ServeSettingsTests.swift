@@ -39,7 +39,10 @@ final class ServeSettingsTests: XCTestCase {
         }
         XCTAssertEqual(
             Setting.all.compactMap(\.environment).sorted(),
-            ["LARDER_ADMIN_TOKEN", "LARDER_DB", "LARDER_HOST", "LARDER_METRICS_TOKEN", "LARDER_PORT", "LARDER_SECRET_FILE", "LARDER_STORE"])
+            [
+                "LARDER_ADMIN_TOKEN", "LARDER_DB", "LARDER_HOST", "LARDER_LOG_FORMAT", "LARDER_LOG_LEVEL", "LARDER_METRICS_TOKEN",
+                "LARDER_PORT", "LARDER_SECRET_FILE", "LARDER_STORE"
+            ])
         XCTAssertTrue(Setting.named("maxBytes").help.hasSuffix("(default 1GiB)."), Setting.named("maxBytes").help)
         XCTAssertTrue(Setting.named("db").help.hasSuffix("(env LARDER_DB; default data/larder.sqlite)."))
     }

@@ -224,8 +224,11 @@ public struct CapturingLogHandler: LogHandler {
         set { metadata[key] = newValue }
     }
 
+    /// The message, then its fields as text lines show them (` key=value…`).
     public func log(event: LogEvent) {
-        lines.append(event.message.description)
+        var fields = metadata
+        if let more = event.metadata { fields.merge(more) { _, new in new } }
+        lines.append(event.message.description + LarderLogHandler.fieldsText(fields))
     }
 }
 

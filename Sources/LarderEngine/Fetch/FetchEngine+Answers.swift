@@ -35,7 +35,9 @@ extension FetchEngine {
         } else {
             probe.cache.policy = .cacheOnly
         }
-        let answer = fetch(PreparedFetch(request: probe, derived: prepared.derived, identity: prepared.identity), mayCoalesce: false, cancellation: nil) { _ in }
+        let answer = fetch(
+            PreparedFetch(request: probe, derived: prepared.derived, identity: prepared.identity), mayCoalesce: false, cancellation: nil
+        ) { _ in }
         guard let answer, case .served = answer else { return nil }
         traffic.count(answer, namespace: request.cache.namespace)
         return answer

@@ -10,8 +10,8 @@
 // A line whose message already says some of its fields names them under `in_message`: text
 // leaves them out (the access line would say its status twice), JSON keeps them as members.
 
-public import Logging
 import LarderCore
+public import Logging
 import Synchronization
 
 #if canImport(Glibc)
@@ -85,12 +85,18 @@ public struct LarderLogHandler: LogHandler {
 
     /// `time level message key=value…`, keys sorted; values with spaces or quotes are quoted.
     static func textLine(time: String, level: Logger.Level, message: String, fields: Logger.Metadata) -> String {
-        var line = "\(time) \(level) \(RequestFraming.printable(message))"
+        "\(time) \(level) \(RequestFraming.printable(message))" + fieldsText(fields)
+    }
+
+    /// ` key=value…` as text lines end: keys sorted, the message's own fields left out; a value
+    /// with a space or a quote is quoted (logfmt).
+    public static func fieldsText(_ fields: Logger.Metadata) -> String {
+        var line = ""
         var said: Set<String> = [inMessageKey]
         if case .array(let names)? = fields[inMessageKey] { said.formUnion(names.map(\.description)) }
         for key in fields.keys.sorted() where !said.contains(key) {
             let value = RequestFraming.printable(fields[key]!.description)
-            let plain = !value.isEmpty && !value.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" })
+            let plain = !value.isEmpty && !value.contains(where: { $0 == " " || $0 == "\"" })
             line += plain ? " \(key)=\(value)" : " \(key)=\"\(value.replacingOccurrences(of: "\"", with: "\\\""))\""
         }
         return line

@@ -45,7 +45,8 @@ struct BatchRoute: Sendable {
         let ids = batch.ids
         return ItemAnswer.answer(routeRequest, ids: ids, maxAnswerBytes: maxAnswerBytes) { [engine] sink, finish in
             BatchRun(
-                engine: engine, items: batch.items.map { $0.identified(routeRequest.identity) }, mode: batch.mode, concurrency: batch.concurrency, clock: clock,
+                engine: engine, items: batch.items.map { $0.identified(routeRequest.identity) }, mode: batch.mode,
+                concurrency: batch.concurrency, clock: clock,
                 timeoutMs: batch.timeoutMs, sink: sink,
                 onFinish: { outcomes in
                     finish { responses, line in
