@@ -21,14 +21,14 @@ public final class LarderService: @unchecked Sendable {
     // accepts a request and cleared in `shutdown` after it stopped.
 
     public let configuration: LarderConfiguration
-    private let logger: Logger
+    let logger: Logger
     private var store: (any OperatedStore)?
     private var upstream: CurlUpstream?
     private var warmJobs: WarmJobs?
     private var engine: FetchEngine?
-    private var server: HTTPServer?
-    private var proxyServer: HTTPServer?
-    private var adminServer: HTTPServer?
+    private(set) var server: HTTPServer?
+    private(set) var proxyServer: HTTPServer?
+    private(set) var adminServer: HTTPServer?
 
     private static let curlInitialised: Void = CurlUpstream.globalInit()
 
@@ -71,6 +71,8 @@ public final class LarderService: @unchecked Sendable {
 
     public func start() throws {
         try configuration.validate()
+        // Read and checked before anything opens: a bad file stops start-up, naming it.
+        let certificates = try ListenerCertificates(configuration)
         // A write to a peer that closed (an origin; a Redis that restarted, which hiredis writes
         // to with write(2) from threads of its own) must fail that write, not end the process,
         // whoever embeds the service (the executable ignores SIGPIPE too; so must the tests).
@@ -102,7 +104,8 @@ public final class LarderService: @unchecked Sendable {
                 }
             })
         let servers = makeServers(
-            router: router, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners)
+            router: router, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners,
+            certificates: certificates)
         listeners.withLock { listeners in
             listeners = [("main", WeakServer(servers.main))]
             if let proxy = servers.proxy { listeners.append(("proxy", WeakServer(proxy))) }
@@ -128,6 +131,7 @@ public final class LarderService: @unchecked Sendable {
         self.proxyServer = servers.proxy
         self.adminServer = servers.admin
         logListening(store: store)
+        warnOfPlaintextTokens(adminListener: servers.admin ?? servers.main)
     }
 
     /// The configured store, open; on a shared one, with this instance's secret compared to the
@@ -266,13 +270,14 @@ public final class LarderService: @unchecked Sendable {
     /// The main listener, and the proxy-root and admin listeners when configured; each records
     /// its address in `ownListeners` as it binds.
     private func makeServers(
-        router: Router, base: HTTPServerConfiguration, ownListeners: OwnListeners
+        router: Router, base: HTTPServerConfiguration, ownListeners: OwnListeners, certificates: ListenerCertificates
     ) -> (main: HTTPServer, proxy: HTTPServer?, admin: HTTPServer?) {
         func registering(_ name: String) -> @Sendable (IPAddress, Int) -> Void {
             { address, port in ownListeners.add(ListenerEndpoint(name: name, address: address, port: port)) }
         }
         var mainConfiguration = base
         mainConfiguration.onListening = registering("main")
+        mainConfiguration.tls = certificates.main
         let server = HTTPServer(configuration: mainConfiguration, handler: ListenerHandler(router: router, listener: .main))
         var proxyServer: HTTPServer?
         if configuration.proxyRoot != nil {
@@ -286,6 +291,7 @@ public final class LarderService: @unchecked Sendable {
             var adminConfiguration = mainConfiguration
             adminConfiguration.port = adminPort
             adminConfiguration.onListening = registering("admin")
+            adminConfiguration.tls = certificates.admin
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
             adminServer = HTTPServer(configuration: adminConfiguration, handler: ListenerHandler(router: router, listener: .admin))
@@ -297,12 +303,13 @@ public final class LarderService: @unchecked Sendable {
         let storeDisplay =
             (store as? RedisCacheStore).map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
             ?? "database \(configuration.databasePath)"
-        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server?.port ?? 0), \(storeDisplay)")
+        let main = server.map { address(of: $0) } ?? "\(configuration.host):0"
+        logger.info("larder \(LarderVersion.string) listening on \(main), \(storeDisplay)")
         if let proxyServer, let root = configuration.proxyRoot {
-            logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
+            logger.info("proxying every path to upstream '\(root)' on \(address(of: proxyServer))")
         }
         if let adminServer {
-            logger.info("admin routes and metrics on \(configuration.host):\(adminServer.port)")
+            logger.info("admin routes and metrics on \(address(of: adminServer))")
         }
     }
 
