@@ -15,7 +15,7 @@ final class ServeSettingsTests: XCTestCase {
     /// Settings whose default is described in words (nil, or an empty list): no value to give.
     private let describedDefaults: Set<String> = [
         "secretFile", "proxyRoot", "adminToken", "metricsToken", "requestMemoMb", "maxObjectBytes", "adminPort", "allowHosts",
-        "resolve", "upstreams"
+        "resolve", "upstreams", "tlsCert", "tlsKey", "adminTlsCert", "adminTlsKey"
     ]
 
     func testServesPropertiesAreTheSettingsAndNothingGivenIsTheDefaults() throws {
@@ -39,7 +39,11 @@ final class ServeSettingsTests: XCTestCase {
         }
         XCTAssertEqual(
             Setting.all.compactMap(\.environment).sorted(),
-            ["LARDER_ADMIN_TOKEN", "LARDER_DB", "LARDER_HOST", "LARDER_METRICS_TOKEN", "LARDER_PORT", "LARDER_SECRET_FILE", "LARDER_STORE"])
+            [
+                "LARDER_ADMIN_TOKEN", "LARDER_DB", "LARDER_HOST", "LARDER_METRICS_TOKEN", "LARDER_PORT", "LARDER_SECRET_FILE",
+                "LARDER_STORE",
+                "LARDER_TLS_CERT", "LARDER_TLS_KEY"
+            ])
         XCTAssertTrue(Setting.named("maxBytes").help.hasSuffix("(default 1GiB)."), Setting.named("maxBytes").help)
         XCTAssertTrue(Setting.named("db").help.hasSuffix("(env LARDER_DB; default data/larder.sqlite)."))
     }
