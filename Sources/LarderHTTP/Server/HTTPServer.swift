@@ -74,15 +74,12 @@ public final class HTTPServer: @unchecked Sendable {
     /// The bound address, which the daemons of a certificate rotation are started with.
     private var bindAddress = sockaddr_storage()
     private var connectionLimit = 0
-    /// The certificate new connections get (nil: plain HTTP).
-    private let identity: Locked<TLSIdentity?>
     /// Rotations one at a time.
     private let rotation = NSLock()
 
     public init(configuration: HTTPServerConfiguration, handler: any HTTPRequestHandler) {
         self.configuration = configuration
         self.handler = handler
-        self.identity = Locked(configuration.tls)
     }
 
     /// Whether libmicrohttpd was built with TLS (Debian's is, with GnuTLS); `start` with a
@@ -98,6 +95,8 @@ public final class HTTPServer: @unchecked Sendable {
         guard supportsTLS else { throw HTTPServerError(description: Self.noTLS) }
         var storage = sockaddr_storage()
         storage.ss_family = sa_family_t(AF_INET)
+        // A daemon that never gets a connection: its callbacks never run, so the server pointer
+        // they would be given is only a placeholder.
         let daemon = try withUnsafePointer(to: &storage) { pointer throws(HTTPServerError) in
             try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address throws(HTTPServerError) in
                 try Daemon.start(
@@ -132,7 +131,6 @@ public final class HTTPServer: @unchecked Sendable {
         // stopped meanwhile) keeps the old certificate.
         var refused = 0
         for (loop, daemon) in zip(loops, made) where !loop.adopt(daemon) { refused += 1 }
-        self.identity.withLock { $0 = identity }
         if refused > 0 { throw HTTPServerError(description: "\(refused) event loops did not take the new certificate (stopping?)") }
     }
 
