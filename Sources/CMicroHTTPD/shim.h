@@ -1,6 +1,8 @@
 #ifndef LARDER_CMICROHTTPD_SHIM_H
 #define LARDER_CMICROHTTPD_SHIM_H
 #include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/socket.h>
@@ -19,11 +21,34 @@ static inline int larder_accept(int fd, struct sockaddr *_Nonnull address, sockl
 /// A descriptor another thread makes readable to wake a loop (non-blocking, close-on-exec).
 static inline int larder_wake_descriptor(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
 
+// What a daemon logs (MHD_OPTION_EXTERNAL_LOGGER's callback takes a va_list, which Swift cannot
+// format): written to stderr as libmicrohttpd would, or, while `capturing`, kept in `text`, so
+// that a daemon that cannot start says why in the error (GnuTLS refusing a certificate or key).
+struct larder_mhd_log {
+    int capturing;
+    char text[512];
+};
+
+static inline void larder_mhd_log_message(void *_Nullable context, const char *_Nonnull format, va_list arguments) {
+    struct larder_mhd_log *log = (struct larder_mhd_log *)context;
+    if (log == 0 || !log->capturing) {
+        vfprintf(stderr, format, arguments);
+        return;
+    }
+    size_t used = strlen(log->text);
+    if (used + 1 < sizeof(log->text)) vsnprintf(log->text + used, sizeof(log->text) - used, format, arguments);
+}
+
+/// What was captured (see larder_mhd_log).
+static inline const char *_Nonnull larder_mhd_log_text(const struct larder_mhd_log *_Nonnull log) { return log->text; }
+
 // MHD_start_daemon takes a variadic option list, which Swift cannot build. This wrapper
 // passes the one option set Larder uses: a daemon without threads or a listening socket of its
 // own, whose event loop the caller runs (HTTPServer's EventLoop: it waits on the daemon's epoll
 // descriptor, adds the connections it accepts and calls MHD_run). SIGPIPE is blocked on the
-// loop threads, so responses from files may go out with sendfile.
+// loop threads, so responses from files may go out with sendfile. With `tlsKey` and `tlsCert`
+// (PEM, NUL-terminated; `flags` must then include MHD_USE_TLS) it speaks HTTPS only, TLS 1.2
+// and 1.3; libmicrohttpd reads them while it starts (GnuTLS copies them).
 static inline struct MHD_Daemon *_Nullable larder_mhd_start_external(
     unsigned int flags,
     const struct sockaddr *_Nonnull address,
@@ -35,8 +60,19 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start_external(
     MHD_RequestCompletedCallback _Nonnull completed, void *_Nullable completedContext,
     void *_Nullable (*_Nonnull uriLogger)(void *_Nullable, const char *_Nonnull, struct MHD_Connection *_Nonnull),
     void *_Nullable uriLoggerContext,
-    MHD_NotifyConnectionCallback _Nonnull notifyConnection, void *_Nullable notifyContext) {
+    MHD_NotifyConnectionCallback _Nonnull notifyConnection, void *_Nullable notifyContext,
+    const char *_Nullable tlsKey, const char *_Nullable tlsCert,
+    struct larder_mhd_log *_Nonnull log) {
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)tlsKey},
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)tlsCert},
+        // GnuTLS's defaults without TLS 1.0 and 1.1 (RFC 8996).
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)"NORMAL:-VERS-TLS1.0:-VERS-TLS1.1:-VERS-DTLS-ALL"},
+        {MHD_OPTION_END, 0, 0}};
+    struct MHD_OptionItem plain[] = {{MHD_OPTION_END, 0, 0}};
     return MHD_start_daemon(flags, 0, acceptPolicy, acceptPolicyContext, handler, handlerContext,
+                            MHD_OPTION_EXTERNAL_LOGGER, larder_mhd_log_message, (void *)log,
+                            MHD_OPTION_ARRAY, (tlsKey != 0 && tlsCert != 0) ? tls : plain,
                             MHD_OPTION_SOCK_ADDR, address,
                             MHD_OPTION_CONNECTION_TIMEOUT, connectionTimeoutSeconds,
                             MHD_OPTION_CONNECTION_LIMIT, connectionLimit,
@@ -49,6 +85,13 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start_external(
                             MHD_OPTION_URI_LOG_CALLBACK, uriLogger, uriLoggerContext,
                             MHD_OPTION_NOTIFY_CONNECTION, notifyConnection, notifyContext,
                             MHD_OPTION_END);
+}
+
+// MHD_get_daemon_info is variadic. Connections the daemon holds, suspended ones included (on the
+// thread that runs it: it also cleans up closed ones).
+static inline unsigned int larder_mhd_connection_count(struct MHD_Daemon *_Nonnull daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return info == 0 ? 0 : info->num_connections;
 }
 
 // MHD_get_daemon_info is variadic. The daemon's epoll descriptor (external epoll mode), or -1.

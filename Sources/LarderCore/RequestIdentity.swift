@@ -103,6 +103,13 @@ public struct RequestIdentity: Sendable {
     /// The names `upstreamFields` sets, lower-case.
     public static let upstreamFieldNames: Set<String> = ["x-request-id", "traceparent", "tracestate"]
 
+    /// Whether `name` is one of `upstreamFieldNames`, in any case (without lower-casing a copy:
+    /// the proxy asks for every field of every request).
+    public static func isIdentityField(_ name: String) -> Bool {
+        name.caseInsensitiveEquals("traceparent") || name.caseInsensitiveEquals("tracestate")
+            || name.caseInsensitiveEquals("x-request-id")
+    }
+
     /// The fields of Larder's answer: the request id and Larder's span.
     public var responseFields: [(name: String, value: String)] {
         [("X-Request-Id", id), ("traceparent", traceParent)]

@@ -14,11 +14,25 @@ public struct BlockingHTTPError: Error, CustomStringConvertible {
     public let description: String
 }
 
+/// How an https:// URL's server is trusted.
+public struct BlockingTLSOptions: Sendable {
+    /// PEM file of the CAs to trust instead of the system's (a private CA); nil: the system's.
+    public var caFile: String?
+    /// false: accept any certificate (for a health check of this machine's own Larder, which
+    /// sends nothing secret).
+    public var verifyPeer: Bool
+
+    public init(caFile: String? = nil, verifyPeer: Bool = true) {
+        self.caFile = caFile
+        self.verifyPeer = verifyPeer
+    }
+}
+
 public enum BlockingHTTPClient {
     /// Sends one request; throws when no HTTP response came back (refused, timed out, bad URL).
     public static func send(
         _ method: String, _ url: String, headers: [(String, String)] = [], body: [UInt8]? = nil,
-        timeoutSeconds: Int = 30
+        timeoutSeconds: Int = 30, tls: BlockingTLSOptions = BlockingTLSOptions()
     ) throws(BlockingHTTPError) -> BlockingHTTPResponse {
         curlGlobalInit
         guard let handle = curl_easy_init() else { throw BlockingHTTPError(description: "cannot create a libcurl handle") }
@@ -28,6 +42,11 @@ public enum BlockingHTTPClient {
         larder_curl_setopt_string(handle, CURLOPT_URL, url)
         larder_curl_setopt_long(handle, CURLOPT_TIMEOUT, timeoutSeconds)
         larder_curl_setopt_long(handle, CURLOPT_NOSIGNAL, 1)
+        if let caFile = tls.caFile { larder_curl_setopt_string(handle, CURLOPT_CAINFO, caFile) }
+        if !tls.verifyPeer {
+            larder_curl_setopt_long(handle, CURLOPT_SSL_VERIFYPEER, 0)
+            larder_curl_setopt_long(handle, CURLOPT_SSL_VERIFYHOST, 0)
+        }
         larder_curl_setopt_data_callback(handle, CURLOPT_WRITEFUNCTION, sinkCallback)
         larder_curl_setopt_pointer(handle, CURLOPT_WRITEDATA, context)
         switch method {

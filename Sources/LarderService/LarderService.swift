@@ -23,14 +23,14 @@ public final class LarderService: @unchecked Sendable {
     /// The running configuration: the one started with, then each reload's.
     public var configuration: LarderConfiguration { running.withLock { $0 } }
     private let running: Locked<LarderConfiguration>
-    private let logger: Logger
+    let logger: Logger
     private var store: (any OperatedStore)?
     private var upstream: CurlUpstream?
     private var warmJobs: WarmJobs?
     private var engine: FetchEngine?
-    private var server: HTTPServer?
-    private var proxyServer: HTTPServer?
-    private var adminServer: HTTPServer?
+    private(set) var server: HTTPServer?
+    private(set) var proxyServer: HTTPServer?
+    private(set) var adminServer: HTTPServer?
     /// What a reload rebuilds the router from; set by `start`.
     private var wiring: Wiring?
 
@@ -95,6 +95,8 @@ public final class LarderService: @unchecked Sendable {
 
     public func start() throws {
         try configuration.validate()
+        // Read and checked before anything opens: a bad file stops start-up, naming it.
+        let certificates = try ListenerCertificates(configuration)
         // A write to a peer that closed (an origin; a Redis that restarted, which hiredis writes
         // to with write(2) from threads of its own) must fail that write, not end the process,
         // whoever embeds the service (the executable ignores SIGPIPE too; so must the tests).
@@ -133,7 +135,8 @@ public final class LarderService: @unchecked Sendable {
         wiring.routers.set(makeRouter(configuration, wiring))
         warnIfAdminRoutesOpen(configuration)
         let servers = makeServers(
-            routers: wiring.routers, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners)
+            routers: wiring.routers, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners,
+            certificates: certificates)
         listeners.withLock { listeners in
             listeners = [("main", WeakServer(servers.main))]
             if let proxy = servers.proxy { listeners.append(("proxy", WeakServer(proxy))) }
@@ -160,6 +163,7 @@ public final class LarderService: @unchecked Sendable {
         self.proxyServer = servers.proxy
         self.adminServer = servers.admin
         logListening(store: store)
+        warnOfPlaintextTokens(adminListener: servers.admin ?? servers.main)
     }
 
     /// The configured store, open; on a shared one, with this instance's secret compared to the
@@ -276,8 +280,9 @@ public final class LarderService: @unchecked Sendable {
 
     /// Applies `proposed` to the running service: the settings a reload can change take effect
     /// for requests that arrive from now on (those under way finish as they began); the others
-    /// keep their running values until a restart, and the report names them. Throws, changing
-    /// nothing, when `proposed` is not valid.
+    /// keep their running values until a restart, and the report names them. The TLS certificate
+    /// files are read again and installed for new connections. Throws, changing nothing, when
+    /// `proposed` is not valid or a certificate cannot be used.
     public func reload(_ proposed: LarderConfiguration) throws -> ReloadReport {
         try proposed.validate()
         guard let wiring else { throw ConfigurationError("the service is not running") }
@@ -286,6 +291,12 @@ public final class LarderService: @unchecked Sendable {
         let kept = Setting.keepRestartOnly(from: current, in: &new)
         var applied = Setting.all.filter { $0.isLive && $0.shown(current) != $0.shown(new) }.map(\.key)
         if !applied.contains("upstreams"), current.upstreams != new.upstreams { applied.append("upstreams") }
+        // The certificate files are read again (their paths take a restart): a rotation. First,
+        // because it is the one step that can fail, and it changes nothing when it does.
+        if current.tlsCertificatePath != nil || current.adminTLSCertificatePath != nil {
+            try reloadCertificates()
+            applied.append("TLS certificates")
+        }
         wiring.engine.setLimits(Self.limits(new, loop: wiring.loop))
         wiring.upstreams.set(Self.upstreamsByName(new))
         wiring.routers.set(makeRouter(new, wiring))
@@ -331,13 +342,14 @@ public final class LarderService: @unchecked Sendable {
     /// The main listener, and the proxy-root and admin listeners when configured; each records
     /// its address in `ownListeners` as it binds.
     private func makeServers(
-        routers: RouterSlot, base: HTTPServerConfiguration, ownListeners: OwnListeners
+        routers: RouterSlot, base: HTTPServerConfiguration, ownListeners: OwnListeners, certificates: ListenerCertificates
     ) -> (main: HTTPServer, proxy: HTTPServer?, admin: HTTPServer?) {
         func registering(_ name: String) -> @Sendable (IPAddress, Int) -> Void {
             { address, port in ownListeners.add(ListenerEndpoint(name: name, address: address, port: port)) }
         }
         var mainConfiguration = base
         mainConfiguration.onListening = registering("main")
+        mainConfiguration.tls = certificates.main
         let server = HTTPServer(configuration: mainConfiguration, handler: ListenerHandler(routers: routers, listener: .main))
         var proxyServer: HTTPServer?
         if configuration.proxyRoot != nil {
@@ -351,6 +363,7 @@ public final class LarderService: @unchecked Sendable {
             var adminConfiguration = mainConfiguration
             adminConfiguration.port = adminPort
             adminConfiguration.onListening = registering("admin")
+            adminConfiguration.tls = certificates.admin
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
             adminServer = HTTPServer(configuration: adminConfiguration, handler: ListenerHandler(routers: routers, listener: .admin))
@@ -362,12 +375,13 @@ public final class LarderService: @unchecked Sendable {
         let storeDisplay =
             (store as? RedisCacheStore).map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
             ?? "database \(configuration.databasePath)"
-        logger.info("larder \(LarderVersion.string) listening on \(configuration.host):\(server?.port ?? 0), \(storeDisplay)")
+        let main = server.map { address(of: $0) } ?? "\(configuration.host):0"
+        logger.info("larder \(LarderVersion.string) listening on \(main), \(storeDisplay)")
         if let proxyServer, let root = configuration.proxyRoot {
-            logger.info("proxying every path to upstream '\(root)' on \(configuration.host):\(proxyServer.port)")
+            logger.info("proxying every path to upstream '\(root)' on \(address(of: proxyServer))")
         }
         if let adminServer {
-            logger.info("admin routes and metrics on \(configuration.host):\(adminServer.port)")
+            logger.info("admin routes and metrics on \(address(of: adminServer))")
         }
     }
 

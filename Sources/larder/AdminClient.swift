@@ -14,14 +14,17 @@ struct ServerOptions: ParsableArguments {
     @Option(help: "The admin token (env LARDER_ADMIN_TOKEN).")
     var token: String?
 
+    @Option(help: "PEM file of the CA that signed an https:// server's certificate, instead of the system's CAs (env LARDER_CACERT).")
+    var cacert: String?
+
     @Flag(help: "Print the server's JSON as received instead of a table (ls: one entry per line, NDJSON).")
     var json = false
 
     var base: String { Self.base(server) }
 
     /// `--server`, else LARDER_SERVER, else where `larder serve` listens by LARDER_HOST and
-    /// LARDER_PORT (as in the container; a wildcard host is reached on loopback), else
-    /// 127.0.0.1:8080; without a trailing slash.
+    /// LARDER_PORT (as in the container; a wildcard host is reached on loopback; https when
+    /// LARDER_TLS_CERT is set), else 127.0.0.1:8080; without a trailing slash.
     static func base(_ server: String?, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
         let port = environment["LARDER_PORT"].flatMap { Int($0) } ?? 8080
         let host: String
@@ -31,8 +34,14 @@ struct ServerOptions: ParsableArguments {
         case let given where given.contains(":"): host = "[\(given)]"
         case let given: host = given
         }
-        let chosen = server ?? environment["LARDER_SERVER"].flatMap { $0.isEmpty ? nil : $0 } ?? "http://\(host):\(port)"
+        let scheme = (environment["LARDER_TLS_CERT"] ?? "").isEmpty ? "http" : "https"
+        let chosen = server ?? environment["LARDER_SERVER"].flatMap { $0.isEmpty ? nil : $0 } ?? "\(scheme)://\(host):\(port)"
         return chosen.hasSuffix("/") ? String(chosen.dropLast()) : chosen
+    }
+
+    /// `--cacert`, else LARDER_CACERT.
+    static func caFile(_ given: String?, environment: [String: String] = ProcessInfo.processInfo.environment) -> String? {
+        given ?? environment["LARDER_CACERT"].flatMap { $0.isEmpty ? nil : $0 }
     }
 
     private var givenToken: String? {
@@ -52,7 +61,8 @@ struct ServerOptions: ParsableArguments {
         }
         let response: BlockingHTTPResponse
         do {
-            response = try BlockingHTTPClient.send(method, base + path, headers: headers, body: bytes)
+            response = try BlockingHTTPClient.send(
+                method, base + path, headers: headers, body: bytes, tls: BlockingTLSOptions(caFile: Self.caFile(cacert)))
         } catch {
             throw CLIError(
                 "cannot reach \(base): \(error.description)\n  is Larder running there? Point --server (or LARDER_SERVER) at it")

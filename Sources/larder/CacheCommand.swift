@@ -302,9 +302,18 @@ struct Healthcheck: ParsableCommand {
     @Option(help: "The Larder to check (env LARDER_SERVER; default http://127.0.0.1:8080, or LARDER_HOST and LARDER_PORT when set).")
     var server: String?
 
+    @Option(help: "PEM file of the CA that signed an https:// server's certificate (env LARDER_CACERT).")
+    var cacert: String?
+
     func run() throws {
+        // Without a server named, the check is of the Larder on this machine (LARDER_HOST,
+        // LARDER_PORT, https when LARDER_TLS_CERT is set), whose certificate need not name the
+        // loopback address: it is not verified then, as the check sends nothing secret.
+        let named = server != nil || !(ProcessInfo.processInfo.environment["LARDER_SERVER"] ?? "").isEmpty
+        let caFile = ServerOptions.caFile(cacert)
+        let tls = BlockingTLSOptions(caFile: caFile, verifyPeer: named || caFile != nil)
         do {
-            let response = try BlockingHTTPClient.send("GET", ServerOptions.base(server) + "/healthz", timeoutSeconds: 5)
+            let response = try BlockingHTTPClient.send("GET", ServerOptions.base(server) + "/healthz", timeoutSeconds: 5, tls: tls)
             guard response.status == 200 else { throw ExitCode(1) }
         } catch let error as BlockingHTTPError {
             FileHandle.standardError.write(Data("larder: \(error.description)\n".utf8))

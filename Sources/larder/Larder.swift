@@ -176,6 +176,10 @@ struct NetworkSettings: ParsableArguments {
     @Option(setting: "proxyRoot") var proxyRoot: String?
     @Option(setting: "proxyPort") var proxyPort: Int?
     @Option(setting: "adminPort") var adminPort: Int?
+    @Option(setting: "tlsCert") var tlsCert: String?
+    @Option(setting: "tlsKey") var tlsKey: String?
+    @Option(setting: "adminTlsCert") var adminTlsCert: String?
+    @Option(setting: "adminTlsKey") var adminTlsKey: String?
     @Option(setting: "shutdownGrace") var shutdownGrace: Double?
 }
 

@@ -15,7 +15,7 @@ final class ServeSettingsTests: XCTestCase {
     /// Settings whose default is described in words (nil, or an empty list): no value to give.
     private let describedDefaults: Set<String> = [
         "secretFile", "proxyRoot", "adminToken", "metricsToken", "requestMemoMb", "maxObjectBytes", "adminPort", "allowHosts",
-        "resolve", "upstreams"
+        "resolve", "upstreams", "tlsCert", "tlsKey", "adminTlsCert", "adminTlsKey"
     ]
 
     func testServesPropertiesAreTheSettingsAndNothingGivenIsTheDefaults() throws {
@@ -41,7 +41,7 @@ final class ServeSettingsTests: XCTestCase {
             Setting.all.compactMap(\.environment).sorted(),
             [
                 "LARDER_ADMIN_TOKEN", "LARDER_DB", "LARDER_HOST", "LARDER_LOG_FORMAT", "LARDER_LOG_LEVEL", "LARDER_METRICS_TOKEN",
-                "LARDER_PORT", "LARDER_SECRET_FILE", "LARDER_STORE"
+                "LARDER_PORT", "LARDER_SECRET_FILE", "LARDER_STORE", "LARDER_TLS_CERT", "LARDER_TLS_KEY"
             ])
         XCTAssertTrue(Setting.named("maxBytes").help.hasSuffix("(default 1GiB)."), Setting.named("maxBytes").help)
         XCTAssertTrue(Setting.named("db").help.hasSuffix("(env LARDER_DB; default data/larder.sqlite)."))

@@ -25,6 +25,11 @@ final class ExampleConfigTests: IntegrationTestCase {
             configuration.port = 0
             configuration.proxyPort = 0
             configuration.adminPort = 0
+            // The sample's certificate files are an operator's (TLSTests serves with real ones).
+            configuration.tlsCertificatePath = nil
+            configuration.tlsKeyPath = nil
+            configuration.adminTLSCertificatePath = nil
+            configuration.adminTLSKeyPath = nil
         }
         XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200)
         let admin = try TestConnection(port: try XCTUnwrap(larder.adminPort))

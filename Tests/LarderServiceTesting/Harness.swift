@@ -166,7 +166,7 @@ open class IntegrationTestCase: XCTestCase {
             let chunk = handle.availableData
             guard !chunk.isEmpty else { throw TestClientError(description: "larder exited before listening: \(seen)") }
             seen += String(decoding: chunk, as: UTF8.self)
-            if let range = seen.range(of: #"listening on [0-9.]+:([0-9]+)"#, options: .regularExpression) {
+            if let range = seen.range(of: #"listening on (https://)?[0-9.]+:([0-9]+)"#, options: .regularExpression) {
                 let match = seen[range]
                 return Int(match.split(separator: ":").last!)!
             }

@@ -22,13 +22,28 @@ import LarderSync
 /// request that needs the origin is sent, read and answered on this thread. A wake-up from the
 /// loop's own thread (an answer completed in the turn resumes its connection) writes no
 /// descriptor: the loop runs MHD_run again at once and does not wait in its next round.
+///
+/// Certificate rotation (`adopt`): the loop takes a new daemon, started with the new
+/// certificate, for the connections it accepts from then on, and keeps running the one before
+/// (polling its epoll descriptor, calling MHD_run) until its last connection is gone, then stops
+/// it. So a connection is served to its end by the daemon that accepted it, with the
+/// certificate it was accepted with; nothing is closed, and the listening socket never changes.
 final class EventLoop: @unchecked Sendable {
-    // @unchecked Sendable: the daemon and `roundWanted` are used by this loop's thread only (and
-    // by `stop` after the thread ended); `stopping` and `thread` are atomic; the descriptors are
+    // @unchecked Sendable: `daemon`, `retiring` and `roundWanted` are used by this loop's thread
+    // only (and by `stop` after the thread ended); the current daemon's address, `stopping`,
+    // `thread` and the pending adoption are atomic or lock-protected; the wake-up descriptor is
     // fixed; the companion is called on this loop's thread only.
-    let daemon: OpaquePointer
+    /// The daemon new connections are added to.
+    private(set) var daemon: Daemon
+    /// Daemons of earlier certificates, run until their last connection closes.
+    private var retiring: [Daemon] = []
+    /// `daemon`'s address and those of `retiring`, for `runs` from other threads.
+    private let currentAddress: Atomic<UInt>
+    private let retiringAddresses = Locked<[UInt]>([])
+    /// A daemon handed over by `adopt`, taken up at the start of the next round.
+    private let pending = Locked<(daemon: Daemon, taken: DispatchSemaphore)?>(nil)
+    private let adoptionPending = Atomic<Bool>(false)
     let index: Int
-    private let epollDescriptor: Int32
     private let wakeDescriptor: Int32
     private let companion: (any EventLoopCompanion)?
     private let stopping = Atomic<Bool>(false)
@@ -44,17 +59,13 @@ final class EventLoop: @unchecked Sendable {
     /// Its connections' header deadlines; its thread only.
     let headerDeadlines: HeaderDeadlines
 
-    init?(daemon: OpaquePointer, index: Int, headerDeadlines: HeaderDeadlines, companion: (any EventLoopCompanion)? = nil) {
-        let epoll = larder_mhd_epoll_fd(daemon)
+    init?(daemon: Daemon, index: Int, headerDeadlines: HeaderDeadlines, companion: (any EventLoopCompanion)? = nil) {
         let wake = larder_wake_descriptor()
-        guard epoll >= 0, wake >= 0 else {
-            if wake >= 0 { close(wake) }
-            return nil
-        }
+        guard wake >= 0 else { return nil }
         self.daemon = daemon
+        self.currentAddress = Atomic(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(daemon.pointer))))
         self.index = index
         self.headerDeadlines = headerDeadlines
-        self.epollDescriptor = epoll
         self.wakeDescriptor = wake
         self.companion = companion
         // `run` polls the descriptors as they are.
@@ -82,7 +93,7 @@ final class EventLoop: @unchecked Sendable {
         _ = write(wakeDescriptor, &one, 8)
     }
 
-    /// Ends the thread, then the daemon (closing its connections).
+    /// Ends the thread, then the daemons (closing their connections).
     func stop() {
         if running {
             stopping.store(true, ordering: .releasing)
@@ -90,7 +101,91 @@ final class EventLoop: @unchecked Sendable {
             ended.wait()
             running = false
         }
-        MHD_stop_daemon(daemon)
+        if let left = pending.withLock({ pending in
+            defer { pending = nil }
+            return pending
+        }) {
+            left.daemon.stop()
+            left.taken.signal()
+        }
+        for daemon in [daemon] + retiring { daemon.stop() }
+        retiring = []
+        retiringAddresses.withLock { $0 = [] }
+    }
+
+    /// Whether `daemon` is one of this loop's (from any thread).
+    func runs(_ daemon: OpaquePointer?) -> Bool {
+        guard let daemon else { return false }
+        let address = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(daemon)))
+        if currentAddress.load(ordering: .relaxed) == address { return true }
+        return retiringAddresses.withLock { $0.contains(address) }
+    }
+
+    /// Whether a daemon replaced since is still running out its connections; for tests.
+    var isRetiring: Bool { retiringAddresses.withLock { !$0.isEmpty } }
+
+    /// Hands the loop `daemon` for the connections it accepts from now on; the current one runs
+    /// until its connections are done. Returns once the loop took it (within `timeout` seconds);
+    /// false, with `daemon` stopped, if the loop did not.
+    func adopt(_ daemon: Daemon, timeout: Double = 10) -> Bool {
+        let taken = DispatchSemaphore(value: 0)
+        pending.withLock { $0 = (daemon, taken) }
+        adoptionPending.store(true, ordering: .releasing)
+        wake()
+        // Signalled by the loop that took it, or by `stop`, which stopped it instead.
+        if taken.wait(timeout: .now() + timeout) == .success { return runs(daemon.pointer) }
+        // Not taken in time: take it back, unless the loop (or `stop`) took it meanwhile.
+        guard
+            let back = pending.withLock({ pending in
+                defer { pending = nil }
+                return pending
+            })
+        else { return runs(daemon.pointer) }
+        back.daemon.stop()
+        return false
+    }
+
+    /// Takes up a daemon handed over by `adopt`. On the loop's thread.
+    private func takeAdopted() {
+        guard adoptionPending.exchange(false, ordering: .acquiring),
+            let adopted = pending.withLock({ pending in
+                defer { pending = nil }
+                return pending
+            })
+        else { return }
+        let previous = daemon
+        retiring.append(previous)
+        retiringAddresses.withLock { $0.append(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(previous.pointer)))) }
+        daemon = adopted.daemon
+        currentAddress.store(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(adopted.daemon.pointer))), ordering: .releasing)
+        adopted.taken.signal()
+    }
+
+    /// Stops the retiring daemons whose last connection is gone. On the loop's thread.
+    private func stopFinishedDaemons() {
+        let finished = retiring.filter { $0.connectionCount == 0 }
+        guard !finished.isEmpty else { return }
+        retiring.removeAll { daemon in finished.contains { $0 === daemon } }
+        let addresses = finished.map { UInt(bitPattern: Int(bitPattern: UnsafeRawPointer($0.pointer))) }
+        retiringAddresses.withLock { $0.removeAll { addresses.contains($0) } }
+        for daemon in finished { daemon.stop() }
+    }
+
+    /// MHD_run on every daemon of the loop.
+    private func runDaemons() {
+        MHD_run(daemon.pointer)
+        for daemon in retiring { MHD_run(daemon.pointer) }
+    }
+
+    /// The time to wait for libmicrohttpd's next timeout on any of the loop's daemons, -1 for none.
+    private func daemonTimeout() -> Int32 {
+        var timeout: UInt64 = 0
+        var wait = MHD_get_timeout(daemon.pointer, &timeout) == MHD_Result.YES ? Int32(min(timeout, 60_000)) : -1
+        for daemon in retiring where MHD_get_timeout(daemon.pointer, &timeout) == MHD_Result.YES {
+            let milliseconds = Int32(min(timeout, 60_000))
+            wait = wait < 0 ? milliseconds : min(wait, milliseconds)
+        }
+        return wait
     }
 
     // The wake-up descriptor lives as long as the loop: a responder that answers after the
@@ -107,15 +202,23 @@ final class EventLoop: @unchecked Sendable {
         sigaddset(&signals, SIGPIPE)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
         companion?.attach { [weak self] in self?.wake() }
+        // The current daemon's epoll descriptor, the wake-up one, the listening socket, then those
+        // of the retiring daemons.
         var descriptors = [
-            LoopDescriptor(fd: epollDescriptor, events: Int16(POLLIN)),
+            LoopDescriptor(fd: daemon.epollDescriptor, events: Int16(POLLIN)),
             LoopDescriptor(fd: wakeDescriptor, events: Int16(POLLIN)),
             LoopDescriptor(fd: -1, events: Int16(POLLIN))
         ]
         while !stopping.load(ordering: .acquiring) {
-            var timeout: UInt64 = 0
+            if adoptionPending.load(ordering: .relaxed) || !retiring.isEmpty || descriptors.count > 3 {
+                takeAdopted()
+                stopFinishedDaemons()
+                descriptors.removeSubrange(3...)
+                descriptors[0].fd = daemon.epollDescriptor
+                for daemon in retiring { descriptors.append(LoopDescriptor(fd: daemon.epollDescriptor, events: Int16(POLLIN))) }
+            }
             // No timeout to keep: wait for an event; libmicrohttpd says 0 when work is pending.
-            var wait = MHD_get_timeout(daemon, &timeout) == MHD_Result.YES ? Int32(min(timeout, 60_000)) : -1
+            var wait = daemonTimeout()
             if let check = headerDeadlines.millisecondsToNextCheck() { wait = wait < 0 ? check : min(wait, check) }
             if roundWanted { wait = 0 }
             for index in descriptors.indices { descriptors[index].revents = 0 }
@@ -136,13 +239,13 @@ final class EventLoop: @unchecked Sendable {
             // nothing to do unless its timeout came, and then the next round's is 0.
             let serverIdle = companionReady && wait != 0 && !roundWanted && descriptors.allSatisfy { $0.revents == 0 }
             roundWanted = false
-            if !serverIdle { MHD_run(daemon) }
+            if !serverIdle { runDaemons() }
             if let companion {
                 companion.turn()
                 // Answers completed in that turn: queue them now rather than after another poll.
                 // The flag stays set, so the next round does not wait either: the turn may have
                 // left work for the next one (an exchange sent from a completion).
-                if roundWanted { MHD_run(daemon) }
+                if roundWanted { runDaemons() }
             }
         }
         companion?.detach()

@@ -29,6 +29,14 @@
 // the application finish or fail what is in flight, wait until every suspended connection was
 // resumed and completed, then stop the daemon (stopping with a suspended connection aborts the
 // process).
+//
+// TLS (`configuration.tls`): every daemon speaks HTTPS with libmicrohttpd's GnuTLS support. A
+// new certificate (`reloadCertificates`) is installed by starting a new daemon per loop with it
+// and handing it to the loop for the connections accepted from then on; the daemons of the old
+// one serve their connections to their end (EventLoop). This server accepts connections itself
+// and adds them to a daemon, so neither the listening socket nor a port changes hands, and
+// libmicrohttpd's certificate callback (GnuTLS types in Swift, and certificates that must outlive
+// every handshake that used them) is not needed.
 
 import CMicroHTTPD
 import Dispatch
@@ -63,13 +71,84 @@ public final class HTTPServer: @unchecked Sendable {
     let inFlight = Atomic<Int>(0)
     private let drained = NSCondition()
     public private(set) var port: Int = 0
+    /// The bound address, which the daemons of a certificate rotation are started with.
+    private var bindAddress = sockaddr_storage()
+    private var connectionLimit = 0
+    /// Rotations one at a time.
+    private let rotation = NSLock()
 
     public init(configuration: HTTPServerConfiguration, handler: any HTTPRequestHandler) {
         self.configuration = configuration
         self.handler = handler
     }
 
+    /// Whether libmicrohttpd was built with TLS (Debian's is, with GnuTLS); `start` with a
+    /// certificate fails without it.
+    public static var supportsTLS: Bool { Daemon.supportsTLS }
+
+    /// Whether the listener speaks HTTPS.
+    public var isTLS: Bool { configuration.tls != nil }
+
+    /// Checks that libmicrohttpd can serve with `identity` (the certificate and key parse and
+    /// belong together), by starting a daemon with it and stopping it; throws GnuTLS's reason.
+    public static func check(_ identity: TLSIdentity) throws(HTTPServerError) {
+        guard supportsTLS else { throw HTTPServerError(description: Self.noTLS) }
+        var storage = sockaddr_storage()
+        storage.ss_family = sa_family_t(AF_INET)
+        // A daemon that never gets a connection: its callbacks never run, so the server pointer
+        // they would be given is only a placeholder.
+        let daemon = try withUnsafePointer(to: &storage) { pointer throws(HTTPServerError) in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address throws(HTTPServerError) in
+                try Daemon.start(
+                    address: address, configuration: HTTPServerConfiguration(), connectionLimit: 1, tls: identity,
+                    server: UnsafeMutableRawPointer(bitPattern: 1)!)
+            }
+        }
+        daemon.stop()
+    }
+
+    static let noTLS = "this libmicrohttpd was built without TLS (MHD_FEATURE_TLS): install one built with GnuTLS, as Debian's is"
+
+    /// Installs `identity` for the connections accepted from now on; connections open now keep
+    /// the certificate they were accepted with until they close (see the file's head). Throws,
+    /// changing nothing, when the listener is plain HTTP, not running, or libmicrohttpd cannot
+    /// use the certificate and key (GnuTLS's reason). Not concurrently with `stop`.
+    public func reloadCertificates(_ identity: TLSIdentity) throws(HTTPServerError) {
+        rotation.lock()
+        defer { rotation.unlock() }
+        guard isTLS else { throw HTTPServerError(description: "this listener serves plain HTTP; it has no certificate to replace") }
+        guard let reference = selfReference, !loops.isEmpty else { throw HTTPServerError(description: "the server is not running") }
+        var made: [Daemon] = []
+        for _ in loops {
+            do {
+                made.append(try startDaemon(tls: identity, server: reference.toOpaque()))
+            } catch {
+                for daemon in made { daemon.stop() }
+                throw error
+            }
+        }
+        // From here the loops take their new daemon one after the other; one that does not (it
+        // stopped meanwhile) keeps the old certificate.
+        var refused = 0
+        for (loop, daemon) in zip(loops, made) where !loop.adopt(daemon) { refused += 1 }
+        if refused > 0 { throw HTTPServerError(description: "\(refused) event loops did not take the new certificate (stopping?)") }
+    }
+
+    /// Whether connections accepted before the last rotation are still open on the daemons of
+    /// the certificate before; for tests.
+    public var hasRetiringDaemons: Bool { loops.contains { $0.isRetiring } }
+
+    /// Starts a daemon for one event loop on the bound address.
+    private func startDaemon(tls: TLSIdentity?, server: UnsafeMutableRawPointer) throws(HTTPServerError) -> Daemon {
+        try withUnsafePointer(to: &bindAddress) { pointer throws(HTTPServerError) in
+            try pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address throws(HTTPServerError) in
+                try Daemon.start(address: address, configuration: configuration, connectionLimit: connectionLimit, tls: tls, server: server)
+            }
+        }
+    }
+
     public func start() throws {
+        if configuration.tls != nil, !Self.supportsTLS { throw HTTPServerError(description: Self.noTLS) }
         var storage = sockaddr_storage()
         _ = try Self.resolve(configuration.host, port: configuration.port, into: &storage)
         let listener: Int32
@@ -95,35 +174,27 @@ public final class HTTPServer: @unchecked Sendable {
             close(listener)
             throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (\(reason))")
         }
-        let flags = UInt32(
-            MHD_USE_EPOLL.rawValue | MHD_USE_NO_LISTEN_SOCKET.rawValue
-                | MHD_ALLOW_SUSPEND_RESUME.rawValue | MHD_USE_ERROR_LOG.rawValue)
         let reference = Unmanaged.passRetained(self)
-        let opaque = reference.toOpaque()
-        let connectionLimit = Self.affordableConnections(configuration.connectionLimit, reserved: configuration.reservedDescriptors)
-        admission.withLock { $0.limit = connectionLimit }
+        bindAddress = storage
+        connectionLimit = Self.affordableConnections(configuration.connectionLimit, reserved: configuration.reservedDescriptors)
+        admission.withLock { [connectionLimit] in $0.limit = connectionLimit }
         var started: [EventLoop] = []
         for index in 0..<max(1, configuration.threads) {
-            // The daemon-wide timeout is the idle timeout; each loop keeps the header deadlines
-            // (HeaderDeadlines). Limits are kept here, across the loops (Admission).
-            let daemon = withUnsafePointer(to: &storage) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
-                    larder_mhd_start_external(
-                        flags, address, UInt32(max(1, configuration.connectionTimeoutSeconds)),
-                        UInt32(connectionLimit), configuration.connectionMemoryBytes,
-                        acceptAll, nil, accessHandler, opaque, requestCompleted, opaque, uriLogger, opaque,
-                        connectionNotified, opaque)
-                }
+            let daemon: Daemon
+            do {
+                daemon = try startDaemon(tls: configuration.tls, server: reference.toOpaque())
+            } catch {
+                for loop in started { loop.stop() }
+                close(listener)
+                reference.release()
+                throw HTTPServerError(description: "cannot start the HTTP server's event loop \(index): \(error.description)")
             }
             let deadlines = HeaderDeadlines(
                 headerTimeoutSeconds: configuration.headerTimeoutSeconds,
                 idleTimeoutSeconds: configuration.connectionTimeoutSeconds)
-            guard let daemon,
-                let loop = EventLoop(
-                    daemon: daemon, index: index, headerDeadlines: deadlines,
-                    companion: configuration.loopCompanion?())
+            guard let loop = EventLoop(daemon: daemon, index: index, headerDeadlines: deadlines, companion: configuration.loopCompanion?())
             else {
-                if let daemon { MHD_stop_daemon(daemon) }
+                daemon.stop()
                 for loop in started { loop.stop() }
                 close(listener)
                 reference.release()
@@ -218,7 +289,9 @@ public final class HTTPServer: @unchecked Sendable {
                 continue
             }
             let added = withUnsafePointer(to: &address) { pointer in
-                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { MHD_add_connection(loop.daemon, accepted.fd, $0, length) }
+                pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    MHD_add_connection(loop.daemon.pointer, accepted.fd, $0, length)
+                }
             }
             // libmicrohttpd closed the socket; it will never report it closed.
             if added != MHD_Result.YES { release(ClientAddress(address)) }
@@ -228,7 +301,7 @@ public final class HTTPServer: @unchecked Sendable {
     /// The loop whose daemon runs `connection`.
     func loop(of connection: OpaquePointer) -> EventLoop? {
         let daemon = larder_mhd_connection_daemon(connection)
-        return loops.first { $0.daemon == daemon }
+        return loops.first { $0.runs(daemon) }
     }
 
     /// A connection libmicrohttpd took is gone: it no longer counts against the limits.

@@ -45,5 +45,8 @@ public struct HTTPServerConfiguration: Sendable {
     /// Told the address and port the listening socket is bound to, before any connection is
     /// accepted (the upstream rules refuse Larder's own listeners: OwnListeners).
     public var onListening: (@Sendable (_ address: IPAddress, _ port: Int) -> Void)?
+    /// Serve HTTPS with this certificate and key (nil: plain HTTP); replaced while running by
+    /// `HTTPServer.reloadCertificates`.
+    public var tls: TLSIdentity?
     public init() {}
 }

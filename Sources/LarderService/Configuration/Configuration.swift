@@ -130,6 +130,16 @@ public struct LarderConfiguration: Sendable {
     /// When set, /cache routes and /metrics are served on this port only (0: any free port),
     /// on the same host; nil: on the main port.
     public var adminPort: Int?
+    /// PEM certificate (chain) and private key files: every listener serves HTTPS with them
+    /// (the admin listener with its own pair when one is given). Both or neither; read at start
+    /// and again by `LarderService.reloadCertificates()`.
+    public var tlsCertificatePath: String?
+    public var tlsKeyPath: String?
+    /// The admin listener's own certificate and key (it may be reached by another name, or
+    /// certified by another CA, than the listeners applications call); nil: `tlsCertificatePath`
+    /// and `tlsKeyPath`. Needs `adminPort`.
+    public var adminTLSCertificatePath: String?
+    public var adminTLSKeyPath: String?
 
     /// The largest response stored.
     public var resolvedMaxObjectBytes: Int {
@@ -207,6 +217,7 @@ public struct LarderConfiguration: Sendable {
                 throw ConfigurationError("the admin port must differ from the port and the proxy port")
             }
         }
+        try validateTLS()
         guard bodyFileThresholdBytes >= 1 else { throw ConfigurationError("body file threshold must be at least 1 byte") }
         guard (1...Self.maxBodyBytesLimit).contains(maxUpstreamBodyBytes) else {
             throw ConfigurationError("max body bytes must be 1 to \(Self.maxBodyBytesLimit) (SQLite's largest value)")
@@ -248,6 +259,28 @@ public struct LarderConfiguration: Sendable {
         }
         for pattern in allowHosts where pattern.isEmpty || pattern.dropFirst(pattern.hasPrefix("*.") ? 2 : 0).contains("*") {
             throw ConfigurationError("allow-host pattern '\(pattern)' must be a host name or '*.' followed by one")
+        }
+    }
+}
+
+extension LarderConfiguration {
+    /// The TLS files: each pair given whole, the admin one only with an admin listener.
+    func validateTLS() throws(ConfigurationError) {
+        let pairs = [
+            ("--tls-cert", tlsCertificatePath, "--tls-key", tlsKeyPath),
+            ("--admin-tls-cert", adminTLSCertificatePath, "--admin-tls-key", adminTLSKeyPath)
+        ]
+        for (certificateOption, certificate, keyOption, key) in pairs {
+            guard (certificate == nil) == (key == nil) else {
+                throw ConfigurationError(
+                    "\(certificate == nil ? certificateOption : keyOption) is missing: give \(certificateOption) and \(keyOption) together")
+            }
+            if certificate?.isEmpty == true || key?.isEmpty == true {
+                throw ConfigurationError("the path given with \(certificate?.isEmpty == true ? certificateOption : keyOption) is empty")
+            }
+        }
+        if adminTLSCertificatePath != nil, adminPort == nil {
+            throw ConfigurationError("--admin-tls-cert is for the admin listener: give --admin-port too, or use --tls-cert")
         }
     }
 }

@@ -25,6 +25,16 @@ extension Setting {
                 .integer(
                     "adminPort", \.adminPort, unset: "none: on --port",
                     "Serve the /cache admin routes and /metrics on this port only, on the same --host; 0 = any free port"),
+                .text(
+                    "tlsCert", \.tlsCertificatePath, environment: "LARDER_TLS_CERT", empty: .ignored, unset: "none: plain HTTP",
+                    "PEM certificate (chain) file: every listener serves HTTPS only, with --tls-key"),
+                .text(
+                    "tlsKey", \.tlsKeyPath, environment: "LARDER_TLS_KEY", empty: .ignored, unset: "none",
+                    "PEM private key file (unencrypted) of --tls-cert"),
+                .text(
+                    "adminTlsCert", \.adminTLSCertificatePath, unset: "--tls-cert",
+                    "PEM certificate file of the --admin-port listener alone (HTTPS there even without --tls-cert), with --admin-tls-key"),
+                .text("adminTlsKey", \.adminTLSKeyPath, unset: "--tls-key", "PEM private key file of --admin-tls-cert"),
                 .seconds("shutdownGrace", \.shutdownGraceSeconds, "Seconds in-flight requests get to finish on SIGTERM")
             ]),
         section(

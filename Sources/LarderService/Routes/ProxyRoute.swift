@@ -89,7 +89,7 @@ struct ProxyRoute: Sendable {
                 memoKey.append(contentsOf: part.utf8)
                 memoKey.append(0)
             }
-            for header in request.headers where !Self.notForwarded.contains(header.name.lowercasedASCII) {
+            for header in request.headers where !RequestIdentity.isIdentityField(header.name) {
                 memoKey.append(contentsOf: header.name.utf8)
                 memoKey.append(0)
                 memoKey.append(contentsOf: header.value.utf8)
