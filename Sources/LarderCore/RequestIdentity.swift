@@ -21,6 +21,8 @@ public struct RequestIdentity: Sendable {
     /// The caller's `tracestate`, passed on as received (§3.3.1.1: a vendor that does not change
     /// it must not drop it).
     public let traceState: String?
+    /// The caller sent an `X-Request-Id` or a `traceparent` (well-formed or not).
+    public let callerSentOne: Bool
 
     /// The identity of a request with these header fields (names compared case-insensitively).
     public init(headers: [(name: String, value: String)]) {
@@ -43,6 +45,7 @@ public struct RequestIdentity: Sendable {
 
     public init(callerID: String?, traceParent: String?, traceState: String?) {
         var ids = IdentityRandom()
+        callerSentOne = callerID != nil || traceParent != nil
         id = callerID.flatMap { Self.isWellFormedID($0) ? $0 : nil } ?? Self.newID(using: &ids)
         let state = traceState.map { $0.trimmingSpaces }.flatMap { $0.isEmpty || $0.utf8.count > Self.maxTraceStateBytes ? nil : $0 }
         if let traceParent, let parent = try? TraceContext(traceParentHeaderValue: traceParent, traceStateHeaderValue: state) {

@@ -1,7 +1,8 @@
 // Request ids and W3C Trace Context through the real server: the caller's X-Request-Id and
 // traceparent reach the origin from /fetch, each /batch item, each /chain step and the proxy,
 // continued with a span id of their own; the response returns the id and Larder's span; the
-// access line carries them with the client, the upstream URL (redacted) and the key prefix.
+// access line carries them with the client, the upstream URL (redacted) and the key prefix. The
+// proxy returns them only to a client that sent one.
 
 import Foundation
 import LarderCore
@@ -115,7 +116,18 @@ final class RequestIdentityTests: IntegrationTestCase {
             let (trace, upstreamSpan, _) = parts(received.headers["traceparent"])
             XCTAssertEqual(trace, callerTrace)
             XCTAssertNotEqual(upstreamSpan, span, "continued, not passed through")
+            XCTAssertEqual(response.headers["x-request-id"], "proxy-\(index)")
+            XCTAssertEqual(parts(response.headers["traceparent"]).0, callerTrace)
         }
+        // A client that sends neither gets the origin's answer without them (so that identical
+        // hits are identical bytes); the origin and the log still get an id and a trace.
+        let plain = try client.request("GET", "/proxy/origin/plain?cc=max-age=60")
+        XCTAssertEqual(plain.status, 200)
+        XCTAssertNil(plain.headers["x-request-id"])
+        XCTAssertNil(plain.headers["traceparent"])
+        let received = try XCTUnwrap(origin.requests("/plain").first)
+        XCTAssertNotNil(received.headers["x-request-id"])
+        XCTAssertEqual(parts(received.headers["traceparent"]).2, "00")
     }
 
     func testTheAccessLineNamesTheRequestClientUpstreamAndKey() throws {

@@ -36,11 +36,23 @@ struct Route: Sendable {
     /// The metrics' route label for the handler's answers, when the path does not say it (the
     /// proxy-root listener serves any path).
     let metricsRoute: String?
+    /// When the answer carries the request's `X-Request-Id` and `traceparent`.
+    let identityInAnswer: IdentityInAnswer
     let handler: Handler
+
+    enum IdentityInAnswer: Sendable {
+        case always
+        /// Only when the client sent `X-Request-Id` or `traceparent`: the proxy's hits for a
+        /// client that does not take part are then the same bytes every time, and the server
+        /// sends one built answer again (RecentResponses) instead of building each (a third of
+        /// a proxy hit's CPU).
+        case whenAsked
+    }
 
     init(
         _ pattern: RoutePattern, _ methods: [String]?, listener: Listener = .main, access: Access = .open,
-        refusesLoops: Bool = false, metricsRoute: String? = nil, handler: @escaping Handler
+        refusesLoops: Bool = false, metricsRoute: String? = nil, identityInAnswer: IdentityInAnswer = .always,
+        handler: @escaping Handler
     ) {
         self.pattern = pattern
         self.methods = methods
@@ -48,6 +60,7 @@ struct Route: Sendable {
         self.access = access
         self.refusesLoops = refusesLoops
         self.metricsRoute = metricsRoute
+        self.identityInAnswer = identityInAnswer
         self.handler = handler
     }
 

@@ -51,7 +51,7 @@ extension Router {
                 throw LarderError(.notFound, "no route for \(request.http.path)")
             },
 
-            Route(.targetPrefix("/proxy/"), nil, refusesLoops: true, metricsRoute: "proxy") { request in
+            Route(.targetPrefix("/proxy/"), nil, refusesLoops: true, metricsRoute: "proxy", identityInAnswer: .whenAsked) { request in
                 let rest = request.parameter
                 let end = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
                 return proxy.handle(request, upstream: String(rest[..<end]), target: String(rest[end...]))
@@ -77,7 +77,7 @@ extension Router {
     /// The proxy-root listener: every request proxied to `upstream`, path and query as they are.
     static func proxyRootRoutes(proxy: ProxyRoute, upstream: String) -> [Route] {
         [
-            Route(.any, nil, refusesLoops: true, metricsRoute: "proxy") { request in
+            Route(.any, nil, refusesLoops: true, metricsRoute: "proxy", identityInAnswer: .whenAsked) { request in
                 proxy.handle(request, upstream: upstream, target: request.parameter)
             }
         ]

@@ -97,8 +97,8 @@ final class Router: Sendable {
     func respond(to request: HTTPServerRequest, on listener: Listener, responder: any RouteResponder) -> HTTPServerResponse? {
         let receivedAt = clock.now()
         let identity = RequestIdentity(headers: request.headers)
-        func answer(_ answer: RouteAnswer, metricsRoute: String? = nil) -> HTTPServerResponse {
-            finish(request, answer, receivedAt, identity, metricsRoute: metricsRoute)
+        func answer(_ answer: RouteAnswer, metricsRoute: String? = nil, returnIdentity: Bool = true) -> HTTPServerResponse {
+            finish(request, answer, receivedAt, identity, metricsRoute: metricsRoute, returnIdentity: returnIdentity)
         }
         let table = listener == .proxyRoot ? proxyRootTable ?? RouteTable([]) : table
         guard let (routes, parameter) = table.match(path: request.path, rawTarget: request.rawTarget), let first = routes.first else {
@@ -123,15 +123,16 @@ final class Router: Sendable {
             return answer(RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue))
         }
         let label = route.metricsRoute
+        let returnIdentity = route.identityInAnswer == .always || identity.callerSentOne
         let routeRequest = RouteRequest(
             request, parameter: parameter, receivedAt: receivedAt, identity: identity, responder: responder
         ) { [self] later in
-            finish(request, later, receivedAt, identity, metricsRoute: label)
+            finish(request, later, receivedAt, identity, metricsRoute: label, returnIdentity: returnIdentity)
         }
         do {
-            return try route.handler(routeRequest).map { answer($0, metricsRoute: label) }
+            return try route.handler(routeRequest).map { answer($0, metricsRoute: label, returnIdentity: returnIdentity) }
         } catch {
-            return answer(RouteAnswer(error: error), metricsRoute: label)
+            return answer(RouteAnswer(error: error), metricsRoute: label, returnIdentity: returnIdentity)
         }
     }
 
@@ -151,10 +152,10 @@ final class Router: Sendable {
     /// given now or later.
     private func finish(
         _ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double, _ identity: RequestIdentity,
-        metricsRoute: String? = nil
+        metricsRoute: String?, returnIdentity: Bool
     ) -> HTTPServerResponse {
         var response = answer.response
-        response.headers.append(contentsOf: identity.responseFields)
+        if returnIdentity { response.headers.append(contentsOf: identity.responseFields) }
         let seconds = clock.now() - receivedAt
         let route = metricsRoute ?? LarderMetrics.route(for: request.path)
         metrics?.requestFinished(route: route, status: response.status, seconds: seconds)
