@@ -15,7 +15,7 @@ public struct RequestIdentity: Sendable {
     /// request.
     public let id: String
     /// Larder's span for this request (the trace the caller's `traceparent` names, or a new one).
-    public let span: TraceContext
+    public let span: TraceSpan
     /// The caller's span, when it sent a valid `traceparent`.
     public let parentSpanID: SpanID?
     /// The caller's `tracestate`, passed on as received (§3.3.1.1: a vendor that does not change
@@ -24,8 +24,9 @@ public struct RequestIdentity: Sendable {
     /// The caller sent an `X-Request-Id` or a `traceparent` (well-formed or not).
     public let callerSentOne: Bool
 
-    /// The identity of a request with these header fields (names compared case-insensitively).
-    public init(headers: [(name: String, value: String)]) {
+    /// The identity of a request with these header fields (names compared case-insensitively);
+    /// its span is recorded by `recorder` when there is one (spans are exported).
+    public init(headers: [(name: String, value: String)], recorder: (any SpanRecorder)? = nil) {
         var callerID: String?
         var traceParent: String?
         var traceState: [String] = []
@@ -40,23 +41,29 @@ public struct RequestIdentity: Sendable {
                 traceState.append(header.value)
             }
         }
-        self.init(callerID: callerID, traceParent: traceParent, traceState: traceState.isEmpty ? nil : traceState.joined(separator: ","))
+        self.init(
+            callerID: callerID, traceParent: traceParent, traceState: traceState.isEmpty ? nil : traceState.joined(separator: ","),
+            recorder: recorder)
     }
 
-    public init(callerID: String?, traceParent: String?, traceState: String?) {
+    public init(callerID: String?, traceParent: String?, traceState: String?, recorder: (any SpanRecorder)? = nil) {
         var ids = IdentityRandom()
         callerSentOne = callerID != nil || traceParent != nil
         id = callerID.flatMap { Self.isWellFormedID($0) ? $0 : nil } ?? Self.newID(using: &ids)
         let state = traceState.map { $0.trimmingSpaces }.flatMap { $0.isEmpty || $0.utf8.count > Self.maxTraceStateBytes ? nil : $0 }
-        if let traceParent, let parent = try? TraceContext(traceParentHeaderValue: traceParent, traceStateHeaderValue: state) {
-            span = TraceContext(traceID: parent.traceID, spanID: .random(using: &ids), flags: parent.flags, state: parent.state)
-            parentSpanID = parent.spanID
-            self.traceState = state
+        let parent = traceParent.flatMap { try? TraceContext(traceParentHeaderValue: $0, traceStateHeaderValue: state) }
+        // A tracestate without a valid traceparent is discarded with it (§3.3.1.1).
+        parentSpanID = parent?.spanID
+        self.traceState = parent == nil ? nil : state
+        if let recorder {
+            // The span's name is its route's, given when it ends.
+            span = TraceSpan("request", kind: .server, parent: parent, remote: true, recorder: recorder)
+        } else if let parent {
+            span = TraceSpan(
+                context: TraceContext(traceID: parent.traceID, spanID: .random(using: &ids), flags: parent.flags, state: parent.state))
         } else {
-            // A tracestate without a valid traceparent is discarded with it (§3.3.1.1).
-            span = TraceContext(traceID: .random(using: &ids), spanID: .random(using: &ids), flags: [], state: TraceState())
-            parentSpanID = nil
-            self.traceState = nil
+            span = TraceSpan(
+                context: TraceContext(traceID: .random(using: &ids), spanID: .random(using: &ids), flags: [], state: TraceState()))
         }
     }
 
@@ -90,15 +97,14 @@ public struct RequestIdentity: Sendable {
     }
 
     /// `traceparent` for Larder's span (returned to the caller).
-    public var traceParent: String { span.traceParentHeaderValue }
+    public var traceParent: String { span.traceParent }
 
-    /// The fields a request sent upstream carries: the request id, and a child span of Larder's
-    /// (a new span id each time) with the caller's trace state. Replaces any the caller's own
-    /// request held (a proxied request's, or a /fetch spec's), so the upstream sees one trace.
-    public func upstreamFields() -> [HeaderField] {
-        var random = IdentityRandom()
-        let child = TraceContext(traceID: span.traceID, spanID: .random(using: &random), flags: span.flags, state: TraceState())
-        var fields = [HeaderField("X-Request-Id", id), HeaderField("traceparent", child.traceParentHeaderValue)]
+    /// The fields a request sent upstream as `upstreamSpan` (a child of Larder's span, a new
+    /// span id each time) carries: the request id, the span and the caller's trace state.
+    /// They replace any the caller's own request held (a proxied request's, or a /fetch spec's),
+    /// so the upstream sees one trace.
+    public func upstreamFields(for upstreamSpan: TraceSpan) -> [HeaderField] {
+        var fields = [HeaderField("X-Request-Id", id), HeaderField("traceparent", upstreamSpan.traceParent)]
         if let traceState { fields.append(HeaderField("tracestate", traceState)) }
         return fields
     }

@@ -90,7 +90,8 @@ extension CurlDriver {
             "resuming a cut download",
             metadata: [
                 "url": "\(settings.redaction.apply(exchange.url.absoluteString))",
-                "from": "\(exchange.partial!.body.count)"
+                "from": "\(exchange.partial!.body.count)",
+                "request_id": "\(exchange.headers.first(named: "x-request-id") ?? "-")"
             ])
         begin(exchange)
     }

@@ -3,7 +3,7 @@
 
 import Dispatch
 import Foundation
-import LarderCore
+public import LarderCore
 import LarderCurl
 public import LarderEngine
 import LarderHTTP
@@ -60,10 +60,15 @@ public final class LarderService: @unchecked Sendable {
 
     /// `clock` drives cache ages and freshness (tests inject one); upstream deadlines always
     /// use the real clock.
-    public init(configuration: LarderConfiguration, logger: Logger, clock: Clock = .system) {
+    /// Where spans go: `spans` when given (tests record them), else the OTLP exporter that
+    /// `--otlp-endpoint` names; without either, spans are only ids.
+    private let givenSpans: (any SpanRecorder)?
+
+    public init(configuration: LarderConfiguration, logger: Logger, clock: Clock = .system, spans: (any SpanRecorder)? = nil) {
         self.running = Locked(configuration)
         self.logger = logger
         self.clock = clock
+        self.givenSpans = spans
     }
 
     /// The port the server listens on (useful when configured as 0).
@@ -259,7 +264,7 @@ public final class LarderService: @unchecked Sendable {
         return Router(
             engine: wiring.engine, clock: clock, logger: logger, configuration: configuration,
             upstreams: upstreamsByName, warmJobs: wiring.warmJobs, admin: admin, metrics: wiring.metrics,
-            health: wiring.store, loop: wiring.loop,
+            health: wiring.store, loop: wiring.loop, spans: givenSpans,
             scrape: { [weak tier = wiring.tier] memoBytes in
                 let connections = connections()
                 return tier.map {

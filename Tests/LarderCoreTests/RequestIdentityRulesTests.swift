@@ -21,19 +21,19 @@ final class RequestIdentityRulesTests: XCTestCase {
 
     func testAValidTraceparentIsContinuedWithNewSpans() {
         let identity = RequestIdentity(callerID: nil, traceParent: parent, traceState: "congo=t61rcWkgMzE")
-        XCTAssertEqual(identity.span.traceID.description, "4bf92f3577b34da6a3ce929d0e0e4736")
+        XCTAssertEqual(identity.span.context.traceID.description, "4bf92f3577b34da6a3ce929d0e0e4736")
         XCTAssertEqual(identity.parentSpanID?.description, "00f067aa0ba902b7")
-        XCTAssertNotEqual(identity.span.spanID.description, "00f067aa0ba902b7")
+        XCTAssertNotEqual(identity.span.context.spanID.description, "00f067aa0ba902b7")
         XCTAssertTrue(identity.traceParent.hasSuffix("-01"), "the caller's sampling decision is kept")
 
-        let first = identity.upstreamFields()
-        let second = identity.upstreamFields()
+        let first = identity.upstreamFields(for: identity.span.child("GET", kind: .client))
+        let second = identity.upstreamFields(for: identity.span.child("GET", kind: .client))
         func value(_ name: String, _ fields: [HeaderField]) -> String? { fields.first { $0.name.lowercased() == name }?.value }
         XCTAssertEqual(value("x-request-id", first), identity.id)
         XCTAssertEqual(value("tracestate", first), "congo=t61rcWkgMzE")
         let upstream = value("traceparent", first) ?? ""
         XCTAssertTrue(upstream.hasPrefix("00-4bf92f3577b34da6a3ce929d0e0e4736-"), upstream)
-        XCTAssertFalse(upstream.contains(identity.span.spanID.description), "a child span, not Larder's own")
+        XCTAssertFalse(upstream.contains(identity.span.context.spanID.description), "a child span, not Larder's own")
         XCTAssertNotEqual(value("traceparent", first), value("traceparent", second), "a new span per upstream request")
     }
 
@@ -48,7 +48,7 @@ final class RequestIdentityRulesTests: XCTestCase {
             XCTAssertNil(identity.parentSpanID, invalid)
             XCTAssertNil(identity.traceState, "tracestate goes with an invalid traceparent: \(invalid)")
             XCTAssertTrue(identity.traceParent.hasSuffix("-00"), invalid)
-            XCTAssertNotEqual(identity.span.traceID.description, "4bf92f3577b34da6a3ce929d0e0e4736")
+            XCTAssertNotEqual(identity.span.context.traceID.description, "4bf92f3577b34da6a3ce929d0e0e4736")
         }
     }
 

@@ -15,7 +15,7 @@ public final class RunningLarder {
     public let service: LarderService
     public let configuration: LarderConfiguration
 
-    public init(configuration: LarderConfiguration, clock: Clock, logLines: LogLines? = nil) throws {
+    public init(configuration: LarderConfiguration, clock: Clock, logLines: LogLines? = nil, spans: (any SpanRecorder)? = nil) throws {
         self.configuration = configuration
         var logger: Logger
         if let logLines {
@@ -25,7 +25,7 @@ public final class RunningLarder {
             logger = Logger(label: "larder-test") { StreamLogHandler.standardError(label: $0) }
             logger.logLevel = .warning
         }
-        service = LarderService(configuration: configuration, logger: logger, clock: clock)
+        service = LarderService(configuration: configuration, logger: logger, clock: clock, spans: spans)
         try service.start()
     }
 
@@ -60,15 +60,16 @@ open class IntegrationTestCase: XCTestCase {
 
     /// Starts Larder on port 0 with the test's database; `configure` adjusts the defaults.
     @discardableResult
-    public func startLarder(logLines: LogLines? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder
-    {
+    public func startLarder(
+        logLines: LogLines? = nil, spans: (any SpanRecorder)? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }
+    ) throws -> RunningLarder {
         var configuration = LarderConfiguration()
         configuration.port = 0
         configuration.databasePath = databasePath
         configuration.accessLog = false
         configuration.shutdownGraceSeconds = 5
         configure(&configuration)
-        let larder = try RunningLarder(configuration: configuration, clock: clock.clock, logLines: logLines)
+        let larder = try RunningLarder(configuration: configuration, clock: clock.clock, logLines: logLines, spans: spans)
         running.append(larder)
         return larder
     }

@@ -70,7 +70,9 @@ extension FetchEngine {
         case .store(let stored):
             let entry = self.entry(storing: response, for: request, derived: derived, kind: kind, stored: stored, at: arrivedAt)
             let freshness = entry.freshness
+            let storeSpan = prepared.identity?.span.recordedChild("cache store")
             store.save(entry) { [self] saved in
+                storeSpan?.end(["larder.cache.key": .string(derived.key.hex), "larder.cache.stored": .bool(saved)])
                 let report = CacheReport(
                     outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
                     ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,

@@ -54,6 +54,12 @@ extension FetchEngine {
         case whole(revalidating: StoredEntry?)
         /// A byte range of a GET (RFC 9110 §14.2), the caller's Range and If-Range replaced by these.
         case range(String?, ifRange: String?)
+
+        /// The method the upstream is asked with.
+        func method(of request: FetchRequest) -> HTTPMethod {
+            if case .range = self { return .get }
+            return request.method
+        }
     }
 
     /// The one way a request goes upstream: the caller's request with what `ask` adds, this
@@ -61,9 +67,11 @@ extension FetchEngine {
     /// and how redirects are treated.
     func upstreamRequest(for request: FetchRequest, _ ask: UpstreamAsk, identity: RequestIdentity?) -> UpstreamRequest {
         var headers = request.headers
-        if let identity {
-            headers.removeAll { RequestIdentity.upstreamFieldNames.contains($0.name.lowercased()) }
-            headers.append(contentsOf: identity.upstreamFields())
+        // OpenTelemetry's HTTP client span: named by the method, ended with the exchange.
+        let span = identity?.span.child(ask.method(of: request).rawValue, kind: .client)
+        if let identity, let span {
+            headers.removeAll { RequestIdentity.isIdentityField($0.name) }
+            headers.append(contentsOf: identity.upstreamFields(for: span))
         }
         var method = request.method
         var body = request.body
@@ -88,9 +96,23 @@ extension FetchEngine {
         upstreamRequest.followRedirects = !request.shared
         upstreamRequest.originBoundHeaders = request.originBoundHeaders
         upstreamRequest.progress = request.progress
+        upstreamRequest.span = span
         // A resumed download sends a Range of its own, which would replace the one asked for.
         if case .whole = ask { upstreamRequest.resumable = request.resumable }
         return upstreamRequest
+    }
+
+    /// OpenTelemetry's HTTP client span attributes (semantic conventions, HTTP spans), the URL
+    /// with --redact-query applied.
+    static func clientSpanAttributes(_ request: UpstreamRequest, redaction: QueryRedaction, status: Int?) -> SpanAttributes {
+        var attributes: SpanAttributes = [
+            "http.request.method": .string(request.method.rawValue),
+            "url.full": .string(redaction.apply(request.url.absoluteString)),
+            "server.address": .string(request.url.host),
+            "server.port": .int(request.url.port ?? (request.url.scheme == "https" ? 443 : 80))
+        ]
+        if let status { attributes["http.response.status_code"] = .int(status) }
+        return attributes
     }
 
     /// RFC 9111 §4.3.1: the stored entry to revalidate with its validators instead of
@@ -114,14 +136,20 @@ extension FetchEngine {
         let upstreamName =
             namespace.hasPrefix(FetchRequest.reservedNamespacePrefix)
             ? String(namespace.dropFirst(FetchRequest.reservedNamespacePrefix.count)) : "fetch"
+        let span = upstreamRequest.span
+        let redaction = limits.redaction
         upstream.send(upstreamRequest) { [traffic] result in
             switch result {
             case .success(let response):
                 traffic.exchanged(
                     upstream: upstreamName, status: response.status, errorCode: nil,
                     seconds: response.responseTime - response.requestTime)
+                span?.end(
+                    Self.clientSpanAttributes(upstreamRequest, redaction: redaction, status: response.status),
+                    errorType: response.status >= 500 ? String(response.status) : nil)
             case .failure(let error):
                 traffic.exchanged(upstream: upstreamName, status: nil, errorCode: error.code.rawValue, seconds: 0)
+                span?.end(Self.clientSpanAttributes(upstreamRequest, redaction: redaction, status: nil), errorType: error.code.rawValue)
             }
             completion(result)
         }

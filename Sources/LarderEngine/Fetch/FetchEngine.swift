@@ -156,7 +156,9 @@ public final class FetchEngine: Sendable {
         let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
         // A stored entry the caller's validators reject is, for this caller, not there.
         var hasPart = false
+        let lookupSpan = prepared.identity?.span.recordedChild("cache lookup")
         let found = readsCache ? variant(for: prepared, hasPart: &hasPart).flatMap { Self.satisfies($0, request) ? $0 : nil } : nil
+        lookupSpan?.end(["larder.cache.key": .string(derived.key.hex), "larder.cache.found": .bool(found != nil)])
         // An entry under another version is never served, not even stale on error.
         let entry = found?.freshness.version == options.version ? found : nil
         let now = clock.now()

@@ -19,6 +19,9 @@ public struct UpstreamRequest: Sendable {
     public var progress: TransferProgress?
     /// Resume a GET cut short mid-body with Range and If-Range (strong ETag or Last-Modified).
     public var resumable = false
+    /// The client span this request is (its id is in the request's `traceparent`); ended with
+    /// the exchange.
+    public var span: TraceSpan?
 
     public init(method: HTTPMethod, url: UpstreamURL, headers: [HeaderField], body: [UInt8]?, timeoutMs: Int, maxBodyBytes: Int) {
         self.method = method

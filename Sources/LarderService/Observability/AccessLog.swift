@@ -20,8 +20,8 @@ enum AccessLog {
         let said = answer.outcome?.rawValue ?? answer.errorCode ?? "-"
         var fields: Logger.Metadata = [
             "request_id": .string(identity.id),
-            "trace_id": .string(identity.span.traceID.description),
-            "span_id": .string(identity.span.spanID.description),
+            "trace_id": .string(identity.span.context.traceID.description),
+            "span_id": .string(identity.span.context.spanID.description),
             "route": .string(route),
             "method": .string(escaped(request.method)),
             "path": .string(escaped(request.path)),

@@ -22,6 +22,8 @@ final class Router: Sendable {
     let clock: Clock
     let logger: Logger
     let accessLog: Bool
+    /// Where spans are exported (--otlp-endpoint); nil: spans are only ids.
+    let spans: (any SpanRecorder)?
     /// --redact-query, applied to the upstream URLs the access log shows.
     let redaction: QueryRedaction
     let metrics: LarderMetrics?
@@ -45,11 +47,13 @@ final class Router: Sendable {
         engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
         upstreams: [String: NamedUpstream], warmJobs: WarmJobs, admin: AdminRoute,
         metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, loop: LoopDetection? = nil,
+        spans: (any SpanRecorder)? = nil,
         scrape: (@Sendable (_ memoBytes: Int) -> [UInt8])? = nil
     ) {
         self.clock = clock
         self.logger = logger
         self.accessLog = configuration.accessLog
+        self.spans = spans
         self.redaction = QueryRedaction(names: configuration.redactQuery)
         let budgets = RequestMemoBudgets(totalBytes: configuration.effectiveRequestMemoBytes)
         let fetch = FetchRoute(engine: engine, upstreams: upstreams, clock: clock, memo: RequestMemo(budgetBytes: budgets.fetch))
@@ -96,9 +100,10 @@ final class Router: Sendable {
     /// Answers `request` now, or returns nil and answers later through `responder`.
     func respond(to request: HTTPServerRequest, on listener: Listener, responder: any RouteResponder) -> HTTPServerResponse? {
         let receivedAt = clock.now()
-        let identity = RequestIdentity(headers: request.headers)
+        let identity = RequestIdentity(headers: request.headers, recorder: spans)
+        var httpRoute: String?
         func answer(_ answer: RouteAnswer, metricsRoute: String? = nil, returnIdentity: Bool = true) -> HTTPServerResponse {
-            finish(request, answer, receivedAt, identity, metricsRoute: metricsRoute, returnIdentity: returnIdentity)
+            finish(request, answer, receivedAt, identity, metricsRoute: metricsRoute, returnIdentity: returnIdentity, httpRoute: httpRoute)
         }
         let table = listener == .proxyRoot ? proxyRootTable ?? RouteTable([]) : table
         guard let (routes, parameter) = table.match(path: request.path, rawTarget: request.rawTarget), let first = routes.first else {
@@ -124,10 +129,12 @@ final class Router: Sendable {
         }
         let label = route.metricsRoute
         let returnIdentity = route.identityInAnswer == .always || identity.callerSentOne
+        let template = route.pattern.display
+        httpRoute = template
         let routeRequest = RouteRequest(
             request, parameter: parameter, receivedAt: receivedAt, identity: identity, responder: responder
         ) { [self] later in
-            finish(request, later, receivedAt, identity, metricsRoute: label, returnIdentity: returnIdentity)
+            finish(request, later, receivedAt, identity, metricsRoute: label, returnIdentity: returnIdentity, httpRoute: template)
         }
         do {
             return try route.handler(routeRequest).map { answer($0, metricsRoute: label, returnIdentity: returnIdentity) }
@@ -152,13 +159,19 @@ final class Router: Sendable {
     /// given now or later.
     private func finish(
         _ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double, _ identity: RequestIdentity,
-        metricsRoute: String?, returnIdentity: Bool
+        metricsRoute: String?, returnIdentity: Bool, httpRoute: String?
     ) -> HTTPServerResponse {
         var response = answer.response
         if returnIdentity { response.headers.append(contentsOf: identity.responseFields) }
         let seconds = clock.now() - receivedAt
         let route = metricsRoute ?? LarderMetrics.route(for: request.path)
         metrics?.requestFinished(route: route, status: response.status, seconds: seconds)
+        if identity.span.isRecorded {
+            identity.span.end(
+                name: httpRoute.map { "\(request.method) \($0)" } ?? request.method,
+                ServerSpan.attributes(request, answer: answer, status: response.status, httpRoute: httpRoute, identity: identity),
+                errorType: response.status >= 500 ? String(response.status) : nil)
+        }
         if accessLog {
             AccessLog.write(
                 to: logger, request: request, answer: answer, status: response.status, seconds: seconds, route: route,
