@@ -52,6 +52,24 @@ final class CLIAnswersTests: IntegrationTestCase {
         XCTAssertTrue(unknown.2.contains("no entry is stored under a key starting with \(unused)"), unknown.2)
     }
 
+    /// The admin API's times are RFC 3339 strings (operators issue): `ls` and `show` read them.
+    func testLsAndShowReadTheTimesTheServerGives() throws {
+        let larder = try startLarder { $0.adminToken = self.token }
+        let auth = environment(larder)
+        let key = try XCTUnwrap(try store(1, under: uniquePath(), in: larder).first)
+        let listed = try runExecutable(["cache", "ls"], environment: auth)
+        XCTAssertEqual(listed.0, 0, listed.2)
+        // The AGE column, between BYTES and HITS: seconds since stored, not "-".
+        XCTAssertNotNil(listed.1.range(of: #" B +[0-9]+s +0 +default "#, options: .regularExpression), listed.1)
+        let shown = try runExecutable(["cache", "show", key], environment: auth)
+        XCTAssertEqual(shown.0, 0, shown.2)
+        XCTAssertNotNil(shown.1.range(of: #"stored +[0-9]+s ago"#, options: .regularExpression), shown.1)
+        // The test's clock started when the test did; the command reads the system's.
+        let fresh = try XCTUnwrap(shown.1.range(of: #"fresh +for [0-9]+s more"#, options: .regularExpression), shown.1)
+        let seconds = try XCTUnwrap(Int(shown.1[fresh].split(separator: " ").last { Int($0.dropLast()) != nil }?.dropLast() ?? ""))
+        XCTAssertTrue((570...600).contains(seconds), shown.1)
+    }
+
     func testOlderThanTakesUnitsAndPlainSecondsAndTheNounAgrees() throws {
         let larder = try startLarder { $0.adminToken = self.token }
         let auth = environment(larder)
