@@ -46,7 +46,8 @@ final class CompletionScriptTests: XCTestCase {
         XCTAssertEqual(try complete("larder se", with: file), ["serve"])
         XCTAssertEqual(try complete("larder cache ", with: file), ["--help", "--version", "-h", "ls", "purge", "show", "stats", "warm"])
         XCTAssertEqual(try complete("larder cache purge --exp", with: file), ["--expired"])
-        XCTAssertEqual(try complete("larder serve --max-b", with: file), ["--max-batch", "--max-batch-bytes", "--max-body-bytes", "--max-bytes"])
+        XCTAssertEqual(
+            try complete("larder serve --max-b", with: file), ["--max-batch", "--max-batch-bytes", "--max-body-bytes", "--max-bytes"])
     }
 
     func testTheZshAndFishCompletionsNameTheSubcommands() throws {
