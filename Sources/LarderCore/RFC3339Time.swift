@@ -1,7 +1,8 @@
 // Times as the admin API gives them: RFC 3339 in UTC with milliseconds, `2026-11-26T09:15:58.123Z`.
 // One format for every time under /cache (entries, statistics, warm jobs), written and read here
-// only. By hand, as HTTPDate is: ISO8601DateFormatter is a class that is slow to make, and its
-// options differ between Foundation's implementations.
+// only, so the server and `larder cache` cannot disagree. By hand on the calendar arithmetic
+// HTTPDate uses: pure, no Foundation formatter (ISO8601DateFormatter writes no milliseconds
+// unless told, and one was made per warm-job answer).
 
 public enum RFC3339Time {
     /// The earliest and latest times a four-digit year holds: times outside are clamped to them
