@@ -139,10 +139,12 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto")
             ]),
         // The executable's command line: `larder serve`'s options against the settings table and
-        // the docs, parsed in process.
+        // the docs, parsed in process; the shell completion the built executable writes.
         .testTarget(
             name: "LarderCommandTests",
-            dependencies: ["larder", "LarderService", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: [
+                "larder", "LarderService", "LarderServiceTesting", .product(name: "ArgumentParser", package: "swift-argument-parser")
+            ]
         ),
         .testTarget(
             name: "LarderIntegrationTests",

@@ -47,10 +47,14 @@ public struct EntryFreshness: Sendable, Equatable {
     public var mustRevalidate: Bool
     /// The response's age when it was stored (RFC 9111 §4.2.3 corrected_initial_age), seconds.
     public var initialAge: Double
+    /// The caller's `cache.ttl` it was stored under, seconds; nil when stored under the
+    /// response's own freshness. Only the admin side reads it (`expiresAt`: listings, the
+    /// `expired` filter, retention): a lookup judges freshness by its own request's ttl.
+    public var storedTTL: Double?
 
     public init(
         storedAt: Double, freshnessLifetime: Double, version: Int64, staleWhileRevalidate: Double = 0,
-        staleIfError: Double = 0, mustRevalidate: Bool = false, initialAge: Double = 0
+        staleIfError: Double = 0, mustRevalidate: Bool = false, initialAge: Double = 0, storedTTL: Double? = nil
     ) {
         self.storedAt = storedAt
         self.freshnessLifetime = freshnessLifetime
@@ -59,10 +63,17 @@ public struct EntryFreshness: Sendable, Equatable {
         self.staleIfError = staleIfError
         self.mustRevalidate = mustRevalidate
         self.initialAge = initialAge
+        self.storedTTL = storedTTL
     }
 
-    /// When the stored response stops being fresh (its own lifetime, less the age it arrived with).
-    public var expiresAt: Double { storedAt - initialAge + freshnessLifetime }
+    /// When the entry stops being fresh under the lifetime it was stored under: the caller's
+    /// ttl from when it was stored (what `isFresh` measures a ttl by), else the response's own
+    /// lifetime less the age it arrived with. A version never ends an entry by time: it only
+    /// decides which requests may use it.
+    public var expiresAt: Double {
+        if let storedTTL { return storedAt + storedTTL }
+        return storedAt - initialAge + freshnessLifetime
+    }
     /// When its longest stale window (stale-while-revalidate, stale-if-error) ends.
     public var staleUntil: Double { expiresAt + max(staleWhileRevalidate, staleIfError) }
 
@@ -108,13 +119,16 @@ public struct StoredFreshness: Sendable, Equatable {
     public var staleIfError: Double = 0
     public var mustRevalidate = false
     public var initialAge: Double = 0
+    /// The caller's ttl the response is stored under (`StoreInputs.ttl`); nil: its own lifetime.
+    public var ttl: Double?
     /// Fields named by `no-cache="…"` / `private="…"`, lower-cased: kept out of the store.
     public var withheldFields: Set<String> = []
     public init(
         lifetime: Double, staleWhileRevalidate: Double = 0, staleIfError: Double = 0, mustRevalidate: Bool = false,
-        initialAge: Double = 0, withheldFields: Set<String> = []
+        initialAge: Double = 0, ttl: Double? = nil, withheldFields: Set<String> = []
     ) {
         self.lifetime = lifetime
+        self.ttl = ttl
         self.staleWhileRevalidate = staleWhileRevalidate
         self.staleIfError = staleIfError
         self.mustRevalidate = mustRevalidate
@@ -126,7 +140,7 @@ public struct StoredFreshness: Sendable, Equatable {
     public func entry(storedAt: Double, version: Int64) -> EntryFreshness {
         EntryFreshness(
             storedAt: storedAt, freshnessLifetime: lifetime, version: version, staleWhileRevalidate: staleWhileRevalidate,
-            staleIfError: staleIfError, mustRevalidate: mustRevalidate, initialAge: initialAge)
+            staleIfError: staleIfError, mustRevalidate: mustRevalidate, initialAge: initialAge, storedTTL: ttl)
     }
 }
 
@@ -279,6 +293,7 @@ public enum CacheRules {
                 mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")
                     || cacheControl.hasUnqualified("no-cache") || (shared && cacheControl.has("s-maxage")),
                 initialAge: initialAge(headers: headers, requestTime: inputs.requestTime, responseTime: inputs.responseTime),
+                ttl: ttl,
                 withheldFields: cacheControl.fieldsNotToStore))
     }
 

@@ -1,5 +1,7 @@
 // A stored entry as one Redis value: "LRD2", every field length-prefixed, then an HMAC-SHA-256
-// of all that came before, under a key derived from the instance secret.
+// of all that came before, under a key derived from the instance secret. The caller's ttl an
+// entry was stored under, when it has one, is one more field after the tags: values without it
+// are byte for byte what earlier versions wrote, and those versions' values still read.
 //
 // Anyone who can write to Redis can write any bytes there, and a plain checksum they simply
 // compute again. Without the secret they cannot make a value that authenticates, and a value
@@ -115,6 +117,7 @@ public struct EntryCodec: Sendable {
         string(entry.lastModified)
         integer(Int64(entry.tags.count))
         for tag in entry.tags { string(tag) }
+        if let ttl = entry.freshness.storedTTL { double(ttl) }
         return out
     }
 
@@ -179,6 +182,7 @@ public struct EntryCodec: Sendable {
             try reader.check(CacheTags.isValid(tag))
             tags.append(tag)
         }
+        let storedTTL = reader.remaining == 0 ? nil : try reader.seconds()
         try reader.check(reader.remaining == 0)
         var entry = StoredEntry(
             key: CacheKey(hex: key), primaryKey: CacheKey(hex: primaryKey), varyNames: varyNames, variantFingerprint: fingerprint,
@@ -187,7 +191,7 @@ public struct EntryCodec: Sendable {
             freshness: EntryFreshness(
                 storedAt: storedAt, freshnessLifetime: lifetime, version: version,
                 staleWhileRevalidate: whileRevalidate, staleIfError: ifError,
-                mustRevalidate: mustRevalidate == 1, initialAge: initialAge),
+                mustRevalidate: mustRevalidate == 1, initialAge: initialAge, storedTTL: storedTTL),
             sensitiveFingerprint: sensitive, etag: etag, lastModified: lastModified, headerFields: fields)
         entry.tags = tags
         return entry

@@ -3,6 +3,7 @@
 
 import ArgumentParser
 import Foundation
+import LarderCore
 import LarderCurl
 import LarderService
 
@@ -43,8 +44,15 @@ enum Format {
 
     static func seconds(_ value: Any?) -> Double? { (value as? Double) ?? (value as? Int).map(Double.init) }
 
+    /// A time from the admin API: an RFC 3339 string (RFC3339Time), or seconds since 1970 as
+    /// servers before 2026-11 gave them.
+    static func time(_ value: Any?) -> Double? {
+        if let text = value as? String { return RFC3339Time.parse(text) }
+        return seconds(value)
+    }
+
     static func age(since time: Any?) -> String {
-        guard let time = seconds(time) else { return "-" }
+        guard let time = self.time(time) else { return "-" }
         let age = max(0, Date().timeIntervalSince1970 - time)
         switch age {
         case ..<120: return "\(Int(age))s"
@@ -214,7 +222,7 @@ extension Cache {
                     }
                     rows.append(["stored", "\(Format.age(since: variant["storedAt"])) ago"])
                     let now = Date().timeIntervalSince1970
-                    if let expires = Format.seconds(variant["expiresAt"]) {
+                    if let expires = Format.time(variant["expiresAt"]) {
                         rows.append(["fresh", expires > now ? "for \(Int(expires - now))s more" : "no (stale for \(Int(now - expires))s)"])
                     }
                     for name in ["tags", "varies"] {

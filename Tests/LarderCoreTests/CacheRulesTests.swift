@@ -258,13 +258,35 @@ final class StoreDecisionTests: XCTestCase {
 
     func testStoredResponses() {
         XCTAssertEqual(decide(headers: [("Cache-Control", "max-age=5")]), .store(StoredFreshness(lifetime: 5)))
-        XCTAssertEqual(decide(method: .post, ttl: 10), .store(StoredFreshness(lifetime: 0)))
+        XCTAssertEqual(decide(method: .post, ttl: 10), .store(StoredFreshness(lifetime: 0, ttl: 10)))
         XCTAssertEqual(decide(partitioned: true, headers: [("Cache-Control", "private, max-age=5")]), .store(StoredFreshness(lifetime: 5)))
         XCTAssertEqual(decide(status: 204), .store(StoredFreshness(lifetime: 0)))
         // §4.2.4: no-cache forbids serving stale, as must-revalidate does.
         XCTAssertEqual(
             decide(policy: .reload, headers: [("Cache-Control", "no-cache")]),
             .store(StoredFreshness(lifetime: 0, mustRevalidate: true)))
+    }
+
+    /// Operators issue: an entry stored under a caller's ttl expires when that ttl ends, not at
+    /// the origin's max-age, while each lookup still judges freshness by its own ttl.
+    func testAnEntryExpiresAtTheEndOfTheLifetimeItWasStoredUnder() throws {
+        guard case .store(let stored) = decide(ttl: 3600, headers: [("Cache-Control", "max-age=60, stale-if-error=30")]) else {
+            return XCTFail("not stored")
+        }
+        XCTAssertEqual(stored, StoredFreshness(lifetime: 60, staleIfError: 30, ttl: 3600))
+        let entry = stored.entry(storedAt: 1000, version: 0)
+        XCTAssertEqual(entry.storedTTL, 3600)
+        XCTAssertEqual(entry.expiresAt, 4600, "the ttl, from when it was stored")
+        XCTAssertEqual(entry.staleUntil, 4630)
+        XCTAssertTrue(entry.isFresh(now: 4599, ttl: 3600))
+        XCTAssertFalse(entry.isFresh(now: 1061, ttl: nil), "a request without a ttl still goes by HTTP")
+        guard case .store(let own) = decide(headers: [("Cache-Control", "max-age=60")]) else { return XCTFail("not stored") }
+        let http = own.entry(storedAt: 1000, version: 0)
+        XCTAssertNil(http.storedTTL)
+        XCTAssertEqual(http.expiresAt, 1060)
+        var aged = http
+        aged.initialAge = 20
+        XCTAssertEqual(aged.expiresAt, 1040, "less the age it arrived with")
     }
 
     func testSMaxageForbidsStaleOnlyInASharedCache() {

@@ -43,9 +43,11 @@ final class AdminEntriesTests: IntegrationTestCase {
         XCTAssertEqual(item["tags"] as? [String], ["product-1", "catalog"])
         XCTAssertEqual(item["hits"] as? Int, 1, "hit counts are flushed before listing")
         XCTAssertEqual(item["etag"] as? String, "\"v1\"")
-        let storedAt = try XCTUnwrap(item["storedAt"] as? Double ?? (item["storedAt"] as? Int).map(Double.init))
-        let expiresAt = try XCTUnwrap(item["expiresAt"] as? Double ?? (item["expiresAt"] as? Int).map(Double.init))
-        let staleUntil = try XCTUnwrap(item["staleUntil"] as? Double ?? (item["staleUntil"] as? Int).map(Double.init))
+        let storedAt = try XCTUnwrap(adminTime(item["storedAt"]), "\(item)")
+        let expiresAt = try XCTUnwrap(adminTime(item["expiresAt"]), "\(item)")
+        let staleUntil = try XCTUnwrap(adminTime(item["staleUntil"]), "\(item)")
+        XCTAssertEqual(storedAt, clock.now, accuracy: 1)
+        XCTAssertNotNil(adminTime(item["lastAccessAt"]), "\(item)")
         XCTAssertEqual(expiresAt - storedAt, 60, accuracy: 1, "less the age the response arrived with")
         XCTAssertEqual(staleUntil - expiresAt, 30, accuracy: 0.01)
         XCTAssertGreaterThan(item["bytes"] as? Int ?? 0, 0)
@@ -65,6 +67,49 @@ final class AdminEntriesTests: IntegrationTestCase {
             XCTAssertEqual(refused.status, 400, query)
             XCTAssertEqual(refused.errorField, field, query)
         }
+    }
+
+    /// Operators issue: an entry fetched with a caller's `ttl` is listed as expiring when that ttl
+    /// ends, and neither the `expired` filter nor a purge by it removes it while callers still
+    /// get hits on it, however long past the origin's max-age.
+    func testAnEntryFetchedWithATTLExpiresWhenTheTTLEndsNotAtTheOriginsMaxAge() throws {
+        let client = try startLarder().connection()
+        let base = uniquePath()
+        let withTTL: [String: Any] = ["url": url("\(base)/ttl", "cc=max-age%3D60"), "cache": ["ttl": 3600]]
+        let withoutTTL: [String: Any] = ["url": url("\(base)/http", "cc=max-age%3D60")]
+        XCTAssertEqual(try client.fetch(withTTL).outcome, "miss")
+        XCTAssertEqual(try client.fetch(withoutTTL).outcome, "miss")
+        let storedAt = clock.now
+        func listed(_ name: String) throws -> [String: Any] {
+            let prefix = url("\(base)/\(name)").addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            return try XCTUnwrap(try list(client, "urlPrefix=\(prefix)").entries.first, name)
+        }
+        let item = try listed("ttl")
+        XCTAssertEqual(try XCTUnwrap(adminTime(item["expiresAt"]), "\(item)"), storedAt + 3600, accuracy: 1)
+        XCTAssertEqual(try XCTUnwrap(adminTime(item["staleUntil"]), "\(item)"), storedAt + 3600, accuracy: 1)
+        let http = try listed("http")
+        XCTAssertEqual(try XCTUnwrap(adminTime(http["expiresAt"]), "\(http)"), storedAt + 60, accuracy: 1)
+
+        // Past the origin's 60 s: the ttl caller still gets hits, and only the other entry is expired.
+        clock.advance(by: 120)
+        XCTAssertEqual(try client.fetch(withTTL).outcome, "hit")
+        XCTAssertEqual(try list(client, "expired=true").entries.map { $0["url"] as? String }, [url("\(base)/http", "cc=max-age%3D60")])
+        XCTAssertEqual(try list(client, "expired=false").entries.map { $0["url"] as? String }, [url("\(base)/ttl", "cc=max-age%3D60")])
+        let purged = try client.request("DELETE", "/cache?expired=true")
+        XCTAssertEqual(purged.status, 200, purged.text)
+        XCTAssertEqual(purged.json["removed"] as? Int, 1)
+        let hit = try client.fetch(withTTL)
+        XCTAssertEqual(hit.outcome, "hit", "not removed by the purge")
+        XCTAssertEqual(hit.originCount, 1)
+
+        // Past the ttl: expired, and purged.
+        clock.advance(by: 3600)
+        let expired = try client.request("DELETE", "/cache?expired=true")
+        XCTAssertEqual(expired.json["removed"] as? Int, 1, expired.text)
+        XCTAssertEqual(try list(client, "").entries.count, 0)
+        let refetched = try client.fetch(withTTL)
+        XCTAssertEqual(refetched.outcome, "miss")
+        XCTAssertEqual(refetched.originCount, 2)
     }
 
     func testPaginationVisitsEveryEntryExactlyOnceWhileEntriesComeAndGo() throws {

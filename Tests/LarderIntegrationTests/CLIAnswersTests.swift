@@ -52,6 +52,30 @@ final class CLIAnswersTests: IntegrationTestCase {
         XCTAssertTrue(unknown.2.contains("no entry is stored under a key starting with \(unused)"), unknown.2)
     }
 
+    /// The admin API's times are RFC 3339 strings (operators issue): `ls` and `show` read them.
+    func testLsAndShowReadTheTimesTheServerGives() throws {
+        let larder = try startLarder { $0.adminToken = self.token }
+        let auth = environment(larder)
+        let key = try XCTUnwrap(try store(1, under: uniquePath(), in: larder).first)
+        let listed = try runExecutable(["cache", "ls"], environment: auth)
+        XCTAssertEqual(listed.0, 0, listed.2)
+        // The AGE column, between BYTES and HITS: seconds since stored, not "-".
+        XCTAssertNotNil(listed.1.range(of: #" B +[0-9]+s +0 +default "#, options: .regularExpression), listed.1)
+        let shown = try runExecutable(["cache", "show", key], environment: auth)
+        XCTAssertEqual(shown.0, 0, shown.2)
+        // The server's clock is the test's (made with the test case, so behind the system's by
+        // however long other tests ran first); the command reads the system's. Whatever the gap,
+        // the age and the freshness left add up to the ttl of 600 s.
+        func seconds(_ pattern: String) throws -> Int {
+            let found = try XCTUnwrap(shown.1.range(of: pattern, options: .regularExpression), shown.1)
+            return try XCTUnwrap(
+                Int(shown.1[found].split(separator: " ").first { $0.hasSuffix("s") && Int($0.dropLast()) != nil }?.dropLast() ?? ""))
+        }
+        let age = try seconds(#"stored +[0-9]+s ago"#)
+        let left = try seconds(#"fresh +for [0-9]+s more"#)
+        XCTAssertTrue((599...601).contains(age + left), shown.1)
+    }
+
     func testOlderThanTakesUnitsAndPlainSecondsAndTheNounAgrees() throws {
         let larder = try startLarder { $0.adminToken = self.token }
         let auth = environment(larder)

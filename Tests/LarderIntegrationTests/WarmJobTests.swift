@@ -46,7 +46,10 @@ final class WarmJobTests: IntegrationTestCase {
         XCTAssertEqual(status["failed"] as? Int, 0)
         XCTAssertGreaterThanOrEqual(status["bytes"] as? Int ?? 0, 5000)
         XCTAssertGreaterThanOrEqual(status["bytesExpected"] as? Int ?? 0, 5000)
-        XCTAssertNotNil(status["finishedAt"] as? String)
+        let createdAt = try XCTUnwrap(adminTime(status["createdAt"]), "\(status)")
+        let started = try XCTUnwrap(adminTime(status["startedAt"]), "\(status)")
+        XCTAssertLessThanOrEqual(createdAt, started)
+        XCTAssertLessThanOrEqual(started, try XCTUnwrap(adminTime(status["finishedAt"]), "\(status)"))
         // Stored: answered without the origin.
         let hit = try client.fetch(["url": urls[0], "cache": ["policy": "cache-only"]])
         XCTAssertEqual(hit.outcome, "stale", hit.text)

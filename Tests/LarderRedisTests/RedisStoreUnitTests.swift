@@ -34,6 +34,23 @@ final class RedisStoreUnitTests: XCTestCase {
         XCTAssertEqual(try codec.decode(codec.encode(text)), text)
     }
 
+    /// Operators issue: the caller's ttl an entry was stored under goes to Redis too (the admin
+    /// listing and the `expired` filter read it there), as one field after the tags, so a value
+    /// without it is what earlier versions wrote and read.
+    func testTheTTLAnEntryWasStoredUnderRoundTripsAfterTheTags() throws {
+        var withTTL = entry()
+        withTTL.freshness.storedTTL = 3600
+        let decoded = try codec.decode(codec.encode(withTTL))
+        XCTAssertEqual(decoded.freshness.storedTTL, 3600)
+        XCTAssertEqual(decoded.freshness.expiresAt, 4600.5)
+        XCTAssertEqual(EntryCodec.payload(withTTL), EntryCodec.payload(entry()) + EntryCodec.payload(withTTL).suffix(8))
+        XCTAssertNil(try codec.decode(codec.encode(entry())).freshness.storedTTL)
+        for hostile in [-1, Double.nan, Double.infinity, 2e12] {
+            let payload = EntryCodec.payload(entry()) + withUnsafeBytes(of: hostile.bitPattern.littleEndian, Array.init)
+            XCTAssertThrowsError(try codec.decode(codec.sealed(payload)), "ttl \(hostile)")
+        }
+    }
+
     func testDamagedOrTruncatedValuesAreRefused() {
         let encoded = codec.encode(entry())
         for offset in [4, 100, encoded.count / 2, encoded.count - 1] {

@@ -465,6 +465,41 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertNil(store.lookup(CacheKey(hex: "old0")).first)
     }
 
+    /// Operators issue: listings and the `expired` filter go by the lifetime an entry was stored
+    /// under (a caller's ttl), not the response's own freshness.
+    func testListingAndTheExpiredFilterGoByTheTTLAnEntryWasStoredUnder() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        var withTTL = entry("with-ttl")
+        withTTL.freshness = EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 1, staleIfError: 10, storedTTL: 3600)
+        save(store, withTTL)
+        var http = entry("http")
+        http.freshness = EntryFreshness(storedAt: 1000, freshnessLifetime: 60, version: 1, initialAge: 5)
+        save(store, http)
+        let record = try XCTUnwrap(store.records(primaryKey: CacheKey(hex: "with-ttl")).first)
+        XCTAssertEqual(record.expiresAt, 4600)
+        XCTAssertEqual(record.staleUntil, 4610)
+        XCTAssertEqual(store.records(primaryKey: CacheKey(hex: "http")).first?.expiresAt, 1055)
+        func keys(expiredAt now: Double) -> [String] {
+            var filter = PurgeFilter()
+            filter.expiredAt = now
+            return store.list(filter, after: nil, limit: 10).records.map(\.key.hex)
+        }
+        XCTAssertEqual(keys(expiredAt: 1200), ["http"])
+        XCTAssertEqual(keys(expiredAt: 4609), ["http"])
+        XCTAssertEqual(keys(expiredAt: 4610), ["http", "with-ttl"])
+        var purge = PurgeFilter()
+        purge.expiredAt = 1200
+        let purged = expectation(description: "purged")
+        store.purge(purge) { result in
+            XCTAssertEqual(result.removed, 1)
+            purged.fulfill()
+        }
+        wait(for: [purged], timeout: 10)
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "with-ttl")).first)
+        XCTAssertNil(store.lookup(CacheKey(hex: "http")).first)
+    }
+
     func testUsageFollowsInsertsReplacementsAndDeletes() throws {
         let store = try SQLiteCacheStore(path: path, bodyFileThreshold: 4096, logger: logger)
         defer { store.close() }
@@ -537,13 +572,22 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         var proxyValidated = sized("proxy-validated", bytes: 10, storedAt: 1500, namespace: "proxy:api")
         proxyValidated.etag = "\"v\""
         save(store, proxyValidated)
+        // Operators issue: stored long ago under a caller's ttl that has not ended, callers still
+        // get hits on it; one whose ttl ended goes.
+        var ttlRunning = sized("ttl-running", bytes: 10, storedAt: 100)
+        ttlRunning.freshness.storedTTL = 5000
+        save(store, ttlRunning)
+        var ttlEnded = sized("ttl-ended", bytes: 10, storedAt: 100)
+        ttlEnded.freshness.storedTTL = 1800
+        save(store, ttlEnded)
         store.sweepAndWait(now: 2000)
         XCTAssertNil(store.lookup(CacheKey(hex: "old")).first)
         XCTAssertNil(store.lookup(CacheKey(hex: "proxy-expired")).first)
-        for kept in ["recent", "fetch-expired", "proxy-validated"] {
+        XCTAssertNil(store.lookup(CacheKey(hex: "ttl-ended")).first)
+        for kept in ["recent", "fetch-expired", "proxy-validated", "ttl-running"] {
             XCTAssertNotNil(store.lookup(CacheKey(hex: kept)).first, kept)
         }
-        XCTAssertEqual(store.expiredRemovalCount, 2)
+        XCTAssertEqual(store.expiredRemovalCount, 3)
     }
 
     /// Every row is looked at, across many windows, and proxy entries nothing can serve are found
@@ -654,9 +698,12 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         var fresh = entry("new")
         fresh.freshness = EntryFreshness(
             storedAt: 1, freshnessLifetime: 2, version: 3, staleWhileRevalidate: 4, staleIfError: 5,
-            mustRevalidate: true)
+            mustRevalidate: true, storedTTL: 6)
         save(store, fresh)
         XCTAssertEqual(store.lookup(CacheKey(hex: "new")).first?.freshness, fresh.freshness)
+        // The row from before has no ttl: its expiry is its HTTP freshness, as before.
+        XCTAssertEqual(store.records(primaryKey: CacheKey(hex: "old")).first?.expiresAt, 65)
+        XCTAssertEqual(store.records(primaryKey: CacheKey(hex: "new")).first?.expiresAt, 7)
     }
 
     func testInvalidationByURLRemovesEveryMatchingEntry() throws {

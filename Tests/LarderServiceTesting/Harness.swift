@@ -132,17 +132,7 @@ open class IntegrationTestCase: XCTestCase {
 
     // MARK: The real executable, for start-up, signal and crash tests
 
-    public var binary: URL {
-        if let override = ProcessInfo.processInfo.environment["LARDER_BINARY"] { return URL(fileURLWithPath: override) }
-        // The test bundle sits beside the products of the same build.
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while directory.path != "/" {
-            let candidate = directory.appendingPathComponent("larder")
-            if FileManager.default.isExecutableFile(atPath: candidate.path), !candidate.hasDirectoryPath { return candidate }
-            directory.deleteLastPathComponent()
-        }
-        return URL(fileURLWithPath: "/nonexistent/larder")
-    }
+    public var binary: URL { larderExecutable }
 
     public func launch(_ arguments: [String]) throws -> (Process, Pipe) {
         let path = binary.path

@@ -35,6 +35,19 @@ extension IntegrationTestCase {
     }
 }
 
+/// The larder executable of the build the tests are part of: LARDER_BINARY when set, else the
+/// one beside the test bundle (the products of one build share a directory).
+public var larderExecutable: URL {
+    if let override = ProcessInfo.processInfo.environment["LARDER_BINARY"] { return URL(fileURLWithPath: override) }
+    var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    while directory.path != "/" {
+        let candidate = directory.appendingPathComponent("larder")
+        if FileManager.default.isExecutableFile(atPath: candidate.path), !candidate.hasDirectoryPath { return candidate }
+        directory.deleteLastPathComponent()
+    }
+    return URL(fileURLWithPath: "/nonexistent/larder")
+}
+
 /// Runs `executable` with `arguments` to its end, `stdin` as its input and `environment` added
 /// to the test's; returns its exit status, stdout and stderr (stderr read beside stdout, so
 /// neither pipe fills while the other is read).

@@ -2,6 +2,7 @@
 // exactly which connection each request uses.
 
 import Foundation
+import LarderCore
 
 #if canImport(Glibc)
     import Glibc
@@ -29,6 +30,15 @@ public struct TestResponse: Sendable {
     public var upstreamBody: [String: Any] { json["body"] as? [String: Any] ?? [:] }
     /// The origin's request counter for the path, as it answered.
     public var originCount: Int? { upstreamBody["n"] as? Int }
+}
+
+/// A time from an admin answer, as seconds since 1970: only in the admin API's one format, an RFC
+/// 3339 string in UTC with milliseconds (`2026-11-26T09:15:58.123Z`); nil for anything else.
+public func adminTime(_ value: Any?) -> Double? {
+    guard let text = value as? String,
+        text.range(of: #"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$"#, options: .regularExpression) != nil
+    else { return nil }
+    return RFC3339Time.parse(text)
 }
 
 public struct TestClientError: Error, CustomStringConvertible {

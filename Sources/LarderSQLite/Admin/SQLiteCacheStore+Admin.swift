@@ -16,9 +16,10 @@ public import LarderEngine
 extension SQLiteCacheStore: CacheAdministration {
     static let purgeBatch = 1000
 
-    /// When a row's freshness ends, and its longest stale window (EntryFreshness.expiresAt, .staleUntil).
-    static let expiresAtSQL = "(stored_at - initial_age + freshness)"
-    static let staleUntilSQL = "(stored_at - initial_age + freshness + max(stale_while_revalidate, stale_if_error))"
+    /// When a row's freshness ends under the lifetime it was stored under (the caller's ttl, else
+    /// the response's own), and its longest stale window (EntryFreshness.expiresAt, .staleUntil).
+    static let expiresAtSQL = "coalesce(stored_at + ttl, stored_at - initial_age + freshness)"
+    static let staleUntilSQL = "(\(expiresAtSQL) + max(stale_while_revalidate, stale_if_error))"
 
     /// Bytes of an entry as counted by the admin API: body (inline or in its file) and metadata.
     static let entryBytesSQL = "(length(body) + body_size * (body_file IS NOT NULL) + length(headers) + length(url) + 256)"

@@ -11,7 +11,9 @@
 //   `retention` seconds (ZBNetworking's one-week expiry), and proxy entries past their freshness,
 //   every stale window and `keepStaleFor`, with no validator to revalidate them with (nothing
 //   can ever serve them). /fetch entries are kept past their HTTP freshness: a caller's `ttl`
-//   may still make them fresh.
+//   may still make them fresh. No entry goes before the end of the lifetime it was stored under
+//   (a caller's ttl, or the response's own) and its stale windows, however long ago it was
+//   written: callers still get hits on it.
 // - After evictions and sweeps, free pages go back to the file system (incremental vacuum, in
 //   steps), and the WAL is truncated at checkpoints (journal_size_limit), so disk use follows
 //   `maxBytes`.
@@ -167,23 +169,29 @@ extension SQLiteCacheStore {
         if removed == Self.evictionBatch {
             writerQueue.async { [self] in sweepUnusable(now: now) }
         } else if capacity.retention.isFinite {
-            writerQueue.async { [self] in sweepOld(writtenBefore: now - capacity.retention, windowsLeft: Self.sweepWindowsPerTick) }
+            writerQueue.async { [self] in
+                sweepOld(writtenBefore: now - capacity.retention, now: now, windowsLeft: Self.sweepWindowsPerTick)
+            }
         } else {
             trimming.underWay = false
             vacuumStep()
         }
     }
 
-    /// Entries not written for `retention` seconds: `sweepWindow` rowids per writer turn, at most
+    /// Entries not written for `retention` seconds and past the lifetime they were stored under
+    /// and its stale windows (`staleUntilSQL`) at `now`: `sweepWindow` rowids per writer turn, at most
     /// `sweepWindowsPerTick` turns per tick, going on from where the last tick stopped. So a
     /// tick costs the same on any size of cache, and a pass over all rows takes a few minutes
     /// per million (retention is counted in days). No index on stored_at: that would be one more
     /// B-tree on every write.
-    private func sweepOld(writtenBefore: Double, windowsLeft: Int) {
+    private func sweepOld(writtenBefore: Double, now: Double, windowsLeft: Int) {
         let start = trimming.sweepCursor
         let end = start + Self.sweepWindow
         let removed = deleteBatch(
-            "SELECT rowid FROM entries WHERE rowid > \(start) AND rowid <= \(end) AND stored_at < \(writtenBefore)")
+            """
+            SELECT rowid FROM entries WHERE rowid > \(start) AND rowid <= \(end) AND stored_at < \(writtenBefore)
+              AND \(Self.staleUntilSQL) <= \(now)
+            """)
         counters.expiredRemovals.add(removed, ordering: .relaxed)
         let last = (try? writer.scalarInt("SELECT coalesce(max(rowid), 0) FROM entries")) ?? 0
         // Past the last row, the next pass starts again from the first.
@@ -192,7 +200,7 @@ extension SQLiteCacheStore {
             trimming.underWay = false
             return vacuumStep()
         }
-        writerQueue.async { [self] in sweepOld(writtenBefore: writtenBefore, windowsLeft: windowsLeft - 1) }
+        writerQueue.async { [self] in sweepOld(writtenBefore: writtenBefore, now: now, windowsLeft: windowsLeft - 1) }
     }
 
     /// Deletes the rows whose rowids `selection` (SQL) picks, in one transaction, then reaps

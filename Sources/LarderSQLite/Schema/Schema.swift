@@ -155,6 +155,13 @@ enum Schema {
         // index cost a random B-tree update per hit flushed. The column stays (listings show it).
         """
         DROP INDEX entries_last_access;
+        """,
+        // 14: the caller's ttl an entry was stored under (`cache.ttl`), so listings, the
+        // `expired` filter and retention see the lifetime callers asked for. NULL: stored under
+        // the response's own freshness (and every row from before, whose ttl was not kept).
+        // unusable_at (11) needs no change: the proxy never stores under a caller's ttl.
+        """
+        ALTER TABLE entries ADD COLUMN ttl REAL;
         """
     ]
 

@@ -95,9 +95,9 @@ extension AdminRoute {
             out.append(contentsOf: #","\#(name)":"#.utf8)
             if let value { JSONWriter.appendString(value, to: &out) } else { out.append(contentsOf: "null".utf8) }
         }
-        func number(_ name: String, _ value: Double) {
+        func time(_ name: String, _ value: Double) {
             out.append(contentsOf: #","\#(name)":"#.utf8)
-            JSONWriter.appendNumber((value * 1000).rounded() / 1000, to: &out)
+            JSONWriter.appendString(RFC3339Time.format(value), to: &out)
         }
         func strings(_ name: String, _ values: [String]) {
             out.append(contentsOf: #","\#(name)":["#.utf8)
@@ -114,13 +114,13 @@ extension AdminRoute {
         string("method", record.method)
         string("url", record.url)
         out.append(contentsOf: #","status":\#(record.status),"bytes":\#(record.bytes)"#.utf8)
-        number("storedAt", record.storedAt)
-        number("expiresAt", record.expiresAt)
-        number("staleUntil", record.staleUntil)
+        time("storedAt", record.storedAt)
+        time("expiresAt", record.expiresAt)
+        time("staleUntil", record.staleUntil)
         out.append(contentsOf: #","version":\#(record.version)"#.utf8)
         strings("tags", record.tags)
         out.append(contentsOf: #","hits":\#(record.hits)"#.utf8)
-        number("lastAccessAt", record.lastAccessAt)
+        time("lastAccessAt", record.lastAccessAt)
         string("etag", record.etag)
         string("lastModified", record.lastModified)
         strings("varies", record.varies)

@@ -151,19 +151,20 @@ struct AdminRoute: Sendable {
             guard let value else { return "null" }
             return value == value.rounded() && abs(value) < 1e15 ? String(Int(value)) : String(value)
         }
+        func time(_ value: Double?) -> String { value.map { #""\#(RFC3339Time.format($0))""# } ?? "null" }
         out.append(contentsOf: #"{"stored":{"entries":\#(stored.entries),"bytes":\#(stored.bytes),"#.utf8)
         out.append(contentsOf: #""capacityBytes":\#(number(stored.capacityBytes.map(Double.init))),"#.utf8)
         out.append(contentsOf: #""evictions":\#(stored.evictions),"expiredRemovals":\#(stored.expiredRemovals),"#.utf8)
         if let admission = stored.admission { Self.appendAdmission(admission, to: &out) }
-        out.append(contentsOf: #""oldestStoredAt":\#(number(stored.oldestStoredAt)),"#.utf8)
-        out.append(contentsOf: #""newestStoredAt":\#(number(stored.newestStoredAt)),"namespaces":{"#.utf8)
+        out.append(contentsOf: #""oldestStoredAt":\#(time(stored.oldestStoredAt)),"#.utf8)
+        out.append(contentsOf: #""newestStoredAt":\#(time(stored.newestStoredAt)),"namespaces":{"#.utf8)
         for (index, namespace) in stored.namespaces.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             JSONWriter.appendString(namespace.name, to: &out)
             out.append(contentsOf: #":{"entries":\#(namespace.entries),"bytes":\#(namespace.bytes)}"#.utf8)
         }
         out.append(contentsOf: #"}},"memoryTier":{"bytes":\#(tier.bytes),"capacityBytes":\#(tier.capacityBytes)},"#.utf8)
-        out.append(contentsOf: #""sinceStart":{"startedAt":\#(number(traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
+        out.append(contentsOf: #""sinceStart":{"startedAt":\#(time(traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
         out.append(contentsOf: #""hits":\#(counts.hits),"misses":\#(counts.misses),"stale":\#(counts.stale),"#.utf8)
         out.append(contentsOf: #""revalidated":\#(counts.revalidated),"bypass":\#(counts.bypassed),"coalesced":\#(counts.coalesced),"#.utf8)
         out.append(contentsOf: #""hitRatio":\#(number(counts.hitRatio)),"errors":{"#.utf8)

@@ -92,7 +92,7 @@ struct WarmRoute: Sendable {
         for (name, time) in times {
             out.append(contentsOf: ",\"\(name)\":".utf8)
             if let time {
-                JSONWriter.appendString(ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: time)), to: &out)
+                JSONWriter.appendString(RFC3339Time.format(time), to: &out)
             } else {
                 out.append(contentsOf: "null".utf8)
             }
