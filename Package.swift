@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 // The map of Larder. Dependencies point inward:
 //   larder (executable) → LarderService → adapters (SQLite, Curl, HTTP) → LarderEngine → LarderCore.
 // Each C module is imported by exactly one adapter (libxxhash by the SQLite and Redis ones, for
@@ -15,6 +15,11 @@ let package = Package(
     products: [
         .executable(name: "larder", targets: ["larder"])
     ],
+    traits: [
+        .trait(
+            name: "OTLP",
+            description: "Span export over OTLP/HTTP (--otlp-endpoint) with swift-otel; adds about six minutes to a clean build")
+    ],
     // Exact versions: the ones the machine's package mirror holds. Package.resolved is not
     // committed (the mirror's commit ids are not GitHub's), so the pins live here.
     dependencies: [
@@ -25,7 +30,12 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-structured-headers.git", exact: "1.7.0"),
         .package(url: "https://github.com/apple/swift-metrics.git", exact: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", exact: "2.4.1"),
-        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", exact: "1.0.0")
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", exact: "1.0.0"),
+        // Span export (trait OTLP only): swift-otel's OTLP/HTTP exporter, the Tracer API it
+        // implements and the service group that runs it.
+        .package(url: "https://github.com/swift-otel/swift-otel.git", exact: "1.6.0", traits: ["OTLPHTTP"]),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", exact: "1.7.3"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", exact: "2.13.0")
     ],
     targets: [
         // System libraries (Debian -dev packages) with thin shims for calls Swift cannot make.
@@ -91,7 +101,10 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Metrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus")
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "OTel", package: "swift-otel", condition: .when(traits: ["OTLP"])),
+                .product(name: "Tracing", package: "swift-distributed-tracing", condition: .when(traits: ["OTLP"])),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle", condition: .when(traits: ["OTLP"]))
             ],
             swiftSettings: strict
         ),

@@ -63,6 +63,10 @@ public final class LarderService: @unchecked Sendable {
     /// Where spans go: `spans` when given (tests record them), else the OTLP exporter that
     /// `--otlp-endpoint` names; without either, spans are only ids.
     private let givenSpans: (any SpanRecorder)?
+    /// The spans of every request: `givenSpans`, or the exporter's.
+    private var spans: (any SpanRecorder)?
+    /// The OTLP exporter, flushed at shutdown.
+    private var spanExporter: (any SpanExporting)?
 
     public init(configuration: LarderConfiguration, logger: Logger, clock: Clock = .system, spans: (any SpanRecorder)? = nil) {
         self.running = Locked(configuration)
@@ -108,6 +112,9 @@ public final class LarderService: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)
         _ = Self.curlInitialised
         let secret = try Self.secret(configuration)
+        let exporter = givenSpans == nil ? try SpanExport.exporter(endpoint: configuration.otlpEndpoint, logger: logger) : nil
+        spans = givenSpans ?? exporter
+        spanExporter = exporter
         let store = try openClaimedStore(secret: secret)
         // Filled by the listeners below as each binds, before it accepts: no upstream connection
         // may reach them, or a /fetch caller could drive this instance's own routes.
@@ -156,6 +163,7 @@ public final class LarderService: @unchecked Sendable {
             servers.main.stop()
             upstream.shutdown()
             store.close()
+            exporter?.shutdown(waitingAtMost: 1)
             throw error
         }
         warmJobs.resumeUnfinished()
@@ -264,7 +272,7 @@ public final class LarderService: @unchecked Sendable {
         return Router(
             engine: wiring.engine, clock: clock, logger: logger, configuration: configuration,
             upstreams: upstreamsByName, warmJobs: wiring.warmJobs, admin: admin, metrics: wiring.metrics,
-            health: wiring.store, loop: wiring.loop, spans: givenSpans,
+            health: wiring.store, loop: wiring.loop, spans: spans,
             scrape: { [weak tier = wiring.tier] memoBytes in
                 let connections = connections()
                 return tier.map {
@@ -476,6 +484,8 @@ public final class LarderService: @unchecked Sendable {
             logger.error("requests still suspended after cancellation; stopping anyway")
         }
         for listener in servers { listener.stop() }
+        spanExporter?.shutdown(waitingAtMost: 5)
+        spanExporter = nil
         store.close()
         self.proxyServer = nil
         self.adminServer = nil

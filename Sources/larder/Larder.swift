@@ -234,5 +234,6 @@ struct ObservabilitySettings: ParsableArguments {
     @Flag(setting: "accessLog", inversion: .prefixedNo) var accessLog: Bool?
     @Option(setting: "logFormat") var logFormat: String?
     @Option(setting: "logLevel") var logLevel: String?
+    @Option(setting: "otlpEndpoint") var otlpEndpoint: String?
     @Option(setting: "metricsNamespaces") var metricsNamespaces: Int?
 }

@@ -42,7 +42,8 @@ final class CompletionScriptTests: XCTestCase {
         let (syntax, _, syntaxErrors) = try runToEnd(URL(fileURLWithPath: "/bin/bash"), ["-n", file.path])
         XCTAssertEqual(syntax, 0, "bash -n: " + String(decoding: syntaxErrors, as: UTF8.self))
 
-        XCTAssertEqual(try complete("larder ", with: file), ["--help", "--version", "-h", "cache", "healthcheck", "help", "serve"])
+        XCTAssertEqual(
+            try complete("larder ", with: file), ["--help", "--version", "-h", "cache", "check-config", "healthcheck", "help", "serve"])
         XCTAssertEqual(try complete("larder se", with: file), ["serve"])
         XCTAssertEqual(try complete("larder cache ", with: file), ["--help", "--version", "-h", "ls", "purge", "show", "stats", "warm"])
         XCTAssertEqual(try complete("larder cache purge --exp", with: file), ["--expired"])

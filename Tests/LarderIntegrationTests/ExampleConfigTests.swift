@@ -30,6 +30,8 @@ final class ExampleConfigTests: IntegrationTestCase {
             configuration.tlsKeyPath = nil
             configuration.adminTLSCertificatePath = nil
             configuration.adminTLSKeyPath = nil
+            // The sample's collector is an operator's (OTLPExportTests exports to a real receiver).
+            configuration.otlpEndpoint = nil
         }
         XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200)
         let admin = try TestConnection(port: try XCTUnwrap(larder.adminPort))

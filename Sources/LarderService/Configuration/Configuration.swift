@@ -94,6 +94,8 @@ public struct LarderConfiguration: Sendable {
     public var logFormat: String = "text"
     /// The least severe level logged: trace, debug, info, notice, warning, error or critical.
     public var logLevel: String = "info"
+    /// Where spans are exported over OTLP/HTTP (a collector's /v1/traces URL); nil: not exported.
+    public var otlpEndpoint: String?
     /// When set, every /cache route requires `Authorization: Bearer <token>`.
     public var adminToken: String?
     /// When set, GET /metrics requires `Authorization: Bearer <token>`.
@@ -184,6 +186,9 @@ public struct LarderConfiguration: Sendable {
         }
         guard (0...10_000).contains(metricsNamespaces) else { throw ConfigurationError("metrics namespaces must be 0 to 10000") }
         guard LogFormat(rawValue: logFormat) != nil else { throw ConfigurationError("log format must be text or json") }
+        if let otlpEndpoint, !(otlpEndpoint.hasPrefix("http://") || otlpEndpoint.hasPrefix("https://")) {
+            throw ConfigurationError("the OTLP endpoint must be an http:// or https:// URL, such as http://collector:4318/v1/traces")
+        }
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ConfigurationError("log level must be one of \(Logger.Level.allCases.map(\.rawValue).joined(separator: ", "))")
         }

@@ -156,6 +156,9 @@ extension Setting {
                 .text(
                     "logLevel", \.logLevel, environment: "LARDER_LOG_LEVEL",
                     "Least severe level logged: trace, debug, info, notice, warning, error or critical"),
+                .text(
+                    "otlpEndpoint", \.otlpEndpoint, unset: "none: spans are not exported",
+                    "Export spans over OTLP/HTTP to this URL, e.g. http://collector:4318/v1/traces (a build with the OTLP trait)"),
                 .integer(
                     "metricsNamespaces", \.metricsNamespaces,
                     "Namespaces with their own label in /metrics; later ones are counted as 'other'")

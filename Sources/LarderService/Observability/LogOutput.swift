@@ -76,7 +76,9 @@ public struct LarderLogHandler: LogHandler {
     public func log(event: LogEvent) {
         var fields = metadata
         if let more = event.metadata { fields.merge(more) { _, new in new } }
-        let time = LogTime.rfc3339(LogTime.now())
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let time = RFC3339Time.format(Double(now.tv_sec) + Double(now.tv_nsec) / 1e9)
         switch control.format {
         case .text: write(Self.textLine(time: time, level: event.level, message: event.message.description, fields: fields))
         case .json: write(Self.jsonLine(time: time, level: event.level, message: event.message.description, fields: fields))
@@ -170,25 +172,5 @@ public struct LarderLogHandler: LogHandler {
                 }
             }
         }
-    }
-}
-
-/// The wall clock of log lines, in RFC 3339 with milliseconds (UTC).
-enum LogTime {
-    static func now() -> timespec {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        return now
-    }
-
-    static func rfc3339(_ time: timespec) -> String {
-        var seconds = time.tv_sec
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        let milliseconds = Int(time.tv_nsec / 1_000_000)
-        let millisecondText = milliseconds < 10 ? "00\(milliseconds)" : milliseconds < 100 ? "0\(milliseconds)" : "\(milliseconds)"
-        let date = "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))"
-        return "\(date)T\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(millisecondText)Z"
     }
 }
