@@ -293,6 +293,10 @@ private struct CacheReader {
             guard !namespace.isEmpty, namespace.utf8.count <= 256 else {
                 throw .invalid(name("namespace"), "must be 1 to 256 bytes")
             }
+            // It is shown by the admin API, /metrics labels and the CLI: no control characters.
+            guard !namespace.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
+                throw .invalid(name("namespace"), "must not contain control characters")
+            }
             guard !namespace.hasPrefix(FetchRequest.reservedNamespacePrefix) else {
                 throw .invalid(name("namespace"), "namespaces starting with '\(FetchRequest.reservedNamespacePrefix)' belong to the proxy")
             }

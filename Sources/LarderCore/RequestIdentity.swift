@@ -50,8 +50,9 @@ public struct RequestIdentity: Sendable {
         var ids = IdentityRandom()
         callerSentOne = callerID != nil || traceParent != nil
         id = callerID.flatMap { Self.isWellFormedID($0) ? $0 : nil } ?? Self.newID(using: &ids)
-        let state = traceState.map { $0.trimmingSpaces }.flatMap { $0.isEmpty || $0.utf8.count > Self.maxTraceStateBytes ? nil : $0 }
-        let parent = traceParent.flatMap { try? TraceContext(traceParentHeaderValue: $0, traceStateHeaderValue: state) }
+        let parent = traceParent.flatMap(Self.parent(from:))
+        // §3.3.1.1: a tracestate that cannot be passed on is dropped; the traceparent stands.
+        let state = traceState.map { $0.trimmingSpaces }.flatMap { Self.isPassable(traceState: $0) ? $0 : nil }
         // A tracestate without a valid traceparent is discarded with it (§3.3.1.1).
         parentSpanID = parent?.spanID
         self.traceState = parent == nil ? nil : state
@@ -65,6 +66,28 @@ public struct RequestIdentity: Sendable {
             span = TraceSpan(
                 context: TraceContext(traceID: .random(using: &ids), spanID: .random(using: &ids), flags: [], state: TraceState()))
         }
+    }
+
+    /// The caller's span from a `traceparent` value (§3.2.2): version 00 exactly as specified; a
+    /// later version is read by its first 55 characters when the 56th, if any, is `-` (§3.2.4,
+    /// forward compatibility); version ff and anything else is no parent.
+    static func parent(from value: String) -> TraceContext? {
+        let text = value.trimmingSpaces
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 55, bytes[0] != UInt8(ascii: "f") || bytes[1] != UInt8(ascii: "f") else { return nil }
+        let isZeroZero = bytes[0] == UInt8(ascii: "0") && bytes[1] == UInt8(ascii: "0")
+        if isZeroZero {
+            return try? TraceContext(traceParentHeaderValue: text)
+        }
+        guard bytes.count == 55 || bytes[55] == UInt8(ascii: "-"), bytes[0..<2].allSatisfy({ HexDigits.isLowerHex($0) }) else { return nil }
+        return try? TraceContext(traceParentHeaderValue: "00" + String(decoding: bytes[2..<55], as: UTF8.self))
+    }
+
+    /// A tracestate Larder passes on as received: at most 512 bytes of visible ASCII, spaces and
+    /// tabs (the list's grammar is the vendors' to enforce; §3.3.1.3).
+    static func isPassable(traceState: String) -> Bool {
+        !traceState.isEmpty && traceState.utf8.count <= maxTraceStateBytes
+            && traceState.utf8.allSatisfy { (0x20...0x7E).contains($0) || $0 == 0x09 }
     }
 
     /// Longest request id taken from a caller.
@@ -93,7 +116,7 @@ public struct RequestIdentity: Sendable {
 
     /// A new request id: 16 lower-case hex digits.
     static func newID(using random: inout IdentityRandom) -> String {
-        hex(random.next())
+        withUnsafeBytes(of: random.next().bigEndian) { bytes in HexDigits.string(bytes.count * 2) { HexDigits.write(bytes, to: $0) } }
     }
 
     /// `traceparent` for Larder's span (returned to the caller).
@@ -123,17 +146,6 @@ public struct RequestIdentity: Sendable {
     public var responseFields: [(name: String, value: String)] {
         [("X-Request-Id", id), ("traceparent", traceParent)]
     }
-
-    static func hex(_ value: UInt64) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var bytes = [UInt8](repeating: 0, count: 16)
-        var rest = value
-        for index in stride(from: 15, through: 0, by: -1) {
-            bytes[index] = digits[Int(rest & 0xF)]
-            rest >>= 4
-        }
-        return String(decoding: bytes, as: UTF8.self)
-    }
 }
 
 /// Random enough for ids and unique within the process, without a system call per id: SplitMix64
@@ -148,5 +160,47 @@ struct IdentityRandom: RandomNumberGenerator {
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
+    }
+}
+
+/// Lower-case hex written straight into a string's storage: an id is made for every request, and
+/// building it through arrays and interpolation cost more than the rest of a hit's identity.
+enum HexDigits {
+    private static let digits: StaticString = "0123456789abcdef"
+
+    static func isLowerHex(_ byte: UInt8) -> Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)
+    }
+
+    /// Writes two digits per byte of `bytes` at the start of `out`; returns how many it wrote.
+    static func write(_ bytes: UnsafeRawBufferPointer, to out: UnsafeMutableBufferPointer<UInt8>, at offset: Int = 0) -> Int {
+        let table = digits.utf8Start
+        var index = offset
+        for byte in bytes {
+            out[index] = table[Int(byte >> 4)]
+            out[index + 1] = table[Int(byte & 0x0F)]
+            index += 2
+        }
+        return index - offset
+    }
+
+    /// A string of `count` ASCII bytes that `fill` writes (and says how many it wrote).
+    static func string(_ count: Int, _ fill: (UnsafeMutableBufferPointer<UInt8>) -> Int) -> String {
+        String(unsafeUninitializedCapacity: count, initializingUTF8With: fill)
+    }
+
+    /// `traceparent` (version 00) for `context`, as W3C Trace Context §3.2 writes it.
+    static func traceParent(_ context: TraceContext) -> String {
+        string(55) { out in
+            out[0] = UInt8(ascii: "0")
+            out[1] = UInt8(ascii: "0")
+            out[2] = UInt8(ascii: "-")
+            _ = withUnsafeBytes(of: context.traceID.bytes) { write($0, to: out, at: 3) }
+            out[35] = UInt8(ascii: "-")
+            _ = withUnsafeBytes(of: context.spanID.bytes) { write($0, to: out, at: 36) }
+            out[52] = UInt8(ascii: "-")
+            _ = withUnsafeBytes(of: context.flags.rawValue) { write($0, to: out, at: 53) }
+            return 55
+        }
     }
 }

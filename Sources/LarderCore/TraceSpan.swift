@@ -81,5 +81,5 @@ public struct TraceSpan: Sendable {
     }
 
     /// `traceparent` for this span.
-    public var traceParent: String { context.traceParentHeaderValue }
+    public var traceParent: String { HexDigits.traceParent(context) }
 }

@@ -33,6 +33,12 @@ struct ListenerCertificates {
 }
 
 extension LarderService {
+    /// Reads and checks the files `configuration` names that start reads (the TLS certificates
+    /// and keys), as start would; for `larder check-config`.
+    public static func checkFiles(_ configuration: LarderConfiguration) throws {
+        _ = try ListenerCertificates(configuration)
+    }
+
     /// Reads the configured certificate and key files again and installs them: connections
     /// accepted from then on get the new certificates; those open keep theirs until they close
     /// (HTTPServer.reloadCertificates). Every file is read and checked before any listener

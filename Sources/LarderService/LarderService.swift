@@ -315,6 +315,9 @@ public final class LarderService: @unchecked Sendable {
         wiring.routers.set(makeRouter(new, wiring))
         running.withLock { $0 = new }
         if new.adminToken != current.adminToken { warnIfAdminRoutesOpen(new) }
+        if current.adminToken != nil, new.adminToken == nil {
+            logger.warning("the reload removed the admin token: every /cache route is now open to whoever reaches \(new.host)")
+        }
         return ReloadReport(applied: applied, keptUntilRestart: kept)
     }
 
@@ -346,7 +349,7 @@ public final class LarderService: @unchecked Sendable {
             let logger = self.logger
             serverConfiguration.onReject = { method, path, status, _ in
                 let code = status == 501 ? "not_implemented" : "invalid_request"
-                logger.info("\(AccessLog.escaped(method)) \(AccessLog.escaped(path)) \(status) \(code) -")
+                logger.info("\(method) \(path.replacingOccurrences(of: " ", with: "%20")) \(status) \(code) -")
             }
         }
         return serverConfiguration

@@ -62,7 +62,9 @@ enum Format {
         }
     }
 
+    /// The rows in columns, every cell's control characters shown (a cell is one line).
     static func table(_ rows: [[String]]) -> String {
+        let rows = rows.map { $0.map { TerminalText.safe($0) } }
         guard let first = rows.first else { return "" }
         var widths = Array(repeating: 0, count: first.count)
         for row in rows {
@@ -135,11 +137,11 @@ extension Cache {
                 if !errors.isEmpty {
                     rows.append(["errors", errors.map { "\($0.key) \(Format.number($0.value))" }.joined(separator: ", ")])
                 }
-                print(Format.table(rows))
+                TerminalText.print(Format.table(rows))
                 let namespaces = (stored["namespaces"] as? [String: [String: Any]] ?? [:]).sorted { $0.key < $1.key }
                 if !namespaces.isEmpty {
-                    print("")
-                    print(
+                    TerminalText.print("")
+                    TerminalText.print(
                         Format.table(
                             [["NAMESPACE", "ENTRIES", "BYTES"]]
                                 + namespaces.map { [$0.key, Format.number($0.value["entries"]), Format.bytes($0.value["bytes"])] }))
@@ -191,8 +193,8 @@ extension Cache {
                         (entry["tags"] as? [String] ?? []).joined(separator: ","), entry["url"] as? String ?? ""
                     ]
                 }
-                print(Format.table([["KEY", "STATUS", "BYTES", "AGE", "HITS", "NAMESPACE", "TAGS", "URL"]] + rows))
-                print(Format.count(entries.count, "entry", "entries"))
+                TerminalText.print(Format.table([["KEY", "STATUS", "BYTES", "AGE", "HITS", "NAMESPACE", "TAGS", "URL"]] + rows))
+                TerminalText.print(Format.count(entries.count, "entry", "entries"))
             }
         }
     }
@@ -229,23 +231,23 @@ extension Cache {
                         let values = variant[name] as? [String] ?? []
                         if !values.isEmpty { rows.append([name, values.joined(separator: ", ")]) }
                     }
-                    print(Format.table(rows))
+                    TerminalText.print(Format.table(rows))
                     if let response = variant["response"] as? [String: Any] {
                         for (name, value) in (response["headers"] as? [String: Any] ?? [:]).sorted(by: { $0.key < $1.key }) {
-                            print("  \(name): \(value)")
+                            TerminalText.print("  \(TerminalText.safe(name)): \(TerminalText.safe("\(value)"))")
                         }
                         if let text = response["bodyText"] as? String {
-                            print(text)
+                            TerminalText.print(text)
                         } else if let base64 = response["bodyBase64"] as? String {
-                            print("(\(Data(base64Encoded: base64)?.count ?? 0) bytes of binary body)")
+                            TerminalText.print("(\(Data(base64Encoded: base64)?.count ?? 0) bytes of binary body)")
                         } else if let json = response["body"],
                             let data = try? JSONSerialization.data(
                                 withJSONObject: json, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes, .fragmentsAllowed])
                         {
-                            print(String(decoding: data, as: UTF8.self))
+                            TerminalText.print(String(decoding: data, as: UTF8.self))
                         }
                     }
-                    print("")
+                    TerminalText.print("")
                 }
             }
         }
@@ -298,7 +300,7 @@ extension Cache {
                 }
                 let answer = try result.requiring("removed")
                 if options.json { return options.printRaw(result.bytes) }
-                print("removed \(Format.count(answer["removed"], "entry", "entries")), \(Format.bytes(answer["bytes"]))")
+                TerminalText.print("removed \(Format.count(answer["removed"], "entry", "entries")), \(Format.bytes(answer["bytes"]))")
             }
         }
     }

@@ -124,7 +124,7 @@ extension Cache {
                 if !options.json {
                     for error in errors {
                         guard let index = error["index"] as? Int, reported.insert(index).inserted else { continue }
-                        print((terminal ? "\r\u{1B}[K" : "") + failure(error, lines))
+                        print((terminal ? "\r\u{1B}[K" : "") + TerminalText.safe(failure(error, lines)))
                     }
                     let summary = "\(done)/\(total) done, \(failed) failed, \(Format.bytes(job["bytes"]))"
                     if terminal {
@@ -134,7 +134,7 @@ extension Cache {
                             "\r[\(String(repeating: "#", count: filled))\(String(repeating: ".", count: width - filled))] \(summary)  ",
                             terminator: finished ? "\n" : "")
                     } else if summary != lastLine || finished {
-                        print("\(state): \(summary)")
+                        TerminalText.print("\(state): \(summary)")
                     }
                     fflush(nil)
                     lastLine = summary

@@ -19,6 +19,13 @@ struct Larder: ParsableCommand {
         version: LarderVersion.string,
         subcommands: [Serve.self, Cache.self, CheckConfig.self, Healthcheck.self]
     )
+
+    static func main() {
+        // A SIGHUP (a reload) that arrives while `serve` starts, before it waits for signals, must
+        // not end it; `serve` takes the signal back once it is blocked for sigwait.
+        if CommandLine.arguments.dropFirst().first == "serve" { signal(SIGHUP, SIG_IGN) }
+        main(nil)
+    }
 }
 
 struct Serve: ParsableCommand {
@@ -66,6 +73,7 @@ struct Serve: ParsableCommand {
         sigaddset(&signals, SIGTERM)
         sigaddset(&signals, SIGHUP)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
+        signal(SIGHUP, SIG_DFL)
         signal(SIGPIPE, SIG_IGN)
 
         let configuration: LarderConfiguration
@@ -120,6 +128,13 @@ extension Serve {
         logControl.format = running.resolvedLogFormat
         let applied = report.applied.isEmpty ? "nothing changed" : "applied " + report.applied.joined(separator: ", ")
         logger.info("reloaded the configuration \(source): \(applied)")
+        if let config, let overridden = try? Self.overridden(in: config, running: running), !overridden.isEmpty {
+            logger.warning(
+                """
+                in \(config), \(overridden.joined(separator: ", ")) \(overridden.count == 1 ? "is" : "are") overridden by the \
+                environment or the command line, which a reload does not change
+                """)
+        }
         if !report.keptUntilRestart.isEmpty {
             logger.warning(
                 "changed settings that take a restart, kept at their running values: \(report.keptUntilRestart.joined(separator: ", "))")
@@ -147,6 +162,13 @@ struct CheckConfig: ParsableCommand {
             FileHandle.standardError.write(Data("larder check-config: \(error.description)\n".utf8))
             throw ExitCode(1)
         }
+        // The files it names that serve reads at start: the TLS certificates and keys.
+        do {
+            try LarderService.checkFiles(configuration)
+        } catch {
+            FileHandle.standardError.write(Data("larder check-config: \(file): \(error)\n".utf8))
+            throw ExitCode(1)
+        }
         print("\(file): valid")
     }
 
@@ -160,6 +182,20 @@ struct CheckConfig: ParsableCommand {
             }
             throw error
         }
+    }
+}
+
+extension Serve {
+    /// The live settings `file` sets (to other than their defaults) whose running values are not
+    /// the file's: the environment or the command line gives them.
+    static func overridden(in file: String, running: LarderConfiguration) throws -> [String] {
+        var fromFile = LarderConfiguration()
+        try ConfigFile.apply(file, to: &fromFile)
+        let defaults = LarderConfiguration()
+        return Setting.all.filter { setting in
+            setting.isLive && setting.describe(fromFile) != setting.describe(defaults)
+                && setting.describe(fromFile) != setting.describe(running)
+        }.map(\.key)
     }
 }
 

@@ -2,6 +2,7 @@
 // continued (W3C Trace Context §3.2) and when a new trace starts, and that ids do not repeat.
 
 import LarderCore
+import W3CTraceContext
 import XCTest
 
 final class RequestIdentityRulesTests: XCTestCase {
@@ -63,6 +64,41 @@ final class RequestIdentityRulesTests: XCTestCase {
         let long = RequestIdentity(callerID: nil, traceParent: parent, traceState: "a=" + String(repeating: "x", count: 600))
         XCTAssertNil(long.traceState, "longer than 512 bytes: dropped, not cut")
         XCTAssertNotNil(long.parentSpanID)
+    }
+
+    func testTraceparentIsWrittenAsTheLibraryWritesIt() {
+        for flags in [TraceFlags(rawValue: 0), TraceFlags(rawValue: 1), TraceFlags(rawValue: 0xAB)] {
+            var random = SystemRandomNumberGenerator()
+            let context = TraceContext(traceID: .random(using: &random), spanID: .random(using: &random), flags: flags, state: TraceState())
+            XCTAssertEqual(TraceSpan(context: context).traceParent, context.traceParentHeaderValue)
+        }
+    }
+
+    func testAnUnpassableTracestateIsDroppedAndTheTraceparentStands() {
+        for state in ["A=b", ",,a=b,,", "a=\u{E9}", "a=" + String(repeating: "x", count: 600)] {
+            let identity = RequestIdentity(callerID: nil, traceParent: parent, traceState: state)
+            XCTAssertEqual(identity.parentSpanID?.description, "00f067aa0ba902b7", state)
+            XCTAssertEqual(identity.traceState, Self.passable(state) ? state : nil, state)
+        }
+    }
+
+    private static func passable(_ state: String) -> Bool {
+        state.utf8.count <= 512 && state.utf8.allSatisfy { (0x20...0x7E).contains($0) }
+    }
+
+    func testALaterVersionIsReadByItsFirstFieldsAndTrailingSpacesAreIgnored() {
+        let later = RequestIdentity(
+            callerID: nil, traceParent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", traceState: nil)
+        XCTAssertEqual(later.parentSpanID?.description, "00f067aa0ba902b7")
+        XCTAssertNil(
+            RequestIdentity(callerID: nil, traceParent: "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01x", traceState: nil)
+                .parentSpanID)
+        XCTAssertNil(
+            RequestIdentity(callerID: nil, traceParent: "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", traceState: nil)
+                .parentSpanID)
+        XCTAssertNil(
+            RequestIdentity(callerID: nil, traceParent: parent + "-extra", traceState: nil).parentSpanID, "version 00 is exactly 55")
+        XCTAssertNotNil(RequestIdentity(callerID: nil, traceParent: parent + "  ", traceState: nil).parentSpanID)
     }
 
     func testGeneratedIDsDoNotRepeat() {

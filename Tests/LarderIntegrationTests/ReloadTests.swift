@@ -189,5 +189,13 @@ final class ReloadTests: IntegrationTestCase {
         let (valueStatus, _, valueErr) = try runExecutable(["check-config", invalidValue])
         XCTAssertEqual(valueStatus, 1)
         XCTAssertTrue(valueErr.contains("logFormat") && valueErr.contains("text or json"), valueErr)
+
+        // The files serve reads at start are read too.
+        let missingCertificate = directory.appendingPathComponent("tls.yaml").path
+        try "tlsCert: /nonexistent/cert.pem\ntlsKey: /nonexistent/key.pem\n".write(
+            toFile: missingCertificate, atomically: true, encoding: .utf8)
+        let (tlsStatus, _, tlsErr) = try runExecutable(["check-config", missingCertificate])
+        XCTAssertEqual(tlsStatus, 1)
+        XCTAssertTrue(tlsErr.contains("/nonexistent/cert.pem"), tlsErr)
     }
 }

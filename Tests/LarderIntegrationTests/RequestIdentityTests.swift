@@ -148,5 +148,23 @@ final class RequestIdentityTests: IntegrationTestCase {
         }
         XCTAssertFalse(line.contains("s3cret"), line)
         XCTAssertTrue(line.contains("bytes="), line)
+
+        // A space in the path cannot pass for a field of the line.
+        _ = try client.request("GET", "/x%20request_id=forged%20client=6.6.6.6")
+        XCTAssertTrue(lines.waitFor("GET /x%20request_id=forged%20client=6.6.6.6 404"), "\(lines.all)")
+    }
+
+    func testAProxiedAnswerCarriesOneIdAndOneTraceparentWhateverTheOriginSent() throws {
+        let larder = try startLarder { configuration in
+            configuration.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)]
+        }
+        let client = try larder.connection()
+        let target = "/proxy/origin/echoing?cc=max-age=60&h=X-Request-Id:from-origin&h=traceparent:00-\(callerTrace)-1111111111111111-01"
+        for attempt in ["first", "hit"] {
+            let response = try client.request("GET", target, headers: ["X-Request-Id": "mine-\(attempt)"])
+            XCTAssertEqual(response.status, 200, response.text)
+            XCTAssertEqual(response.headerValues("x-request-id"), ["mine-\(attempt)"], attempt)
+            XCTAssertEqual(response.headerValues("traceparent").count, 1, attempt)
+        }
     }
 }

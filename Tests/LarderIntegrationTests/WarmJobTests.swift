@@ -65,7 +65,7 @@ final class WarmJobTests: IntegrationTestCase {
             [
                 "requests": [
                     ["url": url(uniquePath())],
-                    ["url": url(uniquePath(), "status=500"), "validate": ["status": [200]]],
+                    ["url": url(uniquePath(), "status=500&token=s3cret"), "validate": ["status": [200]]],
                     ["url": "http://[::ffff:169.254.169.254]/"]
                 ]
             ])
@@ -76,6 +76,8 @@ final class WarmJobTests: IntegrationTestCase {
         let errors = status["errors"] as? [[String: Any]] ?? []
         XCTAssertEqual(errors.map { $0["index"] as? Int }.sorted { ($0 ?? 0) < ($1 ?? 0) }, [1, 2])
         XCTAssertEqual(Set(errors.compactMap { $0["code"] as? String }), ["validation_failed", "upstream_forbidden"])
+        let failedURL = try XCTUnwrap(errors.first { $0["index"] as? Int == 1 }?["url"] as? String)
+        XCTAssertTrue(failedURL.hasSuffix("token=REDACTED"), "--redact-query applies to the job's errors: \(failedURL)")
     }
 
     func testDeletingAJobAbortsItsTransfers() throws {

@@ -219,7 +219,7 @@ public struct CapturingLogHandler: LogHandler {
     public func log(event: LogEvent) {
         var fields = metadata
         if let more = event.metadata { fields.merge(more) { _, new in new } }
-        lines.append(event.message.description + LarderLogHandler.fieldsText(fields))
+        lines.append(RequestFraming.printable(event.message.description) + LarderLogHandler.fieldsText(fields))
     }
 }
 

@@ -17,6 +17,14 @@ public struct TestResponse: Sendable {
 
     public var text: String { String(decoding: body, as: UTF8.self) }
 
+    /// Every value of the field `name` in the raw head, in order (`headers` keeps one per name).
+    public func headerValues(_ name: String) -> [String] {
+        String(decoding: rawHead, as: UTF8.self).components(separatedBy: "\r\n").compactMap { line in
+            guard let colon = line.firstIndex(of: ":"), line[..<colon].lowercased() == name.lowercased() else { return nil }
+            return line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+    }
+
     public var json: [String: Any] {
         (try? JSONSerialization.jsonObject(with: Data(body), options: [.fragmentsAllowed])) as? [String: Any] ?? [:]
     }

@@ -199,7 +199,8 @@ public final class WarmJobs: Sendable {
                 if record.errors.count < Self.maxRecordedErrors {
                     record.errors.append(
                         .init(
-                            index: original.index, url: original.request.url.absoluteString,
+                            // As every URL the admin API shows: --redact-query applied.
+                            index: original.index, url: engine.redaction.apply(original.request.url.absoluteString),
                             code: outcome.error?.code.rawValue ?? "upstream_error"))
                 }
             }

@@ -61,6 +61,9 @@ public struct Setting: Sendable {
     /// Sets the value in the second configuration to the first's.
     let copy: @Sendable (LarderConfiguration, inout LarderConfiguration) -> Void
 
+    /// The value in `configuration`, as an operator would write it.
+    public func describe(_ configuration: LarderConfiguration) -> String { shown(configuration) }
+
     /// Whether a reload (SIGHUP) applies a new value to the running service; the others (the
     /// listeners, the store, the upstream transport and its address rules) take a restart, and
     /// a reload keeps their running values and names them.

@@ -2,7 +2,8 @@
 // (`POST /fetch 200 miss 2.45ms`), the fields say the rest (request id, trace, route, bytes,
 // client, upstream URL with --redact-query applied, key prefix), as `key=value` in text and as
 // members of the object in JSON (LogOutput). The path is the client's (percent-decoded by the
-// HTTP layer), so control characters are escaped: `/nope%0aFORGED` must not write a second line.
+// HTTP layer): the handler escapes its control characters (`/nope%0aFORGED` must not write a
+// second line), and its spaces are shown as %20 (a fake `key=value` must not follow one).
 
 import LarderCore
 import LarderHTTP
@@ -23,8 +24,8 @@ enum AccessLog {
             "trace_id": .string(identity.span.context.traceID.description),
             "span_id": .string(identity.span.context.spanID.description),
             "route": .string(route),
-            "method": .string(escaped(request.method)),
-            "path": .string(escaped(request.path)),
+            "method": .string(request.method),
+            "path": .string(request.path),
             "status": .stringConvertible(status),
             "outcome": .string(said),
             "duration_ms": .stringConvertible(milliseconds),
@@ -32,9 +33,12 @@ enum AccessLog {
         ]
         if let bytes = bytes(of: answer.response) { fields["bytes"] = .stringConvertible(bytes) }
         if let client = request.clientAddress { fields["client"] = .string(client.description) }
-        if let upstream = answer.upstream { fields["upstream"] = .string(escaped(redaction.apply(upstream.absoluteString))) }
+        if let upstream = answer.upstream { fields["upstream"] = .string(redaction.apply(upstream.absoluteString)) }
         if let key = answer.key { fields["key"] = .string(String(key.prefix(keyPrefixLength))) }
-        logger.info("\(escaped(request.method)) \(escaped(request.path)) \(status) \(said) \(milliseconds)ms", metadata: fields)
+        // The handler escapes control characters (text) or writes JSON; a space in the path is
+        // shown as %20 here, or `/x request_id=forged` would read as a field of the line.
+        let path = request.path.replacingOccurrences(of: " ", with: "%20")
+        logger.info("\(request.method) \(path) \(status) \(said) \(milliseconds)ms", metadata: fields)
     }
 
     /// The body's length when it is known before it is sent (not for a stream).
@@ -42,10 +46,5 @@ enum AccessLog {
         if let file = response.file { return file.length }
         if response.stream != nil { return nil }
         return response.body.count
-    }
-
-    /// `text` with control characters and backslashes escaped (`\x0a`, `\\`).
-    static func escaped(_ text: String) -> String {
-        RequestFraming.printable(text)
     }
 }

@@ -1,7 +1,7 @@
 // The attributes of a request's server span, from OpenTelemetry's semantic conventions for HTTP
 // servers (http.request.method, url.path, http.route, http.response.status_code, client.address)
-// and Larder's own (larder.request_id, larder.cache.outcome, larder.cache.key). The path is the
-// client's: control characters are escaped as in the access log.
+// and Larder's own (larder.request_id, larder.cache.outcome, larder.cache.key). Values go out as
+// protobuf strings, so the client's path needs no escaping here.
 
 import LarderCore
 import LarderHTTP
@@ -11,8 +11,8 @@ enum ServerSpan {
         _ request: HTTPServerRequest, answer: RouteAnswer, status: Int, httpRoute: String?, identity: RequestIdentity
     ) -> SpanAttributes {
         var attributes: SpanAttributes = [
-            "http.request.method": .string(AccessLog.escaped(request.method)),
-            "url.path": .string(AccessLog.escaped(request.path)),
+            "http.request.method": .string(request.method),
+            "url.path": .string(request.path),
             "http.response.status_code": .int(status),
             "larder.request_id": .string(identity.id)
         ]

@@ -162,7 +162,13 @@ final class Router: Sendable {
         metricsRoute: String?, returnIdentity: Bool, httpRoute: String?
     ) -> HTTPServerResponse {
         var response = answer.response
-        if returnIdentity { response.headers.append(contentsOf: identity.responseFields) }
+        if returnIdentity {
+            // An origin's own (a proxied answer) would make two of each.
+            if response.headers.contains(where: { RequestIdentity.isIdentityField($0.name) }) {
+                response.headers.removeAll { RequestIdentity.isIdentityField($0.name) }
+            }
+            response.headers.append(contentsOf: identity.responseFields)
+        }
         let seconds = clock.now() - receivedAt
         let route = metricsRoute ?? LarderMetrics.route(for: request.path)
         metrics?.requestFinished(route: route, status: response.status, seconds: seconds)
