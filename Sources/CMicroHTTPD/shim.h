@@ -22,15 +22,24 @@ static inline int larder_accept(int fd, struct sockaddr *_Nonnull address, sockl
 static inline int larder_wake_descriptor(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
 
 // What a daemon logs (MHD_OPTION_EXTERNAL_LOGGER's callback takes a va_list, which Swift cannot
-// format): written to stderr as libmicrohttpd would, or, while `capturing`, kept in `text`, so
+// format): formatted and handed to `sink` (the server's logger: so that a JSON log stays JSON), or
+// written to stderr as libmicrohttpd would without one; while `capturing`, kept in `text`, so
 // that a daemon that cannot start says why in the error (GnuTLS refusing a certificate or key).
 struct larder_mhd_log {
     int capturing;
     char text[512];
+    void (*_Nullable sink)(void *_Nullable context, const char *_Nonnull message);
+    void *_Nullable sinkContext;
 };
 
 static inline void larder_mhd_log_message(void *_Nullable context, const char *_Nonnull format, va_list arguments) {
     struct larder_mhd_log *log = (struct larder_mhd_log *)context;
+    if (log != 0 && !log->capturing && log->sink != 0) {
+        char message[1024];
+        vsnprintf(message, sizeof(message), format, arguments);
+        log->sink(log->sinkContext, message);
+        return;
+    }
     if (log == 0 || !log->capturing) {
         vfprintf(stderr, format, arguments);
         return;

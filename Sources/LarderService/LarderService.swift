@@ -345,6 +345,10 @@ public final class LarderService: @unchecked Sendable {
             let error = status == 501 ? LarderError(.notImplemented, reason) : LarderError.invalid("headers", reason)
             return HTTPServerResponse(status: status, headers: [("Content-Type", "application/json")], body: error.jsonBody)
         }
+        let libraryLogger = self.logger
+        serverConfiguration.onLibraryMessage = { message in
+            libraryLogger.notice("\(message)", metadata: ["source": "libmicrohttpd"])
+        }
         if configuration.accessLog {
             let logger = self.logger
             serverConfiguration.onReject = { method, path, status, _ in

@@ -156,6 +156,10 @@ final class ReloadTests: IntegrationTestCase {
         let port = try waitForPort(errors)
         let response = try TestConnection(port: port).request("GET", "/livez", headers: ["X-Request-Id": "json-1"])
         XCTAssertEqual(response.status, 200)
+        // libmicrohttpd's own complaint about a malformed request goes through the JSON log too.
+        let malformed = try TestConnection(port: port)
+        try malformed.sendAll(Array("GET /a\nb HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        _ = malformed.awaitClose()
         process.terminate()
         XCTAssertTrue(waitForExit(process))
         let rest = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
@@ -168,6 +172,7 @@ final class ReloadTests: IntegrationTestCase {
         for line in lines {
             XCTAssertNoThrow(try JSONSerialization.jsonObject(with: Data(line.utf8)), line)
         }
+        XCTAssertTrue(lines.contains { $0.contains(#""source":"libmicrohttpd""#) }, rest)
     }
 
     func testCheckConfigTellsAValidFileFromABrokenOne() throws {

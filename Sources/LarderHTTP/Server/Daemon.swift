@@ -52,6 +52,10 @@ final class Daemon: @unchecked Sendable {
         }
         let reason = String(cString: larder_mhd_log_text(log)).split(separator: "\n").joined(separator: "; ")
         log.pointee.capturing = 0
+        if configuration.onLibraryMessage != nil {
+            log.pointee.sink = libraryMessage
+            log.pointee.sinkContext = server
+        }
         guard let daemon else {
             log.deallocate()
             throw HTTPServerError(description: reason.isEmpty ? "libmicrohttpd could not start a daemon" : reason)
@@ -81,4 +85,13 @@ final class Daemon: @unchecked Sendable {
 private func withOptionalCString<Result>(_ text: String?, _ body: (UnsafePointer<CChar>?) -> Result) -> Result {
     guard let text else { return body(nil) }
     return text.withCString { body($0) }
+}
+
+/// Hands what libmicrohttpd logs while serving (a malformed request, a pool out of memory, a TLS
+/// handshake that failed) to the server's `onLibraryMessage`, one line each.
+private let libraryMessage: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>) -> Void = { context, message in
+    guard let context else { return }
+    let server = Unmanaged<HTTPServer>.fromOpaque(context).takeUnretainedValue()
+    let text = String(cString: message).trimmingCharacters(in: .whitespacesAndNewlines)
+    if !text.isEmpty { server.configuration.onLibraryMessage?(text) }
 }

@@ -44,6 +44,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var loopCompanion: (@Sendable () -> any EventLoopCompanion)?
     /// Told the address and port the listening socket is bound to, before any connection is
     /// accepted (the upstream rules refuse Larder's own listeners: OwnListeners).
+    /// Told what libmicrohttpd logs while serving (one message each, without its newline);
+    /// nil: written to stderr as libmicrohttpd writes it.
+    public var onLibraryMessage: (@Sendable (String) -> Void)?
     public var onListening: (@Sendable (_ address: IPAddress, _ port: Int) -> Void)?
     /// Serve HTTPS with this certificate and key (nil: plain HTTP); replaced while running by
     /// `HTTPServer.reloadCertificates`.
