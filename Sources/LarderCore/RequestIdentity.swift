@@ -138,8 +138,12 @@ public struct RequestIdentity: Sendable {
     /// Whether `name` is one of `upstreamFieldNames`, in any case (without lower-casing a copy:
     /// the proxy asks for every field of every request).
     public static func isIdentityField(_ name: String) -> Bool {
-        name.caseInsensitiveEquals("traceparent") || name.caseInsensitiveEquals("tracestate")
-            || name.caseInsensitiveEquals("x-request-id")
+        // Most fields fail on their first byte.
+        switch name.utf8.first {
+        case UInt8(ascii: "t"), UInt8(ascii: "T"): name.caseInsensitiveEquals("traceparent") || name.caseInsensitiveEquals("tracestate")
+        case UInt8(ascii: "x"), UInt8(ascii: "X"): name.caseInsensitiveEquals("x-request-id")
+        default: false
+        }
     }
 
     /// The fields of Larder's answer: the request id and Larder's span.

@@ -96,7 +96,7 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
             headers: headers,
             body: body,
             bodyTooLarge: bodyTooLarge,
-            clientAddress: larder_mhd_client_address(connection).flatMap { IPAddress(bytes: ClientAddress($0).bytes) })
+            peer: larder_mhd_client_address(connection).flatMap(PeerAddress.init))
         if let response = server.handler.handle(request, responder: HTTPResponder(context: context, server: server)) {
             return queue(response, on: connection, server: server)
         }

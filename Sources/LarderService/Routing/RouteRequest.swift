@@ -51,10 +51,13 @@ struct RouteAnswer: Sendable {
     /// The cache's outcome (/fetch, /proxy), logged in place of the error code.
     var outcome: CacheOutcome?
     var errorCode: String?
-    /// The upstream URL the answer is about (/fetch, /proxy), logged with --redact-query applied.
-    var upstream: UpstreamURL?
-    /// The cache key it was looked up under, logged as the prefix `larder cache show` takes.
-    var key: String?
+    /// The request the answer is about (/fetch, /proxy): its upstream URL is logged with
+    /// --redact-query applied, its key as the prefix `larder cache show` takes. (One reference:
+    /// read only when the access line or a span is written.)
+    var about: PreparedFetch?
+
+    var upstream: UpstreamURL? { about?.request.url }
+    var key: String? { about?.derived.key.hex }
 
     init(_ response: HTTPServerResponse, outcome: CacheOutcome? = nil, errorCode: String? = nil) {
         self.response = response
@@ -65,8 +68,7 @@ struct RouteAnswer: Sendable {
     /// The same answer, logged as about `prepared`'s upstream URL and key.
     func about(_ prepared: PreparedFetch) -> RouteAnswer {
         var answer = self
-        answer.upstream = prepared.request.url
-        answer.key = prepared.derived.key.hex
+        answer.about = prepared
         return answer
     }
 
