@@ -12,8 +12,21 @@ public import W3CTraceContext
 
 public struct RequestIdentity: Sendable {
     /// The request id: sent upstream and returned as `X-Request-Id`, in every log line of the
-    /// request.
-    public let id: String
+    /// request. (Written out when asked for: a proxy hit for a client that sent none, without an
+    /// access log, never needs it.)
+    public var id: String {
+        switch source {
+        case .caller(let id): id
+        case .made(let value): withUnsafeBytes(of: value.bigEndian) { bytes in HexDigits.string(16) { HexDigits.write(bytes, to: $0) } }
+        }
+    }
+
+    private enum IDSource: Sendable {
+        case caller(String)
+        case made(UInt64)
+    }
+
+    private let source: IDSource
     /// Larder's span for this request (the trace the caller's `traceparent` names, or a new one).
     public let span: TraceSpan
     /// The caller's span, when it sent a valid `traceparent`.
@@ -49,7 +62,7 @@ public struct RequestIdentity: Sendable {
     public init(callerID: String?, traceParent: String?, traceState: String?, recorder: (any SpanRecorder)? = nil) {
         var ids = IdentityRandom()
         callerSentOne = callerID != nil || traceParent != nil
-        id = callerID.flatMap { Self.isWellFormedID($0) ? $0 : nil } ?? Self.newID(using: &ids)
+        source = callerID.flatMap { Self.isWellFormedID($0) ? IDSource.caller($0) : nil } ?? .made(ids.next())
         let parent = traceParent.flatMap(Self.parent(from:))
         // §3.3.1.1: a tracestate that cannot be passed on is dropped; the traceparent stands.
         let state = traceState.map { $0.trimmingSpaces }.flatMap { Self.isPassable(traceState: $0) ? $0 : nil }
@@ -112,11 +125,6 @@ public struct RequestIdentity: Sendable {
                 false
             }
         }
-    }
-
-    /// A new request id: 16 lower-case hex digits.
-    static func newID(using random: inout IdentityRandom) -> String {
-        withUnsafeBytes(of: random.next().bigEndian) { bytes in HexDigits.string(bytes.count * 2) { HexDigits.write(bytes, to: $0) } }
     }
 
     /// `traceparent` for Larder's span (returned to the caller).

@@ -101,9 +101,8 @@ final class Router: Sendable {
     func respond(to request: HTTPServerRequest, on listener: Listener, responder: any RouteResponder) -> HTTPServerResponse? {
         let receivedAt = clock.now()
         let identity = RequestIdentity(headers: request.headers, recorder: spans)
-        var httpRoute: String?
-        func answer(_ answer: RouteAnswer, metricsRoute: String? = nil, returnIdentity: Bool = true) -> HTTPServerResponse {
-            finish(request, answer, receivedAt, identity, metricsRoute: metricsRoute, returnIdentity: returnIdentity, httpRoute: httpRoute)
+        func answer(_ answer: RouteAnswer) -> HTTPServerResponse {
+            finish(request, answer, receivedAt, identity, route: nil, returnIdentity: true)
         }
         let table = listener == .proxyRoot ? proxyRootTable ?? RouteTable([]) : table
         guard let (routes, parameter) = table.match(path: request.path, rawTarget: request.rawTarget), let first = routes.first else {
@@ -127,19 +126,18 @@ final class Router: Sendable {
         if route.access == .metricsToken, let metricsToken, let refusal = AdminRoute.refusal(request, token: metricsToken) {
             return answer(RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue))
         }
-        let label = route.metricsRoute
         let returnIdentity = route.identityInAnswer == .always || identity.callerSentOne
-        let template = route.pattern.display
-        httpRoute = template
         let routeRequest = RouteRequest(
             request, parameter: parameter, receivedAt: receivedAt, identity: identity, responder: responder
         ) { [self] later in
-            finish(request, later, receivedAt, identity, metricsRoute: label, returnIdentity: returnIdentity, httpRoute: template)
+            finish(request, later, receivedAt, identity, route: route, returnIdentity: returnIdentity)
         }
         do {
-            return try route.handler(routeRequest).map { answer($0, metricsRoute: label, returnIdentity: returnIdentity) }
+            return try route.handler(routeRequest).map {
+                finish(request, $0, receivedAt, identity, route: route, returnIdentity: returnIdentity)
+            }
         } catch {
-            return answer(RouteAnswer(error: error), metricsRoute: label, returnIdentity: returnIdentity)
+            return finish(request, RouteAnswer(error: error), receivedAt, identity, route: route, returnIdentity: returnIdentity)
         }
     }
 
@@ -159,7 +157,7 @@ final class Router: Sendable {
     /// given now or later.
     private func finish(
         _ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double, _ identity: RequestIdentity,
-        metricsRoute: String?, returnIdentity: Bool, httpRoute: String?
+        route: Route?, returnIdentity: Bool
     ) -> HTTPServerResponse {
         var response = answer.response
         if returnIdentity {
@@ -170,9 +168,10 @@ final class Router: Sendable {
             response.headers.append(contentsOf: identity.responseFields)
         }
         let seconds = clock.now() - receivedAt
-        let route = metricsRoute ?? LarderMetrics.route(for: request.path)
-        metrics?.requestFinished(route: route, status: response.status, seconds: seconds)
+        let label = route?.metricsRoute ?? LarderMetrics.route(for: request.path)
+        metrics?.requestFinished(route: label, status: response.status, seconds: seconds)
         if identity.span.isRecorded {
+            let httpRoute = route?.pattern.display
             identity.span.end(
                 name: httpRoute.map { "\(request.method) \($0)" } ?? request.method,
                 ServerSpan.attributes(request, answer: answer, status: response.status, httpRoute: httpRoute, identity: identity),
@@ -180,7 +179,7 @@ final class Router: Sendable {
         }
         if accessLog {
             AccessLog.write(
-                to: logger, request: request, answer: answer, status: response.status, seconds: seconds, route: route,
+                to: logger, request: request, answer: answer, status: response.status, seconds: seconds, route: label,
                 identity: identity, redaction: redaction)
         }
         return response
