@@ -25,26 +25,39 @@ public struct QueryRedaction: Sendable, Equatable {
         let fragment = url.utf8[mark...].firstIndex(of: UInt8(ascii: "#"))
         let query = url[url.index(after: mark)..<(fragment ?? url.endIndex)]
         var changed = false
-        var pairs: [Substring] = []
+        var rebuilt = ""
         var start = query.startIndex
         while true {
-            let end = query.utf8[start...].firstIndex(of: UInt8(ascii: "&")) ?? query.endIndex
+            // `&` separates pairs, and `;` too for the servers that read it so (and would see a
+            // `;token=` the redaction had missed).
+            let end = query.utf8[start...].firstIndex { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: ";") } ?? query.endIndex
             let pair = query[start..<end]
             let equals = pair.utf8.firstIndex(of: UInt8(ascii: "="))
             let rawName = pair[..<(equals ?? pair.endIndex)]
-            let name =
-                rawName.utf8.contains(UInt8(ascii: "%"))
-                ? (rawName.removingPercentEncoding ?? String(rawName)).lowercased() : rawName.lowercased()
-            if let equals, names.contains(name), pair[pair.index(after: equals)...] != Self.marker[...] {
+            if let equals, names.contains(Self.canonicalName(rawName)), pair[pair.index(after: equals)...] != Self.marker[...] {
                 changed = true
-                pairs.append(rawName + "=" + Self.marker)
+                rebuilt += rawName + "=" + Self.marker
             } else {
-                pairs.append(pair)
+                rebuilt += pair
             }
             guard end < query.endIndex else { break }
+            rebuilt += String(query[end])
             start = query.index(after: end)
         }
         guard changed else { return url }
-        return String(url[...mark]) + pairs.joined(separator: "&") + (fragment.map { String(url[$0...]) } ?? "")
+        return String(url[...mark]) + rebuilt + (fragment.map { String(url[$0...]) } ?? "")
+    }
+
+    /// The name a server reading `rawName` would see: percent-decoded, `+` as a space, without
+    /// surrounding spaces or control characters, without a trailing `[…]` (PHP's and Rails's
+    /// arrays: `token[]`), lower-cased.
+    static func canonicalName(_ rawName: Substring) -> String {
+        let plain = !rawName.utf8.contains { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "+") || $0 == UInt8(ascii: "[") || $0 <= 0x20 }
+        if plain { return rawName.lowercased() }
+        var name = rawName.replacingOccurrences(of: "+", with: " ")
+        name = name.removingPercentEncoding ?? name
+        name = name.trimmingCharacters(in: CharacterSet.whitespaces.union(.controlCharacters))
+        if name.hasSuffix("]"), let open = name.firstIndex(of: "[") { name = String(name[..<open]) }
+        return name.trimmingCharacters(in: CharacterSet.whitespaces.union(.controlCharacters)).lowercased()
     }
 }

@@ -238,6 +238,21 @@ final class ResponseValidationTests: XCTestCase {
 }
 
 final class QueryRedactionTests: XCTestCase {
+    func testNameSpellingsAServerReadsAsTheNamedOneAreRedactedToo() {
+        let redaction = QueryRedaction()
+        for (given, expected) in [
+            ("https://a.test/p?a=1;token=S", "https://a.test/p?a=1;token=REDACTED"),
+            ("https://a.test/p?token[]=S&q=1", "https://a.test/p?token[]=REDACTED&q=1"),
+            ("https://a.test/p?+token=S", "https://a.test/p?+token=REDACTED"),
+            ("https://a.test/p?token+=S", "https://a.test/p?token+=REDACTED"),
+            ("https://a.test/p?token%20=S", "https://a.test/p?token%20=REDACTED"),
+            ("https://a.test/p?token%00=S", "https://a.test/p?token%00=REDACTED"),
+            ("https://a.test/p?tokens=S&q=a;b", "https://a.test/p?tokens=S&q=a;b")
+        ] {
+            XCTAssertEqual(redaction.apply(given), expected, given)
+        }
+    }
+
     func testNamedQueryValuesAreRedactedAndNothingElse() {
         let redaction = QueryRedaction()
         XCTAssertEqual(redaction.apply("https://a.test/p?api_key=s3cret&q=1"), "https://a.test/p?api_key=REDACTED&q=1")
