@@ -195,6 +195,13 @@ final class ReloadTests: IntegrationTestCase {
         XCTAssertEqual(valueStatus, 1)
         XCTAssertTrue(valueErr.contains("logFormat") && valueErr.contains("text or json"), valueErr)
 
+        let twice = directory.appendingPathComponent("twice.yaml").path
+        try "adminToken: \"\"\nport: 9000\nadminToken: \"\(String(repeating: "t", count: 32))\"\n".write(
+            toFile: twice, atomically: true, encoding: .utf8)
+        let (twiceStatus, _, twiceErr) = try runExecutable(["check-config", twice])
+        XCTAssertEqual(twiceStatus, 1)
+        XCTAssertTrue(twiceErr.contains("adminToken: the key is given twice"), twiceErr)
+
         // The files serve reads at start are read too.
         let missingCertificate = directory.appendingPathComponent("tls.yaml").path
         try "tlsCert: /nonexistent/cert.pem\ntlsKey: /nonexistent/key.pem\n".write(

@@ -134,8 +134,12 @@ public enum ConfigFile {
             }
             return nil
         case .mapping(let mapping):
+            var seen: Set<String> = []
             for (key, value) in mapping {
-                guard case .scalar = key else { return "a key must be a plain name, not a list or mapping" }
+                guard case .scalar(let name) = key else { return "a key must be a plain name, not a list or mapping" }
+                // Either copy could be the one a reader believes: a reviewer shown one value while
+                // the other takes effect. YAML 1.2 and RFC 8259 §4 leave duplicates undefined.
+                guard seen.insert(name.string).inserted else { return "\(name.string): the key is given twice" }
                 if let problem = unsupportedShape(value, depth: depth + 1) { return problem }
             }
             return nil
