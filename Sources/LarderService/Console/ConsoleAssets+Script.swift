@@ -49,7 +49,7 @@ extension ConsoleAssets {
             }
           }
 
-          function add(node, children) {
+          function add(node, ...children) {
             for (const child of children.flat(Infinity)) {
               if (child === null || child === undefined || child === false) continue;
               node.appendChild(child instanceof Node ? child : document.createTextNode(String(child)));
@@ -387,6 +387,11 @@ extension ConsoleAssets {
             if (run.length) runs.push(run);
             for (const line of runs) {
               add(svg, s('polyline', { class: 'line', points: line.length === 1 ? line[0] + ' ' + line[0] : line.join(' ') }));
+              // A dot for each read, so a lone reading between two idle ones shows too.
+              for (const point of line) {
+                const [cx, cy] = point.split(',');
+                add(svg, s('circle', { class: 'dot', cx, cy, r: 3 }));
+              }
             }
             add(svg, s('text', { x: left, y: height - 4 }, duration(span / 1000) + ' ago'),
               s('text', { x: width - 30, y: height - 4 }, 'now'));
@@ -662,7 +667,8 @@ extension ConsoleAssets {
 
           function countText(found) {
             const n = (found.complete ? '' : 'more than ') + count(found.entries);
-            return n + ' entr' + (found.entries === 1 ? 'y' : 'ies') + ' (' + bytes(found.bytes) + ', ' + count(found.keys.size) + ' keys)';
+            const keys = count(found.keys.size) + (found.keys.size === 1 ? ' key' : ' keys');
+            return n + ' entr' + (found.entries === 1 ? 'y' : 'ies') + ' (' + bytes(found.bytes) + ', ' + keys + ')';
           }
 
           function removedText(answer) {

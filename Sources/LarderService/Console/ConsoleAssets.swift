@@ -48,7 +48,8 @@ enum ConsoleAssets {
         :root { --fg: #1d2329; --muted: #66707a; --line: #d7dce1; --accent: #0b6e4f; --bad: #b3261e; --bg: #f6f7f8; }
         * { box-sizing: border-box; }
         body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); background: var(--bg); }
-        header { display: flex; align-items: center; gap: 24px; padding: 10px 24px; background: #fff; border-bottom: 1px solid var(--line); }
+        header { display: flex; align-items: center; gap: 24px; padding: 10px 24px; background: #fff;
+          border-bottom: 1px solid var(--line); }
         header h1 { font-size: 18px; margin: 0; color: var(--accent); }
         nav { display: flex; gap: 4px; flex: 1; }
         nav a { padding: 6px 12px; border-radius: 6px; color: var(--fg); text-decoration: none; }
@@ -96,7 +97,7 @@ enum ConsoleAssets {
         .freshness { font-size: 15px; font-weight: 600; }
         svg.chart { width: 100%; height: 160px; background: #fff; border: 1px solid var(--line); border-radius: 8px; }
         svg.chart .line { fill: none; stroke: var(--accent); stroke-width: 2; }
-        svg.chart .area { fill: #0b6e4f22; stroke: none; }
+        svg.chart .dot { fill: var(--accent); }
         svg.chart .grid { stroke: var(--line); stroke-width: 1; }
         svg.chart text { fill: var(--muted); font-size: 11px; }
         .hidden { display: none; }
