@@ -202,6 +202,53 @@ final class ConsoleTests: IntegrationTestCase {
         XCTAssertNil(try driver.execute("return sessionStorage.getItem('larder.console.token')") as? String)
     }
 
+    func testEntriesPageByCursorAndABinaryBodyIsShownInHex() throws {
+        let (_, adminPort) = try startGuarded()
+        let admin = try TestConnection(port: adminPort)
+        let auth = ["Authorization": "Bearer \(token)", "Content-Type": "application/json"]
+        let base = uniquePath()
+        for index in 0..<30 {
+            let body: [String: Any] = [
+                "request": ["url": url("\(base)/\(index)")], "cache": ["ttl": 600],
+                "response": ["status": 200, "bodyText": "entry \(index)", "headers": ["content-type": "text/plain"]]
+            ]
+            let put = try admin.request(
+                "PUT", "/cache/entries", headers: auth, body: Array(try JSONSerialization.data(withJSONObject: body)))
+            XCTAssertEqual(put.status, 201, put.text)
+        }
+        let binary: [String: Any] = [
+            "request": ["url": url("\(base)/binary")], "cache": ["ttl": 600],
+            "response": ["status": 200, "bodyBase64": "/wD+AYA=", "headers": ["content-type": "application/octet-stream"]]
+        ]
+        let put = try admin.request("PUT", "/cache/entries", headers: auth, body: Array(try JSONSerialization.data(withJSONObject: binary)))
+        let key = try XCTUnwrap(put.json["key"] as? String, put.text)
+
+        let driver = try WebDriver()
+        defer { driver.quit() }
+        try signIn(driver, adminPort: adminPort)
+        try driver.click("#nav-entries")
+        try driver.wait(for: "document.querySelectorAll('.entry-row').length === 31", "31 rows on one page of 50")
+        try driver.execute("document.getElementById('filter-limit').value = '25'")
+        try driver.click("#entries-apply")
+        try driver.wait(for: "document.querySelectorAll('.entry-row').length === 25", "a page of 25")
+        let firstPage =
+            try driver.execute("return [...document.querySelectorAll('.entry-row')].map((r) => r.dataset.key)") as? [String] ?? []
+        try driver.click("#entries-next")
+        try driver.wait(for: "document.querySelectorAll('.entry-row').length === 6", "the last 6")
+        let secondPage =
+            try driver.execute("return [...document.querySelectorAll('.entry-row')].map((r) => r.dataset.key)") as? [String] ?? []
+        XCTAssertEqual(Set(firstPage + secondPage).count, 31, "no entry twice, none missing")
+        XCTAssertEqual(try driver.execute("return document.getElementById('entries-next').disabled") as? Bool, true)
+        try driver.click("#entries-previous")
+        try driver.wait(for: "document.querySelectorAll('.entry-row').length === 25", "the first page again")
+
+        try driver.navigate("http://127.0.0.1:\(adminPort)/cache/console#entry/\(key)")
+        try driver.wait(for: "document.querySelector('.body-preview')", "the binary entry")
+        XCTAssertEqual(try driver.text(".body-preview"), "00000000  ff 00 fe 01 80" + String(repeating: " ", count: 48 - 14) + "  .....")
+        let freshness = try driver.text(".freshness")
+        XCTAssertTrue(freshness.hasPrefix("fresh for 10 min: a lifetime of 10 min from the caller's cache.ttl"), freshness)
+    }
+
     func testMarkupFromTheCacheIsShownAsTextAndNeverRuns() throws {
         let (larder, adminPort) = try startGuarded()
         let client = try larder.connection()
