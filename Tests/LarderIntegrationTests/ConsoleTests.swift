@@ -80,6 +80,8 @@ final class ConsoleTests: IntegrationTestCase {
 
     // MARK: In a real browser
 
+    private var screenshotsWanted: Bool { !(ProcessInfo.processInfo.environment["LARDER_CONSOLE_SCREENSHOTS"] ?? "").isEmpty }
+
     private func screenshot(_ driver: WebDriver, _ name: String) throws {
         guard let directory = ProcessInfo.processInfo.environment["LARDER_CONSOLE_SCREENSHOTS"], !directory.isEmpty else { return }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -129,6 +131,19 @@ final class ConsoleTests: IntegrationTestCase {
         }
         try driver.wait(for: entriesShown(3), "3 entries on the overview")
         try driver.wait(for: "document.querySelector('#hit-chart polyline')", "the hit-ratio line")
+        if screenshotsWanted {
+            // Some traffic of a changing hit ratio over a few reads, for a chart worth showing.
+            // (Misses by reload, which replace the same three entries.)
+            for round in 1...6 {
+                for index in 0..<(2 + round % 3) {
+                    let name = ["a", "b", "c"][index % 3]
+                    var cache: [String: Any] = ["tags": name == "c" ? ["news"] : ["catalog"], "namespace": "shop"]
+                    if index == 0 { cache["policy"] = "reload" }
+                    _ = try client.fetch(["url": url("\(base)/\(name)", "cc=max-age%3D3600&etag=%22\(name)1%22"), "cache": cache])
+                }
+                try driver.wait(for: "document.querySelectorAll('#hit-chart circle').length > \(round)", "read \(round) in the chart")
+            }
+        }
         try screenshot(driver, "overview")
 
         // The listing, then one entry.

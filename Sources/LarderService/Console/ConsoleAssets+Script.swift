@@ -365,13 +365,14 @@ extension ConsoleAssets {
             const bottom = 20;
             const points = intervalRatios();
             const svg = s('svg', { class: 'chart', viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: 'none', role: 'img' });
-            add(svg, s('title', {}, 'hit ratio per stats read'));
+            add(svg, s('title', {}, 'hit ratio between successive stats reads'));
             for (const level of [0, 0.5, 1]) {
               const y = (height - bottom) * (1 - level) + (level === 1 ? 4 : 0);
               add(svg, s('line', { class: 'grid', x1: left, x2: width, y1: y, y2: y }), s('text', { x: 4, y: y + 4 }, level * 100 + ' %'));
             }
-            const span = SAMPLES_KEPT * STATS_EVERY_MS;
+            // From the oldest read kept (at most ten minutes back), and at least the last minute.
             const now = Date.now();
+            const span = Math.max(60000, state.samples.length ? now - state.samples[0].at : 0);
             const x = (at) => left + ((at - (now - span)) / span) * (width - left);
             const y = (ratio) => 4 + (height - bottom - 4) * (1 - ratio);
             let run = [];
