@@ -262,6 +262,10 @@ final class ConsoleTests: IntegrationTestCase {
         XCTAssertEqual(try driver.text(".body-preview"), "00000000  ff 00 fe 01 80" + String(repeating: " ", count: 48 - 14) + "  .....")
         let freshness = try driver.text(".freshness")
         XCTAssertTrue(freshness.hasPrefix("fresh for 10 min: a lifetime of 10 min from the caller's cache.ttl"), freshness)
+        // A link's key of `..` would climb out of /cache/entries/ once the browser resolves the path.
+        try driver.navigate("http://127.0.0.1:\(adminPort)/cache/console#entry/..")
+        try driver.wait(for: "document.getElementById('entry-error')", "the refusal")
+        XCTAssertEqual(try driver.text("#entry-error"), "not a cache key: ..")
     }
 
     func testMarkupFromTheCacheIsShownAsTextAndNeverRuns() throws {

@@ -232,7 +232,12 @@ extension ConsoleAssets {
             clearInterval(state.viewTimer);
             state.viewTimer = null;
             state.renderOverview = null;
-            const hash = decodeURIComponent(location.hash.slice(1));
+            let hash = '';
+            try {
+              hash = decodeURIComponent(location.hash.slice(1));
+            } catch (_) {
+              hash = 'overview';
+            }
             const page = hash.startsWith('entry/') ? 'entries' : hash || 'overview';
             for (const name of ['overview', 'entries', 'actions']) {
               $('nav-' + name).className = name === page ? 'current' : '';
@@ -473,11 +478,20 @@ extension ConsoleAssets {
 
           // MARK: One entry
 
+          // The API path of a key: refused unless it is a key as /fetch reports it (a link's `..`
+          // would otherwise climb out of /cache/entries/ once the browser resolves the path).
+          function entryPath(key) {
+            if (!/^[\x21-\x7e]{1,256}$/.test(key) || key.includes('/') || key === '.' || key === '..') {
+              throw new ApiError(400, 'invalid_request', 'not a cache key: ' + key);
+            }
+            return '/cache/entries/' + encodeURIComponent(key);
+          }
+
           async function showEntry(view, key) {
             add(view, h('p', {}, h('a', { href: '#entries' }, '← Entries')), h('h2', {}, 'Entry'));
             let answer;
             try {
-              answer = await api('GET', '/cache/entries/' + encodeURIComponent(key) + '?body=true');
+              answer = await api('GET', entryPath(key) + '?body=true');
             } catch (error) {
               return add(view, h('p', { class: 'error', id: 'entry-error' },
                 error.status === 404 ? 'No entry is stored under this key (purged or replaced).' : error.message));
@@ -486,7 +500,7 @@ extension ConsoleAssets {
             const remove = h('button', { type: 'button', class: 'danger', id: 'entry-remove' }, 'Remove this entry');
             remove.addEventListener('click', () => confirmThen(actions,
               'Remove key ' + answer.key + ': ' + answer.variants.length + ' variant(s) will go.', 'Remove', async () => {
-                await api('DELETE', '/cache/entries/' + encodeURIComponent(answer.key));
+                await api('DELETE', entryPath(answer.key));
                 return 'Removed.';
               }, () => { location.hash = '#entries'; }));
             add(view, h('p', { class: 'muted' }, 'key ', h('code', { id: 'entry-key' }, answer.key)), remove, actions);
@@ -779,11 +793,11 @@ extension ConsoleAssets {
               event.preventDefault();
               const key = form.elements.key.value.trim();
               try {
-                const entry = await api('GET', '/cache/entries/' + encodeURIComponent(key));
+                const entry = await api('GET', entryPath(key));
                 const first = entry.variants[0];
                 confirmThen(confirm, 'Remove ' + first.method + ' ' + first.url + ': ' + entry.variants.length + ' variant(s) will go.',
                   'Remove', async () => {
-                    await api('DELETE', '/cache/entries/' + encodeURIComponent(key));
+                    await api('DELETE', entryPath(key));
                     return 'Removed.';
                   });
               } catch (error) {
