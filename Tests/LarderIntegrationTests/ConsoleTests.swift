@@ -106,6 +106,7 @@ final class ConsoleTests: IntegrationTestCase {
     func testTheConsoleInARealBrowser() throws {
         let (larder, adminPort) = try startGuarded()
         let client = try larder.connection()
+        let admin = try TestConnection(port: adminPort)
         let driver = try WebDriver()
         defer { driver.quit() }
         try signIn(driver, adminPort: adminPort)
@@ -172,7 +173,8 @@ final class ConsoleTests: IntegrationTestCase {
         XCTAssertTrue(try driver.text(".confirm-message").contains("1 variant(s) will go"))
         try driver.click(".confirm-yes")
         try driver.wait(for: "document.querySelectorAll('.entry-row').length === 2", "2 rows once it is gone")
-        XCTAssertEqual(try client.request("GET", "/cache/entries/\(key)", headers: ["Authorization": "Bearer \(token)"]).status, 404)
+        let removed = try admin.request("GET", "/cache/entries/\(key)", headers: ["Authorization": "Bearer \(token)"])
+        XCTAssertEqual(removed.errorCode, "not_found", removed.text)
         try driver.click("#nav-overview")
         try driver.wait(for: entriesShown(2), "2 entries on the overview")
 
@@ -191,6 +193,17 @@ final class ConsoleTests: IntegrationTestCase {
         try driver.click("#purge-tag .confirm-yes")
         try driver.wait(for: "document.querySelector('#purge-tag .action-result')", "the purge's answer")
         XCTAssertTrue(try driver.text("#purge-tag .action-result").hasPrefix("Removed 1 entry ("))
+
+        // A purge by URL, counted by the URL as listed.
+        try driver.type(url("\(base)/c", "cc=max-age%3D3600&etag=%22c1%22"), into: "#purge-url-form textarea")
+        try driver.click("#purge-url-form button")
+        try driver.wait(for: "document.querySelector('#purge-url .confirm-message')", "the URL's count")
+        XCTAssertTrue(try driver.text("#purge-url .confirm-message").contains("will remove 1 entry"))
+        try driver.click("#purge-url .confirm-yes")
+        try driver.wait(for: "document.querySelector('#purge-url .action-result')", "the URL purge's answer")
+        XCTAssertTrue(try driver.text("#purge-url .action-result").hasPrefix("Removed 1 entry ("))
+        let left = try admin.request("GET", "/cache/entries", headers: ["Authorization": "Bearer \(token)"])
+        XCTAssertEqual((left.json["entries"] as? [Any])?.count, 0, left.text)
 
         // A namespace's version bumped.
         try driver.click(".namespace-bump")
@@ -266,6 +279,16 @@ final class ConsoleTests: IntegrationTestCase {
         try driver.navigate("http://127.0.0.1:\(adminPort)/cache/console#entry/..")
         try driver.wait(for: "document.getElementById('entry-error')", "the refusal")
         XCTAssertEqual(try driver.text("#entry-error"), "not a cache key: ..")
+    }
+
+    func testWithoutAnAdminTokenTheConsoleOpensAtOnce() throws {
+        let larder = try startLarder()
+        let driver = try WebDriver()
+        defer { driver.quit() }
+        try driver.navigate("http://127.0.0.1:\(larder.port)/cache/console")
+        try driver.wait(for: entriesShown(0), "the overview without a token form")
+        XCTAssertEqual(try driver.execute("return document.getElementById('login').hidden") as? Bool, true)
+        XCTAssertEqual(try driver.execute("return document.getElementById('forget').hidden") as? Bool, true)
     }
 
     func testMarkupFromTheCacheIsShownAsTextAndNeverRuns() throws {
