@@ -14,9 +14,9 @@
 import LarderHTTP
 
 struct ConsoleRoute: Sendable {
-    static let page = "/cache/console"
-    static let script = "/cache/console/app.js"
-    static let style = "/cache/console/app.css"
+    static let pagePath = "/cache/console"
+    static let scriptPath = "/cache/console/app.js"
+    static let stylePath = "/cache/console/app.css"
 
     /// The policy of every console answer.
     static let contentSecurityPolicy =
@@ -33,11 +33,16 @@ struct ConsoleRoute: Sendable {
         ("Cache-Control", "no-cache")
     ]
 
-    func html() -> RouteAnswer? { Self.answer("text/html; charset=utf-8", ConsoleAssets.html) }
-    func javascript() -> RouteAnswer? { Self.answer("application/javascript; charset=utf-8", ConsoleAssets.script) }
-    func css() -> RouteAnswer? { Self.answer("text/css; charset=utf-8", ConsoleAssets.style) }
+    func html() -> RouteAnswer? { RouteAnswer(Self.page) }
+    func javascript() -> RouteAnswer? { RouteAnswer(Self.scriptFile) }
+    func css() -> RouteAnswer? { RouteAnswer(Self.styleFile) }
 
-    private static func answer(_ type: String, _ text: String) -> RouteAnswer {
-        RouteAnswer(HTTPServerResponse(status: 200, headers: [("Content-Type", type)] + securityHeaders, body: Array(text.utf8)))
+    // Built once: the files are the binary's, the same for every request.
+    private static let page = answer("text/html; charset=utf-8", ConsoleAssets.html)
+    private static let scriptFile = answer("application/javascript; charset=utf-8", ConsoleAssets.script)
+    private static let styleFile = answer("text/css; charset=utf-8", ConsoleAssets.style)
+
+    private static func answer(_ type: String, _ text: String) -> HTTPServerResponse {
+        HTTPServerResponse(status: 200, headers: [("Content-Type", type)] + securityHeaders, body: Array(text.utf8))
     }
 }

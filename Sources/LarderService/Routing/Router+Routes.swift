@@ -36,9 +36,9 @@ extension Router {
             Route(.exact(["/readyz"]), read, listener: .both) { _ in probes.ready() },
             metricsRoute(scrape),
 
-            consoleRoute(ConsoleRoute.page) { _ in console.html() },
-            consoleRoute(ConsoleRoute.script) { _ in console.javascript() },
-            consoleRoute(ConsoleRoute.style) { _ in console.css() },
+            consoleRoute(ConsoleRoute.pagePath) { _ in console.html() },
+            consoleRoute(ConsoleRoute.scriptPath) { _ in console.javascript() },
+            consoleRoute(ConsoleRoute.stylePath) { _ in console.css() },
 
             adminRoute(warmJobs, read) { _ in warm.list() },
             adminRoute(warmJobs, ["POST"]) { request throws(LarderError) in try warm.create(request) },
