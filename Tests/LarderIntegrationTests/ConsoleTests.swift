@@ -128,6 +128,12 @@ final class ConsoleTests: IntegrationTestCase {
         XCTAssertEqual(try driver.execute("return sessionStorage.getItem('larder.console.token')") as? String, token)
         XCTAssertEqual(try driver.execute("return document.cookie") as? String, "")
         XCTAssertFalse((try driver.execute("return location.href") as? String ?? "").contains(token))
+        // Typed once: a reload in the same tab opens the console without asking again.
+        try driver.execute("window.__beforeReload = true")
+        try driver.command("POST", "/refresh", [:])
+        try driver.wait(
+            for: "window.__beforeReload === undefined && " + entriesShown(0) + " && document.getElementById('login').hidden",
+            "the overview after a reload")
 
         // The figures move with /fetch calls.
         let base = uniquePath()
