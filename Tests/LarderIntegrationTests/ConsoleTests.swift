@@ -347,6 +347,20 @@ final class ConsoleTests: IntegrationTestCase {
         XCTAssertEqual(page["pwned"] as? String, "undefined")
         XCTAssertEqual(page["images"] as? Int, 0)
         XCTAssertEqual(page["scripts"] as? [String], ["/cache/console/app.js"])
-        XCTAssertEqual(driver.browserLog().filter { $0.contains("Content Security Policy") }, [], "nothing inline was even tried")
+        try driver.execute("console.error('larder-console-log-probe')")
+        let log = driver.browserLog()
+        XCTAssertTrue(log.contains { $0.contains("larder-console-log-probe") }, "the browser's log is read: \(log)")
+        XCTAssertEqual(log.filter { $0.contains("Content Security Policy") }, [], "nothing inline was even tried")
+        // And the browser enforces the policy: an inline script put into the page does not run.
+        let inline =
+            try driver.execute(
+                """
+                const script = document.createElement('script');
+                script.textContent = 'window.__inline = 1';
+                document.body.appendChild(script);
+                return typeof window.__inline;
+                """) as? String
+        XCTAssertEqual(inline, "undefined")
+        XCTAssertTrue(driver.browserLog().contains { $0.contains("Content Security Policy") }, "the refusal is logged")
     }
 }
