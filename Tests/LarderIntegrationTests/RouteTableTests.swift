@@ -119,6 +119,25 @@ final class RouteTableTests: XCTestCase {
         XCTAssertEqual(answer(router, "GET", "/metrics", headers: metrics).status, 200)
     }
 
+    /// Issue 37: the console's three files are the only /cache paths without the token, each
+    /// matched exactly.
+    func testOnlyTheConsoleFilesAreServedWithoutTheAdminToken() throws {
+        var configuration = LarderConfiguration()
+        configuration.adminToken = String(repeating: "a", count: 32)
+        let router = try makeRouter(configuration)
+        for path in ["/cache/console", "/cache/console/app.js", "/cache/console/app.css"] {
+            XCTAssertEqual(answer(router, "GET", path).status, 200, path)
+            XCTAssertEqual(answer(router, "DELETE", path).status, 405, path)
+        }
+        for path in ["/cache/consolex", "/cache/console/", "/cache/console/../stats", "/cache/console/app.js/x", "/cache/stats"] {
+            XCTAssertEqual(answer(router, "GET", path).status, 401, path)
+        }
+        let open = router.table.routes.filter { $0.pattern.display.hasPrefix("/cache") && $0.access != .adminToken }
+        XCTAssertEqual(
+            Set(open.map(\.pattern.display)), ["/cache/console", "/cache/console/app.js", "/cache/console/app.css"])
+        XCTAssertTrue(open.allSatisfy { $0.access == .consoleAsset && $0.listener == .admin })
+    }
+
     func testItsOwnRequestsComingBackAre508OnTheRoutesThatRefuseLoops() throws {
         let loop = LoopDetection(token: "larder-test")
         let router = try makeRouter(loop: loop)

@@ -19,9 +19,11 @@ struct Route: Sendable {
 
     /// Who may call a route. The admin token guards the whole /cache tree as one, before the
     /// method is looked at (a caller without it learns nothing of the routes, not even 405s);
-    /// the metrics token guards GET /metrics alone, after its method.
+    /// the metrics token guards GET /metrics alone, after its method. The console's files
+    /// (`consoleAsset`) are the /cache paths served to anyone: a browser navigating to a page
+    /// cannot send a Bearer header, and they hold no data (ConsoleRoute).
     enum Access: Sendable {
-        case open, adminToken, metricsToken
+        case open, adminToken, metricsToken, consoleAsset
     }
 
     let pattern: RoutePattern

@@ -1,6 +1,8 @@
 // The route table: every route once, with its path, methods, listener and guards. Order
 // matters where patterns overlap: fixed paths before the parameters under them, and the /cache
-// tree's own 404 last among the admin routes.
+// tree's own 404 last among the admin routes. The console's three files are the only /cache
+// paths served without the admin token, each matched exactly (no prefix: /cache/console/../stats
+// and /cache/consolex fall to the guarded tree).
 
 import LarderCore
 import LarderEngine
@@ -20,6 +22,11 @@ extension Router {
         let warmJob = RoutePattern.parameter(prefix: WarmRoute.prefix + "/", name: "id")
         let entries = RoutePattern.exact(["/cache/entries", "/cache/entries/"])
         let entry = RoutePattern.parameter(prefix: "/cache/entries/", name: "key")
+        let console = ConsoleRoute()
+        /// A file of the console: on the admin listener, without the token (see ConsoleRoute).
+        func consoleRoute(_ path: String, _ handler: @escaping Route.Handler) -> Route {
+            Route(.exact([path]), read, listener: .admin, access: .consoleAsset, refusesLoops: true, handler: handler)
+        }
         return [
             Route(.exact(["/fetch"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try fetch.handle(request) },
             Route(.exact(["/batch"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try batch.handle(request) },
@@ -28,6 +35,10 @@ extension Router {
             Route(.exact(["/livez"]), read, listener: .both) { _ in probes.live() },
             Route(.exact(["/readyz"]), read, listener: .both) { _ in probes.ready() },
             metricsRoute(scrape),
+
+            consoleRoute(ConsoleRoute.pagePath) { _ in console.html() },
+            consoleRoute(ConsoleRoute.scriptPath) { _ in console.javascript() },
+            consoleRoute(ConsoleRoute.stylePath) { _ in console.css() },
 
             adminRoute(warmJobs, read) { _ in warm.list() },
             adminRoute(warmJobs, ["POST"]) { request throws(LarderError) in try warm.create(request) },
