@@ -297,6 +297,9 @@ private struct CacheReader {
             guard !namespace.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
                 throw .invalid(name("namespace"), "must not contain control characters")
             }
+            // `/cache/namespaces/{ns}/version` must be able to name it: a browser or client
+            // resolves `.` and `..` as path segments.
+            guard namespace != ".", namespace != ".." else { throw .invalid(name("namespace"), "must not be '.' or '..'") }
             guard !namespace.hasPrefix(FetchRequest.reservedNamespacePrefix) else {
                 throw .invalid(name("namespace"), "namespaces starting with '\(FetchRequest.reservedNamespacePrefix)' belong to the proxy")
             }

@@ -142,6 +142,11 @@ final class StrictFieldsTests: XCTestCase {
     func testProxyNamespacesAreReserved() {
         XCTAssertEqual(error(#"{"url":"http://a.test/","cache":{"namespace":"proxy:o"}}"#)?.field, "cache.namespace")
         XCTAssertNil(error(#"{"url":"http://a.test/","cache":{"namespace":"proxies"}}"#))
+        // Shown by the CLI and /metrics, and named in a path: no control characters, no dot segments.
+        XCTAssertEqual(error(#"{"url":"http://a.test/","cache":{"namespace":"evil\u001b]0;x\u0007"}}"#)?.field, "cache.namespace")
+        XCTAssertEqual(error(#"{"url":"http://a.test/","cache":{"namespace":".."}}"#)?.field, "cache.namespace")
+        XCTAssertEqual(error(#"{"url":"http://a.test/","cache":{"namespace":"."}}"#)?.field, "cache.namespace")
+        XCTAssertNil(error(#"{"url":"http://a.test/","cache":{"namespace":"a..b"}}"#))
     }
 
     func testDeepBodiesAreRefused() {

@@ -80,7 +80,8 @@ final class AdminTests: IntegrationTestCase {
         let client = try startLarder().connection()
         for (target, field) in [
             ("/cache", "query"), ("/cache?colour=red", "colour"), ("/cache?all=true&namespace=a", "all"),
-            ("/cache?olderThan=soon", "olderThan"), ("/cache?expired=yes", "expired"), ("/cache?namespace=", "namespace")
+            ("/cache?olderThan=soon", "olderThan"), ("/cache?olderThan=0x1p4", "olderThan"), ("/cache?expired=yes", "expired"),
+            ("/cache?namespace=", "namespace")
         ] {
             let response = try client.request("DELETE", target)
             XCTAssertEqual(response.status, 400, target)

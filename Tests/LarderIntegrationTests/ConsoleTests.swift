@@ -300,11 +300,23 @@ final class ConsoleTests: IntegrationTestCase {
         XCTAssertEqual(try driver.text("#entry-error"), "not a cache key: ..")
     }
 
+    /// Without --admin-port the console would share its origin with /proxy/NAME/…, whose upstream
+    /// pages could read the token: it is not served there.
+    func testWithoutAnAdminPortTheConsoleIsNotServed() throws {
+        let larder = try startLarder { $0.adminToken = String(repeating: "a", count: 32) }
+        let main = try larder.connection()
+        for path in ["/cache/console", "/cache/console/app.js", "/cache/console/app.css"] {
+            let response = try main.request("GET", path)
+            XCTAssertEqual(response.status, 404, path)
+            XCTAssertTrue(response.text.contains("--admin-port"), response.text)
+        }
+    }
+
     func testWithoutAnAdminTokenTheConsoleOpensAtOnce() throws {
-        let larder = try startLarder()
+        let larder = try startLarder { $0.adminPort = 0 }
         let driver = try WebDriver()
         defer { driver.quit() }
-        try driver.navigate("http://127.0.0.1:\(larder.port)/cache/console")
+        try driver.navigate("http://127.0.0.1:\(try XCTUnwrap(larder.adminPort))/cache/console")
         try driver.wait(for: entriesShown(0), "the overview without a token form")
         XCTAssertEqual(try driver.execute("return document.getElementById('login').hidden") as? Bool, true)
         XCTAssertEqual(try driver.execute("return document.getElementById('forget').hidden") as? Bool, true)

@@ -120,18 +120,25 @@ final class RouteTableTests: XCTestCase {
     }
 
     /// Issue 37: the console's three files are the only /cache paths without the token, each
-    /// matched exactly.
+    /// matched exactly, and only on the admin port's listener (elsewhere they would share an
+    /// origin with the proxy's upstream pages).
     func testOnlyTheConsoleFilesAreServedWithoutTheAdminToken() throws {
         var configuration = LarderConfiguration()
         configuration.adminToken = String(repeating: "a", count: 32)
+        configuration.adminPort = 0
         let router = try makeRouter(configuration)
         for path in ["/cache/console", "/cache/console/app.js", "/cache/console/app.css"] {
-            XCTAssertEqual(answer(router, "GET", path).status, 200, path)
-            XCTAssertEqual(answer(router, "DELETE", path).status, 405, path)
+            XCTAssertEqual(answer(router, "GET", path, on: .admin).status, 200, path)
+            XCTAssertEqual(answer(router, "DELETE", path, on: .admin).status, 405, path)
+            XCTAssertEqual(answer(router, "GET", path, on: .main).status, 404, path)
         }
         for path in ["/cache/consolex", "/cache/console/", "/cache/console/../stats", "/cache/console/app.js/x", "/cache/stats"] {
-            XCTAssertEqual(answer(router, "GET", path).status, 401, path)
+            XCTAssertEqual(answer(router, "GET", path, on: .admin).status, 401, path)
         }
+        var withoutAdminPort = configuration
+        withoutAdminPort.adminPort = nil
+        let shared = try makeRouter(withoutAdminPort)
+        XCTAssertEqual(answer(shared, "GET", "/cache/console").status, 404, "not beside /proxy on the main listener")
         let open = router.table.routes.filter { $0.pattern.display.hasPrefix("/cache") && $0.access != .adminToken }
         XCTAssertEqual(
             Set(open.map(\.pattern.display)), ["/cache/console", "/cache/console/app.js", "/cache/console/app.css"])

@@ -11,9 +11,17 @@
 // renders every value from the cache as text (entry bodies and headers are the origin's,
 // attacker-chosen), and the policy stops an injected script should one ever slip through.
 
+import LarderCore
 import LarderHTTP
 
 struct ConsoleRoute: Sendable {
+    /// Whether the admin routes have their own listener (--admin-port). Only then is the console
+    /// served: on the main listener it would share an origin with /proxy/NAME/…, where an
+    /// upstream's own HTML and scripts run (an upload, a reflected page), and a script of that
+    /// origin can read the tab's sessionStorage or register a service worker that sees every
+    /// Authorization header the console sends.
+    let served: Bool
+
     static let pagePath = "/cache/console"
     static let scriptPath = "/cache/console/app.js"
     static let stylePath = "/cache/console/app.css"
@@ -33,9 +41,18 @@ struct ConsoleRoute: Sendable {
         ("Cache-Control", "no-cache")
     ]
 
-    func html() -> RouteAnswer? { RouteAnswer(Self.page) }
-    func javascript() -> RouteAnswer? { RouteAnswer(Self.scriptFile) }
-    func css() -> RouteAnswer? { RouteAnswer(Self.styleFile) }
+    func html() throws(LarderError) -> RouteAnswer? { try answer(Self.page) }
+    func javascript() throws(LarderError) -> RouteAnswer? { try answer(Self.scriptFile) }
+    func css() throws(LarderError) -> RouteAnswer? { try answer(Self.styleFile) }
+
+    private func answer(_ response: HTTPServerResponse) throws(LarderError) -> RouteAnswer? {
+        guard served else {
+            throw LarderError(
+                .notFound,
+                "the console is served on the --admin-port listener only: here it would share an origin with the /proxy routes")
+        }
+        return RouteAnswer(response)
+    }
 
     // Built once: the files are the binary's, the same for every request.
     private static let page = answer("text/html; charset=utf-8", ConsoleAssets.html)

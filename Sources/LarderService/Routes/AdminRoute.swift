@@ -240,7 +240,11 @@ struct AdminRoute: Sendable {
             if try applyShared(name, value, to: &filter) { return }
             switch name {
             case "olderThan":
-                guard let seconds = Double(value), seconds.isFinite, seconds >= 0 else {
+                // Decimal only: Double() also reads hex floats (0x1p4), which the console's count
+                // before a purge would read otherwise than the purge.
+                guard value.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") }),
+                    let seconds = Double(value), seconds.isFinite, seconds >= 0
+                else {
                     throw .invalid(name, "must be a number of seconds, 0 or more")
                 }
                 filter.storedBefore = now - seconds

@@ -11,7 +11,7 @@ import LarderHTTP
 extension Router {
     static func routes(
         fetch: FetchRoute, batch: BatchRoute, chain: ChainRoute, proxy: ProxyRoute, warm: WarmRoute,
-        admin: AdminRoute, probes: ProbeRoute, scrape: (@Sendable () -> [UInt8])?
+        admin: AdminRoute, probes: ProbeRoute, scrape: (@Sendable () -> [UInt8])?, consoleServed: Bool
     ) -> [Route] {
         /// An admin route: on the admin listener when there is one, behind the admin token.
         func adminRoute(_ pattern: RoutePattern, _ methods: [String]?, _ handler: @escaping Route.Handler) -> Route {
@@ -22,7 +22,7 @@ extension Router {
         let warmJob = RoutePattern.parameter(prefix: WarmRoute.prefix + "/", name: "id")
         let entries = RoutePattern.exact(["/cache/entries", "/cache/entries/"])
         let entry = RoutePattern.parameter(prefix: "/cache/entries/", name: "key")
-        let console = ConsoleRoute()
+        let console = ConsoleRoute(served: consoleServed)
         /// A file of the console: on the admin listener, without the token (see ConsoleRoute).
         func consoleRoute(_ path: String, _ handler: @escaping Route.Handler) -> Route {
             Route(.exact([path]), read, listener: .admin, access: .consoleAsset, refusesLoops: true, handler: handler)
@@ -36,9 +36,9 @@ extension Router {
             Route(.exact(["/readyz"]), read, listener: .both) { _ in probes.ready() },
             metricsRoute(scrape),
 
-            consoleRoute(ConsoleRoute.pagePath) { _ in console.html() },
-            consoleRoute(ConsoleRoute.scriptPath) { _ in console.javascript() },
-            consoleRoute(ConsoleRoute.stylePath) { _ in console.css() },
+            consoleRoute(ConsoleRoute.pagePath) { _ throws(LarderError) in try console.html() },
+            consoleRoute(ConsoleRoute.scriptPath) { _ throws(LarderError) in try console.javascript() },
+            consoleRoute(ConsoleRoute.stylePath) { _ throws(LarderError) in try console.css() },
 
             adminRoute(warmJobs, read) { _ in warm.list() },
             adminRoute(warmJobs, ["POST"]) { request throws(LarderError) in try warm.create(request) },

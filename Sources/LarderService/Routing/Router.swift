@@ -86,7 +86,7 @@ final class Router: Sendable {
                 fetch: fetch, batch: batch, chain: chain, proxy: proxy,
                 warm: WarmRoute(jobs: warmJobs, upstreams: upstreams), admin: admin,
                 probes: ProbeRoute(health: health, clock: clock, readyWhileDegraded: configuration.readyWhileDegraded),
-                scrape: scrapeNow))
+                scrape: scrapeNow, consoleServed: configuration.adminPort != nil))
         self.proxyRootTable = configuration.proxyRoot.map { RouteTable(Self.proxyRootRoutes(proxy: proxy, upstream: $0)) }
     }
 
