@@ -92,16 +92,33 @@ public final class WebDriver {
         return id
     }
 
-    public func click(_ selector: String) throws { try command("POST", "/element/\(try element(selector))/click", [:]) }
+    public func click(_ selector: String) throws {
+        try onFreshElement(selector) { id in try command("POST", "/element/\(id)/click", [:]) }
+    }
 
     public func type(_ text: String, into selector: String) throws {
-        let id = try element(selector)
-        try command("POST", "/element/\(id)/clear", [:])
-        try command("POST", "/element/\(id)/value", ["text": text])
+        try onFreshElement(selector) { id in
+            try command("POST", "/element/\(id)/clear", [:])
+            try command("POST", "/element/\(id)/value", ["text": text])
+        }
     }
 
     public func text(_ selector: String) throws -> String {
-        try command("GET", "/element/\(try element(selector))/text", nil) as? String ?? ""
+        try onFreshElement(selector) { id in try command("GET", "/element/\(id)/text", nil) as? String ?? "" }
+    }
+
+    /// Runs `body` on the element `selector` finds, finding it again when the page replaced it
+    /// in between (the console redraws what it shows as it reads the server: "stale element
+    /// reference"), a few times at most.
+    private func onFreshElement<Result>(_ selector: String, _ body: (String) throws -> Result) throws -> Result {
+        var attempt = 0
+        while true {
+            do {
+                return try body(try element(selector))
+            } catch let error as TestClientError where error.description.contains("stale element reference") && attempt < 5 {
+                attempt += 1
+            }
+        }
     }
 
     /// Runs `script` (a function body; `arguments` as given) in the page and returns its value.
