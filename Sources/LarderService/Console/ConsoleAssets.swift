@@ -1,6 +1,6 @@
 // The console's files as string literals, compiled into the binary: SwiftPM resources are not
 // embedded on Linux, and the console has no build step. The page is static: everything it shows
-// is fetched by the script (ConsoleAssets+Script.swift) from the admin API with the token, and
+// is fetched by the script (ConsoleAssets+Script*.swift) from the admin API with the token, and
 // put into the page as text nodes, never as markup. No inline script or style anywhere: the
 // Content-Security-Policy (ConsoleRoute) forbids both.
 
