@@ -140,10 +140,7 @@ public struct RequestIdentity: Sendable {
         return fields
     }
 
-    /// The names `upstreamFields` sets, lower-case.
-    public static let upstreamFieldNames: Set<String> = ["x-request-id", "traceparent", "tracestate"]
-
-    /// Whether `name` is one of `upstreamFieldNames`, in any case (without lower-casing a copy:
+    /// Whether `name` is one of the fields `upstreamFields` sets, in any case (without lower-casing a copy:
     /// the proxy asks for every field of every request).
     public static func isIdentityField(_ name: String) -> Bool {
         // Most fields fail on their first byte.

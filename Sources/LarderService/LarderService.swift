@@ -302,7 +302,7 @@ public final class LarderService: @unchecked Sendable {
         let current = configuration
         var new = proposed
         let kept = Setting.keepRestartOnly(from: current, in: &new)
-        var applied = Setting.all.filter { $0.isLive && $0.shown(current) != $0.shown(new) }.map(\.key)
+        var applied = Setting.all.filter { $0.isLive && $0.describe(current) != $0.describe(new) }.map(\.key)
         if !applied.contains("upstreams"), current.upstreams != new.upstreams { applied.append("upstreams") }
         // The certificate files are read again (their paths take a restart): a rotation. First,
         // because it is the one step that can fail, and it changes nothing when it does.

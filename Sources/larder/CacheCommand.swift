@@ -45,7 +45,7 @@ enum Format {
     static func seconds(_ value: Any?) -> Double? { (value as? Double) ?? (value as? Int).map(Double.init) }
 
     /// A time from the admin API: an RFC 3339 string (RFC3339Time), or seconds since 1970 as
-    /// servers before 2026-11 gave them.
+    /// servers before RFC 3339 times gave them.
     static func time(_ value: Any?) -> Double? {
         if let text = value as? String { return RFC3339Time.parse(text) }
         return seconds(value)

@@ -56,13 +56,12 @@ public struct Setting: Sendable {
     let readFile: @Sendable (ConfigFile.Value, inout LarderConfiguration) throws(ConfigurationError) -> Void
     let readEnvironment: @Sendable (String, inout LarderConfiguration) throws(ConfigurationError) -> Void
     let readCommandLine: @Sendable (Any, inout LarderConfiguration) throws(ConfigurationError) -> Void
-    /// The value in a configuration, as an operator would write it.
-    let shown: @Sendable (LarderConfiguration) -> String
+    private let valueText: @Sendable (LarderConfiguration) -> String
     /// Sets the value in the second configuration to the first's.
     let copy: @Sendable (LarderConfiguration, inout LarderConfiguration) -> Void
 
     /// The value in `configuration`, as an operator would write it.
-    public func describe(_ configuration: LarderConfiguration) -> String { shown(configuration) }
+    public func describe(_ configuration: LarderConfiguration) -> String { valueText(configuration) }
 
     /// Whether a reload (SIGHUP) applies a new value to the running service; the others (the
     /// listeners, the store, the upstream transport and its address rules) take a restart, and
@@ -80,7 +79,7 @@ public struct Setting: Sendable {
     /// running values put back into `new`.
     public static func keepRestartOnly(from running: LarderConfiguration, in new: inout LarderConfiguration) -> [String] {
         var kept: [String] = []
-        for setting in all where !setting.isLive && setting.shown(running) != setting.shown(new) {
+        for setting in all where !setting.isLive && setting.describe(running) != setting.describe(new) {
             kept.append(setting.key)
             setting.copy(running, &new)
         }
@@ -133,7 +132,7 @@ public struct Setting: Sendable {
             preconditionFailure("the setting '\(key)' has no default: say what nil means with `unset`")
         }
         self.defaultText = shown
-        self.shown = { configuration in configuration[keyPath: field].settingValue.map(show) ?? unset ?? "" }
+        self.valueText = { configuration in configuration[keyPath: field].settingValue.map(show) ?? unset ?? "" }
         self.copy = { from, into in into[keyPath: field] = from[keyPath: field] }
         readFile = { value, configuration throws(ConfigurationError) in
             configuration[keyPath: field] = Field(settingValue: try file(value))

@@ -27,15 +27,6 @@ protocol SpanExporting: SpanRecorder {
 }
 
 enum SpanExport {
-    /// Whether this build can export spans (the `OTLP` trait).
-    static var isAvailable: Bool {
-        #if OTLP
-            true
-        #else
-            false
-        #endif
-    }
-
     /// The exporter for `--otlp-endpoint`, or nil without one.
     static func exporter(endpoint: String?, logger: Logger) throws -> (any SpanExporting)? {
         guard let endpoint else { return nil }

@@ -34,11 +34,10 @@ struct ProxyRoute: Sendable {
         self.withheld = FieldNames(Self.withheldFields(stripTargeted: stripTargeted, tagHeaders: tagHeaders))
     }
 
-    /// Request fields not forwarded: connection-level ones, and those Larder sets itself.
-    /// The request id and trace context are not the client's to forward: every request Larder
-    /// sends upstream carries the request's own (RequestIdentity), and they stay out of the
-    /// request memo's key, which would otherwise differ on every traced request.
-    private static let notForwarded: Set<String> = Set(["host", "content-length", "expect"]).union(RequestIdentity.upstreamFieldNames)
+    /// Request fields not forwarded: connection-level ones, and those Larder sets itself. (The
+    /// request id and trace context are not forwarded either, nor part of the request memo's key:
+    /// every request Larder sends upstream carries the request's own; RequestIdentity.)
+    private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
     /// Fields a client could use to make the origin answer differently for the same cache key
     /// (the origin reflects or routes on them, but they are not part of the key): the
     /// forwarding headers a proxy in front of Larder would set (Larder is the edge here), and
@@ -190,7 +189,7 @@ struct ProxyRoute: Sendable {
         var headers: [HeaderField] = []
         for field in fields {
             let name = field.name.lowercasedASCII
-            if HopByHop.contains(name, nominatedBy: nominated) || notForwarded.contains(name)
+            if HopByHop.contains(name, nominatedBy: nominated) || notForwarded.contains(name) || RequestIdentity.isIdentityField(name)
                 || unkeyedOverrides.contains(name) || name.hasPrefix("x-forwarded-")
             {
                 continue
