@@ -3,6 +3,7 @@
 
 import LarderCore
 import LarderEngine
+import LarderSync
 import LarderTesting
 import XCTest
 
@@ -10,8 +11,11 @@ import XCTest
 
 final class PendingWritesTests: XCTestCase {
     @discardableResult
-    private func admit(_ pending: inout PendingWrites, _ key: String, size: Int, limit: Int = 1000) -> PendingWrites.Admission? {
-        pending.admit(.fixture(key), size: size, probe: KeyFilter.probe(key), byteLimit: limit, completion: { _ in })
+    private func admit(
+        _ pending: inout PendingWrites, _ key: String, size: Int, limits: PendingLimits = PendingLimits(throttle: 1000, shed: 1000),
+        completion: @escaping @Sendable (Bool) -> Void = { _ in }
+    ) -> PendingWrites.Admission? {
+        pending.admit(.fixture(key), size: size, probe: KeyFilter.probe(key), limits: limits, completion: completion)
     }
 
     func testTheFirstSaveSchedulesACommitAndTheNextJoinIt() {
@@ -35,7 +39,25 @@ final class PendingWritesTests: XCTestCase {
         var empty = PendingWrites()
         let alone = admit(&empty, "big", size: 5000)
         XCTAssertEqual(alone?.waitsForCommit, true, "alone over the limit: stored, answered after its commit")
-        XCTAssertNotNil(empty.queue.first?.completion, "its completion is kept for the commit")
+        XCTAssertNotNil(empty.queue.first?.waiter, "its caller is answered at the commit")
+    }
+
+    func testPastTheThrottleLimitASaveIsStoredAndItsCallerWaits() {
+        var pending = PendingWrites()
+        let limits = PendingLimits(throttle: 500, shed: 1000)
+        let answers = Locked<[Bool]>([])
+        let first = admit(&pending, "a", size: 600, limits: limits)
+        XCTAssertEqual(first?.waitsForCommit, false, "alone over the throttle limit: answered at once")
+        let second = admit(&pending, "b", size: 300, limits: limits) { stored in answers.withLock { $0.append(stored) } }
+        XCTAssertEqual(second?.throttled, true, "600 + 300 is past 500: stored, its caller waits")
+        XCTAssertEqual(second?.waitsForCommit, true)
+        XCTAssertEqual(pending.queue.map(\.entry.key.hex), ["a", "b"], "queued all the same")
+        XCTAssertNotNil(pending.visible[CacheKey(hex: "b")], "visible to lookups while its caller waits")
+        XCTAssertNil(admit(&pending, "c", size: 200, limits: limits), "900 + 200 is past the shed limit")
+        // The commit and the deadline may both answer; the caller hears the first.
+        second?.waiter?.answer(stored: true)
+        second?.waiter?.answer(stored: false)
+        XCTAssertEqual(answers.withLock { $0 }, [true])
     }
 
     func testAPrimaryKeyTheFilterNeverSawIsNew() {
@@ -66,8 +88,8 @@ final class PendingWritesTests: XCTestCase {
 
     func testAGroupHoldsOneEntryAtLeastHoweverLarge() {
         var pending = PendingWrites()
-        admit(&pending, "big", size: 5000, limit: 10_000)
-        admit(&pending, "small", size: 1, limit: 10_000)
+        admit(&pending, "big", size: 5000, limits: PendingLimits(throttle: 10_000, shed: 10_000))
+        admit(&pending, "small", size: 1, limits: PendingLimits(throttle: 10_000, shed: 10_000))
         XCTAssertEqual(pending.takeGroup(entryLimit: 10, byteLimit: 100).group.map(\.entry.key.hex), ["big"])
     }
 

@@ -81,8 +81,8 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
 
     /// Holds SQLite's write lock from another connection until `release`, so the store's
     /// writer cannot commit meanwhile.
-    private func holdWriteLock() throws -> () -> Void {
-        let blocker = try SQLiteConnection(path: path)
+    private func holdWriteLock(path: String? = nil) throws -> () -> Void {
+        let blocker = try SQLiteConnection(path: path ?? self.path)
         // Connections the store opens at start-up (its readers, the key filter's rebuild) may
         // hold a lock for a moment: wait for it rather than fail at once with SQLITE_BUSY (seen
         // once in a full run).
@@ -168,6 +168,44 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertNotNil(store.lookup(CacheKey(hex: "a")).first)
         XCTAssertNil(store.lookup(CacheKey(hex: "b")).first)
         XCTAssertEqual(store.figures.shedWrites, 1, "reported to the metrics")
+    }
+
+    /// Past the throttle limit (the writer is behind) a save is stored and its caller waits: for
+    /// the commit when it comes first, for `throttleWait` at most when the writer is stuck.
+    func testASavePastTheThrottleLimitWaitsForItsCommitOrTheDeadline() throws {
+        let store = try SQLiteCacheStore(path: path, throttleWait: .seconds(1), logger: logger)
+        defer { store.close() }
+        let release = try holdWriteLock()
+        let size = SQLiteCacheStore.throttleByteLimit / 2 + 1
+        store.save(entry("a", body: String(repeating: "a", count: size))) { _ in }
+        let answer = Locked<Bool?>(nil)
+        let answered = expectation(description: "answered at the deadline")
+        store.save(entry("b", body: String(repeating: "b", count: size))) { stored in
+            answer.withLock { $0 = stored }
+            answered.fulfill()
+        }
+        XCTAssertNil(answer.withLock { $0 }, "not answered at once: the writer is behind")
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "b")).first, "visible while its caller waits")
+        // The writer is still stuck: the deadline answers.
+        wait(for: [answered], timeout: 20)
+        XCTAssertEqual(answer.withLock { $0 }, true)
+        release()
+        store.commitAndWait()
+        XCTAssertEqual(store.figures.shedWrites, 0)
+        XCTAssertEqual(try SQLiteConnection(path: path).scalarInt("SELECT count(*) FROM entries"), 2, "both stored")
+
+        // With a writer that moves, the commit answers long before a deadline of a minute.
+        let patient = try SQLiteCacheStore(path: path + "-2", throttleWait: .seconds(60), logger: logger)
+        defer { patient.close() }
+        let stuck = try holdWriteLock(path: path + "-2")
+        patient.save(entry("c", body: String(repeating: "c", count: size))) { _ in }
+        let committed = expectation(description: "answered at the commit")
+        patient.save(entry("d", body: String(repeating: "d", count: size))) { stored in
+            XCTAssertTrue(stored)
+            committed.fulfill()
+        }
+        stuck()
+        wait(for: [committed], timeout: 20)
     }
 
     /// One entry larger than the limit on its own is stored, and answered after its commit.
@@ -704,6 +742,47 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         // The row from before has no ttl: its expiry is its HTTP freshness, as before.
         XCTAssertEqual(store.records(primaryKey: CacheKey(hex: "old")).first?.expiresAt, 65)
         XCTAssertEqual(store.records(primaryKey: CacheKey(hex: "new")).first?.expiresAt, 7)
+    }
+
+    /// Schema 15 names tagged rows by rowid: the tags of rows written before it still purge
+    /// them, and a row replaced afterwards leaves no tag entry behind.
+    func testTagsOfRowsFromSchema14AreKeptByTheMigration() throws {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let old = try SQLiteConnection(path: path)
+        try old.execute("PRAGMA journal_mode = WAL")
+        for migration in Schema.migrations.prefix(14) { try old.execute(migration) }
+        try old.execute("PRAGMA user_version = 14")
+        for (rowid, key) in [(1, "a"), (2, "b"), (3, "c")] {
+            try old.execute(
+                """
+                INSERT INTO entries (rowid, key, primary_key, namespace, method, url, status, headers, body, body_kind,
+                                     body_checksum, stored_at, freshness, version, hits, last_access, tags)
+                VALUES (\(rowid), '\(key)', '\(key)', 'default', 'GET', 'http://a.test/\(key)', 200, X'7B7D', X'5B315D', 0,
+                        X'\(BodyChecksum.compute(Array("[1]".utf8)).map { String(format: "%02X", $0) }.joined())', 5, 60, 0, 0, 5,
+                        '\(key == "c" ? "[\"other\"]" : "[\"t\",\"u\"]")')
+                """)
+        }
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        let reader = try SQLiteConnection(path: path)
+        XCTAssertEqual(try reader.scalarInt("SELECT count(*) FROM entry_tags"), 5)
+        var replaced = entry("b")
+        replaced.tags = ["v"]
+        save(store, replaced)
+        store.commitAndWait()
+        XCTAssertEqual(try reader.scalarInt("SELECT count(*) FROM entry_tags WHERE tag IN ('t', 'u')"), 2, "b's old tags left with its row")
+        let purged = expectation(description: "purged")
+        var filter = PurgeFilter()
+        filter.tags = ["t"]
+        store.purge(filter) { result in
+            XCTAssertEqual(result.removed, 1)
+            purged.fulfill()
+        }
+        wait(for: [purged], timeout: 10)
+        XCTAssertNil(store.lookup(CacheKey(hex: "a")).first)
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "b")).first, "stored again under another tag")
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "c")).first)
+        XCTAssertEqual(try reader.scalarInt("SELECT count(*) FROM entry_tags"), 2, "b's v and c's other")
     }
 
     func testInvalidationByURLRemovesEveryMatchingEntry() throws {

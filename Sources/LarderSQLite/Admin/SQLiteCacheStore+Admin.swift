@@ -175,7 +175,7 @@ extension SQLiteCacheStore: CacheAdministration {
         }
         if let tags = filter.tags {
             // Through the tag index: only the tagged rows are read.
-            clauses.append("key IN (SELECT key FROM entry_tags WHERE tag IN \(list(tags)))")
+            clauses.append("rowid IN (SELECT entry FROM entry_tags WHERE tag IN \(list(tags)))")
         }
         if let version = filter.versionOtherThan {
             let index = parameter()

@@ -179,7 +179,7 @@ extension SQLiteCacheStore {
                     for held in pending.held.removeValue(forKey: proved) ?? [] {
                         let admitted = pending.admit(
                             held, size: held.approximateBytes, probe: KeyFilter.probe(held.primaryKey.hex),
-                            byteLimit: Self.pendingByteLimit, completion: { _ in })
+                            limits: Self.pendingLimits, completion: { _ in })
                         if let admitted {
                             scheduleTurn = scheduleTurn || admitted.scheduleCommit
                             rebuildFilter = rebuildFilter || admitted.rebuildKeyFilter
@@ -204,7 +204,7 @@ extension SQLiteCacheStore {
                 case .write:
                     pending.held[key] = nil
                     return .queued(
-                        pending.admit(entry, size: size, probe: probe, byteLimit: Self.pendingByteLimit, completion: completion))
+                        pending.admit(entry, size: size, probe: probe, limits: Self.pendingLimits, completion: completion))
                 }
             }
         }
@@ -233,9 +233,9 @@ extension SQLiteCacheStore {
         let (gone, cancelledKeys, waiting) = policy.withLock { policy in
             let gone = keys.filter { !policy.contains($0) || policy.isHeld($0) }
             let cancelled = pending.withLock { $0.cancelWrites(of: Set(gone)) }
-            return (gone, cancelled.map(\.entry.primaryKey), cancelled.compactMap(\.completion))
+            return (gone, cancelled.map(\.entry.primaryKey), cancelled.compactMap(\.waiter))
         }
-        for completion in waiting { completion(false) }
+        for waiter in waiting { waiter.answer(stored: false) }
         var removed: [CacheKey] = cancelledKeys
         defer {
             // Entries evicted: each primary key once, whether its rows were deleted or its write

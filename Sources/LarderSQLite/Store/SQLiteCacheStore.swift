@@ -12,9 +12,11 @@
 //   everything queued each time it is free, and a group's first save waits at most
 //   `groupCommitDelayMs` for company. Acknowledged entries not yet committed (the last few
 //   milliseconds) are lost in a crash, as the last commits are with synchronous=NORMAL;
-//   none is ever half there. Past `pendingByteLimit` of uncommitted bytes, saves are not
-//   stored (counted), so a stalled disk costs hit ratio for a moment instead of memory or
-//   every caller's time.
+//   none is ever half there. Past `throttleByteLimit` of uncommitted bytes (the writer is
+//   behind), a save's caller waits for its commit, a quarter of a second at most, so a storm of
+//   misses goes at the writer's pace and keeps every response. Past `pendingByteLimit` (the
+//   writer is stuck: a stalled disk), saves are not stored (counted), so a stalled disk costs
+//   hit ratio for a moment instead of memory or every caller's time.
 // - A pool of reader connections used from the server's worker threads; a hit takes one,
 //   runs a prepared point lookup, and gives it back. A key never stored (a miss) is answered
 //   by a Bloom filter of the stored keys without a reader (KeyFilter.swift).
@@ -55,9 +57,14 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// Bodies at least this large are kept in files (whole responses only; parts stay inline).
     public let bodyFileThreshold: Int
     public let capacity: StoreCapacity
+    /// How long a throttled save's caller waits for its commit at most (throttleByteLimit).
+    let throttleWait: Duration
     let files: BodyFiles
 
     let writerQueue = DispatchQueue(label: "larder.sqlite.writer")
+    /// Answers throttled saves at their deadline: its own queue, since the global ones may be
+    /// busy with work that waits on the database too (the orphan sweep, a key filter build).
+    let throttleDeadlines = DispatchQueue(label: "larder.sqlite.throttle")
     let writer: SQLiteConnection
     let statements: WriterStatements
     let readers: ReaderPool
@@ -93,10 +100,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// Opens (creating when absent) the database at `path`, running migrations.
     public init(
         path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, capacity: StoreCapacity = StoreCapacity(),
-        keptBodyFileCapacity: Int? = nil, logger: Logger
+        keptBodyFileCapacity: Int? = nil, throttleWait: Duration = .milliseconds(250), logger: Logger
     ) throws {
         self.path = path
         self.capacity = capacity
+        self.throttleWait = throttleWait
         self.maxVariants = max(1, maxVariants)
         self.bodyFileThreshold = max(1, bodyFileThreshold)
         self.files = BodyFiles(databasePath: path, openFileCapacity: keptBodyFileCapacity ?? OpenBodyFiles.defaultCapacity)

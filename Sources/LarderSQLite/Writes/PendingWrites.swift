@@ -4,12 +4,32 @@
 
 import LarderCore
 import LarderEngine
+import LarderSync
+
+/// A caller answered when its write commits, or (throttled) at a deadline if that comes first:
+/// answered once, by whichever comes first.
+final class CommitWaiter: Sendable {
+    private let completion = CallbackSlot<Bool>()
+
+    init(_ completion: @escaping @Sendable (Bool) -> Void) { self.completion.set(completion) }
+
+    func answer(stored: Bool) { completion.take()?(stored) }
+}
+
+/// Uncommitted bytes past which a save's caller waits for its commit (the writer is behind:
+/// callers are slowed to its pace instead of their responses going unstored), and past which a
+/// save is not stored at all (the writer is stuck: a stalled disk).
+struct PendingLimits: Sendable {
+    var throttle: Int
+    var shed: Int
+}
 
 struct PendingWrite {
     let entry: StoredEntry
     let size: Int
-    /// Set only when the save waits for its commit (alone over `pendingByteLimit`).
-    let completion: (@Sendable (Bool) -> Void)?
+    /// Set only when the save's caller waits for its commit (throttled, or alone over the
+    /// shed limit).
+    let waiter: CommitWaiter?
     /// The key filter had never seen the primary key when this was saved: no row of it
     /// exists, so there are no other variants to delete.
     let newPrimaryKey: Bool
@@ -43,26 +63,38 @@ struct PendingWrites {
     struct Admission: Equatable, Sendable {
         /// The first save since the writer last emptied the queue: schedule a commit.
         var scheduleCommit: Bool
-        /// Alone over the limit: the caller is answered after the commit, not now.
+        /// The caller is answered after the commit, not now (through `waiter`).
         var waitsForCommit: Bool
+        /// Waits because the writer is behind (past the throttle limit): answered at its commit
+        /// or at the store's deadline, whichever comes first.
+        var throttled = false
         /// The key filter holds more keys than it was sized for, and no rebuild is under way.
         var rebuildKeyFilter: Bool
+        var waiter: CommitWaiter?
+
+        static func == (a: Admission, b: Admission) -> Bool {
+            (a.scheduleCommit, a.waitsForCommit, a.throttled, a.rebuildKeyFilter) == (b.scheduleCommit, b.waitsForCommit, b.throttled, b.rebuildKeyFilter)
+                && a.waiter === b.waiter
+        }
     }
 
     /// Queues `entry` (of `size` bytes; `probe`: its primary key's in the key filter) and makes it
-    /// visible to lookups, or returns nil when it is shed: with uncommitted bytes past `byteLimit`
-    /// (the disk stalled), the entry is not stored and the caller is answered at once, since
-    /// waiting for the commit stalled every request with it. One entry alone over the limit is
-    /// stored, and answered after its commit.
+    /// visible to lookups, or returns nil when it is shed: with uncommitted bytes past
+    /// `limits.shed` (the disk stalled), the entry is not stored and the caller is answered at
+    /// once, since waiting for the commit stalled every request with it. Past `limits.throttle`
+    /// (the writer is behind) it is stored and its caller waits: a storm of misses then goes at
+    /// the writer's pace and every response is kept. One entry alone over a limit is stored: over
+    /// the shed limit it is answered after its commit, over the throttle limit at once.
     mutating func admit(
-        _ entry: StoredEntry, size: Int, probe: KeyFilter.Probe, byteLimit: Int,
+        _ entry: StoredEntry, size: Int, probe: KeyFilter.Probe, limits: PendingLimits,
         completion: @escaping @Sendable (Bool) -> Void
     ) -> Admission? {
-        if bytes > 0, bytes + size > byteLimit { return nil }
-        let waits = size > byteLimit
+        if bytes > 0, bytes + size > limits.shed { return nil }
+        let throttled = bytes > 0 && bytes + size > limits.throttle
+        let waiter = size > limits.shed || throttled ? CommitWaiter(completion) : nil
         // Asked before the insert below; nil (still being built) answers "maybe".
         let newPrimaryKey = keyFilter.map { !$0.mayContain(probe) } ?? false
-        queue.append(PendingWrite(entry: entry, size: size, completion: waits ? completion : nil, newPrimaryKey: newPrimaryKey))
+        queue.append(PendingWrite(entry: entry, size: size, waiter: waiter, newPrimaryKey: newPrimaryKey))
         visible[entry.primaryKey, default: []].append(entry)
         bytes += size
         // In the filters before the writer can commit it.
@@ -73,7 +105,9 @@ struct PendingWrites {
             rebuild = claimKeyFilterRebuild()
         }
         defer { flushScheduled = true }
-        return Admission(scheduleCommit: !flushScheduled, waitsForCommit: waits, rebuildKeyFilter: rebuild)
+        return Admission(
+            scheduleCommit: !flushScheduled, waitsForCommit: waiter != nil, throttled: throttled, rebuildKeyFilter: rebuild,
+            waiter: waiter)
     }
 
     /// Queues the deletion of evicted objects' rows; true when the caller must schedule a writer

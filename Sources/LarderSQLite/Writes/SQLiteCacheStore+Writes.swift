@@ -6,8 +6,13 @@ public import LarderCore
 public import LarderEngine
 
 extension SQLiteCacheStore {
-    /// Uncommitted bytes past which `save` answers only after the commit.
+    /// Uncommitted bytes past which a save is not stored (the writer is stuck).
     public static let pendingByteLimit = 32 << 20
+    /// Uncommitted bytes past which a save's caller waits for its commit, `throttleWait` at
+    /// most (the writer is behind). Half the shed limit: a fill at 64 connections that outruns
+    /// the writer is slowed to its pace, and only a writer stuck for longer fills the rest.
+    public static let throttleByteLimit = 16 << 20
+    static var pendingLimits: PendingLimits { PendingLimits(throttle: throttleByteLimit, shed: pendingByteLimit) }
     /// Entries per group commit at most (a bound on one transaction's length).
     static let groupCommitLimit = 512
     /// How long the first save of a group waits for others to join it: long enough for company,
@@ -38,7 +43,7 @@ extension SQLiteCacheStore {
             admitted = queued
         case .noPolicy:
             admitted = pending.withLock { pending in
-                pending.admit(entry, size: size, probe: probe, byteLimit: Self.pendingByteLimit, completion: completion)
+                pending.admit(entry, size: size, probe: probe, limits: Self.pendingLimits, completion: completion)
             }
         }
         guard let admitted else {
@@ -57,7 +62,16 @@ extension SQLiteCacheStore {
             }
         }
         if admitted.rebuildKeyFilter { scheduleKeyFilterRebuild() }
-        if !admitted.waitsForCommit { completion(true) }
+        if let waiter = admitted.waiter {
+            // Stored either way (visible now, committed soon): the wait only slows the caller.
+            if admitted.throttled {
+                let wait = throttleWait.components
+                let nanoseconds = Int(wait.seconds) * 1_000_000_000 + Int(wait.attoseconds / 1_000_000_000)
+                throttleDeadlines.asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { waiter.answer(stored: true) }
+            }
+        } else {
+            completion(true)
+        }
     }
 
     /// Called with the primary key of an entry the store dropped on its own, so a tier above
@@ -99,7 +113,7 @@ extension SQLiteCacheStore {
         let dropped = droppedHandler.current
         for (write, saved) in zip(batch, written) {
             if !saved { dropped?(write.entry.primaryKey) }
-            write.completion?(saved)
+            write.waiter?.answer(stored: saved)
         }
         if more { writerQueue.async { [self] in commitPending() } }
     }
