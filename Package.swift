@@ -163,7 +163,7 @@ let package = Package(
             name: "LarderIntegrationTests",
             dependencies: [
                 "LarderServiceTesting", "LarderTesting", "LarderService", "LarderHTTP", "LarderCore", "LarderSync", "CMalloc",
-                "LarderRedis", "LarderEngine", "CXXHash"
+                "LarderRedis", "LarderEngine", "CXXHash", "LarderSQLite"
             ]
         )
     ]

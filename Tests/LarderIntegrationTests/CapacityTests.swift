@@ -8,6 +8,8 @@ import LarderServiceTesting
 import LarderSync
 import XCTest
 
+@testable import LarderSQLite
+
 final class CapacityTests: IntegrationTestCase {
     func testTheDatabaseStaysUnderMaxBytesWhileThreeTimesThatIsFetched() throws {
         let maxBytes = 2 << 20
@@ -97,6 +99,61 @@ final class CapacityTests: IntegrationTestCase {
         XCTAssertGreaterThanOrEqual(admission["promoted"] ?? 0, 1, "the hot one moved to the main queue")
         let metrics = String(decoding: try client.request("GET", "/metrics").body, as: UTF8.self)
         XCTAssertTrue(metrics.contains("\nlarder_admission_rejected_total \(rejected)\n"), "/metrics counts what /cache/stats does")
+    }
+
+    /// Issue 34: a storm of misses that outruns the writer keeps every response. The writer is
+    /// held up for a second and a half (another connection holds the database's write lock, as a
+    /// slow disk would) while 16 callers ask for 64 KiB responses one after another. Without a
+    /// throttle the uncommitted bytes pass 32 MiB within that time and later writes are shed.
+    /// Past 16 MiB uncommitted each caller now waits for its write, a quarter of a second at
+    /// most, so they grow by 4 MiB a second at most and stay under 32 MiB; once the writer moves
+    /// again everything is stored, and nothing was shed.
+    func testAMissStormThatOutrunsTheWriterIsSlowedNotShed() throws {
+        let larder = try startLarder { configuration in
+            configuration.memoryCapacityBytes = 0
+        }
+        let client = try larder.connection()
+        let base = uniquePath()
+        let port = larder.port
+        let callers = 16
+        let each = 60
+        let size = 64 << 10
+        let answered = Atomic<Int>(0)
+        let target = url("\(base)/", "size=\(size)")
+        // Held for 1.5 s, and until the answers are past the throttle limit (20 MiB of them).
+        let databasePath = directory.appendingPathComponent("larder.sqlite").path
+        let holdUntil = (20 << 20) / size
+        let locked = DispatchSemaphore(value: 0)
+        let released = expectation(description: "writer released")
+        Thread {
+            guard let blocker = try? SQLiteConnection(path: databasePath), (try? blocker.execute("PRAGMA busy_timeout = 5000")) != nil,
+                (try? blocker.execute("BEGIN IMMEDIATE")) != nil
+            else { return XCTFail("cannot hold the write lock") }
+            locked.signal()
+            let heldFrom = Date()
+            while answered.load(ordering: .acquiring) < holdUntil || Date().timeIntervalSince(heldFrom) < 1.5 { usleep(1000) }
+            try? blocker.execute("ROLLBACK")
+            released.fulfill()
+        }.start()
+        XCTAssertEqual(locked.wait(timeout: .now() + 10), .success)
+        XCTAssertTrue(
+            concurrently(callers, timeout: 120) { caller in
+                guard let connection = try? TestConnection(port: port) else { return }
+                for index in 0..<each {
+                    let spec: [String: Any] = [
+                        "url": target.replacingOccurrences(of: "/?", with: "/\(caller)-\(index)?"), "cache": ["ttl": 600]
+                    ]
+                    if (try? connection.fetch(spec))?.status == 200 { answered.add(1, ordering: .releasing) }
+                }
+            })
+        wait(for: [released], timeout: 10)
+        XCTAssertEqual(answered.load(ordering: .relaxed), callers * each)
+        larder.service.waitForIdleStoreWriter()
+        let metrics = String(decoding: try client.request("GET", "/metrics").body, as: UTF8.self)
+        XCTAssertTrue(metrics.contains("\nlarder_store_writes_shed_total 0\n"), "no write was shed")
+        XCTAssertEqual(try storedStatistics(client)["entries"] as? Int, callers * each, "every response was stored")
+        XCTAssertEqual(
+            try client.fetch(["url": url("\(base)/\(callers - 1)-\(each - 1)", "size=\(size)"), "cache": ["ttl": 600]]).outcome, "hit")
     }
 
     private func storedStatistics(_ client: TestConnection) throws -> [String: Any] {

@@ -64,7 +64,9 @@ final class RowFormatKnownAnswerTests: DatabaseTestCase {
             XCTAssertEqual(literals[index], Self.knownRow[index], column)
         }
         XCTAssertFalse(try row.step(), "one row")
-        XCTAssertEqual(try reader.scalarInt("SELECT count(*) FROM entry_tags WHERE entry = (SELECT rowid FROM entries WHERE key = '0123abcd.ef45')"), 2)
+        XCTAssertEqual(
+            try reader.scalarInt("SELECT count(*) FROM entry_tags WHERE entry = (SELECT rowid FROM entries WHERE key = '0123abcd.ef45')"), 2
+        )
     }
 
     func testTheKnownRowIsReadAsTheFixedEntry() throws {

@@ -73,7 +73,9 @@ struct PendingWrites {
         var waiter: CommitWaiter?
 
         static func == (a: Admission, b: Admission) -> Bool {
-            (a.scheduleCommit, a.waitsForCommit, a.throttled, a.rebuildKeyFilter) == (b.scheduleCommit, b.waitsForCommit, b.throttled, b.rebuildKeyFilter)
+            (a.scheduleCommit, a.waitsForCommit, a.throttled, a.rebuildKeyFilter) == (
+                b.scheduleCommit, b.waitsForCommit, b.throttled, b.rebuildKeyFilter
+            )
                 && a.waiter === b.waiter
         }
     }
