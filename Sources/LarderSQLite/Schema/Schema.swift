@@ -166,8 +166,8 @@ enum Schema {
         // 15: tags name their rows by rowid, not key. Rowids follow write order (insertRow), so a
         // new row's tag entries go at the end of each tag's range, one page that stays hot; by
         // key they went to a random page of the tag's range and of `entry_tags_key`, two of the
-        // four random B-tree pages a tagged insert wrote (a third of the writer's throughput on a
-        // large store). A deleted row's entries are found through its own tags. Rowids never
+        // four random B-tree pages a tagged insert wrote (the writer ran at a quarter of this speed
+        // on a large store). A deleted row's entries are found through its own tags. Rowids never
         // change: nothing runs a full VACUUM after the migrations (incremental vacuum moves pages,
         // not rowids).
         """
