@@ -58,7 +58,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     public let bodyFileThreshold: Int
     public let capacity: StoreCapacity
     /// How long a throttled save's caller waits for its commit at most (throttleByteLimit).
-    let throttleWait: Duration
+    let throttleWait: DispatchTimeInterval
     let files: BodyFiles
 
     let writerQueue = DispatchQueue(label: "larder.sqlite.writer")
@@ -104,7 +104,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     ) throws {
         self.path = path
         self.capacity = capacity
-        self.throttleWait = throttleWait
+        self.throttleWait = .nanoseconds(Int(throttleWait / .nanoseconds(1)))
         self.maxVariants = max(1, maxVariants)
         self.bodyFileThreshold = max(1, bodyFileThreshold)
         self.files = BodyFiles(databasePath: path, openFileCapacity: keptBodyFileCapacity ?? OpenBodyFiles.defaultCapacity)

@@ -12,7 +12,7 @@ extension SQLiteCacheStore {
     /// most (the writer is behind). Half the shed limit: a fill at 64 connections that outruns
     /// the writer is slowed to its pace, and only a writer stuck for longer fills the rest.
     public static let throttleByteLimit = 16 << 20
-    static var pendingLimits: PendingLimits { PendingLimits(throttle: throttleByteLimit, shed: pendingByteLimit) }
+    static let pendingLimits = PendingLimits(throttle: throttleByteLimit, shed: pendingByteLimit)
     /// Entries per group commit at most (a bound on one transaction's length).
     static let groupCommitLimit = 512
     /// How long the first save of a group waits for others to join it: long enough for company,
@@ -65,9 +65,7 @@ extension SQLiteCacheStore {
         if let waiter = admitted.waiter {
             // Stored either way (visible now, committed soon): the wait only slows the caller.
             if admitted.throttled {
-                let wait = throttleWait.components
-                let nanoseconds = Int(wait.seconds) * 1_000_000_000 + Int(wait.attoseconds / 1_000_000_000)
-                throttleDeadlines.asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { waiter.answer(stored: true) }
+                throttleDeadlines.asyncAfter(deadline: .now() + throttleWait) { waiter.answer(stored: true) }
             }
         } else {
             completion(true)
