@@ -18,7 +18,7 @@
 //
 // Pure: the store applies each `Decision` (writes, deletes, drops from memory).
 
-public struct AdmissionPolicy<Key: Hashable & Sendable>: Sendable {
+public struct AdmissionPolicy<Key: StableHashable>: Sendable {
     public enum Placement: Sendable, Equatable {
         /// Write the object to disk now.
         case write

@@ -139,6 +139,86 @@ final class S3FIFOTests: XCTestCase {
         XCTAssertGreaterThan(ratio.s3fifo, ratio.lru + 0.04, "S3-FIFO \(ratio.s3fifo), LRU \(ratio.lru)")
         XCTAssertGreaterThan(policy.counters.evictedFromSmall, policy.counters.evictedFromMain, "most leave from the small queue")
     }
+
+    /// An object asked for regularly, but less often than the small queue and the ghost turn
+    /// over: S3-FIFO alone never keeps it; the frequency sketch remembers it was asked for, and
+    /// lets it into the main queue over a victim asked for less.
+    func testTheSketchKeepsAnObjectAskedForRegularlyButRarely() {
+        func hits(_ policy: inout S3FIFO<Int>) -> Int {
+            for key in 1...9 { _ = policy.admit(key, bytes: 100, proven: true) } // the main queue
+            var hits = 0
+            var newcomer = 1_000
+            for _ in 0..<10 {
+                if policy.contains(100) {
+                    policy.recordHit(100)
+                    hits += 1
+                } else {
+                    _ = policy.admit(100, bytes: 100)
+                }
+                // More newcomers, asked for once, than the ghost remembers (64 keys).
+                for _ in 0..<80 {
+                    _ = policy.admit(newcomer, bytes: 100)
+                    newcomer += 1
+                }
+            }
+            return hits
+        }
+        var withSketch = S3FIFO<Int>(capacityBytes: 1_000)
+        var without = S3FIFO<Int>(capacityBytes: 1_000, frequencyAdmission: false)
+        XCTAssertEqual(hits(&without), 0, "the control: S3-FIFO alone never keeps it")
+        // Asked for 3 times, against a victim asked for once: let in when it leaves the small
+        // queue the third time, and hit from then on.
+        XCTAssertEqual(hits(&withSketch), 7)
+        XCTAssertEqual(withSketch.queue(of: 100), .main)
+        XCTAssertGreaterThanOrEqual(withSketch.counters.admittedByFrequency, 1)
+        XCTAssertGreaterThan(withSketch.counters.refusedByFrequency, 0, "newcomers that collide in the sketch stay out")
+        XCTAssertFalse(withSketch.contains(1), "the main queue's oldest, asked for once, made room")
+    }
+
+    /// A newcomer asked for twice does not displace main-queue objects asked for more.
+    func testTheSketchKeepsAFrequentObjectOverANewcomer() {
+        var policy = S3FIFO<Int>(capacityBytes: 1_000)
+        for key in 1...9 {
+            _ = policy.admit(key, bytes: 100, proven: true)
+            for _ in 0..<3 { policy.recordHit(key) }
+        }
+        _ = policy.admit(50, bytes: 100)
+        for newcomer in 1_000..<1_080 { _ = policy.admit(newcomer, bytes: 100) }
+        XCTAssertFalse(policy.remembersInGhost(50), "out of the ghost")
+        XCTAssertEqual(policy.admit(50, bytes: 100).queue, .small)
+        XCTAssertEqual(policy.admit(2_000, bytes: 100).changes, [.evicted(50, from: .small)])
+        XCTAssertEqual(policy.counters.refusedByFrequency, 1)
+        XCTAssertEqual(policy.counters.admittedByFrequency, 0)
+        XCTAssertTrue((1...9).allSatisfy { policy.contains($0) }, "the main queue kept all its objects")
+    }
+
+    /// The flattest popularity with one-hit wonders, at 1% and 5% of the distinct bytes: where
+    /// S3-FIFO alone fell furthest behind W-TinyLFU (issue 33). With the sketch the policy
+    /// answers more requests than S3-FIFO alone (with the paper's tenth for the small queue).
+    func testOnAFlatZipfTraceTheSketchAnswersMoreThanS3FIFOAlone() {
+        let trace = Trace.zipf(objects: 5_000, requests: 60_000, skew: 0.7, oneHitWonders: 0.25, seed: 33)
+        for share in [100, 20] {
+            let capacity = trace.distinctBytes / share
+            var withSketch = S3FIFO<Int>(capacityBytes: capacity)
+            var without = S3FIFO<Int>(capacityBytes: capacity, smallFraction: 0.1, frequencyAdmission: false)
+            func ask(_ policy: inout S3FIFO<Int>, _ key: Int, _ bytes: Int) -> Bool {
+                guard policy.contains(key) else {
+                    _ = policy.admit(key, bytes: bytes)
+                    return false
+                }
+                policy.recordHit(key)
+                return true
+            }
+            var hits = (sketch: 0, alone: 0)
+            for (key, bytes) in trace.requests {
+                if ask(&withSketch, key, bytes) { hits.sketch += 1 }
+                if ask(&without, key, bytes) { hits.alone += 1 }
+            }
+            XCTAssertGreaterThan(hits.sketch, hits.alone + trace.requests.count / 1_000, "1/\(share) of the bytes: \(hits)")
+            XCTAssertGreaterThan(withSketch.counters.admittedByFrequency, 0)
+            XCTAssertLessThanOrEqual(withSketch.usedBytes, capacity)
+        }
+    }
 }
 
 /// LRU by bytes: the reference the policy is measured against.

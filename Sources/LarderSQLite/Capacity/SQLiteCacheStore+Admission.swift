@@ -27,7 +27,7 @@ import LarderSync
 /// that the policy keeps 16 bytes per object in place of a 64-character string. Two keys with
 /// the same first 64 bits are one object to the policy (for real keys, as likely as any
 /// collision of 64 random bits); eviction then deletes the rows of both.
-public struct PolicyKey: Hashable, Sendable {
+public struct PolicyKey: StableHashable {
     let high: UInt64
     let low: UInt64
 
@@ -59,6 +59,10 @@ public struct PolicyKey: Hashable, Sendable {
 
     /// The key is shorter than 16 bytes: `prefix` is all of it.
     var isWholeKey: Bool { low & 0xFF == 0 }
+
+    /// Both halves in one word for the policy's frequency sketch, which mixes it further (the
+    /// multiplier, odd, keeps the high half's bits distinct before the low half joins).
+    public var stableHash: UInt64 { (high &* 0x9E37_79B9_7F4A_7C15) ^ low }
 }
 
 /// The admission policy of a store with a capacity.
@@ -135,6 +139,8 @@ extension SQLiteCacheStore {
         figures.rejected = counters.rejected
         figures.promoted = counters.queues.promoted
         figures.ghostHits = counters.queues.ghostHits
+        figures.admittedByFrequency = counters.queues.admittedByFrequency
+        figures.refusedByFrequency = counters.queues.refusedByFrequency
         figures.evictedFromSmall = counters.queues.evictedFromSmall
         figures.evictedFromMain = counters.queues.evictedFromMain
         figures.reinserted = counters.queues.reinserted

@@ -319,6 +319,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
             ("larder_admission_held_total", [], \.held),
             ("larder_admission_rejected_total", [], \.rejected),
             ("larder_admission_promoted_total", [], \.promoted),
+            ("larder_admission_frequency_admitted_total", [], \.admittedByFrequency),
+            ("larder_admission_frequency_refused_total", [], \.refusedByFrequency),
             ("larder_admission_ghost_hits_total", [], \.ghostHits),
             ("larder_admission_evicted_total", [("queue", "small")], \.evictedFromSmall),
             ("larder_admission_evicted_total", [("queue", "main")], \.evictedFromMain),

@@ -181,7 +181,8 @@ struct AdminRoute: Sendable {
     private static func appendAdmission(_ admission: AdmissionFigures, to out: inout [UInt8]) {
         let fields: [(String, Int)] = [
             ("admitted", admission.admitted), ("held", admission.held), ("rejected", admission.rejected),
-            ("promoted", admission.promoted), ("ghostHits", admission.ghostHits),
+            ("promoted", admission.promoted), ("admittedByFrequency", admission.admittedByFrequency),
+            ("refusedByFrequency", admission.refusedByFrequency), ("ghostHits", admission.ghostHits),
             ("evictedFromSmall", admission.evictedFromSmall), ("evictedFromMain", admission.evictedFromMain),
             ("reinserted", admission.reinserted), ("heldEntries", admission.heldEntriesNow), ("heldBytes", admission.heldBytesNow)
         ]
