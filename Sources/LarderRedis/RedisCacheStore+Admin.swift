@@ -78,6 +78,7 @@ extension RedisCacheStore {
             statistics.failed = true
         }
         statistics.namespaces = namespaces.values.sorted { $0.name < $1.name }
+        statistics.admission = admission.figures
         usageCache.withLock { $0 = (statistics.entries, statistics.bytes) }
         return statistics
     }

@@ -14,8 +14,10 @@
 //   Psecret-fingerprint     HMAC of a fixed label under the instance secret: instances with
 //                           another secret refuse to start (the secret itself is never here)
 //   Pevents                 pub/sub: forgets, namespace versions, finished leases
+//   P{<primary key>}:g      ghost: a first-time object refused while Redis is full (admission)
 // Every key expires with its entry's retention (freshness + stale windows + --retention), so
-// Redis's own eviction (maxmemory-policy allkeys-lru) bounds memory.
+// Redis's own eviction (maxmemory-policy allkeys-lfu) bounds memory; while Redis is full, only
+// objects asked for again are written (RedisCacheStore+Admission.swift).
 //
 // Whoever can write to Redis can write any value: entries are authenticated (EntryCodec) and
 // every other value read back is checked before use, so a value made up without the secret is
@@ -66,6 +68,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// Entries and bytes as the last full SCAN found them (see `usage`).
     let usageCache = Locked<(entries: Int, bytes: Int)>((0, 0))
     private let usageRefreshedAt = Atomic<UInt64>(0)
+    /// Whether Redis is full, and what admission did (RedisCacheStore+Admission.swift).
+    let admission = RedisAdmission()
 
     /// Connects (failing when Redis cannot be reached, unless `requireConnection` is false).
     /// `secret` is the instance secret every instance on the store shares (--secret-file).
@@ -137,6 +141,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         figures.bytes = usage.bytes
         figures.failures = storageFailures
         figures.rejectedEntries = rejectedEntries.load(ordering: .relaxed)
+        figures.admission = admission.figures
         return figures
     }
 
@@ -285,8 +290,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         """
 
     /// Writes the entry (and its tag and URL indexes) in one pipelined round trip; a response
-    /// that varies differently from the rows under its key replaces them all (§4.1).
+    /// that varies differently from the rows under its key replaces them all (§4.1). While Redis
+    /// is full, a first-time entry is not written (`admits`): answered as not stored.
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
+        guard admits(entry) else { return completion(false) }
         let ttl = String(retentionMs(entry))
         var commands: [[[UInt8]]] = [
             ["EVAL", Self.saveScript, "1", entryKey(entry.primaryKey)].map { Array($0.utf8) }

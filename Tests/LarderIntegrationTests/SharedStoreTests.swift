@@ -192,6 +192,69 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(origin.count(path), 2)
     }
 
+    /// Issue 33's admission on the shared store: while Redis is full (used_memory at 90% of
+    /// maxmemory or more), a first-time object is served unstored and only a ghost of its key is
+    /// written; asked for again, on any instance, it is written; explicit intent (a ttl) is written
+    /// at once. Below the limit everything is written.
+    func testWhileRedisIsFullAnObjectIsWrittenWhenAskedForAgain() throws {
+        let first = try startShared().connection()
+        let second = try startShared().connection()
+        let base = uniquePath()
+        let spec = { (name: String) -> [String: Any] in ["url": self.url("\(base)/\(name)", "cc=max-age%3D600")] }
+        XCTAssertEqual(try first.fetch(spec("before")).cache["stored"] as? Bool, true, "below the limit: written")
+
+        // Redis at about 93% of its maxmemory: full for admission, with room left (260 KiB, a
+        // filler making the memory larger) for what the instances write until they have looked,
+        // before Redis's own eviction starts at 100% (it could take the ghosts).
+        _ = try redis.send(["SET", "filler", String(repeating: "x", count: 4 << 20)])
+        let info = try XCTUnwrap(redis.send(["INFO", "memory"]).text)
+        let used = try XCTUnwrap(
+            info.split(whereSeparator: \.isNewline).first { $0.hasPrefix("used_memory:") }.flatMap { Int($0.dropFirst(12)) })
+        XCTAssertEqual(try redis.command(["CONFIG", "SET", "maxmemory", String(used * 100 / 93)]), "+OK")
+        // Each instance looks at Redis's memory at most once a second, as saves come.
+        func firstRefusal(on client: TestConnection) throws -> (name: String, key: String)? {
+            var refused: (name: String, key: String)?
+            _ = try eventually {
+                let name = "probe-\(UUID().uuidString)"
+                let response = try client.fetch(spec(name))
+                guard response.cache["stored"] as? Bool == false else { return false }
+                refused = (name, response.cache["key"] as? String ?? "")
+                return true
+            }
+            return refused
+        }
+        // The second first: the entries it writes until it has looked could push Redis into
+        // evicting the first one's ghost.
+        XCTAssertNotNil(try firstRefusal(on: second), "the second instance has seen it too")
+        let (name, key) = try XCTUnwrap(try firstRefusal(on: first), "a first-time object is refused once Redis is full")
+        XCTAssertFalse(try redis.allKeys().contains("larder:{\(key)}:e"), "nothing written for it")
+        XCTAssertTrue(try redis.allKeys().contains("larder:{\(key)}:g"), "its ghost is")
+
+        let again = try second.fetch(spec(name))
+        XCTAssertEqual(again.outcome, "miss")
+        XCTAssertEqual(again.cache["stored"] as? Bool, true, "asked for again, on another instance: written")
+        XCTAssertFalse(try redis.allKeys().contains("larder:{\(key)}:g"), "the ghost is spent")
+        XCTAssertEqual(try first.fetch(spec(name)).outcome, "hit", "from Redis")
+        XCTAssertEqual(origin.count("\(base)/\(name)"), 2)
+
+        let explicit: [String: Any] = ["url": url("\(base)/explicit"), "cache": ["ttl": 600]]
+        XCTAssertEqual(try first.fetch(explicit).cache["stored"] as? Bool, true, "a caller's ttl is written at once")
+        XCTAssertEqual(try second.fetch(explicit).outcome, "hit")
+        XCTAssertEqual(origin.count("\(base)/explicit"), 1)
+
+        let firstAdmission = try XCTUnwrap(
+            (try first.request("GET", "/cache/stats").json["stored"] as? [String: Any])?["admission"] as? [String: Any])
+        XCTAssertGreaterThanOrEqual(firstAdmission["rejected"] as? Int ?? 0, 1, "\(firstAdmission)")
+        XCTAssertGreaterThanOrEqual(firstAdmission["admitted"] as? Int ?? 0, 1, "the explicit entry")
+        let secondAdmission = try XCTUnwrap(
+            (try second.request("GET", "/cache/stats").json["stored"] as? [String: Any])?["admission"] as? [String: Any])
+        XCTAssertEqual(secondAdmission["ghostHits"] as? Int, 1, "\(secondAdmission)")
+        let metrics = try first.request("GET", "/metrics").text
+        XCTAssertTrue(
+            metrics.split(separator: "\n").contains { $0.hasPrefix("larder_admission_rejected_total ") && !$0.hasSuffix(" 0") },
+            "the refusals are in /metrics")
+    }
+
     func testTheAdminAPIWorksOnTheSharedStore() throws {
         let first = try startShared().connection()
         let second = try startShared().connection()

@@ -204,6 +204,19 @@ final class RedisStoreUnitTests: XCTestCase {
         XCTAssertNil(route(["PUBLISH", "channel", "m"]))
     }
 
+    /// Admission on the shared store: Redis is full at 90% of its maxmemory, never without one;
+    /// a reply without both figures says nothing.
+    func testRedisIsFullAtNinetyPercentOfItsMaxmemory() {
+        let info = "# Memory\r\nused_memory:950000\r\nused_memory_human:927.73K\r\nmaxmemory:1000000\r\nmaxmemory_policy:allkeys-lfu\r\n"
+        XCTAssertEqual(RedisMemory(info: info), RedisMemory(used: 950_000, limit: 1_000_000))
+        XCTAssertEqual(RedisMemory(info: info)?.isFull, true)
+        XCTAssertFalse(RedisMemory(used: 899_999, limit: 1_000_000).isFull)
+        XCTAssertTrue(RedisMemory(used: 900_000, limit: 1_000_000).isFull)
+        XCTAssertFalse(RedisMemory(used: 5_000_000, limit: 0).isFull, "no maxmemory: Redis never evicts")
+        XCTAssertNil(RedisMemory(info: "# Memory\r\nused_memory:1\r\n"))
+        XCTAssertNil(RedisMemory(info: "used_memory:x\r\nmaxmemory:10\r\n"))
+    }
+
     func testStoreAddresses() throws {
         let address = try RedisAddress(url: "redis://user:p%40ss@cache.internal:6380/2")
         XCTAssertEqual(address.host, "cache.internal")

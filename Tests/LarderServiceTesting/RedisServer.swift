@@ -30,7 +30,7 @@ public final class RedisServer {
         process.arguments =
             [
                 "--port", String(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", directory.path, "--maxmemory-policy", "allkeys-lru"
+                "--dir", directory.path, "--maxmemory-policy", "allkeys-lfu"
             ]
             + (cluster ? ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000"] : [])
         process.standardOutput = FileHandle.nullDevice
