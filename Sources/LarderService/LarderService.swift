@@ -488,7 +488,7 @@ public final class LarderService: @unchecked Sendable {
         warmJobs?.stop()
         upstream.shutdown()
         for listener in servers where !listener.waitForPending(timeout: 10) {
-            logger.error("requests still suspended after cancellation; stopping anyway")
+            logger.error("requests still unanswered after cancellation: answering them 503 shutting_down (streams cut short) and stopping")
         }
         for listener in servers { listener.stop() }
         spanExporter?.shutdown(waitingAtMost: 5)

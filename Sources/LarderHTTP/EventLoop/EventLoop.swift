@@ -93,14 +93,16 @@ final class EventLoop: @unchecked Sendable {
         _ = write(wakeDescriptor, &one, 8)
     }
 
-    /// Ends the thread, then the daemons (closing their connections).
-    func stop() {
+    /// Ends the thread, runs `beforeDaemonsStop` (no request can start or suspend any more),
+    /// then stops the daemons (closing their connections).
+    func stop(beforeDaemonsStop: () -> Void = {}) {
         if running {
             stopping.store(true, ordering: .releasing)
             wake()
             ended.wait()
             running = false
         }
+        beforeDaemonsStop()
         if let left = pending.withLock({ pending in
             defer { pending = nil }
             return pending

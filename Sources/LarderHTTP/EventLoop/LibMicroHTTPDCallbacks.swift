@@ -86,7 +86,8 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
     case .dispatch(let headers, let body, let bodyTooLarge):
         // Counted before the handler runs: the handler may start work elsewhere (an upstream
         // request) that shutdown must wait for, even before this thread gets to suspend.
-        let handle = RequestContext.ConnectionHandle(pointer: connection, loop: server.loop(of: connection))
+        let handle = RequestContext.ConnectionHandle(
+            pointer: connection, loop: server.loop(of: connection), suspensions: server.suspensions)
         context.dispatchedOn = handle
         server.inFlight.add(1, ordering: .relaxed)
         let request = HTTPServerRequest(

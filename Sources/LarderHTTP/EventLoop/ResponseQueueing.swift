@@ -18,7 +18,8 @@ func queue(_ response: HTTPServerResponse, on connection: OpaquePointer, server:
     }
     let mhdResponse: OpaquePointer?
     if let stream = response.stream {
-        mhdResponse = stream.makeResponse(on: RequestContext.ConnectionHandle(pointer: connection, loop: server.loop(of: connection)))
+        mhdResponse = stream.makeResponse(
+            on: RequestContext.ConnectionHandle(pointer: connection, loop: server.loop(of: connection), suspensions: server.suspensions))
     } else if let file = response.file, let descriptor = file.descriptor.take() {
         // libmicrohttpd owns the descriptor from here and closes it with the response.
         mhdResponse = MHD_create_response_from_fd_at_offset64(UInt64(file.length), descriptor, UInt64(file.offset))

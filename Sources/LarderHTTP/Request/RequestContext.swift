@@ -17,6 +17,8 @@ final class RequestContext: @unchecked Sendable {
         let pointer: OpaquePointer
         /// The loop running the connection's daemon.
         let loop: EventLoop?
+        /// The server's record of suspended connections.
+        var suspensions: SuspendedConnections? = nil
 
         /// Resumes the suspended connection and wakes its loop: libmicrohttpd's own wake-up
         /// can be consumed by a round already past its check for resumed connections, and the
@@ -51,6 +53,7 @@ final class RequestContext: @unchecked Sendable {
                 return response
             case .suspend:
                 MHD_suspend_connection(connection.pointer)
+                connection.suspensions?.add(self) { [weak self] drainResponse in self?.answerAtShutdown(drainResponse) }
                 return nil
             }
         }
@@ -84,7 +87,18 @@ final class RequestContext: @unchecked Sendable {
     /// request that is already over (its client went away) is dropped.
     func complete(_ response: HTTPServerResponse) {
         handOver.withLock { handOver in
-            handOver.respond(response)?.resume()
+            guard let suspended = handOver.respond(response) else { return }
+            suspended.suspensions?.remove(self)
+            suspended.resume()
+        }
+    }
+
+    /// The server is stopping with this request unanswered: it gets the drain response (and its
+    /// connection is closed); the handler's answer, should it still come, is dropped.
+    private func answerAtShutdown(_ drainResponse: HTTPServerResponse) {
+        handOver.withLock { handOver in
+            guard let suspended = handOver.respondAtShutdown(drainResponse) else { return }
+            suspended.resume()
         }
     }
 }

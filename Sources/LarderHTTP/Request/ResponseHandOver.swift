@@ -29,6 +29,8 @@ struct ResponseHandOver {
     /// The socket watched for the client's departure, with the watcher's registration.
     private(set) var watched: (fd: Int32, id: UInt64)?
     private(set) var ended = false
+    /// The server answered at shutdown (see `respondAtShutdown`).
+    private var answeredAtShutdown = false
 
     /// The handler returned nil: queue the answer if it raced in, or suspend `connection`.
     mutating func handlerDeferred(on connection: RequestContext.ConnectionHandle) -> AfterHandler {
@@ -41,6 +43,7 @@ struct ResponseHandOver {
     /// The answer is given; returns the connection to resume, if it is suspended. Traps when
     /// called twice; an answer to a request that already ended is dropped.
     mutating func respond(_ response: HTTPServerResponse) -> RequestContext.ConnectionHandle? {
+        if answeredAtShutdown { return nil }
         precondition(!responded, "respond called twice")
         responded = true
         guard !ended else { return nil }
@@ -48,6 +51,18 @@ struct ResponseHandOver {
         guard suspended, let connection else { return nil }
         suspended = false
         return connection
+    }
+
+    /// The server stops with the request suspended and unanswered: the drain response (with
+    /// `Connection: close`, as for requests turned away while draining) is the answer, and the
+    /// handler's own, if it comes, is dropped. Returns the connection to resume.
+    mutating func respondAtShutdown(_ drainResponse: HTTPServerResponse) -> RequestContext.ConnectionHandle? {
+        guard !responded, suspended else { return nil }
+        var response = drainResponse
+        response.headers.append(("Connection", "close"))
+        let resumed = respond(response)
+        answeredAtShutdown = true
+        return resumed
     }
 
     /// A caller wants `handler` run if the client goes away; returns whether the socket should

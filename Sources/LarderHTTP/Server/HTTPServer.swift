@@ -65,6 +65,8 @@ public final class HTTPServer: @unchecked Sendable {
     private var selfReference: Unmanaged<HTTPServer>?
     /// Watches the sockets of requests whose callers asked to learn that the client went away.
     let watcher = DisconnectWatcher()
+    /// Connections waiting for an answer or a stream's bytes, ended before the daemons stop.
+    let suspensions = SuspendedConnections()
     /// Set by `stopAccepting`: new requests get the drain response.
     let draining = Atomic<Bool>(false)
     /// Requests handed to the handler whose response has not been sent yet.
@@ -243,6 +245,8 @@ public final class HTTPServer: @unchecked Sendable {
     }
 
     public var pendingCount: Int { inFlight.load(ordering: .relaxed) }
+    /// Connections suspended now, waiting for an answer or a stream's next bytes.
+    public var suspendedCount: Int { suspensions.count }
     /// Responses queued again to another connection instead of built anew; for tests.
     public var reusedResponseCount: Int { loops.reduce(0) { $0 + $1.recentResponses.reuses.load(ordering: .relaxed) } }
 
@@ -250,10 +254,17 @@ public final class HTTPServer: @unchecked Sendable {
     /// the open-file limit allows); for metrics.
     public var connections: (open: Int, limit: Int) { admission.withLock { ($0.open, $0.limit) } }
 
-    /// Stops the daemon. Call after `waitForPending` returned true.
-    public func stop() {
+    /// Stops the daemon. Call after `waitForPending` returned true; requests still waiting then
+    /// (a handler that never answered, a stream never finished) are answered with the drain
+    /// response or cut short first (SuspendedConnections), given up to `resumeTimeout` seconds
+    /// to go out.
+    public func stop(resumeTimeout: Double = 2) {
         guard !loops.isEmpty else { return }
-        for loop in loops { loop.stop() }
+        if suspensions.endAll(answering: configuration.drainResponse) > 0 { waitForPending(timeout: resumeTimeout) }
+        // Once a loop's thread has ended nothing new can suspend on it; what suspended since
+        // is resumed here, and libmicrohttpd takes resumed connections off its suspended list
+        // as it stops (they are closed unanswered: no loop is left to send).
+        for loop in loops { loop.stop { suspensions.endAll(answering: configuration.drainResponse) } }
         loops = []
         close(listenSocket)
         listenSocket = -1

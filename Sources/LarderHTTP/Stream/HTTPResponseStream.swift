@@ -18,6 +18,8 @@ public final class HTTPResponseStream: Sendable {
         var head = 0
         var offset = 0
         var finished = false
+        /// Cut short: the server stopped while the stream waited for bytes.
+        var cut = false
         /// The connection is over (the client went away, or the body was sent): writes are
         /// dropped and nothing is kept.
         var closed = false
@@ -80,7 +82,17 @@ public final class HTTPResponseStream: Sendable {
     private func resumeIfSuspended(_ state: inout State) {
         if state.suspended, let connection = state.connection {
             state.suspended = false
+            connection.suspensions?.remove(self)
             connection.resume()
+        }
+    }
+
+    /// The server is stopping while the stream waits for bytes: the body ends without its last
+    /// chunk, so the client sees it cut short (SuspendedConnections).
+    private func cutAtShutdown() {
+        state.withLock { state in
+            state.cut = true
+            resumeIfSuspended(&state)
         }
     }
 
@@ -131,10 +143,12 @@ public final class HTTPResponseStream: Sendable {
                 state.dropTaken()
                 return count
             }
+            if state.cut { return larder_mhd_end_with_error() }
             if state.finished { return larder_mhd_end_of_stream() }
             guard let connection = state.connection else { return 0 }
             state.suspended = true
             MHD_suspend_connection(connection.pointer)
+            connection.suspensions?.add(self) { [weak self] _ in self?.cutAtShutdown() }
             return 0
         }
         for taken in waiting { taken() }
