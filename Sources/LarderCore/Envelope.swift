@@ -82,14 +82,11 @@ public enum ResponseHeaders {
     /// the bytes are a JSON object of strings. (Every entry read from a store goes through
     /// here, so it uses the byte-level parser rather than Foundation's.)
     public static func parseJSON(_ bytes: [UInt8]) -> [HeaderField] {
-        guard case .object(let object)? = try? JSONParser.parse(bytes, maxDepth: 1) else { return [] }
-        var fields: [HeaderField] = []
-        fields.reserveCapacity(object.count)
-        for (name, value) in object {
-            guard case .string(let text) = value else { return [] }
-            fields.append(HeaderField(name, text))
-        }
-        return fields.sorted { $0.name < $1.name }
+        guard let members = JSONParser.stringMembers(bytes) else { return [] }
+        let fields = members.map { HeaderField($0.name, $0.value) }.sorted { $0.name < $1.name }
+        // A repeated name is refused, as JSONParser.parse refuses it.
+        for index in fields.indices.dropFirst() where fields[index].name == fields[index - 1].name { return [] }
+        return fields
     }
 
     /// RFC 9111 §3.2: a 304 (or a HEAD) updates the stored header fields: each field it carries

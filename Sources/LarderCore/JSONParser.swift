@@ -30,6 +30,20 @@ public enum JSONParser {
         }
     }
 
+    /// The members of a document that is one object of string values, in document order, or
+    /// nil when it is anything else. Builds no dictionary and no `JSONValue`: stored header
+    /// fields are read this way on every hit that comes from a store (parsing them into a
+    /// `JSONValue` was an eighth of such a hit's instructions). Duplicate names are kept: the
+    /// caller decides.
+    public static func stringMembers(_ bytes: [UInt8]) -> [(name: String, value: String)]? {
+        bytes.withUnsafeBufferPointer { buffer in
+            var reader = Reader(bytes: buffer, maxDepth: 1)
+            guard let members = try? reader.stringMembers() else { return nil }
+            reader.skipWhitespace()
+            return reader.index == buffer.count ? members : nil
+        }
+    }
+
     /// Whether `bytes` are one well-formed JSON document nested at most `maxDepth` deep.
     /// Assumes the bytes are valid UTF-8 (the caller checked) and builds nothing.
     public static func isValid(_ bytes: [UInt8], maxDepth: Int = 512) -> Bool {
@@ -103,23 +117,55 @@ public enum JSONParser {
                 return .object(members)
             }
             while true {
-                skipWhitespace()
-                guard current == UInt8(ascii: "\"") else { throw error("expected a member name") }
-                let name = try string()
-                skipWhitespace()
-                guard current == UInt8(ascii: ":") else { throw error("expected ':'") }
-                index += 1
-                skipWhitespace()
+                let name = try memberNameAndColon()
                 let member = try value(depth: depth + 1)
                 guard members.updateValue(member, forKey: name) == nil else { throw error("duplicate member name \"\(name)\"") }
-                skipWhitespace()
-                switch current {
-                case UInt8(ascii: ","): index += 1
-                case UInt8(ascii: "}"):
-                    index += 1
-                    return .object(members)
-                default: throw error("expected ',' or '}'")
-                }
+                if try objectEnds() { return .object(members) }
+            }
+        }
+
+        /// A member's name and the colon after it, whitespace around them skipped.
+        mutating func memberNameAndColon() throws(JSONParseError) -> String {
+            skipWhitespace()
+            guard current == UInt8(ascii: "\"") else { throw error("expected a member name") }
+            let name = try string()
+            skipWhitespace()
+            guard current == UInt8(ascii: ":") else { throw error("expected ':'") }
+            index += 1
+            skipWhitespace()
+            return name
+        }
+
+        /// After a member: true past the object's closing brace, false past a comma.
+        mutating func objectEnds() throws(JSONParseError) -> Bool {
+            skipWhitespace()
+            switch current {
+            case UInt8(ascii: ","):
+                index += 1
+                return false
+            case UInt8(ascii: "}"):
+                index += 1
+                return true
+            default: throw error("expected ',' or '}'")
+            }
+        }
+
+        /// `{"name":"value",...}`, whitespace allowed (see `JSONParser.stringMembers`).
+        mutating func stringMembers() throws(JSONParseError) -> [(name: String, value: String)] {
+            skipWhitespace()
+            guard current == UInt8(ascii: "{") else { throw error("expected an object") }
+            index += 1
+            var members: [(name: String, value: String)] = []
+            skipWhitespace()
+            if current == UInt8(ascii: "}") {
+                index += 1
+                return members
+            }
+            while true {
+                let name = try memberNameAndColon()
+                guard current == UInt8(ascii: "\"") else { throw error("expected a string") }
+                members.append((name, try string()))
+                if try objectEnds() { return members }
             }
         }
 
@@ -155,7 +201,7 @@ public enum JSONParser {
                 if byte == UInt8(ascii: "\"") {
                     let slice = UnsafeBufferPointer(rebasing: bytes[start..<index])
                     index += 1
-                    guard let text = String(validating: slice, as: UTF8.self) else { throw error("invalid UTF-8 in a string") }
+                    guard let text = UTF8Text.validated(slice) else { throw error("invalid UTF-8 in a string") }
                     return text
                 }
                 if byte == UInt8(ascii: "\\") { break }
@@ -168,7 +214,7 @@ public enum JSONParser {
                 switch byte {
                 case UInt8(ascii: "\""):
                     index += 1
-                    guard let text = String(validating: out, as: UTF8.self) else { throw error("invalid UTF-8 in a string") }
+                    guard let text = UTF8Text.validated(out) else { throw error("invalid UTF-8 in a string") }
                     return text
                 case UInt8(ascii: "\\"):
                     index += 1

@@ -262,7 +262,7 @@ public struct EntryCodec: Sendable {
                 return nil
             }
             guard count <= Int64(maxBytes) else { throw .invalid }
-            guard let text = String(validating: try bytes(), as: UTF8.self) else { throw .invalid }
+            guard let text = UTF8Text.validated(try bytes()) else { throw .invalid }
             return text
         }
     }

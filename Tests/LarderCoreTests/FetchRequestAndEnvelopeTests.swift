@@ -135,10 +135,19 @@ final class EnvelopeTests: XCTestCase {
         XCTAssertEqual(combined.count, 19, "20 names, one nominated by Connection")
         XCTAssertEqual(combined.first { $0.name == "x-f7" }?.value, "v7, v27")
         // Anything but an object of strings reads as no fields.
-        for bad in ["", "[]", "{\"a\":1}", "{\"a\":{\"b\":\"c\"}}", "{\"a\":\"b\"", "null"] {
+        for bad in [
+            "", "[]", "{\"a\":1}", "{\"a\":{\"b\":\"c\"}}", "{\"a\":\"b\"", "null", "{\"a\":\"b\",\"a\":\"c\"}", "{\"a\":\"b\"} x",
+            "{\"a\":\"b\",}", "{\"a\":\"\u{01}\"}", "{\"a\" \"b\"}", "{\"a\":\"\\ud800\"}"
+        ] {
             XCTAssertEqual(ResponseHeaders.parseJSON(Array(bad.utf8)), [], bad)
         }
         XCTAssertEqual(ResponseHeaders.parseJSON(Array(#"{"b":"2","a":"1\u00e9"}"#.utf8)), [HeaderField("a", "1é"), HeaderField("b", "2")])
+        XCTAssertEqual(
+            ResponseHeaders.parseJSON(Array(" { \"b\" : \"\\\"x\\n\" , \"a\":\"\"} ".utf8)),
+            [HeaderField("a", ""), HeaderField("b", "\"x\n")])
+        XCTAssertEqual(ResponseHeaders.parseJSON(Array("{}".utf8)), [])
+        XCTAssertEqual(
+            JSONParser.stringMembers(Array(#"{"z":"1","y":"2","z":"3"}"#.utf8))?.map(\.name), ["z", "y", "z"], "in document order")
     }
 
     func testTextAndBinaryBodiesAreEscaped() throws {
