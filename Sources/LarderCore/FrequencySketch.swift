@@ -44,7 +44,7 @@ public struct FrequencySketch: Sendable {
     public static let maximumCount = 15
     static let minimumEntries = 64
 
-    /// Counters per row (a power of two, at least 16).
+    /// Counters per row (a power of two, at least `minimumEntries` × `countersPerEntry`).
     public private(set) var width: Int
     /// 16 counters of 4 bits to a word; the rows one after another.
     private var words: [UInt64]

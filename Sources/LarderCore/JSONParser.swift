@@ -32,9 +32,8 @@ public enum JSONParser {
 
     /// The members of a document that is one object of string values, in document order, or
     /// nil when it is anything else. Builds no dictionary and no `JSONValue`: stored header
-    /// fields are read this way on every hit that comes from a store (parsing them into a
-    /// `JSONValue` was an eighth of such a hit's instructions). Duplicate names are kept: the
-    /// caller decides.
+    /// fields are read this way on every hit that comes from a store (docs/performance.md, "A
+    /// hit read from SQLite"). Duplicate names are kept: the caller decides.
     public static func stringMembers(_ bytes: [UInt8]) -> [(name: String, value: String)]? {
         bytes.withUnsafeBufferPointer { buffer in
             var reader = Reader(bytes: buffer, maxDepth: 1)

@@ -267,7 +267,10 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
         guard let sketch else { return false }
         let candidate = sketch.estimate(key.stableHash)
         guard candidate >= 2 else { return false }
-        guard let victim = mainVictim() else { return true }
+        guard let victim = mainVictim() else {
+            counters.admittedByFrequency += 1
+            return true
+        }
         guard candidate >= sketch.estimate(victim.stableHash) + 2 else {
             counters.refusedByFrequency += 1
             return false

@@ -1,10 +1,9 @@
 // Short UTF-8 byte strings (JSON strings, stored header fields, an entry's URL) made into Strings
 // when they are valid. The standard library's `String(validating:as:)` is generic and is not
-// specialised for Larder: every call looked its type metadata up at run time, about 1,000
-// instructions for a short header value, a twentieth of a hit read from the store (callgrind,
-// docs/performance.md). Decoding repairs invalid sequences, so bytes are valid exactly when
-// decoding gives them back unchanged. For long bodies the generic call's fixed cost does not
-// matter, and it makes no copy: they keep it.
+// specialised for Larder: every call looks its type metadata up at run time, which costs more
+// than checking a short string (docs/performance.md, "A hit read from SQLite"). Decoding repairs
+// invalid sequences, so bytes are valid exactly when decoding gives them back unchanged. For long
+// bodies the generic call's fixed cost does not matter, and it makes no copy: they keep it.
 
 public enum UTF8Text {
     /// `bytes` as a String, nil when they are not valid UTF-8.

@@ -57,7 +57,7 @@ final class RedisAdmission: Sendable {
     let full = Atomic<Bool>(false)
     /// When Redis's memory was last asked for (uptime nanoseconds; 0: never).
     let checkedAt = Atomic<UInt64>(0)
-    /// Entries written while Redis was full.
+    /// Entries written while Redis was full (explicit intent, a replacement, or a ghost found).
     let admitted = Atomic<Int>(0)
     /// First-time entries not written while Redis was full (their ghost was set).
     let rejected = Atomic<Int>(0)
@@ -112,8 +112,12 @@ extension RedisCacheStore {
             admission.ghostHits.add(1, ordering: .relaxed)
             admission.admitted.add(1, ordering: .relaxed)
             return true
-        default:
+        case 1:
             admission.admitted.add(1, ordering: .relaxed)
+            return true
+        default:
+            // Redis did not answer the question (a timeout, an error reply): the write goes
+            // ahead and succeeds or fails on its own, counted by neither.
             return true
         }
     }

@@ -131,6 +131,49 @@ final class FetchEngineTests: XCTestCase {
         XCTAssertEqual(upstream.requests.withLock { $0.count }, 2)
     }
 
+    /// A store that keeps nothing: Redis refusing first-time entries while it is full.
+    private final class RefusingStore: CacheStore {
+        func lookup(_ primaryKey: CacheKey) -> [StoredEntry] { [] }
+        func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) { completion(false) }
+        func recordHit(_ key: CacheKey, at time: Double) {}
+        func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) { completion([]) }
+    }
+
+    /// An upstream that answers when the test says so.
+    private final class HeldUpstream: Upstream {
+        let sent = Locked<[@Sendable (Result<UpstreamResponse, LarderError>) -> Void]>([])
+        func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+            sent.withLock { $0.append(completion) }
+        }
+    }
+
+    /// Requests that waited on a flight whose storable response the store did not keep (Redis
+    /// refusing it while full, a failed write) get that response, reported as not stored:
+    /// they do not each go to the origin while the store is under pressure.
+    func testWaitersShareAStorableResponseTheStoreDidNotKeep() throws {
+        let upstream = HeldUpstream()
+        let engine = engine(store: RefusingStore(), upstream: upstream)
+        let request = FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item"))
+        let answers = Locked<[CacheAnswer]>([])
+        for _ in 0..<3 {
+            if let immediate = engine.fetch(request, reply: { answer in answers.withLock { $0.append(answer) } }) {
+                answers.withLock { $0.append(immediate) }
+            }
+        }
+        let pending = upstream.sent.withLock { $0 }
+        XCTAssertEqual(pending.count, 1, "one origin request for three callers")
+        pending[0](.success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "shared")))
+        let served = answers.withLock { $0 }.compactMap { answer -> ServedResponse? in
+            if case .served(let served) = answer { return served }
+            return nil
+        }
+        XCTAssertEqual(served.count, 3)
+        XCTAssertEqual(served.map { String(decoding: $0.body, as: UTF8.self) }, ["shared", "shared", "shared"])
+        XCTAssertEqual(served.map(\.report.stored), [false, false, false])
+        XCTAssertEqual(served.filter(\.report.coalesced).count, 2)
+        XCTAssertEqual(upstream.sent.withLock { $0.count }, 1)
+    }
+
     func testHitsAreCounted() throws {
         let store = MemoryCacheStore()
         let upstream = ScriptedUpstream { _, _ in .success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "x")) }

@@ -6,7 +6,8 @@ import XCTest
 @testable import LarderHTTP
 
 final class ResponseHandOverTests: XCTestCase {
-    private let connection = RequestContext.ConnectionHandle(pointer: OpaquePointer(bitPattern: 0x1000)!, loop: nil)
+    private let connection = RequestContext.ConnectionHandle(
+        pointer: OpaquePointer(bitPattern: 0x1000)!, loop: nil, suspensions: SuspendedConnections())
     private let ok = HTTPServerResponse(status: 200, body: Array("hello".utf8))
 
     func testAnswerGivenBeforeTheHandlerReturnedIsQueuedWithoutSuspending() {

@@ -1,5 +1,6 @@
-/// What a store's admission policy did since start (stores with an S3-FIFO capacity; see
-/// docs/api.md, "Admission and eviction").
+/// What a store's admission policy did since start (SQLite stores with a capacity: S3-FIFO; the
+/// Redis store: `admitted`, `rejected` and `ghostHits` only, with the meanings docs/api.md gives
+/// under "Admission and eviction").
 public struct AdmissionFigures: Sendable, Equatable {
     /// Entries written to the database: at once, or when asked for again while held.
     public var admitted = 0

@@ -6,12 +6,12 @@ public import LarderCore
 extension FetchEngine {
     func serve(
         _ entry: StoredEntry, outcome: CacheOutcome, options: CacheOptions, now: Double,
-        upstreamError: String? = nil, coalesced: Bool = false
+        upstreamError: String? = nil, coalesced: Bool = false, stored: Bool = true
     ) -> CacheAnswer {
         let report = CacheReport(
             outcome: outcome, key: entry.primaryKey, age: entry.freshness.age(now: now, ttl: options.ttl),
-            ttl: entry.freshness.remaining(now: now, ttl: options.ttl),
-            version: entry.freshness.version, stored: true, coalesced: coalesced,
+            ttl: stored ? entry.freshness.remaining(now: now, ttl: options.ttl) : nil,
+            version: entry.freshness.version, stored: stored, coalesced: coalesced,
             upstreamError: upstreamError)
         return .served(
             ServedResponse(

@@ -58,6 +58,10 @@ extension FetchEngine {
     /// How the leading request of a flight ended, for the requests waiting on it.
     enum Landing {
         case stored(StoredEntry) // shareable: every waiter gets it
+        // Storable, but the store did not keep it (Redis refused a first-time entry while full,
+        // or the write failed): waiters still get it, reported as not stored, rather than each
+        // going to the origin when the store is under pressure.
+        case unstored(StoredEntry)
         case notShareable // private, not storable, or not stored: each waiter fetches on its own
         case failed(LarderError) // the upstream failed: every waiter gets its stale entry if allowed, else the error
     }
@@ -82,7 +86,9 @@ extension FetchEngine {
                         ?? .failed(error))
             case .stored(let entry) where acceptsShared(entry, waiter: waiter.prepared, now: now):
                 waiter.reply(serve(entry, outcome: .hit, options: options, now: now, coalesced: true))
-            case .stored, .notShareable:
+            case .unstored(let entry) where acceptsShared(entry, waiter: waiter.prepared, now: now):
+                waiter.reply(serve(entry, outcome: .hit, options: options, now: now, coalesced: true, stored: false))
+            case .stored, .unstored, .notShareable:
                 // Not for this waiter (another variant, or its own directives reject it), or not
                 // shareable at all: it asks on its own.
                 if let immediate = fetch(waiter.prepared, mayCoalesce: false, cancellation: nil, reply: waiter.reply) {

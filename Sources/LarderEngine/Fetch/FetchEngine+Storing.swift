@@ -81,7 +81,7 @@ extension FetchEngine {
                     ServedResponse(
                         status: response.status, headersJSON: liveHeaders, headers: response.headers, body: response.body,
                         bodyKind: kind, report: report, upstreamMs: upstreamMs, etag: entry.etag, lastModified: entry.lastModified))
-                land(flight, with: saved ? .stored(entry) : .notShareable) { reply(answer) }
+                land(flight, with: saved ? .stored(entry) : .unstored(entry)) { reply(answer) }
             }
         }
     }

@@ -18,7 +18,7 @@ final class RequestContext: @unchecked Sendable {
         /// The loop running the connection's daemon.
         let loop: EventLoop?
         /// The server's record of suspended connections.
-        var suspensions: SuspendedConnections? = nil
+        let suspensions: SuspendedConnections
 
         /// Resumes the suspended connection and wakes its loop: libmicrohttpd's own wake-up
         /// can be consumed by a round already past its check for resumed connections, and the
@@ -53,7 +53,7 @@ final class RequestContext: @unchecked Sendable {
                 return response
             case .suspend:
                 MHD_suspend_connection(connection.pointer)
-                connection.suspensions?.add(self) { [weak self] drainResponse in self?.answerAtShutdown(drainResponse) }
+                connection.suspensions.add(self) { [weak self] drainResponse in self?.answerAtShutdown(drainResponse) }
                 return nil
             }
         }
@@ -88,7 +88,7 @@ final class RequestContext: @unchecked Sendable {
     func complete(_ response: HTTPServerResponse) {
         handOver.withLock { handOver in
             guard let suspended = handOver.respond(response) else { return }
-            suspended.suspensions?.remove(self)
+            suspended.suspensions.remove(self)
             suspended.resume()
         }
     }

@@ -254,10 +254,10 @@ public final class HTTPServer: @unchecked Sendable {
     /// the open-file limit allows); for metrics.
     public var connections: (open: Int, limit: Int) { admission.withLock { ($0.open, $0.limit) } }
 
-    /// Stops the daemon. Call after `waitForPending` returned true; requests still waiting then
+    /// Stops the daemon, normally once `waitForPending` returned true. Requests still waiting
     /// (a handler that never answered, a stream never finished) are answered with the drain
-    /// response or cut short first (SuspendedConnections), given up to `resumeTimeout` seconds
-    /// to go out.
+    /// response or cut short first (SuspendedConnections), with up to `resumeTimeout` seconds
+    /// for those answers to go out; one that suspends after that is closed unanswered.
     public func stop(resumeTimeout: Double = 2) {
         guard !loops.isEmpty else { return }
         if suspensions.endAll(answering: configuration.drainResponse) > 0 { waitForPending(timeout: resumeTimeout) }

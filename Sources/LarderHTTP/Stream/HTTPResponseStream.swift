@@ -82,7 +82,7 @@ public final class HTTPResponseStream: Sendable {
     private func resumeIfSuspended(_ state: inout State) {
         if state.suspended, let connection = state.connection {
             state.suspended = false
-            connection.suspensions?.remove(self)
+            connection.suspensions.remove(self)
             connection.resume()
         }
     }
@@ -91,6 +91,8 @@ public final class HTTPResponseStream: Sendable {
     /// chunk, so the client sees it cut short (SuspendedConnections).
     private func cutAtShutdown() {
         state.withLock { state in
+            // Finished meanwhile: `finish` resumed it, and the body ends whole.
+            guard !state.finished else { return }
             state.cut = true
             resumeIfSuspended(&state)
         }
@@ -148,7 +150,7 @@ public final class HTTPResponseStream: Sendable {
             guard let connection = state.connection else { return 0 }
             state.suspended = true
             MHD_suspend_connection(connection.pointer)
-            connection.suspensions?.add(self) { [weak self] _ in self?.cutAtShutdown() }
+            connection.suspensions.add(self) { [weak self] _ in self?.cutAtShutdown() }
             return 0
         }
         for taken in waiting { taken() }

@@ -28,15 +28,18 @@ enum MetricHelp {
         "larder_store_lookups_skipped_total": "Lookups of keys never stored that the key filter answered without reading the database",
         "larder_store_rejected_entries_total": "Values read from a shared store that failed authentication or were malformed, removed",
         "larder_memory_tier_bytes": "Bytes the memory tier holds",
-        "larder_admission_admitted_total": "Entries the admission policy had written to the database, at once or on proof of reuse",
+        "larder_admission_admitted_total":
+            "Entries the admission policy had written to the database, at once or on proof of reuse (Redis: written while full)",
         "larder_admission_held_total": "New entries held in memory for proof of reuse because the store was full",
-        "larder_admission_rejected_total": "Held entries that left without being written (disk writes saved)",
+        "larder_admission_rejected_total":
+            "Held entries that left without being written (disk writes saved; Redis: first-time entries not written while full)",
         "larder_admission_promoted_total": "Entries moved from S3-FIFO's small queue to its main queue",
         "larder_admission_frequency_admitted_total":
             "Entries the frequency sketch let into the main queue from the small queue without a hit there",
         "larder_admission_frequency_refused_total":
             "Entries asked for before that the frequency sketch kept out of the main queue (its next victim was asked for about as often)",
-        "larder_admission_ghost_hits_total": "Entries admitted straight to the main queue because the ghost list remembered their key",
+        "larder_admission_ghost_hits_total":
+            "Entries admitted straight to the main queue because the ghost list remembered their key (Redis: written because their ghost key was found)",
         "larder_admission_evicted_total": "Entries that left each S3-FIFO queue (small, main)",
         "larder_admission_reinserted_total": "Main-queue entries sent round again because they were asked for",
         "larder_admission_held_entries": "Entries held in memory for proof of reuse now",
