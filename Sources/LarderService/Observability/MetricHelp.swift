@@ -39,7 +39,8 @@ enum MetricHelp {
         "larder_admission_frequency_refused_total":
             "Entries asked for before that the frequency sketch kept out of the main queue (its next victim was asked for about as often)",
         "larder_admission_ghost_hits_total":
-            "Entries admitted straight to the main queue because the ghost list remembered their key (Redis: written because their ghost key was found)",
+            "Entries admitted straight to the main queue because the ghost list remembered their key "
+            + "(Redis: written because their ghost key was found)",
         "larder_admission_evicted_total": "Entries that left each S3-FIFO queue (small, main)",
         "larder_admission_reinserted_total": "Main-queue entries sent round again because they were asked for",
         "larder_admission_held_entries": "Entries held in memory for proof of reuse now",
