@@ -62,7 +62,7 @@ extension FetchEngine {
         // or the write failed): waiters still get it, reported as not stored, rather than each
         // going to the origin when the store is under pressure.
         case unstored(StoredEntry)
-        case notShareable // private, not storable, or not stored: each waiter fetches on its own
+        case notShareable // private or not storable: each waiter fetches on its own
         case failed(LarderError) // the upstream failed: every waiter gets its stale entry if allowed, else the error
     }
 
