@@ -245,12 +245,10 @@ public enum FieldBytes {
 
     /// The value of `bytes` as a String (see the type's comment).
     public static func string(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
-        // Nearly every value is ASCII: one pass over the bytes instead of the standard
-        // library's general validation.
-        if isASCII(bytes) { return String(decoding: bytes, as: UTF8.self) }
-        // Valid UTF-8 is text, unless it spells one of the scalars reserved for raw bytes
-        // (EF 9E xx / EF 9F xx), which is then read byte by byte too so it round-trips.
-        if let text = String(validating: bytes, as: UTF8.self), !(bytes.contains(0xEF) && hasRawBytes(text)) { return text }
+        // Valid UTF-8 (nearly every value is ASCII) is text, unless it spells one of the scalars
+        // reserved for raw bytes (EF 9E xx / EF 9F xx), which is then read byte by byte too so it
+        // round-trips.
+        if let text = UTF8Text.validated(bytes), !(bytes.contains(0xEF) && hasRawBytes(text)) { return text }
         var scalars = String.UnicodeScalarView()
         for byte in bytes {
             scalars.append(Unicode.Scalar(byte < 0x80 ? UInt32(byte) : rawBase + UInt32(byte))!)
@@ -268,12 +266,6 @@ public enum FieldBytes {
         // The byte search runs on contiguous storage: every value sent passes through here.
         let hasLead = value.utf8.withContiguousStorageIfAvailable { $0.contains(0xEF) } ?? value.utf8.contains(0xEF)
         return hasLead && value.unicodeScalars.contains { (0xF780...0xF7FF).contains($0.value) }
-    }
-
-    @inline(__always) static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        var any: UInt8 = 0
-        for byte in bytes { any |= byte }
-        return any < 0x80
     }
 
     /// The bytes to send for `value`: UTF-8, with the raw bytes `string` read put back.

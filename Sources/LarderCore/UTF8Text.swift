@@ -9,7 +9,7 @@ public enum UTF8Text {
     /// `bytes` as a String, nil when they are not valid UTF-8.
     public static func validated(_ bytes: UnsafeBufferPointer<UInt8>) -> String? {
         // Nearly always ASCII, which is valid as it is.
-        if bytes.allSatisfy({ $0 < 0x80 }) { return String(decoding: bytes, as: UTF8.self) }
+        if isASCII(bytes) { return String(decoding: bytes, as: UTF8.self) }
         var text = String(decoding: bytes, as: UTF8.self)
         // Compared as buffers: a String's UTF8View compared byte by byte cost more than the check.
         return text.withUTF8 { $0.elementsEqual(bytes) } ? text : nil
@@ -17,5 +17,12 @@ public enum UTF8Text {
 
     public static func validated(_ bytes: [UInt8]) -> String? {
         bytes.withUnsafeBufferPointer { validated($0) }
+    }
+
+    /// One pass, no branch per byte.
+    @inline(__always) static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var any: UInt8 = 0
+        for byte in bytes { any |= byte }
+        return any < 0x80
     }
 }
