@@ -55,8 +55,8 @@ struct RedisMemory: Equatable {
 /// What admission did since start, and whether Redis is full now. Sendable: atomics only.
 final class RedisAdmission: Sendable {
     let full = Atomic<Bool>(false)
-    /// When Redis's memory was last asked for (uptime nanoseconds; 0: never).
-    let checkedAt = Atomic<UInt64>(0)
+    /// Redis's memory is looked at no more often than once a second.
+    let memoryCheck = IntervalGate(nanoseconds: 1_000_000_000)
     /// Entries written while Redis was full (explicit intent, a replacement, or a ghost found).
     let admitted = Atomic<Int>(0)
     /// First-time entries not written while Redis was full (their ghost was set).
@@ -64,8 +64,6 @@ final class RedisAdmission: Sendable {
     /// Of the admitted, those written because their ghost was found.
     let ghostHits = Atomic<Int>(0)
 
-    /// Redis's memory is looked at no more often than this.
-    static let checkInterval: UInt64 = 1_000_000_000
     /// How long a ghost key remembers a refused object.
     static let ghostMilliseconds = 3_600_000
 
@@ -124,11 +122,7 @@ extension RedisCacheStore {
 
     /// Asks every node for its memory, in the background, when the last look is a second old.
     private func checkMemoryIfDue() {
-        let now = DispatchTime.now().uptimeNanoseconds
-        let last = admission.checkedAt.load(ordering: .relaxed)
-        guard last == 0 || (now > last && now - last >= RedisAdmission.checkInterval),
-            admission.checkedAt.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
-        else { return }
+        guard admission.memoryCheck.claim() else { return }
         DispatchQueue.global(qos: .utility).async { [weak self] in self?.checkMemory() }
     }
 

@@ -67,7 +67,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     let waiting = Locked<[CacheKey: [@Sendable () -> Void]]>([:])
     /// Entries and bytes as the last full SCAN found them (see `usage`).
     let usageCache = Locked<(entries: Int, bytes: Int)>((0, 0))
-    private let usageRefreshedAt = Atomic<UInt64>(0)
+    private let usageRefresh = IntervalGate(nanoseconds: 60_000_000_000)
     /// Whether Redis is full, and what admission did (RedisCacheStore+Admission.swift).
     let admission = RedisAdmission()
 
@@ -127,12 +127,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     /// For the metrics: entries and bytes from the last full SCAN (refreshed in the background
     /// at most once a minute, since a SCAN per scrape would cost too much on a large Redis).
     public var figures: StoreFigures {
-        let now = DispatchTime.now().uptimeNanoseconds
-        let last = usageRefreshedAt.load(ordering: .relaxed)
-        // `now > last`: another scrape may have stored a later time since this one read the clock.
-        if last == 0 || (now > last && now - last > 60_000_000_000),
-            usageRefreshedAt.compareExchange(expected: last, desired: now, ordering: .relaxed).exchanged
-        {
+        if usageRefresh.claim() {
             DispatchQueue.global(qos: .utility).async { [weak self] in _ = self?.statistics() }
         }
         var figures = StoreFigures()
