@@ -885,8 +885,8 @@ final class MemoryTierTests: XCTestCase {
         let tier = MemoryTier(backing: backing, capacityBytes: 4 * slot + slot / 2, shardCount: 1)
         for index in 0..<20 { tier.save(entry("k\(index)", size: 600)) { _ in } }
         // At most four slots fit in four and a half; the rest were evicted from memory.
-        // Newest first: a lookup that goes to the store brings its entry back into memory
-        // and evicts another, so the survivors must be read before that happens.
+        // Newest first: a lookup that goes to the store may bring its entry back into memory
+        // and evict another, so the survivors are read before that can happen.
         var fromMemory = 0
         for index in (0..<20).reversed() {
             let before = backing.lookups.load(ordering: .relaxed)
@@ -894,6 +894,31 @@ final class MemoryTierTests: XCTestCase {
             if backing.lookups.load(ordering: .relaxed) == before { fromMemory += 1 }
         }
         XCTAssertEqual(fromMemory, 4)
+    }
+
+    func testAFullTierTakesAnEntryFromTheStoreOnlyWhenItIsReadThereAgainSoKeepsItsHotEntriesThroughAScan() {
+        let backing = CountingStore()
+        let slot = entry("k0", size: 600).residentBytes
+        let tier = MemoryTier(backing: backing, capacityBytes: 4 * slot + slot / 2, shardCount: 1)
+        for index in 0..<20 { tier.save(entry("k\(index)", size: 600)) { _ in } }
+        func readsFromTheStore(_ key: String) -> Int {
+            let before = backing.lookups.load(ordering: .relaxed)
+            XCTAssertNotNil(tier.lookup(CacheKey(hex: key)).first, "\(key) is stored")
+            return backing.lookups.load(ordering: .relaxed) - before
+        }
+        // The newest four are in memory; a scan over the rest, once each, leaves them there.
+        for index in 16..<20 { XCTAssertEqual(readsFromTheStore("k\(index)"), 0, "k\(index) in memory") }
+        for index in 0..<16 { XCTAssertEqual(readsFromTheStore("k\(index)"), 1, "k\(index) from the store") }
+        for index in 16..<20 { XCTAssertEqual(readsFromTheStore("k\(index)"), 0, "k\(index) still in memory after the scan") }
+        // Read from the store a second time while still remembered as turned away: taken.
+        XCTAssertEqual(readsFromTheStore("k15"), 1)
+        XCTAssertEqual(readsFromTheStore("k15"), 0, "taken on its second read")
+        // A key turned away longer ago than the tier has slots is new again: turned away once
+        // more, then taken.
+        XCTAssertEqual(readsFromTheStore("k0"), 1)
+        XCTAssertEqual(readsFromTheStore("k0"), 1, "forgotten after more refusals than slots")
+        XCTAssertEqual(readsFromTheStore("k0"), 0)
+        XCTAssertLessThanOrEqual(tier.bytes, 4 * slot + slot / 2)
     }
 
     func testZeroCapacityPassesThrough() {

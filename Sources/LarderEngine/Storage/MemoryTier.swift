@@ -10,6 +10,10 @@
 //
 // Slots hold all variants of a primary key. Eviction is CLOCK (second chance) per shard,
 // bounded by bytes; the shards keep lock contention negligible with a few server threads.
+// A full shard takes an entry read from the store only when it was read there recently too
+// (a ghost, as S3-FIFO's): a store far larger than memory, read at random, would otherwise
+// swap one entry out for one that will not be asked again, on every hit, and a scan would
+// flush the hot entries.
 
 public import LarderCore
 import LarderSync
@@ -33,6 +37,31 @@ public final class MemoryTier: CacheStore {
         /// Bumped by every write and removal, so a lookup that started before it does not
         /// store what it read.
         var generation = 0
+        /// Keys read from the store while the shard was full, and not taken.
+        var ghosts = Ghosts()
+    }
+
+    /// The hashes of the last keys turned away, as many as the shard has slots: a key asked for
+    /// again within that many refusals is taken.
+    struct Ghosts {
+        private var members: Set<Int> = []
+        private var order: [Int] = []
+        private var oldest = 0
+
+        /// Forgets `key` and says whether it was there.
+        mutating func remove(_ key: Int) -> Bool { members.remove(key) != nil }
+
+        mutating func insert(_ key: Int, capacity: Int) {
+            guard capacity > 0, members.insert(key).inserted else { return }
+            if order.count < capacity {
+                order.append(key)
+                return
+            }
+            if oldest >= order.count { oldest = 0 }
+            members.remove(order[oldest])
+            order[oldest] = key
+            oldest += 1
+        }
     }
 
     private struct Slot {
@@ -144,15 +173,21 @@ public final class MemoryTier: CacheStore {
         }
     }
 
-    /// Keeps `entries` under `primaryKey`; with `ifGeneration`, only when nothing was written
-    /// to the shard since that generation was read.
+    /// Keeps `entries` under `primaryKey`; with `ifGeneration` (read from the store), only when
+    /// nothing was written to the shard since that generation was read, and when the shard has
+    /// room or turned the key away lately.
     private func remember(_ entries: [StoredEntry], under primaryKey: CacheKey, in shard: Shard, ifGeneration: Int?) {
         let size = Self.size(of: entries)
         // One slot may take at most a quarter of its shard.
         guard size <= shardBudget / 4 else { return forget(primaryKey) }
         shard.state.withLock { state in
             if let expected = ifGeneration, expected != state.generation { return }
-            if ifGeneration == nil { state.generation += 1 }
+            if ifGeneration == nil {
+                state.generation += 1
+            } else if state.bytes + size > shardBudget, !state.ghosts.remove(primaryKey.hashValue) {
+                // Read from the store into a full shard for the first time lately: not taken.
+                return state.ghosts.insert(primaryKey.hashValue, capacity: state.ring.count)
+            }
             if let old = state.slots[primaryKey] {
                 state.bytes -= old.size
             } else {
