@@ -109,20 +109,26 @@ final class AdmissionTests: DatabaseTestCase {
         XCTAssertLessThanOrEqual(store.usedByteCount, 200_000)
     }
 
-    func testAPurgeDropsHeldObjectsItMatches() throws {
+    func testAPurgeDropsTheHeldObjectsItMatchesAndOnlyThose() throws {
         let store = try filledStore()
         defer { store.close() }
+        let heldBefore = store.heldObjects.count
         var tagged = object("tagged")
         tagged.tags = ["t"]
+        var other = object("other")
+        other.tags = ["u"]
         save(store, tagged)
+        save(store, other)
         XCTAssertNotNil(lookup(store, "tagged"))
+        XCTAssertEqual(store.heldObjects.count, heldBefore + 2, "both held, not written")
         let purged = expectation(description: "purged")
         var filter = PurgeFilter()
         filter.tags = ["t"]
         store.purge(filter) { _ in purged.fulfill() }
         wait(for: [purged], timeout: 10)
         XCTAssertNil(lookup(store, "tagged"), "a purge leaves nothing it matched, held or written")
-        XCTAssertEqual(store.heldObjects.count, 0)
+        XCTAssertNotNil(lookup(store, "other"), "a held object the purge does not match stays")
+        XCTAssertEqual(store.heldObjects.count, heldBefore + 1)
     }
 
     func testAnInvalidationDropsOnlyTheHeldObjectsOfItsURLs() throws {

@@ -921,6 +921,32 @@ final class MemoryTierTests: XCTestCase {
         XCTAssertLessThanOrEqual(tier.bytes, 4 * slot + slot / 2)
     }
 
+    func testForgottenKeysLeaveTheClockInOrder() {
+        let backing = CountingStore()
+        let slot = entry("k0", size: 600).residentBytes
+        let tier = MemoryTier(backing: backing, capacityBytes: 100 * slot, shardCount: 1)
+        func fromMemory(_ key: String) -> Bool {
+            let before = backing.lookups.load(ordering: .relaxed)
+            return tier.lookup(CacheKey(hex: key)).first != nil && backing.lookups.load(ordering: .relaxed) == before
+        }
+        for index in 0..<100 { tier.save(entry("k\(index)", size: 600)) { _ in } }
+        // Forgotten (many at once, as after a purge), then written again or replaced by others.
+        for index in 0..<90 { tier.forget(CacheKey(hex: "k\(index)")) }
+        XCTAssertFalse(fromMemory("k5"), "forgotten")
+        for index in 0..<45 { tier.save(entry("k\(index)", size: 600)) { _ in } }
+        for index in 100..<145 { tier.save(entry("k\(index)", size: 600)) { _ in } }
+        for _ in 0..<1_000 {
+            tier.forget(CacheKey(hex: "k0"))
+            tier.save(entry("k0", size: 600)) { _ in }
+        }
+        XCTAssertEqual((0..<45).filter { fromMemory("k\($0)") }.count, 45, "written again: in memory")
+        XCTAssertEqual((90..<145).filter { fromMemory("k\($0)") }.count, 55, "never forgotten or new: in memory")
+        // Full now: new entries evict the unreferenced ones in CLOCK order, and bytes stay bounded.
+        for index in 200..<300 { tier.save(entry("k\(index)", size: 600)) { _ in } }
+        XCTAssertLessThanOrEqual(tier.bytes, 100 * slot)
+        XCTAssertEqual((200..<300).filter { fromMemory("k\($0)") }.count, 100, "the newest hundred, in memory")
+    }
+
     func testZeroCapacityPassesThrough() {
         let backing = CountingStore()
         let tier = MemoryTier(backing: backing, capacityBytes: 0)

@@ -31,7 +31,12 @@ public final class MemoryTier: CacheStore {
 
     private struct State {
         var slots: [CacheKey: Slot] = [:]
+        /// CLOCK's order: every key in `slots`, and the keys in `departed`.
         var ring: [CacheKey] = []
+        /// Keys forgotten but still in the ring: the sweep drops them as it passes, or a
+        /// compaction does once they outnumber the slots (a scan of the ring per forgotten key
+        /// made dropping many at once, a purge's, hold the shard for seconds).
+        var departed: Set<CacheKey> = []
         var hand = 0
         var bytes = 0
         /// Bumped by every write and removal, so a lookup that started before it does not
@@ -42,7 +47,8 @@ public final class MemoryTier: CacheStore {
     }
 
     /// The hashes of the last keys turned away, as many as the shard has slots: a key asked for
-    /// again within that many refusals is taken.
+    /// again within that many refusals is taken. A hint, not a count: a key taken and turned
+    /// away again may be forgotten a little early.
     struct Ghosts {
         private var members: Set<Int> = []
         private var order: [Int] = []
@@ -154,6 +160,7 @@ public final class MemoryTier: CacheStore {
                 state.generation += 1
                 state.slots.removeAll()
                 state.ring.removeAll()
+                state.departed.removeAll()
                 state.hand = 0
                 state.bytes = 0
             }
@@ -167,8 +174,12 @@ public final class MemoryTier: CacheStore {
             state.generation += 1
             if let slot = state.slots.removeValue(forKey: primaryKey) {
                 state.bytes -= slot.size
-                state.ring.removeAll { $0 == primaryKey }
-                state.hand = state.ring.isEmpty ? 0 : state.hand % state.ring.count
+                state.departed.insert(primaryKey)
+                if state.departed.count > max(64, state.slots.count) {
+                    state.ring.removeAll { state.departed.contains($0) }
+                    state.departed.removeAll()
+                    state.hand = 0
+                }
             }
         }
     }
@@ -186,11 +197,11 @@ public final class MemoryTier: CacheStore {
                 state.generation += 1
             } else if state.bytes + size > shardBudget, !state.ghosts.remove(primaryKey.hashValue) {
                 // Read from the store into a full shard for the first time lately: not taken.
-                return state.ghosts.insert(primaryKey.hashValue, capacity: state.ring.count)
+                return state.ghosts.insert(primaryKey.hashValue, capacity: state.slots.count)
             }
             if let old = state.slots[primaryKey] {
                 state.bytes -= old.size
-            } else {
+            } else if state.departed.remove(primaryKey) == nil {
                 state.ring.append(primaryKey)
             }
             state.slots[primaryKey] = Slot(entries: entries, referenced: false, size: size)
@@ -199,7 +210,9 @@ public final class MemoryTier: CacheStore {
             while state.bytes > shardBudget, !state.ring.isEmpty {
                 if state.hand >= state.ring.count { state.hand = 0 }
                 let candidate = state.ring[state.hand]
-                if candidate != primaryKey, var slot = state.slots[candidate] {
+                if state.departed.remove(candidate) != nil {
+                    state.ring.remove(at: state.hand)
+                } else if candidate != primaryKey, var slot = state.slots[candidate] {
                     if slot.referenced {
                         slot.referenced = false
                         state.slots[candidate] = slot

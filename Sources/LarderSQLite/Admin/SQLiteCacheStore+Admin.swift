@@ -61,9 +61,10 @@ extension SQLiteCacheStore: CacheAdministration {
     public func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void) {
         let (condition, bind) = Self.condition(for: filter)
         writerQueue.async { [self] in
-            // Held objects are not matched against the filter: all go (a purge is rare, and
-            // they are a moment's worth of misses).
-            dropHeldObjects { _ in true }
+            // Held objects have no row: the filter is applied to them in memory, as the Redis
+            // store applies it. (Dropping them all made a purge under a storm of misses tell the
+            // memory tier to forget tens of thousands of keys at once.)
+            dropHeldObjects { filter.matches($0) }
             commitAllPending()
             // What matched when the purge was asked for: a row written since has a higher rowid
             // (insertRow). Without this bound, a purge by tag under load went on removing the
@@ -112,10 +113,7 @@ extension SQLiteCacheStore: CacheAdministration {
             return completion(total)
         }
         let next = total
-        // Paced: the next batch waits as long as this one took, so a long purge takes at most
-        // half of the writer's time and of a core, and hits served meanwhile keep their latency.
-        let pause = Int(min(200_000_000, DispatchTime.now().uptimeNanoseconds - started))
-        writerQueue.asyncAfter(deadline: .now() + .nanoseconds(pause)) { [self] in
+        continueInBackground(after: started) { [self] in
             purgeBatch(condition: condition, bind: bind, total: next, completion: completion)
         }
     }

@@ -15,8 +15,8 @@
 //   policy neither holds nor evicts, and the capacity check (`enforceCapacity`) evicts the
 //   oldest rows.
 //
-// A purge drops every held object, an invalidation those of its URLs (`dropHeldObjects`): a
-// purge must never leave behind something it matched.
+// A purge drops the held objects its filter matches, an invalidation those of its URLs
+// (`dropHeldObjects`): a purge must never leave behind something it matched.
 
 import Foundation
 public import LarderCore

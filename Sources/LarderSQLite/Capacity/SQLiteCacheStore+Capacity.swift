@@ -241,12 +241,21 @@ extension SQLiteCacheStore {
     /// Gives free pages back to the file system, a step at a time, each its own writer turn.
     func vacuumStep() {
         guard !closed.load(ordering: .relaxed), let free = try? writer.scalarInt("PRAGMA freelist_count"), free > 0 else { return }
+        let started = DispatchTime.now().uptimeNanoseconds
         do {
             try writer.execute("PRAGMA incremental_vacuum(\(Self.vacuumStep))")
         } catch {
             logger.warning("incremental vacuum failed", metadata: ["error": "\(error)"])
             return
         }
-        if free > Self.vacuumStep { writerQueue.async { [self] in vacuumStep() } }
+        if free > Self.vacuumStep { continueInBackground(after: started) { [self] in vacuumStep() } }
+    }
+
+    /// Queues the next turn of work nobody waits for (a purge's batches, vacuum steps) after a
+    /// pause as long as the last turn took (at most 200 ms): a long run of it takes at most half
+    /// of the writer's time and of a core, so the hits served meanwhile keep their CPU.
+    func continueInBackground(after started: UInt64, _ next: @escaping @Sendable () -> Void) {
+        let pause = min(200_000_000, DispatchTime.now().uptimeNanoseconds - started)
+        writerQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(pause)), execute: next)
     }
 }
