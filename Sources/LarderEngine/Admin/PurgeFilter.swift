@@ -42,11 +42,12 @@ extension PurgeFilter {
         let freshness = entry.freshness
         let end = freshness.staleUntil
         if let namespace, entry.namespace != namespace { return false }
-        if let urlPrefix, !entry.url.hasPrefix(urlPrefix) { return false }
+        // Prefixes by code points, as SQL's substr compares (hasPrefix compares characters).
+        if let urlPrefix, !entry.url.unicodeScalars.starts(with: urlPrefix.unicodeScalars) { return false }
         if let host {
             let lower = host.lowercased()
             let starts = ["http", "https"].contains { scheme in
-                ["/", ":"].contains { entry.urlKey.hasPrefix("\(scheme)://\(lower)\($0)") }
+                ["/", ":"].contains { entry.urlKey.unicodeScalars.starts(with: "\(scheme)://\(lower)\($0)".unicodeScalars) }
             }
             if !starts { return false }
         }

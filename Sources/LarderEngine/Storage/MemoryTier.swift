@@ -33,9 +33,9 @@ public final class MemoryTier: CacheStore {
         var slots: [CacheKey: Slot] = [:]
         /// CLOCK's order: every key in `slots`, and the keys in `departed`.
         var ring: [CacheKey] = []
-        /// Keys forgotten but still in the ring: the sweep drops them as it passes, or a
-        /// compaction does once they outnumber the slots (a scan of the ring per forgotten key
-        /// made dropping many at once, a purge's, hold the shard for seconds).
+        /// Keys forgotten but still in the ring (the sweep passes over them), removed all at
+        /// once when they outnumber the slots: removing each from the ring as it was forgotten
+        /// cost a pass over the ring per key, under the shard's lock, when a purge forgot many.
         var departed: Set<CacheKey> = []
         var hand = 0
         var bytes = 0
@@ -49,7 +49,7 @@ public final class MemoryTier: CacheStore {
     /// The hashes of the last keys turned away, as many as the shard has slots: a key asked for
     /// again within that many refusals is taken. A hint, not a count: a key taken and turned
     /// away again may be forgotten a little early.
-    struct Ghosts {
+    private struct Ghosts {
         private var members: Set<Int> = []
         private var order: [Int] = []
         private var oldest = 0
@@ -60,7 +60,13 @@ public final class MemoryTier: CacheStore {
         mutating func insert(_ key: Int, capacity: Int) {
             guard capacity > 0, members.insert(key).inserted else { return }
             if order.count < capacity {
-                order.append(key)
+                // Room to grow: the newest goes just before the oldest.
+                if oldest == 0 {
+                    order.append(key)
+                } else {
+                    order.insert(key, at: oldest)
+                    oldest += 1
+                }
                 return
             }
             if oldest >= order.count { oldest = 0 }
@@ -148,6 +154,11 @@ public final class MemoryTier: CacheStore {
         }
     }
 
+    /// Keys in the CLOCK rings, forgotten ones not yet removed included; for tests.
+    var ringLength: Int {
+        shards.reduce(0) { total, shard in total + shard.state.withLock { $0.ring.count } }
+    }
+
     /// Bytes held now (as counted against the capacity).
     public var bytes: Int {
         shards.reduce(0) { total, shard in total + shard.state.withLock { $0.bytes } }
@@ -176,9 +187,10 @@ public final class MemoryTier: CacheStore {
                 state.bytes -= slot.size
                 state.departed.insert(primaryKey)
                 if state.departed.count > max(64, state.slots.count) {
+                    // The hand keeps its place among the keys that stay.
+                    state.hand = state.ring.prefix(state.hand).count { !state.departed.contains($0) }
                     state.ring.removeAll { state.departed.contains($0) }
                     state.departed.removeAll()
-                    state.hand = 0
                 }
             }
         }
@@ -195,9 +207,12 @@ public final class MemoryTier: CacheStore {
             if let expected = ifGeneration, expected != state.generation { return }
             if ifGeneration == nil {
                 state.generation += 1
-            } else if state.bytes + size > shardBudget, !state.ghosts.remove(primaryKey.hashValue) {
+            } else if state.bytes - (state.slots[primaryKey]?.size ?? 0) + size > shardBudget,
+                !state.ghosts.remove(primaryKey.hashValue)
+            {
                 // Read from the store into a full shard for the first time lately: not taken.
-                return state.ghosts.insert(primaryKey.hashValue, capacity: state.slots.count)
+                state.ghosts.insert(primaryKey.hashValue, capacity: state.slots.count)
+                return
             }
             if let old = state.slots[primaryKey] {
                 state.bytes -= old.size
@@ -210,9 +225,7 @@ public final class MemoryTier: CacheStore {
             while state.bytes > shardBudget, !state.ring.isEmpty {
                 if state.hand >= state.ring.count { state.hand = 0 }
                 let candidate = state.ring[state.hand]
-                if state.departed.remove(candidate) != nil {
-                    state.ring.remove(at: state.hand)
-                } else if candidate != primaryKey, var slot = state.slots[candidate] {
+                if candidate != primaryKey, var slot = state.slots[candidate] {
                     if slot.referenced {
                         slot.referenced = false
                         state.slots[candidate] = slot

@@ -62,8 +62,7 @@ extension SQLiteCacheStore: CacheAdministration {
         let (condition, bind) = Self.condition(for: filter)
         writerQueue.async { [self] in
             // Held objects have no row: the filter is applied to them in memory, as the Redis
-            // store applies it. (Dropping them all made a purge under a storm of misses tell the
-            // memory tier to forget tens of thousands of keys at once.)
+            // store applies it, so those it does not match stay.
             dropHeldObjects { filter.matches($0) }
             commitAllPending()
             // What matched when the purge was asked for: a row written since has a higher rowid
@@ -93,6 +92,10 @@ extension SQLiteCacheStore: CacheAdministration {
         total: PurgeResult, completion: @escaping @Sendable (PurgeResult) -> Void
     ) {
         var total = total
+        guard !closed.load(ordering: .relaxed) else {
+            total.failed = true
+            return completion(total)
+        }
         let removed: Int
         let started = DispatchTime.now().uptimeNanoseconds
         do {
@@ -113,7 +116,7 @@ extension SQLiteCacheStore: CacheAdministration {
             return completion(total)
         }
         let next = total
-        continueInBackground(after: started) { [self] in
+        queuePaced(after: started) { [self] in
             purgeBatch(condition: condition, bind: bind, total: next, completion: completion)
         }
     }

@@ -39,6 +39,8 @@ public struct StoreCapacity: Sendable, Equatable {
 struct Trimming {
     /// An eviction or a sweep is under way.
     var underWay = false
+    /// Vacuum steps are under way (one run of them at a time, however many asked).
+    var vacuuming = false
     /// Where the age sweep goes on from at its next tick: the last rowid it looked at.
     var sweepCursor: Int64 = 0
     var sweepTimer: DispatchSourceTimer?
@@ -238,23 +240,38 @@ extension SQLiteCacheStore {
         return removed.count
     }
 
-    /// Gives free pages back to the file system, a step at a time, each its own writer turn.
+    /// Gives free pages back to the file system, a step at a time, each its own writer turn,
+    /// unless steps are already under way (they go on until the free pages are gone).
     func vacuumStep() {
-        guard !closed.load(ordering: .relaxed), let free = try? writer.scalarInt("PRAGMA freelist_count"), free > 0 else { return }
+        guard !trimming.vacuuming else { return }
+        trimming.vacuuming = true
+        vacuumNextStep()
+    }
+
+    private func vacuumNextStep() {
+        guard !closed.load(ordering: .relaxed), let free = try? writer.scalarInt("PRAGMA freelist_count"), free > 0 else {
+            trimming.vacuuming = false
+            return
+        }
         let started = DispatchTime.now().uptimeNanoseconds
         do {
             try writer.execute("PRAGMA incremental_vacuum(\(Self.vacuumStep))")
         } catch {
             logger.warning("incremental vacuum failed", metadata: ["error": "\(error)"])
+            trimming.vacuuming = false
             return
         }
-        if free > Self.vacuumStep { continueInBackground(after: started) { [self] in vacuumStep() } }
+        guard free > Self.vacuumStep else {
+            trimming.vacuuming = false
+            return
+        }
+        queuePaced(after: started) { [self] in vacuumNextStep() }
     }
 
     /// Queues the next turn of work nobody waits for (a purge's batches, vacuum steps) after a
     /// pause as long as the last turn took (at most 200 ms): a long run of it takes at most half
     /// of the writer's time and of a core, so the hits served meanwhile keep their CPU.
-    func continueInBackground(after started: UInt64, _ next: @escaping @Sendable () -> Void) {
+    func queuePaced(after started: UInt64, _ next: @escaping @Sendable () -> Void) {
         let pause = min(200_000_000, DispatchTime.now().uptimeNanoseconds - started)
         writerQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(pause)), execute: next)
     }
