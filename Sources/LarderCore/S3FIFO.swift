@@ -98,8 +98,7 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
     private var entries: [Key: Entry] = [:]
     private var small = FIFO<Place>()
     private var main = FIFO<Place>()
-    private var ghost = FIFO<Place>()
-    private var ghostTickets: [Key: UInt64] = [:]
+    private var ghost = GhostKeys<Key>()
     private var mainCount = 0
     private var smallCount = 0
     private var nextTicket: UInt64 = 0
@@ -124,11 +123,11 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
 
     public var count: Int { entries.count }
     /// Places in the three queues, stale ones included (a bound on memory; for tests).
-    public var placeCount: Int { small.count + main.count + ghost.count }
+    public var placeCount: Int { small.count + main.count + ghost.placeCount }
     public var usedBytes: Int { smallBytes + mainBytes }
     public func contains(_ key: Key) -> Bool { entries[key] != nil }
     public func queue(of key: Key) -> Queue? { entries[key]?.queue }
-    public func remembersInGhost(_ key: Key) -> Bool { ghostTickets[key] != nil }
+    public func remembersInGhost(_ key: Key) -> Bool { ghost.contains(key) }
 
     /// A hit: the object was asked for again (at `time`, seconds on the caller's clock, for
     /// `usage`). Returns whether it is held.
@@ -164,7 +163,7 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
         if let held = entries[key] {
             queue = proven ? .main : held.queue
             remove(key)
-        } else if ghostTickets.removeValue(forKey: key) != nil {
+        } else if ghost.remove(key) {
             queue = .main
             counters.ghostHits += 1
         } else if proven {
@@ -307,16 +306,40 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
     }
 
     private mutating func remember(_ key: Key) {
+        ghost.insert(key, limit: max(mainCount, Self.minimumGhostKeys))
+    }
+}
+
+/// Keys remembered after they left or were turned away, the oldest forgotten first once there
+/// are more than a limit: S3-FIFO's ghost queue, and the memory tier's (LarderEngine).
+public struct GhostKeys<Key: Hashable> {
+    private var tickets: [Key: UInt64] = [:]
+    private var places = FIFO<(key: Key, ticket: UInt64)>()
+    private var nextTicket: UInt64 = 0
+
+    public init() {}
+
+    /// Places in the queue, those of keys since removed or remembered again included.
+    var placeCount: Int { places.count }
+
+    public func contains(_ key: Key) -> Bool { tickets[key] != nil }
+
+    /// Forgets `key` and says whether it was remembered.
+    public mutating func remove(_ key: Key) -> Bool { tickets.removeValue(forKey: key) != nil }
+
+    /// Remembers `key` as the newest, then forgets the oldest beyond `limit` keys.
+    public mutating func insert(_ key: Key, limit: Int) {
         nextTicket &+= 1
-        ghostTickets[key] = nextTicket
-        ghost.append(Place(key: key, ticket: nextTicket))
-        let limit = max(mainCount, Self.minimumGhostKeys)
-        // Places of keys since readmitted or remembered again are dropped on the way.
-        while ghostTickets.count > limit || ghost.count > 2 * limit, let oldest = ghost.popFirst() {
-            if ghostTickets[oldest.key] == oldest.ticket { ghostTickets[oldest.key] = nil }
+        tickets[key] = nextTicket
+        places.append((key, nextTicket))
+        // Places of keys since removed or remembered again are dropped on the way.
+        while tickets.count > limit || places.count > 2 * limit, let oldest = places.popFirst() {
+            if tickets[oldest.key] == oldest.ticket { tickets[oldest.key] = nil }
         }
     }
 }
+
+extension GhostKeys: Sendable where Key: Sendable {}
 
 /// A first-in first-out queue on an array: appends at the end, takes from a moving head, and
 /// drops the taken part once it is most of the array (amortised O(1)).

@@ -42,38 +42,9 @@ public final class MemoryTier: CacheStore {
         /// Bumped by every write and removal, so a lookup that started before it does not
         /// store what it read.
         var generation = 0
-        /// Keys read from the store while the shard was full, and not taken.
-        var ghosts = Ghosts()
-    }
-
-    /// The hashes of the last keys turned away, as many as the shard has slots: a key asked for
-    /// again within that many refusals is taken. A hint, not a count: a key taken and turned
-    /// away again may be forgotten a little early.
-    private struct Ghosts {
-        private var members: Set<Int> = []
-        private var order: [Int] = []
-        private var oldest = 0
-
-        /// Forgets `key` and says whether it was there.
-        mutating func remove(_ key: Int) -> Bool { members.remove(key) != nil }
-
-        mutating func insert(_ key: Int, capacity: Int) {
-            guard capacity > 0, members.insert(key).inserted else { return }
-            if order.count < capacity {
-                // Room to grow: the newest goes just before the oldest.
-                if oldest == 0 {
-                    order.append(key)
-                } else {
-                    order.insert(key, at: oldest)
-                    oldest += 1
-                }
-                return
-            }
-            if oldest >= order.count { oldest = 0 }
-            members.remove(order[oldest])
-            order[oldest] = key
-            oldest += 1
-        }
+        /// Hashes of the keys read from the store while the shard was full and not taken, as
+        /// many as the shard has slots: a key asked for again within that many refusals is taken.
+        var ghosts = GhostKeys<Int>()
     }
 
     private struct Slot {
@@ -211,7 +182,7 @@ public final class MemoryTier: CacheStore {
                 !state.ghosts.remove(primaryKey.hashValue)
             {
                 // Read from the store into a full shard for the first time lately: not taken.
-                state.ghosts.insert(primaryKey.hashValue, capacity: state.slots.count)
+                state.ghosts.insert(primaryKey.hashValue, limit: state.slots.count)
                 return
             }
             if let old = state.slots[primaryKey] {
