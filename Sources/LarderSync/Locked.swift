@@ -33,6 +33,15 @@
             defer { pthread_mutex_unlock(mutex) }
             return try body(&value)
         }
+
+        /// As Mutex's: runs `body` if the lock is free, else returns nil at once.
+        public func withLockIfAvailable<Result: ~Copyable, E: Error>(
+            _ body: (inout sending Value) throws(E) -> sending Result
+        ) throws(E) -> sending Result? {
+            guard pthread_mutex_trylock(mutex) == 0 else { return nil }
+            defer { pthread_mutex_unlock(mutex) }
+            return try body(&value)
+        }
     }
 #else
     public typealias Locked<Value: ~Copyable> = Mutex<Value>

@@ -72,11 +72,21 @@ public typealias StorePolicy = AdmissionPolicy<PolicyKey>
 /// hits not yet told to it. A hit only counts into one of 16 shards of `hits` (by key), so the
 /// server's threads rarely meet on a lock; every use of the policy first folds them in, so it
 /// decides on every hit so far.
+///
+/// A shard is also folded on its own once it counts `shardFoldKeys` keys, by the hit that
+/// fills it and only if the policy is free. Folding costs a dictionary and a frequency-sketch
+/// update per key, each a cache miss on a store of a million entries (about 1 µs a key): sixteen
+/// shards of 4,096 keys folded at once from a hit stopped that server thread for 50–70 ms, and
+/// the other one behind the lock (docs/performance.md). A hit waits for the policy only when its
+/// shard reaches `shardKeyLimit` while someone holds the policy that long.
 final class LockedPolicy: Sendable {
     private let state: Locked<StorePolicy>
     private let hits: [HitShard] = (0..<16).map { _ in HitShard() }
-    /// Keys a shard counts before its hits are folded in at once (a bound on memory when no
-    /// miss comes to fold them).
+    /// Keys a shard counts before the hit that brings it there folds it (a fraction of a
+    /// millisecond's work).
+    static let shardFoldKeys = 256
+    /// Keys a shard counts at most: there a hit waits for the policy to fold its shard (a bound on
+    /// memory while an eviction or a purge holds the policy).
     static let shardKeyLimit = 4_096
 
     private final class HitShard: Sendable {
@@ -87,25 +97,37 @@ final class LockedPolicy: Sendable {
 
     func withLock<Result: Sendable>(_ body: (inout StorePolicy) -> Result) -> Result {
         state.withLock { policy in
-            for shard in hits {
-                let counted = shard.counts.withLock { counts -> [PolicyKey: S3FIFO<PolicyKey>.Usage] in
-                    defer { counts = [:] }
-                    return counts
-                }
-                for (key, usage) in counted { policy.recordHit(key, at: usage.lastHit, count: usage.hits) }
-            }
+            for shard in hits { Self.fold(shard, into: &policy) }
             return body(&policy)
         }
     }
 
     /// A hit on `key` at `time` (seconds), counted in its shard (`shard`: 0–15).
-    func recordHit(_ key: PolicyKey, shard: Int, at time: UInt32) {
-        let keys = hits[shard & 15].counts.withLock { counts -> Int in
+    func recordHit(_ key: PolicyKey, shard index: Int, at time: UInt32) {
+        let shard = hits[index & 15]
+        let keys = shard.counts.withLock { counts -> Int in
             // Counted in place: one hash of the key.
             counts[key, default: S3FIFO<PolicyKey>.Usage()].count(at: time)
             return counts.count
         }
-        if keys >= Self.shardKeyLimit { withLock { _ in () } }
+        guard keys >= Self.shardFoldKeys else { return }
+        if keys >= Self.shardKeyLimit {
+            state.withLock { policy in Self.fold(shard, into: &policy) }
+        } else {
+            _ = state.withLockIfAvailable { policy in Self.fold(shard, into: &policy) }
+        }
+    }
+
+    /// Keys counted in the shards and not yet folded into the policy; for tests.
+    var unfoldedHitKeys: Int { hits.reduce(0) { sum, shard in sum + shard.counts.withLock { $0.count } } }
+
+    /// Tells the policy the hits `shard` counted, and empties it (under the policy's lock).
+    private static func fold(_ shard: HitShard, into policy: inout StorePolicy) {
+        let counted = shard.counts.withLock { counts -> [PolicyKey: S3FIFO<PolicyKey>.Usage] in
+            defer { counts = [:] }
+            return counts
+        }
+        for (key, usage) in counted { policy.recordHit(key, at: usage.lastHit, count: usage.hits) }
     }
 }
 
