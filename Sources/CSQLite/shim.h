@@ -16,7 +16,7 @@ static inline int larder_sqlite3_bind_blob_transient(sqlite3_stmt *_Nonnull stmt
 
 // sqlite3_config is variadic, which Swift cannot call. With memory statistics on (SQLite's
 // default), every allocation and free by any connection takes one process-wide mutex to count
-// it: the server threads' readers and the writer met on it thousands of times a second.
+// it, so the server threads' readers and the writer wait on each other (docs/performance.md).
 // Larder reads no SQLite memory statistics. Must run before SQLite is initialised.
 static inline int larder_sqlite3_config_no_memory_statistics(void) {
     return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);

@@ -74,17 +74,18 @@ public typealias StorePolicy = AdmissionPolicy<PolicyKey>
 /// decides on every hit so far.
 ///
 /// A shard is also folded on its own once it counts `shardFoldKeys` keys, by the hit that
-/// fills it and only if the policy is free. Folding costs a dictionary and a frequency-sketch
-/// update per key, each a cache miss on a store of a million entries (about 1 µs a key): sixteen
-/// shards of 4,096 keys folded at once from a hit stopped that server thread for 50–70 ms, and
-/// the other one behind the lock (docs/performance.md). A hit waits for the policy only when its
-/// shard reaches `shardKeyLimit` while someone holds the policy that long.
+/// fills it and only if the policy is free: a fold's cost grows with its keys (a dictionary and a
+/// frequency-sketch update each, cache misses on a large policy), and it is paid on a server
+/// thread, while the other server thread waits for the lock (docs/performance.md, "The
+/// six-second stall"). A hit waits for the policy only when its shard reaches `shardKeyLimit`
+/// while someone holds the policy that long.
 final class LockedPolicy: Sendable {
     private let state: Locked<StorePolicy>
     private let hits: [HitShard] = (0..<16).map { _ in HitShard() }
-    /// Keys a shard counts before the hit that brings it there folds it (a fraction of a
-    /// millisecond's work).
+    /// Keys a shard counts before a hit folds it (a fraction of a millisecond's work); while the
+    /// policy is busy, hits try again every `foldRetryKeys` keys more.
     static let shardFoldKeys = 256
+    static let foldRetryKeys = 64
     /// Keys a shard counts at most: there a hit waits for the policy to fold its shard (a bound on
     /// memory while an eviction or a purge holds the policy).
     static let shardKeyLimit = 4_096
@@ -110,7 +111,8 @@ final class LockedPolicy: Sendable {
             counts[key, default: S3FIFO<PolicyKey>.Usage()].count(at: time)
             return counts.count
         }
-        guard keys >= Self.shardFoldKeys else { return }
+        // A try that fails may cost a system call: not on every hit while the policy is busy.
+        guard keys >= Self.shardFoldKeys, keys % Self.foldRetryKeys == 0 || keys >= Self.shardKeyLimit else { return }
         if keys >= Self.shardKeyLimit {
             state.withLock { policy in Self.fold(shard, into: &policy) }
         } else {

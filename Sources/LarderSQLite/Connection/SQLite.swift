@@ -20,12 +20,13 @@ final class SQLiteConnection {
     /// handles, not SQLiteStatements: those keep their connection alive, and this one keeps them.
     private var transactionStatements: [String: OpaquePointer] = [:]
 
-    /// Set once, before the first connection initialises SQLite (SQLITE_MISUSE if something in
-    /// the process initialised it first: its statistics then stay on, which costs speed only).
-    private static let configured: Int32 = larder_sqlite3_config_no_memory_statistics()
+    /// Set once, before the first connection initialises SQLite. False if something in the
+    /// process initialised it first (SQLITE_MISUSE): its statistics then stay on, which costs
+    /// speed only; the store logs it.
+    static let memoryStatisticsOff: Bool = larder_sqlite3_config_no_memory_statistics() == SQLITE_OK
 
     init(path: String, readOnly: Bool = false) throws(SQLiteError) {
-        _ = Self.configured
+        _ = Self.memoryStatisticsOff
         var handle: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &handle, flags, nil)

@@ -114,6 +114,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
         writer = try SQLiteConnection(path: path)
+        if !SQLiteConnection.memoryStatisticsOff {
+            logger.notice("SQLite was initialised before Larder configured it: its memory statistics stay on (slower)")
+        }
         try writer.execute("PRAGMA busy_timeout = 5000")
         try Schema.migrate(writer)
         try writer.execute("PRAGMA synchronous = NORMAL")
