@@ -43,13 +43,14 @@ extension PurgeFilter {
         let end = freshness.staleUntil
         if let namespace, entry.namespace != namespace { return false }
         // Prefixes by code points, as SQL's substr compares (hasPrefix compares characters).
-        if let urlPrefix, !entry.url.unicodeScalars.starts(with: urlPrefix.unicodeScalars) { return false }
+        func starts(_ text: String, with prefix: String) -> Bool { text.unicodeScalars.starts(with: prefix.unicodeScalars) }
+        if let urlPrefix, !starts(entry.url, with: urlPrefix) { return false }
         if let host {
             let lower = host.lowercased()
-            let starts = ["http", "https"].contains { scheme in
-                ["/", ":"].contains { entry.urlKey.unicodeScalars.starts(with: "\(scheme)://\(lower)\($0)".unicodeScalars) }
+            let hostMatches = ["http", "https"].contains { scheme in
+                ["/", ":"].contains { starts(entry.urlKey, with: "\(scheme)://\(lower)\($0)") }
             }
-            if !starts { return false }
+            if !hostMatches { return false }
         }
         if let storedBefore, !(freshness.storedAt < storedBefore) { return false }
         if let versionBelow, !(freshness.version < versionBelow) { return false }

@@ -176,16 +176,18 @@ public final class MemoryTier: CacheStore {
         guard size <= shardBudget / 4 else { return forget(primaryKey) }
         shard.state.withLock { state in
             if let expected = ifGeneration, expected != state.generation { return }
+            let old = state.slots[primaryKey]
             if ifGeneration == nil {
                 state.generation += 1
-            } else if state.bytes - (state.slots[primaryKey]?.size ?? 0) + size > shardBudget,
-                !state.ghosts.remove(primaryKey.hashValue)
-            {
-                // Read from the store into a full shard for the first time lately: not taken.
-                state.ghosts.insert(primaryKey.hashValue, limit: state.slots.count)
-                return
+            } else if state.bytes - (old?.size ?? 0) + size > shardBudget {
+                let ghost = primaryKey.hashValue
+                if !state.ghosts.remove(ghost) {
+                    // Read from the store into a full shard for the first time lately: not taken.
+                    state.ghosts.insert(ghost, limit: state.slots.count)
+                    return
+                }
             }
-            if let old = state.slots[primaryKey] {
+            if let old {
                 state.bytes -= old.size
             } else if state.departed.remove(primaryKey) == nil {
                 state.ring.append(primaryKey)
