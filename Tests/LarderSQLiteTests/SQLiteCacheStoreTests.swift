@@ -503,6 +503,27 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertNil(store.lookup(CacheKey(hex: "old0")).first)
     }
 
+    /// The B-tree work nobody waits for (a purge's batches, sweeps, eviction down to the
+    /// low-water mark, vacuum steps) runs on a thread of lower priority than the writer queue's,
+    /// which waits for it: a busy machine's cores go to the threads serving hits first. The
+    /// writer's connection works there, and its errors come back.
+    func testWorkNobodyWaitsForRunsAtALowerPriorityThanTheWriter() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        func niceness() -> Int32 { getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0) }
+        let writer = store.writerQueue.sync { niceness() }
+        let yielded = store.writerQueue.sync { store.yieldingToHits { niceness() } }
+        XCTAssertGreaterThan(yielded, writer)
+        let count = store.writerQueue.sync {
+            try? store.yieldingToHits { () throws(SQLiteError) in try store.writer.scalarInt("SELECT count(*) FROM entries") }
+        }
+        XCTAssertEqual(count, 0)
+        let failed = store.writerQueue.sync {
+            (try? store.yieldingToHits { () throws(SQLiteError) in try store.writer.execute("NOT SQL") }) == nil
+        }
+        XCTAssertTrue(failed, "the error comes back")
+    }
+
     /// Operators issue: listings and the `expired` filter go by the lifetime an entry was stored
     /// under (a caller's ttl), not the response's own freshness.
     func testListingAndTheExpiredFilterGoByTheTTLAnEntryWasStoredUnder() throws {

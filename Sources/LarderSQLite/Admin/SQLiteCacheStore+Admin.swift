@@ -99,7 +99,7 @@ extension SQLiteCacheStore: CacheAdministration {
         let removed: Int
         let started = DispatchTime.now().uptimeNanoseconds
         do {
-            let rows = try deleteRows("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.purgeBatch)", bind: bind)
+            let rows = try deleteRows("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.purgeBatch)", yielding: true, bind: bind)
             for row in rows {
                 total.primaryKeys.insert(row.primaryKey)
                 total.bytes += row.bytes

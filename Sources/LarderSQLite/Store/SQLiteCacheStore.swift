@@ -62,6 +62,9 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     let files: BodyFiles
 
     let writerQueue = DispatchQueue(label: "larder.sqlite.writer")
+    /// Where the writer's background work runs while the writer queue waits for it
+    /// (`yieldingToHits`): libdispatch runs this QoS's threads at nice 10 on Linux.
+    let backgroundWork = DispatchQueue(label: "larder.sqlite.background", qos: .background)
     /// Answers throttled saves at their deadline: its own queue, since the global ones may be
     /// busy with work that waits on the database too (the orphan sweep, a key filter build).
     let throttleDeadlines = DispatchQueue(label: "larder.sqlite.throttle")
