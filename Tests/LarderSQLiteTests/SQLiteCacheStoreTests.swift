@@ -1,5 +1,6 @@
 // The SQLite store on real files in a temporary directory.
 
+import CSQLite
 import Crypto
 import Foundation
 import LarderCore
@@ -503,16 +504,30 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertNil(store.lookup(CacheKey(hex: "old0")).first)
     }
 
-    /// The B-tree work nobody waits for (a purge's batches, sweeps, eviction down to the
-    /// low-water mark, vacuum steps) runs on a thread of lower priority than the writer queue's,
-    /// which waits for it: a busy machine's cores go to the threads serving hits first. The
-    /// writer's connection works there, and its errors come back.
-    func testWorkNobodyWaitsForRunsAtALowerPriorityThanTheWriter() throws {
+    /// The nice value of the calling thread (Linux: per thread).
+    private static func niceness() -> Int32 { getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0) }
+
+    /// libdispatch sets its background threads to nice 10; a process already at 10 or more
+    /// cannot lower them to it without privilege, and nothing can yield further.
+    private func skipUnlessBackgroundIsLower() throws {
+        let own = Self.niceness()
+        if own >= 10 { throw XCTSkip("the tests run at nice \(own): no lower priority to yield to") }
+    }
+
+    /// `yieldingToHits` runs its work on a thread of lower priority than the writer queue's,
+    /// which waits for it: the writer's connection works there, and its errors come back.
+    func testYieldedWorkRunsAtALowerPriorityThanTheWriter() throws {
+        try skipUnlessBackgroundIsLower()
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
-        func niceness() -> Int32 { getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0) }
-        let writer = store.writerQueue.sync { niceness() }
-        let yielded = store.writerQueue.sync { store.yieldingToHits { niceness() } }
+        let measured = Locked<(writer: Int32, yielded: Int32)?>(nil)
+        let done = expectation(description: "measured")
+        store.writerQueue.async {
+            measured.withLock { $0 = (Self.niceness(), store.yieldingToHits { Self.niceness() }) }
+            done.fulfill()
+        }
+        wait(for: [done], timeout: 10)
+        let (writer, yielded) = try XCTUnwrap(measured.withLock { $0 })
         XCTAssertGreaterThan(yielded, writer)
         let count = store.writerQueue.sync {
             try? store.yieldingToHits { () throws(SQLiteError) in try store.writer.scalarInt("SELECT count(*) FROM entries") }
@@ -522,6 +537,55 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
             (try? store.yieldingToHits { () throws(SQLiteError) in try store.writer.execute("NOT SQL") }) == nil
         }
         XCTAssertTrue(failed, "the error comes back")
+    }
+
+    /// Which deletes yield, seen from the database (a trigger records the nice value of the
+    /// thread deleting each row): a purge's at background priority, since nobody waits for
+    /// its batches; the removal of one key at the writer's, since its caller waits for the 204.
+    func testAPurgeDeletesAtBackgroundPriorityAndTheRemovalOfOneKeyAtTheWriters() throws {
+        try skipUnlessBackgroundIsLower()
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        for key in ["tagged0", "tagged1", "untagged"] {
+            var stored = entry(key)
+            if key.hasPrefix("tagged") { stored.tags = ["t"] }
+            save(store, stored)
+        }
+        let setUp = store.writerQueue.sync { () -> Result<Void, SQLiteError> in
+            let recordNiceness: @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void = { context, _, _ in
+                sqlite3_result_int(context, getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0))
+            }
+            sqlite3_create_function_v2(store.writer.handle, "niceness", 0, SQLITE_UTF8, nil, recordNiceness, nil, nil, nil)
+            return Result { () throws(SQLiteError) in
+                try store.writer.execute(
+                    """
+                    CREATE TEMP TABLE deletes (key TEXT, niceness INTEGER);
+                    CREATE TEMP TRIGGER record_niceness AFTER DELETE ON main.entries BEGIN
+                      INSERT INTO deletes VALUES (OLD.key, niceness());
+                    END
+                    """)
+            }
+        }
+        try setUp.get()
+        var filter = PurgeFilter()
+        filter.tags = ["t"]
+        let purged = expectation(description: "purged")
+        store.purge(filter) { _ in purged.fulfill() }
+        let removed = expectation(description: "removed")
+        store.remove(primaryKey: CacheKey(hex: "untagged")) { _ in removed.fulfill() }
+        wait(for: [purged, removed], timeout: 30)
+        let recorded = try store.writerQueue.sync { () -> Result<[String: Int], SQLiteError> in
+            Result { () throws(SQLiteError) in
+                let select = try store.writer.prepare("SELECT key, niceness FROM deletes")
+                var recorded: [String: Int] = [:]
+                while try select.step() { recorded[select.string(0) ?? ""] = Int(select.int64(1)) }
+                return recorded
+            }
+        }.get()
+        XCTAssertEqual(Set(recorded.keys), ["tagged0", "tagged1", "untagged"])
+        let writer = try XCTUnwrap(recorded["untagged"])
+        XCTAssertGreaterThan(try XCTUnwrap(recorded["tagged0"]), writer)
+        XCTAssertGreaterThan(try XCTUnwrap(recorded["tagged1"]), writer)
     }
 
     /// Operators issue: listings and the `expired` filter go by the lifetime an entry was stored

@@ -69,7 +69,9 @@ extension SQLiteCacheStore: CacheAdministration {
             // (insertRow). Without this bound, a purge by tag under load went on removing the
             // misses its own removals caused, long after everything it matched was gone (46,000
             // rows removed for 20,000 tagged, in scripts/bench-scale).
-            purgeBatch(condition: "(\(condition)) AND rowid < \(nextRowid)", bind: bind, total: PurgeResult(), completion: completion)
+            purgeBatch(
+                condition: "(\(condition)) AND rowid < \(nextRowid)", bind: bind, priority: .background, total: PurgeResult(),
+                completion: completion)
         }
     }
 
@@ -80,6 +82,8 @@ extension SQLiteCacheStore: CacheAdministration {
             purgeBatch(
                 condition: Schema.rowsOfPrimaryKey("?1"),
                 bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
+                // One key: its caller waits for the answer.
+                priority: .writer,
                 total: PurgeResult(),
                 completion: completion)
         }
@@ -88,7 +92,7 @@ extension SQLiteCacheStore: CacheAdministration {
     /// On the writer queue: deletes up to `purgeBatch` matching rows in one transaction, then
     /// queues the next batch behind whatever else waits for the writer.
     private func purgeBatch(
-        condition: String, bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void,
+        condition: String, bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void, priority: WorkPriority,
         total: PurgeResult, completion: @escaping @Sendable (PurgeResult) -> Void
     ) {
         var total = total
@@ -99,7 +103,7 @@ extension SQLiteCacheStore: CacheAdministration {
         let removed: Int
         let started = DispatchTime.now().uptimeNanoseconds
         do {
-            let rows = try deleteRows("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.purgeBatch)", yielding: true, bind: bind)
+            let rows = try deleteRows("SELECT rowid FROM entries WHERE \(condition) LIMIT \(Self.purgeBatch)", priority, bind: bind)
             for row in rows {
                 total.primaryKeys.insert(row.primaryKey)
                 total.bytes += row.bytes
@@ -117,7 +121,7 @@ extension SQLiteCacheStore: CacheAdministration {
         }
         let next = total
         queuePaced(after: started) { [self] in
-            purgeBatch(condition: condition, bind: bind, total: next, completion: completion)
+            purgeBatch(condition: condition, bind: bind, priority: priority, total: next, completion: completion)
         }
     }
 

@@ -46,6 +46,14 @@ struct Trimming {
     var sweepTimer: DispatchSourceTimer?
 }
 
+/// Who waits for a delete: someone (a request, a commit's callers), so it runs at the writer's
+/// priority; or nobody (a purge's batches, sweeps, eviction down to the low-water mark, vacuum
+/// steps), so it runs at background priority and yields the cores to the hits
+/// (`SQLiteCacheStore.yieldingToHits`).
+enum WorkPriority {
+    case writer, background
+}
+
 extension SQLiteCacheStore {
     static let evictionBatch = 256
     /// Rows the retention sweep looks at per writer turn, and turns per tick (a minute).
@@ -75,14 +83,15 @@ extension SQLiteCacheStore {
         let used = usedBytes()
         if used > counters.peakUsedBytes.load(ordering: .relaxed) { counters.peakUsedBytes.store(used, ordering: .relaxed) }
         guard used > capacity.maxBytes else { return }
-        while !closed.load(ordering: .relaxed), usedBytes() > capacity.maxBytes, evictOnce(yielding: false) > 0 {}
+        while !closed.load(ordering: .relaxed), usedBytes() > capacity.maxBytes, evictOnce(.writer) > 0 {}
         guard !trimming.underWay else { return }
         trimming.underWay = true
-        evictBatch()
+        // Its own turn: this commit's callers are answered first.
+        writerQueue.async { [self] in evictBatch() }
     }
 
     private func evictBatch() {
-        guard !closed.load(ordering: .relaxed), evictOnce(yielding: true) > 0 else {
+        guard !closed.load(ordering: .relaxed), evictOnce(.background) > 0 else {
             trimming.underWay = false
             return vacuumStep()
         }
@@ -90,8 +99,8 @@ extension SQLiteCacheStore {
     }
 
     /// Evicts up to `evictionBatch` of the oldest rows, as many as free what is over the
-    /// low-water mark; returns how many went (0 when under it). `yielding`: see `deleteRows`.
-    private func evictOnce(yielding: Bool) -> Int {
+    /// low-water mark; returns how many went (0 when under it).
+    private func evictOnce(_ priority: WorkPriority) -> Int {
         var pass = EvictionPass(usedBytes: usedBytes(), capacity: capacity)
         guard pass.wantsMore else { return 0 }
         do {
@@ -104,7 +113,7 @@ extension SQLiteCacheStore {
             logger.error("cannot choose entries to evict", metadata: ["error": "\(error)"])
         }
         let rowids = pass.rowids
-        let removed = rowids.isEmpty ? 0 : deleteBatch(rowids.map(String.init).joined(separator: ","), yielding: yielding)
+        let removed = rowids.isEmpty ? 0 : deleteBatch(rowids.map(String.init).joined(separator: ","), priority)
         counters.evictions.add(removed, ordering: .relaxed)
         return removed
     }
@@ -162,7 +171,7 @@ extension SQLiteCacheStore {
     /// Proxy entries nothing can serve any more, through their index.
     private func sweepUnusable(now: Double) {
         let removed = deleteBatch(
-            "SELECT rowid FROM entries WHERE unusable_at <= \(now - capacity.keepStaleFor) LIMIT \(Self.evictionBatch)", yielding: true)
+            "SELECT rowid FROM entries WHERE unusable_at <= \(now - capacity.keepStaleFor) LIMIT \(Self.evictionBatch)", .background)
         counters.expiredRemovals.add(removed, ordering: .relaxed)
         guard !closed.load(ordering: .relaxed) else {
             trimming.underWay = false
@@ -193,7 +202,7 @@ extension SQLiteCacheStore {
             """
             SELECT rowid FROM entries WHERE rowid > \(start) AND rowid <= \(end) AND stored_at < \(writtenBefore)
               AND \(Self.staleUntilSQL) <= \(now)
-            """, yielding: true)
+            """, .background)
         counters.expiredRemovals.add(removed, ordering: .relaxed)
         let last = (try? writer.scalarInt("SELECT coalesce(max(rowid), 0) FROM entries")) ?? 0
         // Past the last row, the next pass starts again from the first.
@@ -207,10 +216,9 @@ extension SQLiteCacheStore {
 
     /// Deletes the rows whose rowids `selection` (SQL) picks, in one transaction, then reaps
     /// their body files. Returns each removed row's primary key and bytes. Shared by eviction,
-    /// the retention sweep and purges. `yielding`: the deletes run at background priority
-    /// (`yieldingToHits`), for work nobody waits for.
+    /// the retention sweep and purges.
     func deleteRows(
-        _ selection: String, yielding: Bool = false, bind: (SQLiteStatement) throws(SQLiteError) -> Void = { _ throws(SQLiteError) in }
+        _ selection: String, _ priority: WorkPriority, bind: (SQLiteStatement) throws(SQLiteError) -> Void = { _ throws(SQLiteError) in }
     ) throws(SQLiteError) -> [(primaryKey: CacheKey, bytes: Int)] {
         let delete = try writer.prepare("DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING primary_key, \(Self.entryBytesSQL)")
         let removed = try writer.immediateTransaction { () throws(SQLiteError) in
@@ -223,7 +231,7 @@ extension SQLiteCacheStore {
                 delete.reset()
                 return removed
             }
-            return try yielding ? yieldingToHits(deleteAll) : deleteAll()
+            return try priority == .background ? yieldingToHits(deleteAll) : deleteAll()
         }
         reapDeadFiles()
         forgetInPolicy(removed.map(\.primaryKey))
@@ -232,10 +240,10 @@ extension SQLiteCacheStore {
 
     /// As `deleteRows`, for rows the store drops on its own: the tier above is told. Returns
     /// how many went.
-    private func deleteBatch(_ selection: String, yielding: Bool) -> Int {
+    private func deleteBatch(_ selection: String, _ priority: WorkPriority) -> Int {
         let removed: [(primaryKey: CacheKey, bytes: Int)]
         do {
-            removed = try deleteRows(selection, yielding: yielding)
+            removed = try deleteRows(selection, priority)
         } catch {
             logger.error("cannot remove entries", metadata: ["error": "\(error)"])
             return 0
@@ -277,21 +285,25 @@ extension SQLiteCacheStore {
 
     /// On the writer queue, inside a write transaction: runs `work` on a thread of background
     /// priority (`backgroundWork`) and waits for it. For the B-tree work of what nobody waits
-    /// for (a purge's batches, the retention sweep, eviction down to the low-water mark, vacuum
-    /// steps): at the same priority it took its share of a busy machine's cores from the
-    /// threads serving hits (docs/performance.md). The commit stays on the writer queue: a
-    /// commit and its checkpoint take locks that readers need now and then (SQLite's WAL
-    /// locks, the policy's), and a thread of low priority holding one while it waits for a core
-    /// would stall them. The writer's connection stays the writer queue's alone: the queue
-    /// waits, so nothing else uses it meanwhile.
+    /// for (`WorkPriority.background`): at the writer's priority it took its share of a busy
+    /// machine's cores from the threads serving hits (docs/performance.md); at nice 10 it gets
+    /// about a tenth of a core against each busy thread of nice 0. The commit stays on the
+    /// writer queue: a commit and its checkpoint take locks that readers need now and then
+    /// (SQLite's WAL locks, the policy's), and a thread of low priority holding one while it
+    /// waits for a core stalled them (a batch larger than the writer's page cache still spills
+    /// pages to the WAL on the way). The writer's connection stays the writer queue's alone:
+    /// the queue waits, so nothing else uses it meanwhile.
     func yieldingToHits<T, Failure: Error>(_ work: @escaping () throws(Failure) -> T) throws(Failure) -> T {
         // Unchecked: the writer queue waits below, so `work` and `outcome` are never touched on
-        // two threads at once.
-        nonisolated(unsafe) let work = work
+        // two threads at once. `work` is let go before the signal: what it holds (a statement
+        // of the writer's connection) must not be released on this thread after the writer
+        // goes on.
+        nonisolated(unsafe) var work: (() throws(Failure) -> T)? = work
         nonisolated(unsafe) var outcome: Result<T, Failure>?
         let finished = DispatchSemaphore(value: 0)
         backgroundWork.async {
-            outcome = Result { () throws(Failure) in try work() }
+            outcome = Result { () throws(Failure) in try work!() }
+            work = nil
             finished.signal()
         }
         finished.wait()
@@ -299,8 +311,7 @@ extension SQLiteCacheStore {
     }
 
     /// Queues the next turn of work nobody waits for (a purge's batches, vacuum steps) after a
-    /// pause as long as the last turn took (at most 200 ms): a long run of it takes at most half
-    /// of the writer's time, so saves interleave and the hits served meanwhile keep their CPU.
+    /// pause as long as the last turn took, at most 200 ms, so saves commit between turns.
     func queuePaced(after started: UInt64, _ next: @escaping @Sendable () -> Void) {
         let pause = min(200_000_000, DispatchTime.now().uptimeNanoseconds - started)
         writerQueue.asyncAfter(deadline: .now() + .nanoseconds(Int(pause)), execute: next)
