@@ -555,7 +555,8 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
             let recordNiceness: @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void = { context, _, _ in
                 sqlite3_result_int(context, getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0))
             }
-            sqlite3_create_function_v2(store.writer.handle, "niceness", 0, SQLITE_UTF8, nil, recordNiceness, nil, nil, nil)
+            let created = sqlite3_create_function_v2(store.writer.handle, "niceness", 0, SQLITE_UTF8, nil, recordNiceness, nil, nil, nil)
+            XCTAssertEqual(created, SQLITE_OK)
             return Result { () throws(SQLiteError) in
                 try store.writer.execute(
                     """

@@ -290,8 +290,8 @@ extension SQLiteCacheStore {
     /// about a tenth of a core against each busy thread of nice 0. The commit stays on the
     /// writer queue: a commit and its checkpoint take locks that readers need now and then
     /// (SQLite's WAL locks, the policy's), and a thread of low priority holding one while it
-    /// waits for a core stalled them (a batch larger than the writer's page cache still spills
-    /// pages to the WAL on the way). The writer's connection stays the writer queue's alone:
+    /// waits for a core would stall them (a batch larger than the writer's page cache still
+    /// spills pages to the WAL on the way). The writer's connection stays the writer queue's alone:
     /// the queue waits, so nothing else uses it meanwhile.
     func yieldingToHits<T, Failure: Error>(_ work: @escaping () throws(Failure) -> T) throws(Failure) -> T {
         // Unchecked: the writer queue waits below, so `work` and `outcome` are never touched on
