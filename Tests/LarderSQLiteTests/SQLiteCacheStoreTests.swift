@@ -553,7 +553,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         }
         let setUp = store.writerQueue.sync { () -> Result<Void, SQLiteError> in
             let recordNiceness: @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void = { context, _, _ in
-                sqlite3_result_int(context, getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0))
+                sqlite3_result_int(context, SQLiteCacheStoreTests.niceness())
             }
             let created = sqlite3_create_function_v2(store.writer.handle, "niceness", 0, SQLITE_UTF8, nil, recordNiceness, nil, nil, nil)
             XCTAssertEqual(created, SQLITE_OK)
