@@ -918,6 +918,36 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(failures.load(ordering: .relaxed), 0, "a reader never saw a missing or half-written entry")
         XCTAssertEqual(store.lookup(CacheKey(hex: "shared")).first?.body, Array("[100]".utf8))
     }
+
+    /// Readers keep their read transaction between lookups until the writer commits
+    /// (ReaderPool). Every commit must still be seen by the next lookup (a save, a removal), and
+    /// idle readers must not hold back the checkpoints: the WAL restarts instead of growing.
+    func testReadersKeptBetweenLookupsSeeEveryCommitAndLeaveTheWALBounded() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        let body = String(repeating: "b", count: 8000)
+        var largestWAL = 0
+        for index in 0..<300 {
+            // Two readers, idle with their snapshots, as two server threads leave them.
+            let readers = [try store.readers.take(), try store.readers.take()]
+            for reader in readers { store.readers.giveBack(reader) }
+            save(store, entry("k\(index)", body: body))
+            XCTAssertEqual(store.lookup(CacheKey(hex: "k\(index)")).first?.body.count, 8000, "the commit before the lookup is seen")
+            if index % 10 == 9 {
+                let removed = expectation(description: "removed")
+                store.remove(primaryKey: CacheKey(hex: "k\(index - 1)")) { _ in removed.fulfill() }
+                wait(for: [removed], timeout: 10)
+                XCTAssertEqual(store.lookup(CacheKey(hex: "k\(index - 1)")), [], "the removal before the lookup is seen")
+            }
+            let wal = try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int ?? 0
+            largestWAL = max(largestWAL, wal)
+        }
+        // Checkpointed at 100 pages, then restarted from its start: a little over 100 pages. Had
+        // the idle readers held their snapshots, it would have grown to every commit's pages
+        // (about 1,800).
+        XCTAssertGreaterThan(largestWAL, 50 * 4096, "the WAL was measured")
+        XCTAssertLessThanOrEqual(largestWAL, 200 * 4096, "the WAL restarts")
+    }
 }
 
 final class MemoryTierTests: XCTestCase {

@@ -1,7 +1,7 @@
 // A bounded in-memory tier in front of the persistent store (NSURLCache's memory capacity).
 //
-// Hot entries are answered from memory: no SQLite read transaction (whose WAL locks are
-// fcntl calls), no checksum (the body was verified when it was loaded from disk). Every
+// Hot entries are answered from memory: no SQLite read (two B-tree descents, the row decoded),
+// no checksum (the body was verified when it was loaded from disk). Every
 // write goes through here, so memory never holds an entry the store does not: `save` updates
 // memory only after the store accepted the entry (its own lookups find it; the store tells
 // `forget` if it later fails to commit it), and a generation count per shard keeps a lookup

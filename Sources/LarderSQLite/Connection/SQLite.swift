@@ -19,6 +19,8 @@ final class SQLiteConnection {
     /// BEGIN, COMMIT and ROLLBACK, prepared on first use so a transaction parses no SQL. Raw
     /// handles, not SQLiteStatements: those keep their connection alive, and this one keeps them.
     private var transactionStatements: [String: OpaquePointer] = [:]
+    /// What the WAL hook calls (`onEveryCommit`); kept here so it lives as long as the handle.
+    private var commitObserver: CommitObserver?
 
     /// Set once, before the first connection initialises SQLite. False if something in the
     /// process initialised it first (SQLITE_MISUSE): its statistics then stay on, which costs
@@ -101,6 +103,41 @@ final class SQLiteConnection {
     /// `transaction(.immediate, body)`.
     func immediateTransaction<T>(_ body: () throws(SQLiteError) -> T) throws(SQLiteError) -> T {
         try transaction(.immediate, body)
+    }
+
+    /// Opens a transaction that lasts until `commit()`: a reader's snapshot, taken at its
+    /// first read and kept across statements.
+    func begin() throws(SQLiteError) { try runCached("BEGIN") }
+
+    /// Ends the transaction `begin()` opened.
+    func commit() throws(SQLiteError) { try runCached("COMMIT") }
+
+    /// Calls `committed` after every commit on this connection, then checkpoints the WAL
+    /// (PASSIVE) once it holds `checkpointPages` pages. This is `sqlite3_wal_hook`, which runs
+    /// once the new frames are in the WAL and the write lock is released; it replaces SQLite's
+    /// own `wal_autocheckpoint` hook, so it checkpoints as that would (after `committed`).
+    func onEveryCommit(checkpointPages: Int32, _ committed: @escaping () -> Void) {
+        let observer = CommitObserver(checkpointPages: checkpointPages, committed: committed)
+        commitObserver = observer
+        sqlite3_wal_hook(
+            handle,
+            { context, database, name, pages in
+                guard let context else { return SQLITE_OK }
+                let observer = Unmanaged<CommitObserver>.fromOpaque(context).takeUnretainedValue()
+                observer.committed()
+                // As SQLite's default hook: a busy checkpoint is left for the next commit.
+                if pages >= observer.checkpointPages { sqlite3_wal_checkpoint_v2(database, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil) }
+                return SQLITE_OK
+            }, Unmanaged.passUnretained(observer).toOpaque())
+    }
+
+    private final class CommitObserver {
+        let checkpointPages: Int32
+        let committed: () -> Void
+        init(checkpointPages: Int32, committed: @escaping () -> Void) {
+            self.checkpointPages = checkpointPages
+            self.committed = committed
+        }
     }
 
     private func runCached(_ sql: String) throws(SQLiteError) {
