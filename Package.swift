@@ -6,7 +6,13 @@
 import PackageDescription
 
 let strict: [SwiftSetting] = [
-    .enableUpcomingFeature("InternalImportsByDefault")
+    .enableUpcomingFeature("InternalImportsByDefault"),
+    // Release builds let the optimiser see across Larder's modules: the cache policy's generic
+    // types (S3FIFO, GhostKeys, FrequencySketch in LarderCore) are then specialised where the
+    // store uses them, not run through witness tables, and small accessors are inlined. A hit
+    // read from a million-entry store took 6-8% less CPU (docs/performance.md); a root
+    // package may use unsafeFlags.
+    .unsafeFlags(["-cross-module-optimization"], .when(configuration: .release))
 ]
 
 let package = Package(
