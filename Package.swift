@@ -9,9 +9,9 @@ let strict: [SwiftSetting] = [
     .enableUpcomingFeature("InternalImportsByDefault"),
     // Release builds let the optimiser see across Larder's modules: the cache policy's generic
     // types (S3FIFO, GhostKeys, FrequencySketch in LarderCore) are then specialised where the
-    // store uses them, not run through witness tables, and small accessors are inlined. A hit
-    // read from a million-entry store took 6-8% less CPU (docs/performance.md); a root
-    // package may use unsafeFlags.
+    // store uses them, not run through witness tables, and small accessors are inlined
+    // (docs/performance.md, "Read transactions kept between commits"). A root package may use
+    // unsafeFlags.
     .unsafeFlags(["-cross-module-optimization"], .when(configuration: .release))
 ]
 

@@ -18,7 +18,7 @@ final class CapacityTests: IntegrationTestCase {
         // The database file holds what capacity counts plus its b-tree's own pages (overflow page
         // headers, indexes, free pages until the next vacuum step): a tenth at most.
         let databaseBound = (maxBytes + groupCommitBytes) * 11 / 10
-        // The WAL is checkpointed once it holds 100 pages (wal_autocheckpoint); the writer turn
+        // The WAL is checkpointed once it holds 100 pages (the writer's commit hook); the writer turn
         // that crosses that mark goes on past it, and it is reused, not shrunk, after.
         let walBound = 200 * 4096
         let larder = try startLarder { configuration in

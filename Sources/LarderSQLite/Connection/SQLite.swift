@@ -19,7 +19,7 @@ final class SQLiteConnection {
     /// BEGIN, COMMIT and ROLLBACK, prepared on first use so a transaction parses no SQL. Raw
     /// handles, not SQLiteStatements: those keep their connection alive, and this one keeps them.
     private var transactionStatements: [String: OpaquePointer] = [:]
-    /// What the WAL hook calls (`onEveryCommit`); kept here so it lives as long as the handle.
+    /// What the WAL hook calls (`afterEachCommit`); kept here so it lives as long as the handle.
     private var commitObserver: CommitObserver?
 
     /// Set once, before the first connection initialises SQLite. False if something in the
@@ -113,11 +113,16 @@ final class SQLiteConnection {
     func commit() throws(SQLiteError) { try runCached("COMMIT") }
 
     /// Calls `committed` after every commit on this connection, then checkpoints the WAL
-    /// (PASSIVE) once it holds `checkpointPages` pages. This is `sqlite3_wal_hook`, which runs
-    /// once the new frames are in the WAL and the write lock is released; it replaces SQLite's
-    /// own `wal_autocheckpoint` hook, so it checkpoints as that would (after `committed`).
-    func onEveryCommit(checkpointPages: Int32, _ committed: @escaping () -> Void) {
+    /// (PASSIVE) once it holds `checkpointPages` pages. This is `sqlite3_wal_hook`, which SQLite
+    /// calls once a commit's frames are in the WAL and the write lock is released. It replaces
+    /// SQLite's own `wal_autocheckpoint` hook, so it checkpoints as that one does, and a later
+    /// `PRAGMA wal_autocheckpoint` on this connection would replace it in turn. It fires for
+    /// every COMMIT and every autocommit statement stepped to its end (a statement reset before
+    /// its end commits without it: the writer steps its writes to the end).
+    func afterEachCommit(checkpointAtPages checkpointPages: Int32, _ committed: @escaping () -> Void) {
         let observer = CommitObserver(checkpointPages: checkpointPages, committed: committed)
+        // Held by this connection, which closes its handle (and with it the hook) in deinit,
+        // before its properties are released: the unretained pointer never dangles.
         commitObserver = observer
         sqlite3_wal_hook(
             handle,

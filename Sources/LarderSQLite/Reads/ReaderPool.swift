@@ -1,26 +1,27 @@
 // The reader connections. A hit takes one from the pool, runs its prepared point lookup, and
 // gives it back; in WAL mode readers never wait for the writer.
 //
-// A reader keeps its read transaction open between lookups until the writer next commits:
-// beginning and ending one (a WAL read mark and the file's shared lock taken and let go, with
-// their fcntl calls) was about 8% of the CPU of a hit read from a million-entry store. The
-// writer's commit hook (`committed`) ends the snapshots of the idle readers at once, and a reader
-// in use ends its own when it is given back, so a lookup never reads from before a commit that
-// finished before it began, and no idle reader holds back a checkpoint or the WAL's restart
-// (docs/performance.md, "Read transactions kept between commits"). That holds because the
-// store's writer connection is the only one that writes the file (one Larder process per
-// database).
+// A reader keeps its read transaction open between lookups until the writer next commits, so
+// a hit neither begins nor ends one (a WAL read mark and the file's shared lock, taken and let
+// go with fcntl calls: docs/performance.md, "Read transactions kept between commits"). After
+// every commit the writer's commit hook (`committed`) ends the snapshots of the idle readers,
+// and a reader in use ends its own when it is given back. So a lookup never reads from before
+// a commit that finished before it began, and no idle reader holds back a checkpoint or the
+// WAL's return to its start. That holds because the store's writer connection is the only one
+// that writes the file: one Larder process per database.
 
 import LarderSync
+import Logging
 
 /// A reader connection with its prepared lookup. @unchecked Sendable: it moves between
-/// threads only through the pool, and is used by one thread at a time.
+/// threads only through the pool, and is used by one thread at a time: the thread that took
+/// it, or, while it is out of the idle list for that, the writer's thread ending its
+/// transaction after a commit.
 final class Reader: @unchecked Sendable {
     let connection: SQLiteConnection
     let select: SQLiteStatement
-    /// The pool's commit count when this reader's transaction was opened; nil when none is.
-    /// Changed only by the thread that took the reader, or under the pool's lock while idle.
-    fileprivate var snapshot: Int?
+    /// The pool's count of commits when this reader's transaction was opened; nil when none is.
+    fileprivate var openedAtCommit: Int?
     init(path: String) throws(SQLiteError) {
         connection = try SQLiteConnection(path: path)
         try connection.execute("PRAGMA busy_timeout = 5000")
@@ -28,7 +29,8 @@ final class Reader: @unchecked Sendable {
         // the OS page cache anyway, and hot entries are in the memory tier. (A memory map of the
         // file instead, one per reader, put every page a reader touched into the process's RSS
         // once per reader, 3× the RSS after scripts/bench's workloads, and hits over 10,000 URLs
-        // took more CPU, not less.)
+        // took more CPU, not less. A 16 MiB cache, which keeps both B-trees' interior pages,
+        // halved the reads from the OS but not the CPU a hit.)
         try connection.execute("PRAGMA cache_size = -256")
         select = try connection.prepare(
             """
@@ -45,59 +47,77 @@ final class Reader: @unchecked Sendable {
 /// is idle. After `close`, a reader given back is dropped.
 final class ReaderPool: Sendable {
     private let path: String
+    private let logger: Logger
     private struct State {
         var idle: [Reader] = []
-        /// Commits seen (`committed`): a reader whose snapshot began at another count is stale.
+        /// Commits seen (`committed`): a reader whose transaction was opened at another count
+        /// may read from before the last of them.
         var commits = 0
     }
     private let state = Locked(State())
     private let closed = Atomic<Bool>(false)
 
-    init(path: String) {
+    init(path: String, logger: Logger) {
         self.path = path
+        self.logger = logger
     }
 
-    /// A reader inside a read transaction that sees every commit made before this call.
-    func take() throws -> Reader {
+    /// A reader inside a read transaction that sees every commit finished before this call.
+    func take() throws(SQLiteError) -> Reader {
         let (idle, commits) = state.withLock { ($0.idle.popLast(), $0.commits) }
-        let reader = try idle ?? Reader(path: path)
-        if reader.snapshot != commits {
-            Self.end(reader)
-            // Read before BEGIN: the snapshot, taken at the first read, is then at least as new.
+        let reader: Reader
+        if let idle { reader = idle } else { reader = try Reader(path: path) }
+        // Idle readers are never behind (`committed`, `giveBack`): one without a transaction
+        // opens one. The count was read before BEGIN, and the snapshot is taken at the first
+        // read after it, so the snapshot is at least as new as the count says.
+        if reader.openedAtCommit == nil {
             try reader.connection.begin()
-            reader.snapshot = commits
+            reader.openedAtCommit = commits
         }
         return reader
     }
 
+    /// Puts `reader` back; every statement run on it must be reset or finalised by now.
     func giveBack(_ reader: Reader) {
         guard !closed.load(ordering: .relaxed) else { return }
         let kept = state.withLock { state in
-            guard reader.snapshot == state.commits else { return false }
+            guard reader.openedAtCommit == state.commits else { return false }
             state.idle.append(reader)
             return true
         }
-        guard !kept else { return }
         // The writer committed while it was in use.
-        Self.end(reader)
+        guard !kept, endTransaction(of: reader) else { return }
         state.withLock { $0.idle.append(reader) }
     }
 
-    /// After each commit of the writer (its commit hook): the idle readers let go of their
-    /// snapshots, before the hook's checkpoint, which they would otherwise hold back.
+    /// After each commit of the writer (its commit hook, before the hook's checkpoint, which the
+    /// idle readers' snapshots would hold back). The readers are ended outside the lock, so
+    /// lookups never wait on the writer's thread; a lookup meanwhile opens another reader.
     func committed() {
-        state.withLock { state in
+        let stale = state.withLock { state in
             state.commits &+= 1
-            for reader in state.idle { Self.end(reader) }
+            let idle = state.idle
+            state.idle.removeAll(keepingCapacity: true)
+            return idle
         }
+        guard !stale.isEmpty else { return }
+        let ended = stale.filter(endTransaction(of:))
+        guard !closed.load(ordering: .relaxed) else { return }
+        state.withLock { $0.idle.append(contentsOf: ended) }
     }
 
-    private static func end(_ reader: Reader) {
-        guard reader.snapshot != nil else { return }
-        reader.snapshot = nil
-        // A failed COMMIT of a read-only transaction leaves nothing to keep: it is ended anyway
-        // when the connection closes.
-        try? reader.connection.commit()
+    /// Ends `reader`'s transaction; false when that failed, and the reader, which may still hold
+    /// its snapshot, must be dropped (closing its connection ends the transaction).
+    private func endTransaction(of reader: Reader) -> Bool {
+        guard reader.openedAtCommit != nil else { return true }
+        reader.openedAtCommit = nil
+        do {
+            try reader.connection.commit()
+            return true
+        } catch {
+            logger.warning("cannot end a reader's transaction; closing the reader", metadata: ["error": "\(error)"])
+            return false
+        }
     }
 
     /// Closes the idle readers; those in use close when given back.

@@ -38,7 +38,7 @@ extension SQLiteCacheStore {
         do {
             reader = try readers.take()
         } catch {
-            logger.error("cannot open a reader", metadata: ["error": "\(error)"])
+            logger.error("cannot open a reader or its read transaction", metadata: ["error": "\(error)"])
             return []
         }
         defer { readers.giveBack(reader) }

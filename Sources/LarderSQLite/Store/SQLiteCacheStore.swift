@@ -129,13 +129,13 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // The WAL is truncated back to this after checkpoints, so disk use follows the data.
         try writer.execute("PRAGMA journal_size_limit = 16777216")
         statements = try WriterStatements(writer)
-        let readers = ReaderPool(path: path)
+        let readers = ReaderPool(path: path, logger: logger)
         self.readers = readers
         // Every commit ends the idle readers' snapshots (ReaderPool). Then a checkpoint every
         // 100 pages (400 KiB), not SQLite's 1,000: a checkpoint copies its pages on the writer in
         // one burst, and a request thread that needs the core waits for it; smaller checkpoints
         // keep that wait short, at the same throughput.
-        writer.onEveryCommit(checkpointPages: 100) { readers.committed() }
+        writer.afterEachCommit(checkpointAtPages: 100) { readers.committed() }
         // The rows already stored are told to the policy in the background (restorePolicy).
         let lastRowid = try writer.scalarInt("SELECT coalesce(max(rowid), 0) FROM entries")
         nextRowid = lastRowid + 1
