@@ -992,6 +992,9 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertGreaterThan(lookups.load(ordering: .relaxed), 200, "the readers ran while the writer committed")
         XCTAssertEqual(stale.load(ordering: .relaxed), 0, "no lookup read from before a commit that had returned")
         XCTAssertEqual(backwards.load(ordering: .relaxed), 0, "no reader went back to an older version")
+        // The writer ends idle readers after each commit without taking them from the lookups:
+        // no more connections than threads that read at once, and the one the writer is ending.
+        XCTAssertLessThanOrEqual(store.readers.idleCount, 4, "no reader connection was opened for want of one being ended")
     }
 }
 

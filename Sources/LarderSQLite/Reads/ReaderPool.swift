@@ -50,6 +50,9 @@ final class ReaderPool: Sendable {
     private let logger: Logger
     private struct State {
         var idle: [Reader] = []
+        /// Idle readers whose transaction is from before the last commit, waiting to be ended
+        /// by whichever thread takes them first: the writer's, or a lookup's (`take`).
+        var behind: [Reader] = []
         /// Commits seen (`committed`): a reader whose transaction was opened at another count
         /// may read from before the last of them.
         var commits = 0
@@ -64,12 +67,15 @@ final class ReaderPool: Sendable {
 
     /// A reader inside a read transaction that sees every commit finished before this call.
     func take() throws(SQLiteError) -> Reader {
-        let (idle, commits) = state.withLock { ($0.idle.popLast(), $0.commits) }
+        let (taken, commits) = state.withLock { ($0.idle.popLast() ?? $0.behind.popLast(), $0.commits) }
         let reader: Reader
-        if let idle { reader = idle } else { reader = try Reader(path: path) }
-        // Idle readers are never behind (`committed`, `giveBack`): one without a transaction
-        // opens one. The count was read before BEGIN, and the snapshot is taken at the first
-        // read after it, so the snapshot is at least as new as the count says.
+        if let taken, taken.openedAtCommit == nil || taken.openedAtCommit == commits || endTransaction(of: taken) {
+            reader = taken
+        } else {
+            reader = try Reader(path: path)
+        }
+        // The count was read before BEGIN, and the snapshot is taken at the first read after
+        // it, so the snapshot is at least as new as the count says.
         if reader.openedAtCommit == nil {
             try reader.connection.begin()
             reader.openedAtCommit = commits
@@ -91,19 +97,19 @@ final class ReaderPool: Sendable {
     }
 
     /// After each commit of the writer (its commit hook, before the hook's checkpoint, which the
-    /// idle readers' snapshots would hold back). The readers are ended outside the lock, so
-    /// lookups never wait on the writer's thread; a lookup meanwhile opens another reader.
+    /// idle readers' snapshots would hold back). Each reader is ended outside the lock, so a
+    /// lookup never waits on the writer's thread; one that needs a reader meanwhile takes one
+    /// still behind and ends it itself, rather than opening another connection.
     func committed() {
-        let stale = state.withLock { state in
+        state.withLock { state in
             state.commits &+= 1
-            let idle = state.idle
+            state.behind.append(contentsOf: state.idle)
             state.idle.removeAll(keepingCapacity: true)
-            return idle
         }
-        guard !stale.isEmpty else { return }
-        let ended = stale.filter(endTransaction(of:))
-        guard !closed.load(ordering: .relaxed) else { return }
-        state.withLock { $0.idle.append(contentsOf: ended) }
+        while let reader = state.withLock({ $0.behind.popLast() }) {
+            guard endTransaction(of: reader), !closed.load(ordering: .relaxed) else { continue }
+            state.withLock { $0.idle.append(reader) }
+        }
     }
 
     /// Ends `reader`'s transaction; false when that failed, and the reader, which may still hold
@@ -123,6 +129,12 @@ final class ReaderPool: Sendable {
     /// Closes the idle readers; those in use close when given back.
     func close() {
         closed.store(true, ordering: .relaxed)
-        state.withLock { $0.idle.removeAll() }
+        state.withLock { state in
+            state.idle.removeAll()
+            state.behind.removeAll()
+        }
     }
+
+    /// Reader connections open and not in use; for tests.
+    var idleCount: Int { state.withLock { $0.idle.count + $0.behind.count } }
 }
