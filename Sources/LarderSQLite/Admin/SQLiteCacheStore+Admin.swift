@@ -29,11 +29,24 @@ extension SQLiteCacheStore: CacheAdministration {
         writerQueue.sync { commitAllPending() }
         var statistics = StoredStatistics()
         do {
-            let reader = try readers.take()
-            defer { readers.giveBack(reader) }
-            // The statement is finalised at the end of this scope, before the reader goes back:
-            // the writer's commit hook may end an idle reader's transaction from its own thread.
-            try SQLiteCacheStore.readNamespaces(reader, into: &statistics)
+            try readers.withReader { reader throws(SQLiteError) in
+                let namespaces = try reader.connection.prepare(
+                    """
+                    SELECT namespace, count(*), sum(\(Self.entryBytesSQL)), min(stored_at), max(stored_at)
+                    FROM entries GROUP BY namespace ORDER BY namespace
+                    """)
+                while try namespaces.step() {
+                    let entries = Int(namespaces.int64(1))
+                    let bytes = Int(namespaces.int64(2))
+                    statistics.namespaces.append(.init(name: namespaces.string(0) ?? "", entries: entries, bytes: bytes))
+                    statistics.entries += entries
+                    statistics.bytes += bytes
+                    let oldest = namespaces.double(3)
+                    let newest = namespaces.double(4)
+                    statistics.oldestStoredAt = min(statistics.oldestStoredAt ?? oldest, oldest)
+                    statistics.newestStoredAt = max(statistics.newestStoredAt ?? newest, newest)
+                }
+            }
         } catch {
             logger.error("cannot read statistics", metadata: ["error": "\(error)"])
             statistics.failed = true
@@ -43,25 +56,6 @@ extension SQLiteCacheStore: CacheAdministration {
         statistics.expiredRemovals = expiredRemovalCount
         statistics.admission = admissionFigures
         return statistics
-    }
-
-    private static func readNamespaces(_ reader: Reader, into statistics: inout StoredStatistics) throws(SQLiteError) {
-        let namespaces = try reader.connection.prepare(
-            """
-            SELECT namespace, count(*), sum(\(Self.entryBytesSQL)), min(stored_at), max(stored_at)
-            FROM entries GROUP BY namespace ORDER BY namespace
-            """)
-        while try namespaces.step() {
-            let entries = Int(namespaces.int64(1))
-            let bytes = Int(namespaces.int64(2))
-            statistics.namespaces.append(.init(name: namespaces.string(0) ?? "", entries: entries, bytes: bytes))
-            statistics.entries += entries
-            statistics.bytes += bytes
-            let oldest = namespaces.double(3)
-            let newest = namespaces.double(4)
-            statistics.oldestStoredAt = min(statistics.oldestStoredAt ?? oldest, oldest)
-            statistics.newestStoredAt = max(statistics.newestStoredAt ?? newest, newest)
-        }
     }
 
     public func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void) {

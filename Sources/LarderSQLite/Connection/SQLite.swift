@@ -90,7 +90,7 @@ final class SQLiteConnection {
         try runCached(kind == .immediate ? "BEGIN IMMEDIATE" : "BEGIN")
         do {
             let result = try body()
-            try runCached("COMMIT")
+            try commit()
             return result
         } catch {
             // Some errors (SQLITE_FULL, I/O errors) have already rolled the transaction back;
@@ -109,7 +109,7 @@ final class SQLiteConnection {
     /// first read and kept across statements.
     func begin() throws(SQLiteError) { try runCached("BEGIN") }
 
-    /// Ends the transaction `begin()` opened.
+    /// Ends the transaction `begin()` (or `transaction`) opened.
     func commit() throws(SQLiteError) { try runCached("COMMIT") }
 
     /// Calls `committed` after every commit on this connection, then checkpoints the WAL

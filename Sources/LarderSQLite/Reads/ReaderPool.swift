@@ -65,11 +65,20 @@ final class ReaderPool: Sendable {
         self.logger = logger
     }
 
+    /// Runs `body` on a reader (`take`), then gives it back. Whatever `body` creates (a
+    /// statement) is gone by then: once back, an idle reader's transaction may be ended from
+    /// the writer's thread.
+    func withReader<T>(_ body: (Reader) throws(SQLiteError) -> T) throws(SQLiteError) -> T {
+        let reader = try take()
+        defer { giveBack(reader) }
+        return try body(reader)
+    }
+
     /// A reader inside a read transaction that sees every commit finished before this call.
     func take() throws(SQLiteError) -> Reader {
         let (taken, commits) = state.withLock { ($0.idle.popLast() ?? $0.behind.popLast(), $0.commits) }
         let reader: Reader
-        if let taken, taken.openedAtCommit == nil || taken.openedAtCommit == commits || endTransaction(of: taken) {
+        if let taken, taken.openedAtCommit == commits || endTransaction(of: taken) {
             reader = taken
         } else {
             reader = try Reader(path: path)

@@ -34,54 +34,49 @@ extension SQLiteCacheStore {
     }
 
     private func committedEntries(_ primaryKey: CacheKey) -> [StoredEntry] {
-        let reader: Reader
         do {
-            reader = try readers.take()
-        } catch {
-            logger.error("cannot open a reader or its read transaction", metadata: ["error": "\(error)"])
-            return []
-        }
-        defer { readers.giveBack(reader) }
-        let select = reader.select
-        defer { select.reset() }
-        var entries: [StoredEntry] = []
-        do {
-            try select.bind(1, primaryKey.hex)
-            while try select.step() {
-                let key = CacheKey(hex: select.string(19) ?? primaryKey.hex)
-                let checksum = select.bytes(7)
-                // Checked in SQLite's buffer, then copied once.
-                let inFile = select.string(22) != nil
-                let (body, intact) = select.withBlob(5) { ($0.isEmpty ? [] : Array($0), inFile || BodyChecksum.matches($0, checksum)) }
-                guard intact else {
-                    logger.warning("stored body fails its checksum; dropping the entry", metadata: ["key": "\(key)"])
-                    writerQueue.async { [self] in removeDamaged(key, checksum: checksum) }
-                    continue
-                }
-                guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
-                    let kind = BodyKind(rawValue: Int(select.int64(6)))
-                else { continue }
-                let vary = select.string(20) ?? ""
-                let bodyFile = select.string(22).map { BodyFile(path: $0, size: Int(select.int64(23)), checksum: checksum) }
-                entries.append(
-                    StoredEntry(
-                        key: key, primaryKey: primaryKey, varyNames: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init),
-                        variantFingerprint: select.string(21),
-                        namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "", urlKey: select.string(18),
-                        status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
-                        freshness: EntryFreshness(
-                            storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
-                            staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
-                            mustRevalidate: select.int64(16) != 0, initialAge: select.double(17),
-                            storedTTL: select.optionalDouble(25)),
-                        sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
-                entries[entries.count - 1].bodyFile = bodyFile
-                entries[entries.count - 1].tags = Self.tags(fromJSON: select.string(24))
-            }
-            return entries
+            return try readers.withReader { reader throws(SQLiteError) in try entries(of: primaryKey, reading: reader.select) }
         } catch {
             logger.error("lookup failed; answering as a miss", metadata: ["key": "\(primaryKey)", "error": "\(error)"])
             return []
         }
+    }
+
+    private func entries(of primaryKey: CacheKey, reading select: SQLiteStatement) throws(SQLiteError) -> [StoredEntry] {
+        defer { select.reset() }
+        var entries: [StoredEntry] = []
+        try select.bind(1, primaryKey.hex)
+        while try select.step() {
+            let key = CacheKey(hex: select.string(19) ?? primaryKey.hex)
+            let checksum = select.bytes(7)
+            // Checked in SQLite's buffer, then copied once.
+            let inFile = select.string(22) != nil
+            let (body, intact) = select.withBlob(5) { ($0.isEmpty ? [] : Array($0), inFile || BodyChecksum.matches($0, checksum)) }
+            guard intact else {
+                logger.warning("stored body fails its checksum; dropping the entry", metadata: ["key": "\(key)"])
+                writerQueue.async { [self] in removeDamaged(key, checksum: checksum) }
+                continue
+            }
+            guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
+                let kind = BodyKind(rawValue: Int(select.int64(6)))
+            else { continue }
+            let vary = select.string(20) ?? ""
+            let bodyFile = select.string(22).map { BodyFile(path: $0, size: Int(select.int64(23)), checksum: checksum) }
+            entries.append(
+                StoredEntry(
+                    key: key, primaryKey: primaryKey, varyNames: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init),
+                    variantFingerprint: select.string(21),
+                    namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "", urlKey: select.string(18),
+                    status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
+                    freshness: EntryFreshness(
+                        storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
+                        staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
+                        mustRevalidate: select.int64(16) != 0, initialAge: select.double(17),
+                        storedTTL: select.optionalDouble(25)),
+                    sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
+            entries[entries.count - 1].bodyFile = bodyFile
+            entries[entries.count - 1].tags = Self.tags(fromJSON: select.string(24))
+        }
+        return entries
     }
 }
