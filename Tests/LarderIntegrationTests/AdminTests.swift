@@ -3,8 +3,11 @@
 
 import Foundation
 import LarderCore
+import LarderEngine
+import LarderSQLite
 import LarderService
 import LarderServiceTesting
+import Logging
 import XCTest
 
 final class AdminTests: IntegrationTestCase {
@@ -27,6 +30,36 @@ final class AdminTests: IntegrationTestCase {
         for index in 0..<2 { XCTAssertEqual(try fetch(client, "\(base)/b\(index)", namespace: "beta").outcome, "hit") }
         XCTAssertEqual(origin.count("\(base)/a0"), 2)
         XCTAssertEqual(origin.count("\(base)/b0"), 1)
+    }
+
+    func testALargePurgeForgetsOnlyWhatItRemovedFromTheMemoryTier() throws {
+        // More than 10,000 tagged entries in the file before the server opens it (a purge that
+        // large once emptied the whole memory tier).
+        let bulk = try SQLiteCacheStore(path: databasePath, logger: Logger(label: "admin-tests"))
+        let saves = DispatchGroup()
+        for index in 0..<10_001 {
+            saves.enter()
+            let entry = StoredEntry.fixture(String(format: "b%063x", index), body: Array("{}".utf8), tags: ["bulk"])
+            bulk.save(entry) { _ in saves.leave() }
+        }
+        saves.wait()
+        bulk.close()
+
+        let client = try startLarder().connection()
+        let kept = uniquePath()
+        XCTAssertEqual(try fetch(client, kept).outcome, "miss")
+        let tierBefore = try XCTUnwrap(memoryTierBytes(client))
+        XCTAssertGreaterThan(tierBefore, 0, "the kept entry is in memory")
+
+        let purged = try client.request("DELETE", "/cache?tag=bulk")
+        XCTAssertEqual(purged.json["removed"] as? Int, 10_001, purged.text)
+        XCTAssertEqual(try memoryTierBytes(client), tierBefore, "the kept entry stays in memory")
+        XCTAssertEqual(try fetch(client, kept).outcome, "hit")
+        XCTAssertEqual(origin.count(kept), 1)
+    }
+
+    private func memoryTierBytes(_ client: TestConnection) throws -> Int? {
+        (try client.request("GET", "/cache/stats").json["memoryTier"] as? [String: Any])?["bytes"] as? Int
     }
 
     func testPurgeByURLPrefixHostVersionAgeAndAll() throws {
