@@ -181,6 +181,32 @@ final class DamagedDatabaseTests: IntegrationTestCase {
     }
 }
 
+/// One process per database file: a second `larder serve` on it stops at start-up, naming the
+/// first; once the first has gone, by a stop or by kill -9, the file opens again.
+final class OneProcessPerDatabaseTests: IntegrationTestCase {
+    func testASecondServerOnTheDatabaseStopsNamingTheFirstUntilItHasGone() throws {
+        for ending in ["stop", "kill -9"] {
+            let (first, firstErrors) = try launch(["serve", "--port", "0", "--db", databasePath])
+            _ = try waitForPort(firstErrors)
+
+            let (second, secondErrors) = try launch(["serve", "--port", "0", "--db", databasePath])
+            XCTAssertTrue(waitForExit(second))
+            XCTAssertEqual(second.terminationReason, .exit, "an exit, not a crash")
+            XCTAssertNotEqual(second.terminationStatus, 0)
+            let message = String(decoding: secondErrors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            XCTAssertTrue(message.contains("in use by process \(first.processIdentifier)") && message.contains(databasePath), message)
+
+            if ending == "stop" { first.terminate() } else { kill(first.processIdentifier, SIGKILL) }
+            XCTAssertTrue(waitForExit(first))
+            let (third, thirdErrors) = try launch(["serve", "--port", "0", "--db", databasePath])
+            let connection = try TestConnection(port: try waitForPort(thirdErrors))
+            XCTAssertEqual(try connection.request("GET", "/healthz").status, 200, "starts once the first is gone (\(ending))")
+            third.terminate()
+            XCTAssertTrue(waitForExit(third))
+        }
+    }
+}
+
 /// A database directory Larder cannot write: start-up stops with the reason, never a crash.
 final class ReadOnlyDirectoryTests: IntegrationTestCase {
     override func tearDown() {

@@ -58,14 +58,17 @@ open class IntegrationTestCase: XCTestCase {
 
     public var databasePath: String { directory.appendingPathComponent("larder.sqlite").path }
 
-    /// Starts Larder on port 0 with the test's database; `configure` adjusts the defaults.
+    /// Starts Larder on port 0 with the test's database (while another runs, a database of its
+    /// own); `configure` adjusts the defaults.
     @discardableResult
     public func startLarder(
         logLines: LogLines? = nil, spans: (any SpanRecorder)? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }
     ) throws -> RunningLarder {
         var configuration = LarderConfiguration()
         configuration.port = 0
-        configuration.databasePath = databasePath
+        // One Larder per database file (DatabaseLock): one started beside another has its own.
+        configuration.databasePath =
+            running.isEmpty ? databasePath : directory.appendingPathComponent("larder-\(running.count + 1).sqlite").path
         configuration.accessLog = false
         configuration.shutdownGraceSeconds = 5
         configure(&configuration)

@@ -26,6 +26,8 @@
 // - With a capacity, an admission policy (S3-FIFO) decides what is kept: misses wait in memory
 //   for proof of reuse once the store is full, and hits only raise a counter in memory
 //   (Capacity/SQLiteCacheStore+Admission.swift).
+// - One store per file: a second store, in this process or another, is refused while this one
+//   is open (DatabaseLock.swift).
 // - Bodies of at least `bodyFileThreshold` bytes are kept as files beside the database and
 //   sent with sendfile (BodyFiles.swift says how they stay consistent with the rows).
 //
@@ -68,6 +70,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// Answers throttled saves at their deadline: its own queue, since the global ones may be
     /// busy with work that waits on the database too (the orphan sweep, a key filter build).
     let throttleDeadlines = DispatchQueue(label: "larder.sqlite.throttle")
+    /// Held while the store is open: no other store opens the file meanwhile (DatabaseLock).
+    let lock: DatabaseLock
     let writer: SQLiteConnection
     let statements: WriterStatements
     let readers: ReaderPool
@@ -116,6 +120,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         if !directory.isEmpty {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
+        lock = try DatabaseLock(databasePath: path)
         writer = try SQLiteConnection(path: path)
         if !SQLiteConnection.memoryStatisticsOff {
             logger.notice("SQLite was initialised before Larder configured it: its memory statistics stay on (slower)")
@@ -175,5 +180,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // Nothing of this store touches the file after close: the start-up sweep of orphan
         // body files (its own connection) is let finish.
         orphanSweep.wait()
+        lock.release()
     }
 }
