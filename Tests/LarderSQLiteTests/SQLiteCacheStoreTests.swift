@@ -48,6 +48,21 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(mode.string(0), "wal")
     }
 
+    func testASecondStoreOnTheFileIsRefusedWhileTheFirstIsOpen() throws {
+        let first = try SQLiteCacheStore(path: path, logger: logger)
+        save(first, entry("kept"))
+        XCTAssertThrowsError(try SQLiteCacheStore(path: path, logger: logger)) { error in
+            let refusal = error as? DatabaseInUse
+            XCTAssertEqual(refusal?.holder, getpid(), "names the process that has it: \(error)")
+            XCTAssertTrue("\(error)".contains(path), "\(error)")
+        }
+        XCTAssertEqual(first.lookup(CacheKey(hex: "kept")).first?.body, Array("{\"a\":1}".utf8), "the first store goes on")
+        first.close()
+        let second = try SQLiteCacheStore(path: path, logger: logger)
+        defer { second.close() }
+        XCTAssertEqual(second.lookup(CacheKey(hex: "kept")).first?.body, Array("{\"a\":1}".utf8), "open once the first closed")
+    }
+
     func testChecksumMismatchIsAMissAndTheRowIsDeleted() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
@@ -502,6 +517,52 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(result.withLock { $0?.removed }, SQLiteCacheStore.purgeBatch * 3)
         XCTAssertNotNil(store.lookup(CacheKey(hex: "fresh")).first, "stored after the purge began")
         XCTAssertNil(store.lookup(CacheKey(hex: "old0")).first)
+    }
+
+    /// A purge goes down its rows a batch at a time, each batch starting where the last stopped:
+    /// by a tag and another condition that keeps rows of the tag between those it removes, by a
+    /// URL prefix (no index), and by two tags whose rows overlap. Exactly the matching rows go.
+    func testAPurgeOverManyBatchesRemovesExactlyTheRowsItMatches() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        struct Row {
+            let namespace: String, url: String, tags: [String]
+        }
+        let rows = (0..<(SQLiteCacheStore.purgeBatch * 8 + 7)).map { index in
+            Row(
+                namespace: index % 2 == 0 ? "a" : "b", url: "http://a.test/\(index % 3 == 0 ? "x" : "y")/\(index)",
+                tags: index % 5 == 0 ? ["t", "u"] : index % 5 == 1 ? ["u"] : ["t"])
+        }
+        for (index, row) in rows.enumerated() {
+            store.save(.fixture("r\(index)", namespace: row.namespace, url: row.url, tags: row.tags)) { _ in }
+        }
+        store.commitAndWait()
+        var present = Set(rows.indices)
+        func purge(_ filter: PurgeFilter, removing matches: (Row) -> Bool, _ what: String) {
+            let expected = present.filter { matches(rows[$0]) }
+            let done = expectation(description: what)
+            let result = Locked<PurgeResult?>(nil)
+            store.purge(filter) { purge in
+                result.withLock { $0 = purge }
+                done.fulfill()
+            }
+            wait(for: [done], timeout: 60)
+            XCTAssertEqual(result.withLock { $0?.removed }, expected.count, what)
+            present.subtract(expected)
+            let stored = Set(rows.indices.filter { !store.lookup(CacheKey(hex: "r\($0)")).isEmpty })
+            XCTAssertEqual(stored, present, what)
+        }
+        var tagAndNamespace = PurgeFilter()
+        tagAndNamespace.tags = ["t"]
+        tagAndNamespace.namespace = "a"
+        purge(tagAndNamespace, removing: { $0.tags.contains("t") && $0.namespace == "a" }, "tag t in namespace a")
+        var prefix = PurgeFilter()
+        prefix.urlPrefix = "http://a.test/x/"
+        purge(prefix, removing: { $0.url.hasPrefix("http://a.test/x/") }, "URL prefix")
+        var twoTags = PurgeFilter()
+        twoTags.tags = ["u", "t"]
+        purge(twoTags, removing: { _ in true }, "tags u and t")
+        XCTAssertTrue(present.isEmpty)
     }
 
     /// The nice value of the calling thread (Linux: per thread).

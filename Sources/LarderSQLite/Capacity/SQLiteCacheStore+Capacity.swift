@@ -214,19 +214,28 @@ extension SQLiteCacheStore {
         writerQueue.async { [self] in sweepOld(writtenBefore: writtenBefore, now: now, windowsLeft: windowsLeft - 1) }
     }
 
+    /// A row `deleteRows` removed.
+    struct RemovedRow {
+        let rowid: Int64
+        let primaryKey: CacheKey
+        let bytes: Int
+    }
+
     /// Deletes the rows whose rowids `selection` (SQL) picks, in one transaction, then reaps
-    /// their body files. Returns each removed row's primary key and bytes. Shared by eviction,
-    /// the retention sweep and purges.
+    /// their body files. Returns each removed row's rowid, primary key and bytes. Shared by
+    /// eviction, the retention sweep and purges.
     func deleteRows(
         _ selection: String, _ priority: WorkPriority, bind: (SQLiteStatement) throws(SQLiteError) -> Void = { _ throws(SQLiteError) in }
-    ) throws(SQLiteError) -> [(primaryKey: CacheKey, bytes: Int)] {
-        let delete = try writer.prepare("DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING primary_key, \(Self.entryBytesSQL)")
+    ) throws(SQLiteError) -> [RemovedRow] {
+        let delete = try writer.prepare(
+            "DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING rowid, primary_key, \(Self.entryBytesSQL)")
         let removed = try writer.immediateTransaction { () throws(SQLiteError) in
             try bind(delete)
             let deleteAll = { () throws(SQLiteError) in
-                var removed: [(primaryKey: CacheKey, bytes: Int)] = []
+                var removed: [RemovedRow] = []
                 while try delete.step() {
-                    removed.append((CacheKey(hex: delete.string(0) ?? ""), Int(delete.int64(1))))
+                    removed.append(
+                        RemovedRow(rowid: delete.int64(0), primaryKey: CacheKey(hex: delete.string(1) ?? ""), bytes: Int(delete.int64(2))))
                 }
                 delete.reset()
                 return removed
@@ -241,7 +250,7 @@ extension SQLiteCacheStore {
     /// As `deleteRows`, for rows the store drops on its own: the tier above is told. Returns
     /// how many went.
     private func deleteBatch(_ selection: String, _ priority: WorkPriority) -> Int {
-        let removed: [(primaryKey: CacheKey, bytes: Int)]
+        let removed: [RemovedRow]
         do {
             removed = try deleteRows(selection, priority)
         } catch {
