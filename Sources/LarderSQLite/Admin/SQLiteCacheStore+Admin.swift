@@ -18,7 +18,7 @@ extension SQLiteCacheStore: CacheAdministration {
     /// table leaf and two index leaves), and the checkpoint after the commit writes them back in
     /// one `fsync`, on a core the hits need: at 1,000 rows that was 20–35 ms in the kernel at a
     /// time, and readers' worst second during a purge of 100,000 went to 5–16× the p99 before it;
-    /// at 200, 2.7× (docs/performance.md). The purge takes about 2.5× as long.
+    /// at 200, 2.7–2.9×, the purge taking 1.7× as long (docs/performance.md).
     static let purgeBatch = 200
 
     /// When a row's freshness ends under the lifetime it was stored under (the caller's ttl, else
