@@ -42,6 +42,8 @@ open class IntegrationTestCase: XCTestCase {
     public var directory: URL!
     public let clock = ManualClock()
     private var running: [RunningLarder] = []
+    /// Databases given to a Larder started while another ran, so far (startLarder).
+    private var besideDatabases = 0
 
     open override func setUpWithError() throws {
         origin = try TestOrigin.start(clock: clock)
@@ -67,8 +69,12 @@ open class IntegrationTestCase: XCTestCase {
         var configuration = LarderConfiguration()
         configuration.port = 0
         // One Larder per database file (DatabaseLock): one started beside another has its own.
-        configuration.databasePath =
-            running.isEmpty ? databasePath : directory.appendingPathComponent("larder-\(running.count + 1).sqlite").path
+        if running.isEmpty {
+            configuration.databasePath = databasePath
+        } else {
+            besideDatabases += 1
+            configuration.databasePath = directory.appendingPathComponent("larder-beside-\(besideDatabases).sqlite").path
+        }
         configuration.accessLog = false
         configuration.shutdownGraceSeconds = 5
         configure(&configuration)

@@ -14,11 +14,11 @@ public import LarderCore
 public import LarderEngine
 
 extension SQLiteCacheStore: CacheAdministration {
-    /// Rows a purge deletes in one transaction. Each row dirties about three random pages (its
-    /// table leaf and two index leaves), and the checkpoint after the commit writes them back in
-    /// one `fsync`, on a core the hits need: at 1,000 rows that was 20–35 ms in the kernel at a
-    /// time, and readers' worst second during a purge of 100,000 went to 5–16× the p99 before it;
-    /// at 200, 2.7–2.9×, the purge taking 1.7× as long (docs/performance.md).
+    /// Rows a purge deletes in one transaction. Each row dirties about three pages at random
+    /// places (its table leaf, and leaves of the `key` and `url_key` indexes), and the checkpoint
+    /// after the commit writes them back in one `fsync`, on a core the hits need: at 1,000 rows
+    /// that was 20–35 ms in the kernel at a time, and readers' worst second during a purge of
+    /// 100,000 went to 5–16× the p99 before it; at 200, 2.7× (docs/performance.md).
     static let purgeBatch = 200
 
     /// When a row's freshness ends under the lifetime it was stored under (the caller's ttl, else
@@ -64,14 +64,16 @@ extension SQLiteCacheStore: CacheAdministration {
     }
 
     public func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void) {
-        // By tag: a pass per tag down its rows in the tag index, each row checked against the
-        // filter's other conditions (the tags are the restriction, hence `all`); ?1 is the tag.
-        var others = filter
-        if filter.tags != nil {
-            others.tags = nil
-            others.all = true
+        // By tag: a pass per tag down its rows in the tag index (?1 the tag), each row checked
+        // against the filter's other conditions when it has any.
+        var besideTags = filter
+        besideTags.tags = nil
+        let tags = filter.tags.map { tags in
+            var seen = Set<String>()
+            return tags.filter { seen.insert($0).inserted }
         }
-        let (condition, bind) = Self.condition(for: others, firstParameter: filter.tags == nil ? 1 : 2)
+        let (condition, bind) = Self.condition(for: besideTags, firstParameter: tags == nil ? 1 : 2)
+        let otherConditions = tags == nil || besideTags.isEmpty ? nil : (condition, bind)
         writerQueue.async { [self] in
             // Held objects have no row: the filter is applied to them in memory, as the Redis
             // store applies it, so those it does not match stay.
@@ -81,10 +83,10 @@ extension SQLiteCacheStore: CacheAdministration {
             // (insertRow). Without this bound, a purge by tag under load went on removing the
             // misses its own removals caused, long after everything it matched was gone (46,000
             // rows removed for 20,000 tagged, in scripts/bench-scale).
-            let end = nextRowid
+            let firstUnwritten = nextRowid
             let passes =
-                filter.tags.map { tags in tags.map { tag in PurgePass.tagged(tag, condition: condition, bind: bind, before: end) } }
-                ?? [PurgePass(condition: condition, bind: bind, before: end)]
+                tags.map { tags in tags.map { PurgePass.tagged($0, besides: otherConditions, before: firstUnwritten) } }
+                ?? [PurgePass(condition: condition, bind: bind, before: firstUnwritten)]
             purgeBatch(passes[...], after: 0, priority: .background, total: PurgeResult(), completion: completion)
         }
     }
@@ -93,11 +95,8 @@ extension SQLiteCacheStore: CacheAdministration {
         writerQueue.async { [self] in
             dropHeldObjects { $0.primaryKey == primaryKey }
             commitAllPending()
-            let pass = PurgePass(
-                condition: Schema.rowsOfPrimaryKey("?1"), bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) },
-                before: .max)
             // One key: its caller waits for the answer.
-            purgeBatch([pass], after: 0, priority: .writer, total: PurgeResult(), completion: completion)
+            purgeBatch([.rows(of: primaryKey)], after: 0, priority: .writer, total: PurgeResult(), completion: completion)
         }
     }
 
@@ -259,40 +258,46 @@ extension SQLiteCacheStore: OperatedStore {
 /// One pass of a purge: the rows it selects, batch by batch in rowid order, up to (not including)
 /// the first rowid written after the purge was asked for.
 struct PurgePass: Sendable {
+    typealias Bind = @Sendable (SQLiteStatement) throws(SQLiteError) -> Void
     /// The SQL that selects a batch's rowids, given the rowid the batch starts after and its size.
     let selection: @Sendable (_ after: Int64, _ limit: Int) -> String
-    let bind: @Sendable (SQLiteStatement) throws(SQLiteError) -> Void
+    let bind: Bind
 
-    /// The rows `condition` selects: through whichever index serves the condition, in rowid order.
-    init(condition: String, bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void, before end: Int64) {
+    /// The rows `condition` selects, in rowid order: through the index that serves the condition
+    /// (namespace, url_key), else down the table from the last batch's last row.
+    init(condition: String, bind: @escaping Bind, before firstUnwritten: Int64) {
         selection = { after, limit in
-            "SELECT rowid FROM entries WHERE (\(condition)) AND rowid > \(after) AND rowid < \(end) ORDER BY rowid LIMIT \(limit)"
+            "SELECT rowid FROM entries WHERE (\(condition)) AND rowid > \(after) AND rowid < \(firstUnwritten) ORDER BY rowid LIMIT \(limit)"
         }
         self.bind = bind
     }
 
-    private init(
-        selection: @escaping @Sendable (_ after: Int64, _ limit: Int) -> String,
-        bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void
-    ) {
+    private init(selection: @escaping @Sendable (_ after: Int64, _ limit: Int) -> String, bind: @escaping Bind) {
         self.selection = selection
         self.bind = bind
     }
 
-    /// The rows of one tag (parameter ?1) that also meet `condition`: down the tag's range of the
-    /// tag index, which is in rowid order, so a batch reads its own rows and stops. (A condition
-    /// `rowid IN (SELECT entry … WHERE tag IN …)` listed every row of the tag for every batch:
-    /// 40–140 ms a batch at the start of a purge of 100,000 by tag.)
-    static func tagged(
-        _ tag: String, condition: String, bind: @escaping @Sendable (SQLiteStatement) throws(SQLiteError) -> Void, before end: Int64
-    ) -> PurgePass {
-        let check = condition == "1" ? "" : " AND EXISTS (SELECT 1 FROM entries WHERE rowid = entry_tags.entry AND (\(condition)))"
+    /// The rows of one primary key, through the unique index on `key`; no rowid bounds, which
+    /// SQLite (no statistics) would take over the key's range and read the whole table for.
+    static func rows(of primaryKey: CacheKey) -> PurgePass {
+        PurgePass(
+            selection: { _, limit in "SELECT rowid FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) LIMIT \(limit)" },
+            bind: { statement throws(SQLiteError) in try statement.bind(1, primaryKey.hex) })
+    }
+
+    /// The rows of one tag (parameter ?1) that also meet `otherConditions`: down the tag's range
+    /// of the tag index, which is in rowid order, so a batch reads its own rows and stops. (A
+    /// condition `rowid IN (SELECT entry … WHERE tag IN …)` listed every row of the tag for
+    /// every batch: 40–140 ms a batch at the start of a purge of 100,000 by tag.)
+    static func tagged(_ tag: String, besides otherConditions: (String, Bind)?, before firstUnwritten: Int64) -> PurgePass {
+        let check = otherConditions.map { " AND EXISTS (SELECT 1 FROM entries WHERE rowid = entry_tags.entry AND (\($0.0)))" } ?? ""
         return PurgePass(
             selection: { after, limit in
-                "SELECT entry FROM entry_tags WHERE tag = ?1 AND entry > \(after) AND entry < \(end)\(check) ORDER BY entry LIMIT \(limit)"
+                "SELECT entry FROM entry_tags WHERE tag = ?1 AND entry > \(after) AND entry < \(firstUnwritten)\(check) "
+                    + "ORDER BY entry LIMIT \(limit)"
             },
             bind: { statement throws(SQLiteError) in
-                try bind(statement)
+                try otherConditions?.1(statement)
                 try statement.bind(1, tag)
             })
     }

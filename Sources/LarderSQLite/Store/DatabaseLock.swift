@@ -11,7 +11,6 @@
 // after a crash. The file stays after close (removing it could let two processes lock two
 // different files of that name).
 
-import CSQLite
 import Foundation
 import Synchronization
 
@@ -22,45 +21,66 @@ import Synchronization
 /// Another open store has the database file.
 public struct DatabaseInUse: Error, CustomStringConvertible {
     public let path: String
+    public let lockPath: String
     /// The process that has it, as it wrote into the lock file (absent when unreadable).
     public let holder: Int32?
 
     public var description: String {
         let who = holder.map { "process \($0)" } ?? "another process"
-        return "the database \(path) is in use by \(who) (its lock file is \(path)-lock): "
+        return "the database \(path) is in use by \(who) (it holds \(lockPath)): "
             + "one Larder per database file; stop the other, or give this one its own --db"
     }
+}
+
+/// The lock file could not be opened or locked (permissions, a file system without `flock`).
+public struct DatabaseLockFailed: Error, CustomStringConvertible {
+    public let lockPath: String
+    public let reason: String
+
+    public var description: String { "cannot lock \(lockPath) for the database beside it: \(reason)" }
 }
 
 final class DatabaseLock: Sendable {
     /// -1 once released.
     private let descriptor: Atomic<Int32>
 
-    /// Takes the lock of the database at `path`, or throws `DatabaseInUse`.
+    /// Takes the lock of the database at `path`, or throws `DatabaseInUse` (or
+    /// `DatabaseLockFailed`).
     init(databasePath path: String) throws {
-        let lockPath = path + "-lock"
+        let lockPath = Self.lockPath(of: path)
         let descriptor = Glibc.open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw SQLiteError(
-                code: SQLITE_CANTOPEN, message: "cannot open \(lockPath): \(String(cString: strerror(errno)))", context: "lock")
-        }
+        guard descriptor >= 0 else { throw DatabaseLockFailed(lockPath: lockPath, reason: String(cString: strerror(errno))) }
         var locked = flock(descriptor, LOCK_EX | LOCK_NB)
         while locked != 0, errno == EINTR { locked = flock(descriptor, LOCK_EX | LOCK_NB) }
         guard locked == 0 else {
             let reason = errno
             let written = Self.contents(of: descriptor)
             Glibc.close(descriptor)
-            guard reason == EWOULDBLOCK else {
-                throw SQLiteError(
-                    code: SQLITE_CANTOPEN, message: "cannot lock \(lockPath): \(String(cString: strerror(reason)))", context: "lock")
-            }
-            throw DatabaseInUse(path: path, holder: Int32(written.trimmingCharacters(in: .whitespacesAndNewlines)))
+            guard reason == EWOULDBLOCK else { throw DatabaseLockFailed(lockPath: lockPath, reason: String(cString: strerror(reason))) }
+            throw DatabaseInUse(
+                path: path, lockPath: lockPath, holder: Int32(written.trimmingCharacters(in: .whitespacesAndNewlines)))
         }
         // Who has it, for the message a second process prints; on failure only that is lost.
         let pid = Array("\(getpid())\n".utf8)
         _ = ftruncate(descriptor, 0)
         _ = pwrite(descriptor, pid, pid.count, 0)
         self.descriptor = Atomic(descriptor)
+    }
+
+    /// `<database>-lock` beside the file `path` leads to, so that two paths to one file (a
+    /// symbolic link, `..`) share one lock, as SQLite's `-wal` follows the link too.
+    static func lockPath(of path: String) -> String {
+        let directory = (path as NSString).deletingLastPathComponent
+        let file =
+            Self.resolved(path)
+            ?? ((Self.resolved(directory.isEmpty ? "." : directory) ?? directory) + "/" + (path as NSString).lastPathComponent)
+        return file + "-lock"
+    }
+
+    private static func resolved(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     /// Lets go of the lock (closing the descriptor releases it). Idempotent.

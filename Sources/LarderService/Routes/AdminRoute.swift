@@ -108,24 +108,32 @@ struct AdminRoute: Sendable {
             request.respond(Self.json(200, Array(#"{"removed":\#(removed.removed),"bytes":\#(removed.bytes)}"#.utf8)))
             return nil
         }
-        store.purge(filter) { [self] result in
-            // Later requests must not find in memory what the database no longer holds. Only
-            // what was removed: a large purge that emptied the whole tier sent every hot entry it
-            // kept back to the database at once (the second after a purge of 100,000 tagged
-            // entries in scripts/bench-scale). A forget is a hash lookup under its shard's lock.
-            if filter.all {
-                tier.forgetAll()
-            } else {
-                for key in result.primaryKeys { tier.forget(key) }
-            }
-            var total = removed
-            total.removed += result.removed
-            total.bytes += result.bytes
-            // Never a success the store did not see: what was not removed would be served again.
-            if result.failed { return request.respond(Self.storeFailure(total)) }
-            _ = purge(Array(filters.dropFirst()), removed: total, request: request)
+        store.purge(filter) { result in
+            // Off the thread that answered (the SQLite store's writer): forgetting a large
+            // purge's keys takes a while, and writes would wait for it.
+            DispatchQueue.global().async { [self] in purged(result, by: filters, removed: removed, request: request) }
         }
         return nil
+    }
+
+    /// After the first of `filters` removed `result`: the memory tier forgets it, then the next
+    /// filter runs (or the sum is the answer).
+    private func purged(_ result: PurgeResult, by filters: [PurgeFilter], removed: PurgeResult, request: RouteRequest) {
+        // Later requests must not find in memory what the database no longer holds. Only what
+        // was removed: a large purge that emptied the whole tier sent every hot entry it kept
+        // back to the database at once (the second after a purge of 100,000 tagged entries in
+        // scripts/bench-scale). A forget is a hash lookup under its shard's lock.
+        if filters.first?.all == true {
+            tier.forgetAll()
+        } else {
+            for key in result.primaryKeys { tier.forget(key) }
+        }
+        var total = removed
+        total.removed += result.removed
+        total.bytes += result.bytes
+        // Never a success the store did not see: what was not removed would be served again.
+        if result.failed { return request.respond(Self.storeFailure(total)) }
+        _ = purge(Array(filters.dropFirst()), removed: total, request: request)
     }
 
     /// 503 `storage_failed` for a removal the store failed part way through.
