@@ -267,7 +267,8 @@ struct PurgePass: Sendable {
     /// (namespace, url_key), else down the table from the last batch's last row.
     init(condition: String, bind: @escaping Bind, before firstUnwritten: Int64) {
         selection = { after, limit in
-            "SELECT rowid FROM entries WHERE (\(condition)) AND rowid > \(after) AND rowid < \(firstUnwritten) ORDER BY rowid LIMIT \(limit)"
+            "SELECT rowid FROM entries WHERE (\(condition)) AND rowid > \(after) AND rowid < \(firstUnwritten) "
+                + "ORDER BY rowid LIMIT \(limit)"
         }
         self.bind = bind
     }
