@@ -68,7 +68,9 @@ final class DatabaseLock: Sendable {
     }
 
     /// `<database>-lock` beside the file `path` leads to, so that two paths to one file (a
-    /// symbolic link, `..`) share one lock, as SQLite's `-wal` follows the link too.
+    /// symbolic link, `..`) share one lock, as SQLite's `-wal` follows the link too. By hand:
+    /// Foundation's `resolvingSymlinksInPath` leaves the directory of a file not yet created
+    /// unresolved, so a first start would lock another name than the starts after it.
     static func lockPath(of path: String) -> String {
         let directory = (path as NSString).deletingLastPathComponent
         let file =
