@@ -426,28 +426,24 @@ public final class LarderService: @unchecked Sendable {
             capacity.maxBytes = configuration.maxBytes
             capacity.retention = configuration.retentionSeconds
             capacity.keepStaleFor = configuration.staleOnErrorSeconds
-            let open = {
-                try SQLiteCacheStore(
-                    path: configuration.databasePath, maxVariants: configuration.maxVariants,
-                    bodyFileThreshold: configuration.bodyFileThresholdBytes, capacity: capacity, logger: logger)
-            }
             try requireWritableDatabase(at: configuration.databasePath)
-            do {
-                return try open()
-            } catch let error as SQLiteError where error.isDamagedFile {
-                let path = configuration.databasePath
+            let path = configuration.databasePath
+            var damage = ""
+            let (store, aside) = try SQLiteCacheStore.open(
+                path: path, maxVariants: configuration.maxVariants, bodyFileThreshold: configuration.bodyFileThresholdBytes,
+                capacity: capacity, logger: logger
+            ) { error in
                 guard configuration.renameCorruptDatabase else {
                     throw ConfigurationError(
                         "the database \(path) is damaged or not a Larder database (\(error.message)); "
                             + "move it aside, or start with --on-corrupt rename to do so and start empty")
                 }
-                let aside = path + ".corrupt-\(Int(Date().timeIntervalSince1970))"
-                for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
-                    try FileManager.default.moveItem(atPath: path + suffix, toPath: aside + suffix)
-                }
-                logger.error("the database \(path) was damaged (\(error.message)); moved to \(aside), starting empty")
-                return try open()
+                damage = error.message
             }
+            if let aside {
+                logger.error("the database \(path) was damaged (\(damage)); moved to \(aside), starting empty")
+            }
+            return store
         }
         var settings = RedisCacheStore.Settings()
         settings.prefix = configuration.storePrefix

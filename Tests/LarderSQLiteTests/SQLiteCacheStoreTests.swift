@@ -63,6 +63,72 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(second.lookup(CacheKey(hex: "kept")).first?.body, Array("{\"a\":1}".utf8), "open once the first closed")
     }
 
+    /// close() lets go of the file's lock while the store object, and its writer connection,
+    /// may live on: a write queued after it must not reach a file another store has opened.
+    func testAClosedStoreWritesNothingIntoTheFileItLetGo() throws {
+        let first = try SQLiteCacheStore(path: path, logger: logger)
+        first.close()
+        let second = try SQLiteCacheStore(path: path, logger: logger)
+        defer { second.close() }
+        let answered = expectation(description: "answered")
+        let savedLate = Locked<Bool?>(nil)
+        first.setNamespaceVersion("late", to: 7) { saved in
+            savedLate.withLock { $0 = saved }
+            answered.fulfill()
+        }
+        wait(for: [answered], timeout: 20)
+        XCTAssertEqual(savedLate.withLock { $0 }, false, "the closed store's write fails")
+        XCTAssertNil(second.namespaceVersions()["late"], "and nothing of it is in the file")
+        let written = expectation(description: "written")
+        second.setNamespaceVersion("current", to: 3) { saved in
+            XCTAssertTrue(saved)
+            written.fulfill()
+        }
+        wait(for: [written], timeout: 20)
+        XCTAssertEqual(second.namespaceVersions()["current"], 3, "the open store writes")
+    }
+
+    private func writeDamagedFile() throws {
+        let file = URL(fileURLWithPath: path)
+        try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(repeating: 0x5A, count: 8192).write(to: file)
+    }
+
+    /// A damaged file is moved aside and an empty store opened with the file's lock held all
+    /// along: another store cannot open the damaged file, or the new one, in between.
+    func testADamagedFileIsMovedAsideUnderTheLock() throws {
+        try writeDamagedFile()
+        let refusedMeanwhile = Locked(false)
+        let (store, aside) = try SQLiteCacheStore.open(
+            path: path, maxVariants: 4, bodyFileThreshold: 1 << 20, capacity: StoreCapacity(), logger: logger
+        ) { [path, logger] error in
+            XCTAssertTrue(error.isDamagedFile, "\(error)")
+            XCTAssertThrowsError(try SQLiteCacheStore(path: path, logger: logger)) { refusal in
+                refusedMeanwhile.withLock { $0 = refusal is DatabaseInUse }
+            }
+        }
+        defer { store.close() }
+        XCTAssertTrue(refusedMeanwhile.withLock { $0 }, "another store was refused while the file was moved")
+        let movedTo = try XCTUnwrap(aside)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: movedTo)).first, 0x5A, "the damaged bytes are kept aside")
+        save(store, entry("fresh"))
+        XCTAssertNotNil(store.lookup(CacheKey(hex: "fresh")).first, "the new store works")
+        XCTAssertThrowsError(try SQLiteCacheStore(path: path, logger: logger), "and holds the lock") { XCTAssertTrue($0 is DatabaseInUse) }
+    }
+
+    /// Refused (`--on-corrupt fail`): the file stays where it is and the lock is let go.
+    func testARefusedDamagedFileStaysAndItsLockIsLetGo() throws {
+        try writeDamagedFile()
+        struct Refused: Error {}
+        XCTAssertThrowsError(
+            try SQLiteCacheStore.open(
+                path: path, maxVariants: 4, bodyFileThreshold: 1 << 20, capacity: StoreCapacity(), logger: logger
+            ) { _ in throw Refused() }
+        ) { XCTAssertTrue($0 is Refused, "\($0)") }
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)).first, 0x5A, "not moved")
+        XCTAssertNoThrow(try DatabaseLock(databasePath: path).release(), "the lock was let go")
+    }
+
     func testChecksumMismatchIsAMissAndTheRowIsDeleted() throws {
         let store = try SQLiteCacheStore(path: path, logger: logger)
         defer { store.close() }
@@ -517,6 +583,33 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(result.withLock { $0?.removed }, SQLiteCacheStore.purgeBatch * 3)
         XCTAssertNotNil(store.lookup(CacheKey(hex: "fresh")).first, "stored after the purge began")
         XCTAssertNil(store.lookup(CacheKey(hex: "old0")).first)
+    }
+
+    /// A purge's free pages go back to the file system after it, 1 MiB a step: a larger step's
+    /// checkpoint made the slowest seconds of readers under load (docs/performance.md).
+    func testFreePagesGoBackInStepsOfAMebibyte() throws {
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        for index in 0..<200 {
+            var large = entry("large\(index)", body: String(repeating: "x", count: 12_000))
+            large.tags = ["t"]
+            store.save(large) { _ in }
+        }
+        store.commitAndWait()
+        let reader = try SQLiteConnection(path: path)
+        let pagesBefore = try reader.scalarInt("PRAGMA page_count")
+        let pageSize = try reader.scalarInt("PRAGMA page_size")
+        let purged = expectation(description: "purged")
+        var filter = PurgeFilter()
+        filter.tags = ["t"]
+        store.purge(filter) { _ in purged.fulfill() }
+        wait(for: [purged], timeout: 30)
+        store.waitForVacuum()
+        XCTAssertEqual(try reader.scalarInt("PRAGMA freelist_count"), 0, "every free page given back")
+        let givenBack = pagesBefore - (try reader.scalarInt("PRAGMA page_count"))
+        XCTAssertGreaterThan(givenBack * pageSize, 2 << 20, "the file shrank by the rows' pages")
+        let stepsOf1MiB = (givenBack * pageSize + (1 << 20) - 1) >> 20
+        XCTAssertGreaterThanOrEqual(Int64(store.vacuumStepCount), stepsOf1MiB, "\(givenBack) pages, \(store.vacuumStepCount) steps")
     }
 
     /// A purge goes down its rows a batch at a time, each batch starting where the last stopped:

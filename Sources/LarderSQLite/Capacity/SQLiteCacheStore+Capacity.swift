@@ -59,7 +59,20 @@ extension SQLiteCacheStore {
     /// Rows the retention sweep looks at per writer turn, and turns per tick (a minute).
     static let sweepWindow: Int64 = 2_048
     static let sweepWindowsPerTick = 32
-    static let vacuumStep = 4096
+    /// Free pages given back per vacuum step: 1 MiB. Each page moved from the file's end also
+    /// rewrites its parent and its pointer-map page, and the step's checkpoint writes them all
+    /// back with one fsync, whose writeback the kernel prepares on the writer's thread; steps of
+    /// 4,096 pages (16 MiB) took up to 840 ms and made the readers' slowest seconds of a purge
+    /// under load (docs/performance.md). 256 pages dirty about what a purge batch does.
+    static let vacuumStep = 256
+
+    /// Vacuum steps run since the store opened; for tests.
+    var vacuumStepCount: Int { counters.vacuumSteps.load(ordering: .relaxed) }
+
+    /// Waits until no vacuum step is under way or queued; for tests.
+    func waitForVacuum() {
+        while writerQueue.sync(execute: { trimming.vacuuming }) {}
+    }
 
     /// Bytes held, from the usage table.
     func usedBytes() -> Int {
@@ -285,6 +298,10 @@ extension SQLiteCacheStore {
             trimming.vacuuming = false
             return
         }
+        counters.vacuumSteps.add(1, ordering: .relaxed)
+        logger.debug(
+            "vacuum step",
+            metadata: ["freePagesBefore": "\(free)", "ms": "\((DispatchTime.now().uptimeNanoseconds - started) / 1_000_000)"])
         guard free > Self.vacuumStep else {
             trimming.vacuuming = false
             return

@@ -44,6 +44,7 @@ extension SQLiteCacheStore {
             }
         }
         guard !closed.load(ordering: .relaxed) else { return }
+        let started = ContinuousClock.now
         do {
             let connection = try SQLiteConnection(path: path)
             try connection.execute("PRAGMA busy_timeout = 5000")
@@ -71,6 +72,11 @@ extension SQLiteCacheStore {
                     complete = true
                     break
                 }
+            }
+            if complete {
+                // Worth a line: the rebuild reads every key, which a busy store can feel.
+                let seconds = Double((ContinuousClock.now - started) / .milliseconds(1)) / 1000
+                logger.info("key filter rebuilt", metadata: ["keys": "\(filter.insertedCount)", "seconds": "\(seconds)"])
             }
             keyFilterScanned(())
         } catch {

@@ -105,9 +105,20 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     var keptBodyFiles: Int { files.openFiles.count }
 
     /// Opens (creating when absent) the database at `path`, running migrations.
-    public init(
+    public convenience init(
         path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, capacity: StoreCapacity = StoreCapacity(),
         keptBodyFileCapacity: Int? = nil, throttleWait: Duration = .milliseconds(250), logger: Logger
+    ) throws {
+        try self.init(
+            path: path, lock: nil, maxVariants: maxVariants, bodyFileThreshold: bodyFileThreshold, capacity: capacity,
+            keptBodyFileCapacity: keptBodyFileCapacity, throttleWait: throttleWait, logger: logger)
+    }
+
+    /// Opens the database with `lock` already taken (or takes it).
+    init(
+        path: String, lock: DatabaseLock?, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10,
+        capacity: StoreCapacity = StoreCapacity(), keptBodyFileCapacity: Int? = nil,
+        throttleWait: Duration = .milliseconds(250), logger: Logger
     ) throws {
         self.path = path
         self.capacity = capacity
@@ -120,7 +131,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         if !directory.isEmpty {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
-        lock = try DatabaseLock(databasePath: path)
+        self.lock = try lock ?? DatabaseLock(databasePath: path)
         writer = try SQLiteConnection(path: path)
         if !SQLiteConnection.memoryStatisticsOff {
             logger.notice("SQLite was initialised before Larder configured it: its memory statistics stay on (slower)")
@@ -173,6 +184,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         writerQueue.sync {
             commitAllPending()
             try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            // The lock is let go below, while the writer connection lives as long as this object
+            // does: a late write on the queue (a warm job's progress, a namespace version) must
+            // not land in a file another store may have opened by then. Each fails instead.
+            try? writer.execute("PRAGMA query_only = ON")
         }
         readers.close()
         files.openFiles.closeAll()
@@ -181,5 +196,38 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // body files (its own connection) is let finish.
         orphanSweep.wait()
         lock.release()
+    }
+}
+
+extension SQLiteCacheStore {
+    /// Opens the database at `path` as `init` does; when the file is damaged or not a database,
+    /// calls `movingAside`, which throws to refuse, and otherwise moves the file (with its WAL
+    /// and shared memory) to `<path>.corrupt-<seconds>` and opens an empty store there, returning
+    /// where the damaged file went. All under one lock on the file, so no other process opens
+    /// the damaged file while it is moved, nor the new one before this store.
+    public static func open(
+        path: String, maxVariants: Int, bodyFileThreshold: Int, capacity: StoreCapacity, logger: Logger,
+        whenDamaged movingAside: (SQLiteError) throws -> Void
+    ) throws -> (store: SQLiteCacheStore, damagedFileMovedTo: String?) {
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        let lock = try DatabaseLock(databasePath: path)
+        let open = {
+            try SQLiteCacheStore(
+                path: path, lock: lock, maxVariants: maxVariants, bodyFileThreshold: bodyFileThreshold, capacity: capacity,
+                logger: logger)
+        }
+        do {
+            return (try open(), nil)
+        } catch let error as SQLiteError where error.isDamagedFile {
+            try movingAside(error)
+            let aside = path + ".corrupt-\(Int(Date().timeIntervalSince1970))"
+            for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
+                try FileManager.default.moveItem(atPath: path + suffix, toPath: aside + suffix)
+            }
+            return (try open(), aside)
+        }
     }
 }

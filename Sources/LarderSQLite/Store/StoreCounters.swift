@@ -10,6 +10,8 @@ final class StoreCounters: Sendable {
     let evictions = Atomic<Int>(0)
     /// Entries removed by the retention sweep.
     let expiredRemovals = Atomic<Int>(0)
+    /// Incremental vacuum steps run (each gives back at most `vacuumStep` free pages).
+    let vacuumSteps = Atomic<Int>(0)
     /// Lookups the key filter answered without reading the database.
     let lookupsSkipped = Atomic<Int>(0)
     /// The most bytes held right after a commit, before the eviction that follows it (written
