@@ -22,4 +22,12 @@ static inline int larder_sqlite3_config_no_memory_statistics(void) {
     return sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
+// sqlite3_db_config is variadic too. A closed store's writer connection lives until the store
+// object is freed, after the file's lock is let go; when it is finally closed it must not
+// checkpoint, nor delete the WAL and shared-memory files by name, which by then may be another
+// store's (SQLiteCacheStore.close).
+static inline int larder_sqlite3_no_checkpoint_on_close(sqlite3 *_Nonnull db) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)0);
+}
+
 #endif

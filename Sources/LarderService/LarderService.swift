@@ -428,8 +428,7 @@ public final class LarderService: @unchecked Sendable {
             capacity.keepStaleFor = configuration.staleOnErrorSeconds
             try requireWritableDatabase(at: configuration.databasePath)
             let path = configuration.databasePath
-            var damage = ""
-            let (store, aside) = try SQLiteCacheStore.open(
+            return try SQLiteCacheStore.open(
                 path: path, maxVariants: configuration.maxVariants, bodyFileThreshold: configuration.bodyFileThresholdBytes,
                 capacity: capacity, logger: logger
             ) { error in
@@ -438,12 +437,7 @@ public final class LarderService: @unchecked Sendable {
                         "the database \(path) is damaged or not a Larder database (\(error.message)); "
                             + "move it aside, or start with --on-corrupt rename to do so and start empty")
                 }
-                damage = error.message
             }
-            if let aside {
-                logger.error("the database \(path) was damaged (\(damage)); moved to \(aside), starting empty")
-            }
-            return store
         }
         var settings = RedisCacheStore.Settings()
         settings.prefix = configuration.storePrefix

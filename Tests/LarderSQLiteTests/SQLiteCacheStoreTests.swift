@@ -78,7 +78,13 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         }
         wait(for: [answered], timeout: 20)
         XCTAssertEqual(savedLate.withLock { $0 }, false, "the closed store's write fails")
+        // And a write that did not check: its connection is read-only.
+        XCTAssertThrowsError(
+            try first.writerQueue.sync { () throws in
+                try first.writer.execute("INSERT INTO namespace_versions (namespace, version) VALUES ('unchecked', 1)")
+            })
         XCTAssertNil(second.namespaceVersions()["late"], "and nothing of it is in the file")
+        XCTAssertNil(second.namespaceVersions()["unchecked"])
         let written = expectation(description: "written")
         second.setNamespaceVersion("current", to: 3) { saved in
             XCTAssertTrue(saved)
@@ -99,7 +105,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
     func testADamagedFileIsMovedAsideUnderTheLock() throws {
         try writeDamagedFile()
         let refusedMeanwhile = Locked(false)
-        let (store, aside) = try SQLiteCacheStore.open(
+        let store = try SQLiteCacheStore.open(
             path: path, maxVariants: 4, bodyFileThreshold: 1 << 20, capacity: StoreCapacity(), logger: logger
         ) { [path, logger] error in
             XCTAssertTrue(error.isDamagedFile, "\(error)")
@@ -109,11 +115,34 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         }
         defer { store.close() }
         XCTAssertTrue(refusedMeanwhile.withLock { $0 }, "another store was refused while the file was moved")
-        let movedTo = try XCTUnwrap(aside)
+        let directory = (path as NSString).deletingLastPathComponent
+        let aside = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.contains(".corrupt-") }
+        XCTAssertEqual(aside.count, 1, "\(aside)")
+        let movedTo = directory + "/" + (aside.first ?? "")
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: movedTo)).first, 0x5A, "the damaged bytes are kept aside")
         save(store, entry("fresh"))
         XCTAssertNotNil(store.lookup(CacheKey(hex: "fresh")).first, "the new store works")
         XCTAssertThrowsError(try SQLiteCacheStore(path: path, logger: logger), "and holds the lock") { XCTAssertTrue($0 is DatabaseInUse) }
+    }
+
+    /// Through a symbolic link: the damaged file it leads to is moved, beside itself, and the
+    /// new store holds the lock every path to the file takes.
+    func testADamagedFileBehindASymbolicLinkIsMovedAndItsLockKept() throws {
+        try writeDamagedFile()
+        let directory = (path as NSString).deletingLastPathComponent
+        let link = directory + "/link.sqlite"
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
+        let store = try SQLiteCacheStore.open(
+            path: link, maxVariants: 4, bodyFileThreshold: 1 << 20, capacity: StoreCapacity(), logger: logger
+        ) { _ in }
+        defer { store.close() }
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory)
+        XCTAssertEqual(names.filter { $0.hasPrefix("cache.sqlite.corrupt-") }.count, 1, "\(names)")
+        XCTAssertEqual(
+            try FileManager.default.destinationOfSymbolicLink(atPath: link), path, "the link stays, leading to the new file")
+        XCTAssertThrowsError(try SQLiteCacheStore(path: path, logger: logger), "the file's own path is locked") {
+            XCTAssertTrue($0 is DatabaseInUse, "\($0)")
+        }
     }
 
     /// Refused (`--on-corrupt fail`): the file stays where it is and the lock is let go.
@@ -610,6 +639,25 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertGreaterThan(givenBack * pageSize, 2 << 20, "the file shrank by the rows' pages")
         let stepsOf1MiB = (givenBack * pageSize + (1 << 20) - 1) >> 20
         XCTAssertGreaterThanOrEqual(Int64(store.vacuumStepCount), stepsOf1MiB, "\(givenBack) pages, \(store.vacuumStepCount) steps")
+    }
+
+    /// The policy learns the rows stored before start a window of rowids at a time, and knows
+    /// every one of them once it says it is restored.
+    func testThePolicyIsRestoredOverSeveralWindows() throws {
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 1 << 30
+        let rows = Int(SQLiteCacheStore.restoreWindow) + 52
+        // Written without a policy, so that none is held in memory on probation.
+        let first = try SQLiteCacheStore(path: path, logger: logger)
+        for index in 0..<rows { first.save(entry("row\(index)")) { _ in } }
+        first.close()
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
+        defer { store.close() }
+        // Each window is a turn of the writer queue: every sync lets at least one go by.
+        for _ in 0..<(rows / Int(SQLiteCacheStore.restoreWindow) + 3) where !store.policyRestored { store.writerQueue.sync {} }
+        XCTAssertTrue(store.policyRestored)
+        let unknown = (0..<rows).filter { store.usage(of: CacheKey(hex: "row\($0)")) == nil }
+        XCTAssertEqual(unknown, [], "rows the policy was not told")
     }
 
     /// A purge goes down its rows a batch at a time, each batch starting where the last stopped:

@@ -95,6 +95,8 @@ extension SQLiteCacheStore {
 
     public func setNamespaceVersion(_ namespace: String, to version: Int64, completion: @escaping @Sendable (Bool) -> Void) {
         writerQueue.async { [self] in
+            // Closed (shutting down): the file may be another store's by now.
+            guard !closed.load(ordering: .relaxed) else { return completion(false) }
             do {
                 // One row, however many entries the namespace holds: the bump touches no entry.
                 let statement = try writer.prepare(

@@ -336,8 +336,7 @@ extension SQLiteCacheStore {
     /// `restoreWindow` rowids per writer turn, then lets it hold and evict. A window is read
     /// before the policy's lock is taken: saves and hits do not wait for SQLite. The reads run at
     /// background priority (`yieldingToHits`): they go through every row of the table, and at
-    /// the writer's priority a restart on a million entries under load served hits at 0.6× their
-    /// rate for the seven seconds they took (docs/performance.md).
+    /// the writer's priority they slowed the hits of a restart under load (docs/performance.md).
     func restorePolicy(after rowid: Int64, upTo last: Int64, restored: Int = 0, started: ContinuousClock.Instant = .now) {
         guard let policy, !closed.load(ordering: .relaxed) else { return }
         let end = rowid + Self.restoreWindow
@@ -362,7 +361,7 @@ extension SQLiteCacheStore {
         let restored = restored + rows.count
         guard end < last else {
             // Until now the policy neither evicted nor held: worth a line on a large store.
-            let seconds = Double((ContinuousClock.now - started) / .milliseconds(1)) / 1000
+            let seconds = (ContinuousClock.now - started) / .seconds(1)
             logger.info("cache policy restored", metadata: ["entries": "\(restored)", "seconds": "\(seconds)"])
             return
         }

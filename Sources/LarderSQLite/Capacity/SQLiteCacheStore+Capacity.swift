@@ -59,11 +59,11 @@ extension SQLiteCacheStore {
     /// Rows the retention sweep looks at per writer turn, and turns per tick (a minute).
     static let sweepWindow: Int64 = 2_048
     static let sweepWindowsPerTick = 32
-    /// Free pages given back per vacuum step: 1 MiB. Each page moved from the file's end also
-    /// rewrites its parent and its pointer-map page, and the step's checkpoint writes them all
-    /// back with one fsync, whose writeback the kernel prepares on the writer's thread; steps of
-    /// 4,096 pages (16 MiB) took up to 840 ms and made the readers' slowest seconds of a purge
-    /// under load (docs/performance.md). 256 pages dirty about what a purge batch does.
+    /// Free pages given back per vacuum step (1 MiB at SQLite's default page size). Each page
+    /// moved from the file's end also rewrites its parent and its pointer-map page, and the
+    /// step's checkpoint writes them all back with one fsync, whose writeback the kernel
+    /// prepares on the writer's thread: steps of 4,096 pages made the readers' slowest seconds
+    /// of a purge under load (docs/performance.md). 256 dirty about what a purge batch does.
     static let vacuumStep = 256
 
     /// Vacuum steps run since the store opened; for tests.
@@ -309,8 +309,8 @@ extension SQLiteCacheStore {
         queuePaced(after: started) { [self] in vacuumNextStep() }
     }
 
-    /// On the writer queue, inside a write transaction: runs `work` on a thread of background
-    /// priority (`backgroundWork`) and waits for it. For the B-tree work of what nobody waits
+    /// On the writer queue (inside a write transaction, or for a read of its own): runs `work` on
+    /// a thread of background priority (`backgroundWork`) and waits for it. For the B-tree work of what nobody waits
     /// for (`WorkPriority.background`): at the writer's priority it took its share of a busy
     /// machine's cores from the threads serving hits (docs/performance.md); at nice 10 it gets
     /// about a tenth of a core against each busy thread of nice 0. The commit stays on the

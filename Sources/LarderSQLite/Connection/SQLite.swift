@@ -46,6 +46,15 @@ final class SQLiteConnection {
         sqlite3_close_v2(handle)
     }
 
+    /// From now on this connection changes nothing in the file: writes fail (`query_only`), and
+    /// its close, whenever its last statement is freed, neither checkpoints nor deletes the WAL
+    /// and shared-memory files (which SQLite does by name when it closes the file's last
+    /// connection). For a connection that outlives the lock on its file.
+    func stopWriting() throws(SQLiteError) {
+        try check(larder_sqlite3_no_checkpoint_on_close(handle), "no checkpoint on close")
+        try execute("PRAGMA query_only = ON")
+    }
+
     func check(_ code: Int32, _ context: @autoclosure () -> String) throws(SQLiteError) {
         guard code == SQLITE_OK || code == SQLITE_ROW || code == SQLITE_DONE else {
             throw SQLiteError(code: code, message: String(cString: sqlite3_errmsg(handle)), context: context())

@@ -58,11 +58,13 @@ extension SQLiteCacheStore {
             }
             let page = try connection.prepare("SELECT key FROM entries WHERE key > ?1 ORDER BY key LIMIT 4096")
             var last = ""
+            var rowsRead = 0
             while !closed.load(ordering: .relaxed) {
                 var count = 0
                 try page.bind(1, last)
                 while try page.step() {
                     count += 1
+                    rowsRead += 1
                     guard let key = page.string(0) else { continue }
                     for probe in KeyFilter.probes(forRowKey: key) { filter.insert(probe) }
                     last = key
@@ -75,8 +77,8 @@ extension SQLiteCacheStore {
             }
             if complete {
                 // Worth a line: the rebuild reads every key, which a busy store can feel.
-                let seconds = Double((ContinuousClock.now - started) / .milliseconds(1)) / 1000
-                logger.info("key filter rebuilt", metadata: ["keys": "\(filter.insertedCount)", "seconds": "\(seconds)"])
+                let seconds = (ContinuousClock.now - started) / .seconds(1)
+                logger.info("key filter rebuilt", metadata: ["rows": "\(rowsRead)", "seconds": "\(seconds)"])
             }
             keyFilterScanned(())
         } catch {

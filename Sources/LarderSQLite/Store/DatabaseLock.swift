@@ -79,7 +79,8 @@ final class DatabaseLock: Sendable {
         return file + "-lock"
     }
 
-    private static func resolved(_ path: String) -> String? {
+    /// The file `path` leads to, through every symbolic link; nil when it does not exist.
+    static func resolved(_ path: String) -> String? {
         guard let resolved = realpath(path, nil) else { return nil }
         defer { free(resolved) }
         return String(cString: resolved)

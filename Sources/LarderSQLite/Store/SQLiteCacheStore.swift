@@ -127,10 +127,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         self.bodyFileThreshold = max(1, bodyFileThreshold)
         self.files = BodyFiles(databasePath: path, openFileCapacity: keptBodyFileCapacity ?? OpenBodyFiles.defaultCapacity)
         self.logger = logger
-        let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        }
+        try Self.createDirectory(of: path)
         self.lock = try lock ?? DatabaseLock(databasePath: path)
         writer = try SQLiteConnection(path: path)
         if !SQLiteConnection.memoryStatisticsOff {
@@ -177,42 +174,45 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         writerQueue.sync { commitAllPending() }
     }
 
-    /// Flushes counters and closes every connection. Idempotent.
+    /// Commits what is pending, closes the readers and lets go of the file. Idempotent.
     public func close() {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         trimming.sweepTimer?.cancel()
-        writerQueue.sync {
-            commitAllPending()
-            try? writer.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            // The lock is let go below, while the writer connection lives as long as this object
-            // does: a late write on the queue (a warm job's progress, a namespace version) must
-            // not land in a file another store may have opened by then. Each fails instead.
-            try? writer.execute("PRAGMA query_only = ON")
-        }
+        writerQueue.sync { commitAllPending() }
         readers.close()
         files.openFiles.closeAll()
         keyFilterBuild.wait()
         // Nothing of this store touches the file after close: the start-up sweep of orphan
         // body files (its own connection) is let finish.
         orphanSweep.wait()
+        writerQueue.sync {
+            // No reader is left to hold the WAL: all of it goes into the file and it is emptied.
+            try? writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            // The lock is let go below, while the writer connection lives as long as this object
+            // does (its statements keep it open): from here it must change nothing in a file
+            // another store may have opened by then. Writes queued late check `closed`; this
+            // is the backstop for any that do not, and for SQLite's own close.
+            do {
+                try writer.stopWriting()
+            } catch {
+                logger.warning("cannot make the closed store's writer read-only", metadata: ["error": "\(error)"])
+            }
+        }
         lock.release()
     }
 }
 
 extension SQLiteCacheStore {
-    /// Opens the database at `path` as `init` does; when the file is damaged or not a database,
-    /// calls `movingAside`, which throws to refuse, and otherwise moves the file (with its WAL
-    /// and shared memory) to `<path>.corrupt-<seconds>` and opens an empty store there, returning
-    /// where the damaged file went. All under one lock on the file, so no other process opens
-    /// the damaged file while it is moved, nor the new one before this store.
+    /// Opens the database at `path` as `init` does. When the file is damaged or not a database,
+    /// `refuse` is asked first (it throws to refuse); otherwise the file, with its WAL and
+    /// shared memory, is moved to `<file>.corrupt-<seconds>` (beside the file a symbolic link
+    /// leads to), logged, and an empty store is opened. All under one lock on the file, so no
+    /// other process opens the damaged file while it is moved, nor the new one before this store.
     public static func open(
         path: String, maxVariants: Int, bodyFileThreshold: Int, capacity: StoreCapacity, logger: Logger,
-        whenDamaged movingAside: (SQLiteError) throws -> Void
-    ) throws -> (store: SQLiteCacheStore, damagedFileMovedTo: String?) {
-        let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        }
+        unlessRefused refuse: (SQLiteError) throws -> Void
+    ) throws -> SQLiteCacheStore {
+        try createDirectory(of: path)
         let lock = try DatabaseLock(databasePath: path)
         let open = {
             try SQLiteCacheStore(
@@ -220,14 +220,24 @@ extension SQLiteCacheStore {
                 logger: logger)
         }
         do {
-            return (try open(), nil)
+            return try open()
         } catch let error as SQLiteError where error.isDamagedFile {
-            try movingAside(error)
-            let aside = path + ".corrupt-\(Int(Date().timeIntervalSince1970))"
-            for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
-                try FileManager.default.moveItem(atPath: path + suffix, toPath: aside + suffix)
+            try refuse(error)
+            let file = DatabaseLock.resolved(path) ?? path
+            let aside = file + ".corrupt-\(Int(Date().timeIntervalSince1970))"
+            for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: file + suffix) {
+                try FileManager.default.moveItem(atPath: file + suffix, toPath: aside + suffix)
             }
-            return (try open(), aside)
+            logger.error("the database \(path) was damaged (\(error.message)); moved to \(aside), starting empty")
+            return try open()
+        }
+    }
+
+    /// Creates the directory the database goes in, if missing.
+    static func createDirectory(of path: String) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
     }
 }

@@ -6,6 +6,8 @@ public import LarderEngine
 extension SQLiteCacheStore: WarmJobStore {
     public func createJob(_ record: WarmJobRecord, sealedSpecs: [[UInt8]], completion: @escaping @Sendable (Bool) -> Void) {
         writerQueue.async { [self] in
+            // Closed (shutting down): the file may be another store's by now.
+            guard !closed.load(ordering: .relaxed) else { return completion(false) }
             do {
                 try writer.immediateTransaction { () throws(SQLiteError) in
                     try saveJob(record)
@@ -29,6 +31,7 @@ extension SQLiteCacheStore: WarmJobStore {
     public func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void) {
         writerQueue.async { [self] in
             defer { completion() }
+            guard !closed.load(ordering: .relaxed) else { return }
             // The item's entry (saved before this call) commits first: a job never says an
             // item is done when a crash could still lose what it stored.
             commitAllPending()
@@ -49,6 +52,7 @@ extension SQLiteCacheStore: WarmJobStore {
 
     public func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable (_ saved: Bool) -> Void) {
         writerQueue.async { [self] in
+            guard !closed.load(ordering: .relaxed) else { return completion(false) }
             commitAllPending()
             do {
                 try saveJob(record)
