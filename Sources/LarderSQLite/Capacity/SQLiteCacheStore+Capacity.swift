@@ -309,10 +309,10 @@ extension SQLiteCacheStore {
         queuePaced(after: started) { [self] in vacuumNextStep() }
     }
 
-    /// On the writer queue (inside a write transaction, or for a read of its own): runs `work` on
-    /// a thread of background priority (`backgroundWork`) and waits for it. For the B-tree work of what nobody waits
-    /// for (`WorkPriority.background`): at the writer's priority it took its share of a busy
-    /// machine's cores from the threads serving hits (docs/performance.md); at nice 10 it gets
+    /// On the writer queue (inside a write transaction, or for a read of its own): runs `work`
+    /// on a thread of background priority (`backgroundWork`) and waits for it. For the B-tree
+    /// work of what nobody waits for (`WorkPriority.background`, the policy's restore): at the
+    /// writer's priority it took its share of a busy machine's cores from the threads serving hits (docs/performance.md); at nice 10 it gets
     /// about a tenth of a core against each busy thread of nice 0. The commit stays on the
     /// writer queue: a commit and its checkpoint take locks that readers need now and then
     /// (SQLite's WAL locks, the policy's), and a thread of low priority holding one while it
