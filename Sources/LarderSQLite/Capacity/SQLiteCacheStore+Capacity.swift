@@ -312,13 +312,14 @@ extension SQLiteCacheStore {
     /// On the writer queue (inside a write transaction, or for a read of its own): runs `work`
     /// on a thread of background priority (`backgroundWork`) and waits for it. For the B-tree
     /// work of what nobody waits for (`WorkPriority.background`, the policy's restore): at the
-    /// writer's priority it took its share of a busy machine's cores from the threads serving hits (docs/performance.md); at nice 10 it gets
-    /// about a tenth of a core against each busy thread of nice 0. The commit stays on the
-    /// writer queue: a commit and its checkpoint take locks that readers need now and then
-    /// (SQLite's WAL locks, the policy's), and a thread of low priority holding one while it
-    /// waits for a core would stall them (a batch larger than the writer's page cache still
-    /// spills pages to the WAL on the way). The writer's connection stays the writer queue's alone:
-    /// the queue waits, so nothing else uses it meanwhile.
+    /// writer's priority it took its share of a busy machine's cores from the threads serving
+    /// hits (docs/performance.md); at nice 10 it gets about a tenth of a core against each busy
+    /// thread of nice 0. The commit stays on the writer queue: a commit and its checkpoint take
+    /// locks that readers need now and then (SQLite's WAL locks, the policy's), and a thread of
+    /// low priority holding one while it waits for a core would stall them (a batch larger than
+    /// the writer's page cache still spills pages to the WAL on the way). The writer's
+    /// connection stays the writer queue's alone: the queue waits, so nothing else uses it
+    /// meanwhile.
     func yieldingToHits<T, Failure: Error>(_ work: @escaping () throws(Failure) -> T) throws(Failure) -> T {
         // Unchecked: the writer queue waits below, so `work` and `outcome` are never touched on
         // two threads at once. `work` is let go before the signal: what it holds (a statement
