@@ -106,7 +106,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         try writeDamagedFile()
         let refusedMeanwhile = Locked(false)
         let store = try SQLiteCacheStore.open(
-            path: path, maxVariants: 4, bodyFileThreshold: 1 << 20, capacity: StoreCapacity(), logger: logger
+            path: path, logger: logger
         ) { [path, logger] error in
             XCTAssertTrue(error.isDamagedFile, "\(error)")
             XCTAssertThrowsError(try SQLiteCacheStore(path: path, logger: logger)) { refusal in
@@ -133,7 +133,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         let link = directory + "/link.sqlite"
         try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: path)
         let store = try SQLiteCacheStore.open(
-            path: link, maxVariants: 4, bodyFileThreshold: 1 << 20, capacity: StoreCapacity(), logger: logger
+            path: link, logger: logger
         ) { _ in }
         defer { store.close() }
         let names = try FileManager.default.contentsOfDirectory(atPath: directory)
@@ -151,7 +151,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         struct Refused: Error {}
         XCTAssertThrowsError(
             try SQLiteCacheStore.open(
-                path: path, maxVariants: 4, bodyFileThreshold: 1 << 20, capacity: StoreCapacity(), logger: logger
+                path: path, logger: logger
             ) { _ in throw Refused() }
         ) { XCTAssertTrue($0 is Refused, "\($0)") }
         XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: path)).first, 0x5A, "not moved")

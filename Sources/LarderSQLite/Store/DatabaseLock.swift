@@ -43,11 +43,19 @@ public struct DatabaseLockFailed: Error, CustomStringConvertible {
 final class DatabaseLock: Sendable {
     /// -1 once released.
     private let descriptor: Atomic<Int32>
+    /// The database file the lock is for: the path through every symbolic link (`file(of:)`).
+    let databaseFile: String
 
     /// Takes the lock of the database at `path`, or throws `DatabaseInUse` (or
-    /// `DatabaseLockFailed`).
+    /// `DatabaseLockFailed`). Creates the directory when missing: the lock file is the first
+    /// thing put in it.
     init(databasePath path: String) throws {
-        let lockPath = Self.lockPath(of: path)
+        let directory = (path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        databaseFile = Self.file(of: path)
+        let lockPath = databaseFile + "-lock"
         let descriptor = Glibc.open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw DatabaseLockFailed(lockPath: lockPath, reason: String(cString: strerror(errno))) }
         var locked = flock(descriptor, LOCK_EX | LOCK_NB)
@@ -67,20 +75,18 @@ final class DatabaseLock: Sendable {
         self.descriptor = Atomic(descriptor)
     }
 
-    /// `<database>-lock` beside the file `path` leads to, so that two paths to one file (a
-    /// symbolic link, `..`) share one lock, as SQLite's `-wal` follows the link too. By hand:
-    /// Foundation's `resolvingSymlinksInPath` leaves the directory of a file not yet created
-    /// unresolved, so a first start would lock another name than the starts after it.
-    static func lockPath(of path: String) -> String {
+    /// The file `path` leads to, so that two paths to one file (a symbolic link, `..`) share one
+    /// lock, `<file>-lock`, as SQLite's `-wal` follows the link too. By hand: Foundation's
+    /// `resolvingSymlinksInPath` leaves the directory of a file not yet created unresolved, so a
+    /// first start would lock another name than the starts after it.
+    static func file(of path: String) -> String {
         let directory = (path as NSString).deletingLastPathComponent
-        let file =
-            Self.resolved(path)
+        return Self.resolved(path)
             ?? ((Self.resolved(directory.isEmpty ? "." : directory) ?? directory) + "/" + (path as NSString).lastPathComponent)
-        return file + "-lock"
     }
 
     /// The file `path` leads to, through every symbolic link; nil when it does not exist.
-    static func resolved(_ path: String) -> String? {
+    private static func resolved(_ path: String) -> String? {
         guard let resolved = realpath(path, nil) else { return nil }
         defer { free(resolved) }
         return String(cString: resolved)

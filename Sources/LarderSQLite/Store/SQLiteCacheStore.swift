@@ -127,7 +127,6 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         self.bodyFileThreshold = max(1, bodyFileThreshold)
         self.files = BodyFiles(databasePath: path, openFileCapacity: keptBodyFileCapacity ?? OpenBodyFiles.defaultCapacity)
         self.logger = logger
-        try Self.createDirectory(of: path)
         self.lock = try lock ?? DatabaseLock(databasePath: path)
         writer = try SQLiteConnection(path: path)
         if !SQLiteConnection.memoryStatisticsOff {
@@ -209,10 +208,9 @@ extension SQLiteCacheStore {
     /// leads to), logged, and an empty store is opened. All under one lock on the file, so no
     /// other process opens the damaged file while it is moved, nor the new one before this store.
     public static func open(
-        path: String, maxVariants: Int, bodyFileThreshold: Int, capacity: StoreCapacity, logger: Logger,
-        unlessRefused refuse: (SQLiteError) throws -> Void
+        path: String, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10, capacity: StoreCapacity = StoreCapacity(),
+        logger: Logger, unlessRefused refuse: (SQLiteError) throws -> Void
     ) throws -> SQLiteCacheStore {
-        try createDirectory(of: path)
         let lock = try DatabaseLock(databasePath: path)
         let open = {
             try SQLiteCacheStore(
@@ -223,21 +221,13 @@ extension SQLiteCacheStore {
             return try open()
         } catch let error as SQLiteError where error.isDamagedFile {
             try refuse(error)
-            let file = DatabaseLock.resolved(path) ?? path
+            let file = lock.databaseFile
             let aside = file + ".corrupt-\(Int(Date().timeIntervalSince1970))"
             for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: file + suffix) {
                 try FileManager.default.moveItem(atPath: file + suffix, toPath: aside + suffix)
             }
             logger.error("the database \(path) was damaged (\(error.message)); moved to \(aside), starting empty")
             return try open()
-        }
-    }
-
-    /// Creates the directory the database goes in, if missing.
-    static func createDirectory(of path: String) throws {
-        let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         }
     }
 }
