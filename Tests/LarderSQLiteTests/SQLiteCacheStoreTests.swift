@@ -641,6 +641,55 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertGreaterThanOrEqual(Int64(store.vacuumStepCount), stepsOf1MiB, "\(givenBack) pages, \(store.vacuumStepCount) steps")
     }
 
+    /// The readers read the file through their own memory map (MappedReads: one map of the
+    /// reservation's size per reader, made once), and read it right while a purge's vacuum
+    /// shrinks the file under their maps and new rows grow it again.
+    func testReadersReadThroughTheirMemoryMapWhileTheFileShrinksAndGrows() throws {
+        let file = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+        // The sizes of the maps of the file (lines of the process's maps end with the file;
+        // the WAL index, "-shm", is always mapped).
+        func maps() throws -> [Int] {
+            try String(contentsOfFile: "/proc/self/maps", encoding: .utf8).split(separator: "\n").filter { $0.hasSuffix(" " + file) }
+                .compactMap { line in
+                    let range = line.prefix { $0 != " " }.split(separator: "-").compactMap { Int($0, radix: 16) }
+                    return range.count == 2 ? range[1] - range[0] : nil
+                }
+        }
+        func large(_ key: String) -> StoredEntry {
+            var large = entry(key, body: String(repeating: key, count: 12_000 / key.count))
+            large.tags = ["t"]
+            return large
+        }
+        let store = try SQLiteCacheStore(path: path, logger: logger)
+        defer { store.close() }
+        for index in 0..<200 { store.save(large("large\(index)")) { _ in } }
+        for index in 0..<20 { store.save(entry("kept\(index)")) { _ in } }
+        store.commitAndWait()
+        for index in 0..<200 { XCTAssertEqual(store.lookup(CacheKey(hex: "large\(index)")).first, large("large\(index)")) }
+        XCTAssertEqual(Set(try maps()), [Reader.mapBytes], "the readers' own maps")
+
+        let sizeBefore = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: file)[.size] as? Int)
+        let purged = expectation(description: "purged")
+        var filter = PurgeFilter()
+        filter.tags = ["t"]
+        store.purge(filter) { _ in purged.fulfill() }
+        wait(for: [purged], timeout: 30)
+        store.waitForVacuum()
+        // The file shrinks when the WAL is written back whole (the writer's checkpoints do so
+        // after enough pages; here at once).
+        try SQLiteConnection(path: path).execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        let sizeAfter = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: file)[.size] as? Int)
+        XCTAssertLessThan(sizeAfter, sizeBefore - (2 << 20), "the vacuum shrank the file under the maps")
+        for index in 0..<20 { XCTAssertEqual(store.lookup(CacheKey(hex: "kept\(index)")).first, entry("kept\(index)")) }
+        XCTAssertNil(store.lookup(CacheKey(hex: "large0")).first)
+
+        for index in 0..<200 { store.save(large("grown\(index)")) { _ in } }
+        store.commitAndWait()
+        try SQLiteConnection(path: path).execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for index in 0..<200 { XCTAssertEqual(store.lookup(CacheKey(hex: "grown\(index)")).first, large("grown\(index)")) }
+        XCTAssertEqual(Set(try maps()), [Reader.mapBytes])
+    }
+
     /// The policy learns the rows stored before start a window of rowids at a time, and knows
     /// every one of them once it says it is restored.
     func testThePolicyIsRestoredOverSeveralWindows() throws {

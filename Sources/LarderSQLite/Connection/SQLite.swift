@@ -27,11 +27,12 @@ final class SQLiteConnection {
     /// speed only; the store logs it.
     static let memoryStatisticsOff: Bool = larder_sqlite3_config_no_memory_statistics() == SQLITE_OK
 
-    init(path: String, readOnly: Bool = false) throws(SQLiteError) {
+    /// Opens `path` with the default VFS, or the one named `vfs` (MappedReads).
+    init(path: String, readOnly: Bool = false, vfs: String? = nil) throws(SQLiteError) {
         _ = Self.memoryStatisticsOff
         var handle: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
-        let code = sqlite3_open_v2(path, &handle, flags, nil)
+        let code = sqlite3_open_v2(path, &handle, flags, vfs)
         guard code == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(handle)

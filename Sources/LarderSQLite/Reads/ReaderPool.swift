@@ -22,15 +22,19 @@ final class Reader: @unchecked Sendable {
     let select: SQLiteStatement
     /// The pool's count of commits when this reader's transaction was opened; nil when none is.
     fileprivate var openedAtCommit: Int?
+    /// Bytes of the file a reader reads through its memory map (MappedReads: address space
+    /// only; what it maps is the OS page cache). A larger file's further pages are read with pread.
+    static let mapBytes = 256 << 30
+
     init(path: String) throws(SQLiteError) {
-        connection = try SQLiteConnection(path: path)
+        // Pages read through a memory map that lasts as long as the reader (MappedReads): a
+        // page read is then a memory access into the OS page cache, not a pread and a copy.
+        connection = try SQLiteConnection(path: path, vfs: MappedReads.registered ? MappedReads.vfsName : nil)
         try connection.execute("PRAGMA busy_timeout = 5000")
-        // A small page cache per reader (SQLite's default is 2 MB): rows are found through
-        // the OS page cache anyway, and hot entries are in the memory tier. (A memory map of the
-        // file instead, one per reader, put every page a reader touched into the process's RSS
-        // once per reader, 3× the RSS after scripts/bench's workloads, and hits over 10,000 URLs
-        // took more CPU, not less. A 16 MiB cache, which keeps both B-trees' interior pages,
-        // halved the reads from the OS but not the CPU a hit.)
+        if MappedReads.registered { try connection.execute("PRAGMA mmap_size = \(Self.mapBytes)") }
+        // A small page cache per reader (SQLite's default is 2 MB): rows are found through the
+        // OS page cache anyway, and hot entries are in the memory tier. (A 16 MiB cache, which
+        // keeps both B-trees' interior pages, halved the reads from the OS but not the CPU a hit.)
         try connection.execute("PRAGMA cache_size = -256")
         select = try connection.prepare(
             """

@@ -1,0 +1,208 @@
+// A SQLite VFS for the reader connections: the default ("unix") VFS for everything, except that a
+// database file's pages are read through one memory map that lives as long as the file is open.
+//
+// Why not SQLite's own `mmap_size`: in WAL mode SQLite unmaps the whole file at the start of every
+// read transaction that follows a commit (`pagerBeginReadTransaction` → `sqlite3OsUnfetch(fd, 0,
+// 0)`), in case another process truncated and regrew the file, so a reader maps, faults and
+// unmaps the file again after every group commit; under writes a purge's readers ran 5× slower
+// than with read calls (docs/performance.md, "Reads through a memory map"). Here the map is made
+// once and those unmaps are ignored. That is safe because only this process writes the file
+// (DatabaseLock) and WAL mode never moves a page a reader's snapshot needs: a checkpoint copies
+// a page into the file only when no reader's snapshot predates that version of it, and shrinks
+// the file only when no reader's snapshot is older than the WAL's end, so a reader never asks
+// for a page past the end of the file nor finds one rewritten under it. A page past the size
+// last seen (the file grew) is looked up again with fstat; SQLite reads with `xRead` whatever
+// `xFetch` does not give it.
+
+import CSQLite
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+enum MappedReads {
+    /// The VFS's name, to open a connection with (`SQLiteConnection(path:vfs:)`).
+    static let vfsName = "larder-mapped-reads"
+
+    /// Registers the VFS once; false when SQLite has no default VFS to wrap.
+    static let registered: Bool = {
+        guard let base = sqlite3_vfs_find(nil) else { return false }
+        let vfs = UnsafeMutablePointer<sqlite3_vfs>.allocate(capacity: 1)
+        vfs.initialize(to: base.pointee)
+        vfs.pointee.szOsFile = Int32(FileHeader.size) + base.pointee.szOsFile
+        vfs.pointee.zName = UnsafePointer(strdup(vfsName))
+        vfs.pointee.pAppData = UnsafeMutableRawPointer(base)
+        vfs.pointee.pNext = nil
+        vfs.pointee.xOpen = openFile
+        return sqlite3_vfs_register(vfs, 0) == SQLITE_OK
+    }()
+}
+
+/// What this VFS keeps in front of the default VFS's own file object (which follows it):
+/// the `sqlite3_file` header SQLite sees, then the map. Raw offsets, for a C layout.
+private enum FileHeader {
+    static let methods = 0 // sqlite3_file.pMethods
+    static let map = 8 // base address of the map, or nil before the first fetch
+    static let mapBytes = 16 // bytes reserved for the map (SQLITE_FCNTL_MMAP_SIZE)
+    static let fileBytes = 24 // the file's size when last looked at
+    static let path = 32 // the file's name (SQLite keeps it valid until xClose)
+    static let isMainDatabase = 40
+    static let size = 48
+
+    static func base(_ file: UnsafeMutablePointer<sqlite3_file>) -> UnsafeMutableRawPointer { UnsafeMutableRawPointer(file) }
+    static func wrapped(_ file: UnsafeMutablePointer<sqlite3_file>?) -> UnsafeMutablePointer<sqlite3_file> {
+        (UnsafeMutableRawPointer(file!) + size).assumingMemoryBound(to: sqlite3_file.self)
+    }
+    static func int(_ file: UnsafeMutablePointer<sqlite3_file>?, _ offset: Int) -> Int {
+        UnsafeMutableRawPointer(file!).load(fromByteOffset: offset, as: Int.self)
+    }
+    static func setInt(_ file: UnsafeMutablePointer<sqlite3_file>?, _ offset: Int, _ value: Int) {
+        UnsafeMutableRawPointer(file!).storeBytes(of: value, toByteOffset: offset, as: Int.self)
+    }
+}
+
+private func baseVFS(_ vfs: UnsafeMutablePointer<sqlite3_vfs>?) -> UnsafeMutablePointer<sqlite3_vfs> {
+    vfs!.pointee.pAppData.assumingMemoryBound(to: sqlite3_vfs.self)
+}
+
+private let openFile:
+    @convention(c) (
+        UnsafeMutablePointer<sqlite3_vfs>?, UnsafePointer<CChar>?, UnsafeMutablePointer<sqlite3_file>?, Int32,
+        UnsafeMutablePointer<Int32>?
+    ) -> Int32 = { vfs, name, file, flags, outFlags in
+        let base = baseVFS(vfs)
+        let wrapped = FileHeader.wrapped(file)
+        let code = base.pointee.xOpen!(base, name, wrapped, flags, outFlags)
+        guard code == SQLITE_OK, wrapped.pointee.pMethods != nil else {
+            file!.pointee.pMethods = nil
+            return code
+        }
+        file!.pointee.pMethods = UnsafePointer(mappedMethods)
+        for offset in [FileHeader.map, FileHeader.mapBytes, FileHeader.fileBytes] { FileHeader.setInt(file, offset, 0) }
+        FileHeader.setInt(file, FileHeader.path, Int(bitPattern: name))
+        FileHeader.setInt(file, FileHeader.isMainDatabase, flags & SQLITE_OPEN_MAIN_DB != 0 && name != nil ? 1 : 0)
+        return SQLITE_OK
+    }
+
+/// The wrapped file's methods: every call goes to the default VFS's file, except fetching pages
+/// of a main database file (and setting the map's size, which its own map must never see).
+/// nonisolated(unsafe): written once, here, and only read after.
+nonisolated(unsafe) private let mappedMethods: UnsafeMutablePointer<sqlite3_io_methods> = {
+    let methods = UnsafeMutablePointer<sqlite3_io_methods>.allocate(capacity: 1)
+    methods.initialize(to: sqlite3_io_methods())
+    methods.pointee.iVersion = 3
+    methods.pointee.xClose = { file in
+        let wrapped = FileHeader.wrapped(file)
+        let code = wrapped.pointee.pMethods.pointee.xClose!(wrapped)
+        if let map = UnsafeMutableRawPointer(bitPattern: FileHeader.int(file, FileHeader.map)) {
+            munmap(map, FileHeader.int(file, FileHeader.mapBytes))
+        }
+        return code
+    }
+    methods.pointee.xRead = { file, buffer, count, offset in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xRead!(wrapped, buffer, count, offset)
+    }
+    methods.pointee.xWrite = { file, buffer, count, offset in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xWrite!(wrapped, buffer, count, offset)
+    }
+    methods.pointee.xTruncate = { file, size in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xTruncate!(wrapped, size)
+    }
+    methods.pointee.xSync = { file, flags in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xSync!(wrapped, flags)
+    }
+    methods.pointee.xFileSize = { file, size in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xFileSize!(wrapped, size)
+    }
+    methods.pointee.xLock = { file, lock in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xLock!(wrapped, lock)
+    }
+    methods.pointee.xUnlock = { file, lock in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xUnlock!(wrapped, lock)
+    }
+    methods.pointee.xCheckReservedLock = { file, reserved in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xCheckReservedLock!(wrapped, reserved)
+    }
+    methods.pointee.xFileControl = { file, operation, argument in
+        // The pager gives its map size here (PRAGMA mmap_size, and -1 to ask): it is this map's.
+        if FileHeader.int(file, FileHeader.isMainDatabase) == 1, operation == SQLITE_FCNTL_MMAP_SIZE, let argument {
+            let requested = argument.assumingMemoryBound(to: Int64.self)
+            if requested.pointee >= 0, FileHeader.int(file, FileHeader.map) == 0 {
+                FileHeader.setInt(file, FileHeader.mapBytes, Int(requested.pointee))
+            }
+            requested.pointee = Int64(FileHeader.int(file, FileHeader.mapBytes))
+            return SQLITE_OK
+        }
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xFileControl!(wrapped, operation, argument)
+    }
+    methods.pointee.xSectorSize = { file in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xSectorSize!(wrapped)
+    }
+    methods.pointee.xDeviceCharacteristics = { file in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xDeviceCharacteristics!(wrapped)
+    }
+    methods.pointee.xShmMap = { file, region, size, extend, address in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xShmMap!(wrapped, region, size, extend, address)
+    }
+    methods.pointee.xShmLock = { file, offset, count, flags in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xShmLock!(wrapped, offset, count, flags)
+    }
+    methods.pointee.xShmBarrier = { file in
+        let wrapped = FileHeader.wrapped(file)
+        wrapped.pointee.pMethods.pointee.xShmBarrier!(wrapped)
+    }
+    methods.pointee.xShmUnmap = { file, delete in
+        let wrapped = FileHeader.wrapped(file)
+        return wrapped.pointee.pMethods.pointee.xShmUnmap!(wrapped, delete)
+    }
+    methods.pointee.xFetch = { file, offset, count, page in
+        page!.pointee = nil
+        guard FileHeader.int(file, FileHeader.isMainDatabase) == 1 else {
+            let wrapped = FileHeader.wrapped(file)
+            return wrapped.pointee.pMethods.pointee.xFetch!(wrapped, offset, count, page)
+        }
+        let end = Int(offset) + Int(count)
+        let mapBytes = FileHeader.int(file, FileHeader.mapBytes)
+        guard offset >= 0, end <= mapBytes else { return SQLITE_OK }
+        if end > FileHeader.int(file, FileHeader.fileBytes) {
+            // Past the size last seen: the file may have grown since (never shrunk under a page
+            // a snapshot needs; see the top of the file).
+            var size: Int64 = 0
+            let wrapped = FileHeader.wrapped(file)
+            guard wrapped.pointee.pMethods.pointee.xFileSize!(wrapped, &size) == SQLITE_OK else { return SQLITE_OK }
+            FileHeader.setInt(file, FileHeader.fileBytes, Int(size))
+            guard end <= Int(size) else { return SQLITE_OK }
+        }
+        var map = UnsafeMutableRawPointer(bitPattern: FileHeader.int(file, FileHeader.map))
+        if map == nil {
+            guard let path = UnsafePointer<CChar>(bitPattern: FileHeader.int(file, FileHeader.path)) else { return SQLITE_OK }
+            let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+            guard descriptor >= 0 else { return SQLITE_OK }
+            // The whole reservation at once: pages past the file's end are never touched.
+            let mapped = mmap(nil, mapBytes, PROT_READ, MAP_SHARED, descriptor, 0)
+            close(descriptor)
+            guard let mapped, mapped != MAP_FAILED else { return SQLITE_OK }
+            FileHeader.setInt(file, FileHeader.map, Int(bitPattern: mapped))
+            map = mapped
+        }
+        page!.pointee = map! + Int(offset)
+        return SQLITE_OK
+    }
+    // A page given out stays valid until the file is closed: SQLite's "unmap everything" after
+    // a commit (offset 0, no page) is what this VFS exists to skip.
+    methods.pointee.xUnfetch = { _, _, _ in SQLITE_OK }
+    return methods
+}()
