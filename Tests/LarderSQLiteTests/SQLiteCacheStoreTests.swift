@@ -642,18 +642,27 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
     }
 
     /// The readers read the file through their own memory map (MappedReads: one map of the
-    /// reservation's size per reader, made once), and read it right while a purge's vacuum
-    /// shrinks the file under their maps and new rows grow it again.
+    /// reservation's size per reader, made once and kept across commits, from SQLite's own
+    /// descriptor, so the process keeps its locks on the file), and read it right while a
+    /// purge's vacuum shrinks the file under their maps and new rows grow it again.
     func testReadersReadThroughTheirMemoryMapWhileTheFileShrinksAndGrows() throws {
         let file = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
-        // The sizes of the maps of the file (lines of the process's maps end with the file;
+        // The maps of the file, start and size (lines of the process's maps end with the file;
         // the WAL index, "-shm", is always mapped).
-        func maps() throws -> [Int] {
+        func maps() throws -> [[Int]] {
             try String(contentsOfFile: "/proc/self/maps", encoding: .utf8).split(separator: "\n").filter { $0.hasSuffix(" " + file) }
-                .compactMap { line in
+                .map { line in
                     let range = line.prefix { $0 != " " }.split(separator: "-").compactMap { Int($0, radix: 16) }
-                    return range.count == 2 ? range[1] - range[0] : nil
+                    return [range[0], range[1] - range[0]]
                 }
+        }
+        // The POSIX locks this process holds on the file (SQLite's SHARED lock of every open
+        // connection in WAL mode): /proc/locks names the holder's pid and the file's inode.
+        func locksHeld() throws -> Int {
+            var status = stat()
+            XCTAssertEqual(stat(file, &status), 0)
+            return try String(contentsOfFile: "/proc/locks", encoding: .utf8).split(separator: "\n")
+                .filter { $0.contains(" POSIX ") && $0.contains(" \(getpid()) ") && $0.contains(":\(status.st_ino) ") }.count
         }
         func large(_ key: String) -> StoredEntry {
             var large = entry(key, body: String(repeating: key, count: 12_000 / key.count))
@@ -666,7 +675,10 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         for index in 0..<20 { store.save(entry("kept\(index)")) { _ in } }
         store.commitAndWait()
         for index in 0..<200 { XCTAssertEqual(store.lookup(CacheKey(hex: "large\(index)")).first, large("large\(index)")) }
-        XCTAssertEqual(Set(try maps()), [Reader.mapBytes], "the readers' own maps")
+        let mapped = try maps()
+        XCTAssertFalse(mapped.isEmpty)
+        XCTAssertEqual(Set(mapped.map { $0[1] }), [Reader.mapBytes], "the readers' own maps")
+        XCTAssertGreaterThan(try locksHeld(), 0, "mapping the file let go of the process's locks on it")
 
         let sizeBefore = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: file)[.size] as? Int)
         let purged = expectation(description: "purged")
@@ -687,7 +699,8 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         store.commitAndWait()
         try SQLiteConnection(path: path).execute("PRAGMA wal_checkpoint(TRUNCATE)")
         for index in 0..<200 { XCTAssertEqual(store.lookup(CacheKey(hex: "grown\(index)")).first, large("grown\(index)")) }
-        XCTAssertEqual(Set(try maps()), [Reader.mapBytes])
+        XCTAssertEqual(try maps(), mapped, "the same maps, kept across the commits")
+        XCTAssertGreaterThan(try locksHeld(), 0)
     }
 
     /// The policy learns the rows stored before start a window of rowids at a time, and knows

@@ -10,7 +10,7 @@ The origin (in this process, raw sockets, keep-alive) serves:
   /fault/truncated/ID Content-Length larger than the body, then close -> upstream_error
 Clients (threads, one keep-alive connection each) send /fetch (GET, and POST with ttl),
 /proxy, /batch and purges. Every answer is checked against what its path asks for. Larder's
-RSS, open fds, threads and WAL size, with glibc's heap (in use, free), the memory tier and the
+RSS (anonymous), open fds, threads and WAL size, with glibc's heap (in use, free), the memory tier and the
 request memos from /metrics, are sampled every 10 s and printed as a table; the run fails on a
 crash, an unanswered request, a wrong body, an error code that does not match the injected
 fault, or growth after warm-up."""
@@ -240,7 +240,9 @@ def client(port, origin, deadline, seed, distinct, tally):
 def sample(pid, db, port):
     with open(f"/proc/{pid}/status") as status:
         fields = dict(line.split(":", 1) for line in status if ":" in line)
-    rss = int(fields["VmRSS"].split()[0]) / 1024
+    # Anonymous pages only: the file pages mapped (the executable, its libraries and the
+    # database the readers map, MappedReads) are the OS page cache, and grow with the file.
+    rss = int(fields["RssAnon"].split()[0]) / 1024
     threads = int(fields["Threads"])
     fds = len(os.listdir(f"/proc/{pid}/fd"))
     wal = os.path.getsize(db + "-wal") / 2**20 if os.path.exists(db + "-wal") else 0.0
@@ -304,7 +306,7 @@ def main():
         thread.start()
     samples = []
     print(f"soak: {args.minutes:g} min, {args.clients} clients, {args.distinct} ids, Larder pid {larder.pid} on port {port}, origin {origin_url}")
-    print(f"{'t (s)':>6} {'requests':>9} {'RSS MiB':>8} {'fds':>5} {'threads':>7} {'WAL MiB':>8} {'heap used':>9} {'heap free':>9} {'tier MiB':>8} {'memos MiB':>9}")
+    print(f"{'t (s)':>6} {'requests':>9} {'anon MiB':>8} {'fds':>5} {'threads':>7} {'WAL MiB':>8} {'heap used':>9} {'heap free':>9} {'tier MiB':>8} {'memos MiB':>9}")
     while time.time() < deadline:
         time.sleep(min(10, max(0, deadline - time.time())))
         if larder.poll() is not None:
@@ -348,7 +350,7 @@ def main():
         middle, last = samples[third:2 * third], samples[2 * third:]
         peak = lambda rows, i: max(row[i] for row in rows)
         median = lambda rows, i: sorted(row[i] for row in rows)[len(rows) // 2]
-        print(f"after warm-up: peak RSS {peak(middle, 0):.1f} -> {peak(last, 0):.1f} MiB, "
+        print(f"after warm-up: peak RSS (anonymous) {peak(middle, 0):.1f} -> {peak(last, 0):.1f} MiB, "
               f"median heap in use {median(middle, 4):.1f} -> {median(last, 4):.1f} MiB (middle third -> last third)")
         if peak(last, 0) > peak(middle, 0) * 1.1 + 4:
             failures.append(f"RSS grew after warm-up: {peak(middle, 0):.1f} -> {peak(last, 0):.1f} MiB")

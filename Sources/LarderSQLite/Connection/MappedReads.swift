@@ -10,9 +10,10 @@
 // (DatabaseLock) and WAL mode never moves a page a reader's snapshot needs: a checkpoint copies
 // a page into the file only when no reader's snapshot predates that version of it, and shrinks
 // the file only when no reader's snapshot is older than the WAL's end, so a reader never asks
-// for a page past the end of the file nor finds one rewritten under it. A page past the size
-// last seen (the file grew) is looked up again with fstat; SQLite reads with `xRead` whatever
-// `xFetch` does not give it.
+// for a page past the end of the file nor finds one rewritten under it. The file's size is
+// looked at again (fstat) for a page past the size last seen and after every commit; SQLite
+// reads with `xRead` whatever `xFetch` does not give (the file's last page, a map that failed).
+// The map is made from SQLite's own descriptor, never a second one (see `mapFile`).
 
 import CSQLite
 
@@ -61,6 +62,26 @@ private enum FileHeader {
     }
 }
 
+/// Maps `bytes` of the file from the default VFS's own descriptor: opening another one and
+/// closing it would let go of every POSIX lock this process holds on the file (SQLite's
+/// SHARED lock among them). The descriptor is read from the unix VFS's file object (its fourth
+/// field, after three pointers) and used only when it is open on this very file.
+private func mapFile(
+    _ file: UnsafeMutablePointer<sqlite3_file>?, wrapped: UnsafeMutablePointer<sqlite3_file>, bytes: Int
+) -> UnsafeMutableRawPointer? {
+    guard let path = UnsafePointer<CChar>(bitPattern: FileHeader.int(file, FileHeader.path)) else { return nil }
+    let descriptor = UnsafeMutableRawPointer(wrapped).load(fromByteOffset: 3 * MemoryLayout<UnsafeRawPointer>.size, as: Int32.self)
+    var opened = stat()
+    var named = stat()
+    guard descriptor >= 0, fstat(descriptor, &opened) == 0, stat(path, &named) == 0, opened.st_dev == named.st_dev,
+        opened.st_ino == named.st_ino
+    else { return nil }
+    // The whole reservation at once: pages past the file's end are never given out.
+    let mapped = mmap(nil, bytes, PROT_READ, MAP_SHARED, descriptor, 0)
+    guard let mapped, mapped != MAP_FAILED else { return nil }
+    return mapped
+}
+
 private func baseVFS(_ vfs: UnsafeMutablePointer<sqlite3_vfs>?) -> UnsafeMutablePointer<sqlite3_vfs> {
     vfs!.pointee.pAppData.assumingMemoryBound(to: sqlite3_vfs.self)
 }
@@ -73,15 +94,12 @@ private let openFile:
         let base = baseVFS(vfs)
         let wrapped = FileHeader.wrapped(file)
         let code = base.pointee.xOpen!(base, name, wrapped, flags, outFlags)
-        guard code == SQLITE_OK, wrapped.pointee.pMethods != nil else {
-            file!.pointee.pMethods = nil
-            return code
-        }
-        file!.pointee.pMethods = UnsafePointer(mappedMethods)
         for offset in [FileHeader.map, FileHeader.mapBytes, FileHeader.fileBytes] { FileHeader.setInt(file, offset, 0) }
         FileHeader.setInt(file, FileHeader.path, Int(bitPattern: name))
         FileHeader.setInt(file, FileHeader.isMainDatabase, flags & SQLITE_OPEN_MAIN_DB != 0 && name != nil ? 1 : 0)
-        return SQLITE_OK
+        // SQLite calls xClose whenever the methods are set, even after a failed open.
+        file!.pointee.pMethods = wrapped.pointee.pMethods == nil ? nil : UnsafePointer(mappedMethods)
+        return code
     }
 
 /// The wrapped file's methods: every call goes to the default VFS's file, except fetching pages
@@ -154,55 +172,65 @@ nonisolated(unsafe) private let mappedMethods: UnsafeMutablePointer<sqlite3_io_m
     }
     methods.pointee.xShmMap = { file, region, size, extend, address in
         let wrapped = FileHeader.wrapped(file)
-        return wrapped.pointee.pMethods.pointee.xShmMap!(wrapped, region, size, extend, address)
+        guard let method = wrapped.pointee.pMethods.pointee.xShmMap else { return SQLITE_IOERR }
+        return method(wrapped, region, size, extend, address)
     }
     methods.pointee.xShmLock = { file, offset, count, flags in
         let wrapped = FileHeader.wrapped(file)
-        return wrapped.pointee.pMethods.pointee.xShmLock!(wrapped, offset, count, flags)
+        guard let method = wrapped.pointee.pMethods.pointee.xShmLock else { return SQLITE_IOERR }
+        return method(wrapped, offset, count, flags)
     }
     methods.pointee.xShmBarrier = { file in
         let wrapped = FileHeader.wrapped(file)
-        wrapped.pointee.pMethods.pointee.xShmBarrier!(wrapped)
+        wrapped.pointee.pMethods.pointee.xShmBarrier?(wrapped)
     }
     methods.pointee.xShmUnmap = { file, delete in
         let wrapped = FileHeader.wrapped(file)
-        return wrapped.pointee.pMethods.pointee.xShmUnmap!(wrapped, delete)
+        guard let method = wrapped.pointee.pMethods.pointee.xShmUnmap else { return SQLITE_IOERR }
+        return method(wrapped, delete)
     }
     methods.pointee.xFetch = { file, offset, count, page in
         page!.pointee = nil
+        let wrapped = FileHeader.wrapped(file)
         guard FileHeader.int(file, FileHeader.isMainDatabase) == 1 else {
-            let wrapped = FileHeader.wrapped(file)
-            return wrapped.pointee.pMethods.pointee.xFetch!(wrapped, offset, count, page)
+            guard let fetch = wrapped.pointee.pMethods.pointee.xFetch else { return SQLITE_OK }
+            return fetch(wrapped, offset, count, page)
         }
-        let end = Int(offset) + Int(count)
+        // As SQLite's own unixFetch, a page is given only with 256 bytes of the file after it,
+        // so that a damaged page that makes SQLite read past its end reads the file, not past it.
+        let end = Int(offset) + Int(count) + 256
         let mapBytes = FileHeader.int(file, FileHeader.mapBytes)
         guard offset >= 0, end <= mapBytes else { return SQLITE_OK }
         if end > FileHeader.int(file, FileHeader.fileBytes) {
-            // Past the size last seen: the file may have grown since (never shrunk under a page
-            // a snapshot needs; see the top of the file).
+            // Past the size last seen (forgotten after every commit: xUnfetch): look again.
             var size: Int64 = 0
-            let wrapped = FileHeader.wrapped(file)
             guard wrapped.pointee.pMethods.pointee.xFileSize!(wrapped, &size) == SQLITE_OK else { return SQLITE_OK }
             FileHeader.setInt(file, FileHeader.fileBytes, Int(size))
             guard end <= Int(size) else { return SQLITE_OK }
         }
         var map = UnsafeMutableRawPointer(bitPattern: FileHeader.int(file, FileHeader.map))
         if map == nil {
-            guard let path = UnsafePointer<CChar>(bitPattern: FileHeader.int(file, FileHeader.path)) else { return SQLITE_OK }
-            let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-            guard descriptor >= 0 else { return SQLITE_OK }
-            // The whole reservation at once: pages past the file's end are never touched.
-            let mapped = mmap(nil, mapBytes, PROT_READ, MAP_SHARED, descriptor, 0)
-            close(descriptor)
-            guard let mapped, mapped != MAP_FAILED else { return SQLITE_OK }
-            FileHeader.setInt(file, FileHeader.map, Int(bitPattern: mapped))
-            map = mapped
+            map = mapFile(file, wrapped: wrapped, bytes: mapBytes)
+            guard map != nil else {
+                FileHeader.setInt(file, FileHeader.mapBytes, 0) // not tried again: read calls
+                return SQLITE_OK
+            }
+            FileHeader.setInt(file, FileHeader.map, Int(bitPattern: map))
         }
         page!.pointee = map! + Int(offset)
         return SQLITE_OK
     }
-    // A page given out stays valid until the file is closed: SQLite's "unmap everything" after
-    // a commit (offset 0, no page) is what this VFS exists to skip.
-    methods.pointee.xUnfetch = { _, _, _ in SQLITE_OK }
+    methods.pointee.xUnfetch = { file, offset, page in
+        guard FileHeader.int(file, FileHeader.isMainDatabase) == 1 else {
+            let wrapped = FileHeader.wrapped(file)
+            guard let unfetch = wrapped.pointee.pMethods.pointee.xUnfetch else { return SQLITE_OK }
+            return unfetch(wrapped, offset, page)
+        }
+        // A page given out stays valid until the file is closed. SQLite's "unmap everything"
+        // (no page), at the first read transaction after a commit, is what this VFS skips; the
+        // size seen is forgotten then, so a file shrunk meanwhile gives no page past its end.
+        if page == nil { FileHeader.setInt(file, FileHeader.fileBytes, 0) }
+        return SQLITE_OK
+    }
     return methods
 }()
