@@ -1,5 +1,6 @@
 // A SQLite VFS for the reader connections: the default ("unix") VFS for everything, except that a
-// database file's pages are read through one memory map that lives as long as the file is open.
+// database file's pages are read through one memory map that lives as long as a reader has the
+// file open.
 //
 // Why not SQLite's own `mmap_size`: in WAL mode SQLite unmaps the whole file at the start of every
 // read transaction that follows a commit (`pagerBeginReadTransaction` → `sqlite3OsUnfetch(fd, 0,
@@ -11,11 +12,18 @@
 // a page into the file only when no reader's snapshot predates that version of it, and shrinks
 // the file only when no reader's snapshot is older than the WAL's end, so a reader never asks
 // for a page past the end of the file nor finds one rewritten under it. The file's size is
-// looked at again (fstat) for a page past the size last seen and after every commit; SQLite
-// reads with `xRead` whatever `xFetch` does not give (the file's last page, a map that failed).
-// The map is made from SQLite's own descriptor, never a second one (see `mapFile`).
+// looked at again (fstat) for a page past the size last seen, and forgotten at the first read
+// transaction after a commit; a page is given only with 256 bytes of the file after it, as
+// SQLite's own unixFetch does, so that a damaged page read past its end reads the file. (A
+// checkpoint that shrinks the file within a reader's transaction leaves the size seen too large
+// until the next commit, as SQLite's own map does: the pages a snapshot asks for are still
+// inside the file, only the last one's 256 bytes are not.) SQLite reads with `xRead` whatever
+// `xFetch` does not give (the file's last page, a map that failed).
+// The map is made from SQLite's own descriptor, never a second one, and shared by the file's
+// readers (SharedMaps).
 
 import CSQLite
+import LarderSync
 
 #if canImport(Glibc)
     import Glibc
@@ -48,7 +56,9 @@ private enum FileHeader {
     static let fileBytes = 24 // the file's size when last looked at
     static let path = 32 // the file's name (SQLite keeps it valid until xClose)
     static let isMainDatabase = 40
-    static let size = 48
+    static let device = 48 // the file's device and inode, once mapped (SharedMaps)
+    static let inode = 56
+    static let size = 64
 
     static func base(_ file: UnsafeMutablePointer<sqlite3_file>) -> UnsafeMutableRawPointer { UnsafeMutableRawPointer(file) }
     static func wrapped(_ file: UnsafeMutablePointer<sqlite3_file>?) -> UnsafeMutablePointer<sqlite3_file> {
@@ -62,24 +72,60 @@ private enum FileHeader {
     }
 }
 
-/// Maps `bytes` of the file from the default VFS's own descriptor: opening another one and
-/// closing it would let go of every POSIX lock this process holds on the file (SQLite's
-/// SHARED lock among them). The descriptor is read from the unix VFS's file object (its fourth
-/// field, after three pointers) and used only when it is open on this very file.
-private func mapFile(
-    _ file: UnsafeMutablePointer<sqlite3_file>?, wrapped: UnsafeMutablePointer<sqlite3_file>, bytes: Int
-) -> UnsafeMutableRawPointer? {
-    guard let path = UnsafePointer<CChar>(bitPattern: FileHeader.int(file, FileHeader.path)) else { return nil }
-    let descriptor = UnsafeMutableRawPointer(wrapped).load(fromByteOffset: 3 * MemoryLayout<UnsafeRawPointer>.size, as: Int32.self)
-    var opened = stat()
-    var named = stat()
-    guard descriptor >= 0, fstat(descriptor, &opened) == 0, stat(path, &named) == 0, opened.st_dev == named.st_dev,
-        opened.st_ino == named.st_ino
-    else { return nil }
-    // The whole reservation at once: pages past the file's end are never given out.
-    let mapped = mmap(nil, bytes, PROT_READ, MAP_SHARED, descriptor, 0)
-    guard let mapped, mapped != MAP_FAILED else { return nil }
-    return mapped
+/// One map per file (by device and inode), shared by all its readers: the pages are faulted in
+/// once, not once per reader, and RSS counts them once. Unmapped when its last reader closes.
+private enum SharedMaps {
+    private struct Identity: Hashable { let device: Int, inode: Int }
+    private struct Map: Sendable { let address: Int, bytes: Int, users: Int }
+    private static let maps = Locked<[Identity: Map]>([:])
+
+    /// The file's map, made with `bytes` when it has none; nil when it cannot be made. Made from
+    /// the default VFS's own descriptor: opening another one and closing it would let go of every
+    /// POSIX lock this process holds on the file (SQLite's SHARED lock among them). The
+    /// descriptor is read from the unix VFS's file object (its fourth field, after three
+    /// pointers) and used only when it is open on this very file.
+    static func take(
+        _ file: UnsafeMutablePointer<sqlite3_file>?, wrapped: UnsafeMutablePointer<sqlite3_file>, bytes: Int
+    ) -> (address: UnsafeMutableRawPointer, bytes: Int)? {
+        guard let path = UnsafePointer<CChar>(bitPattern: FileHeader.int(file, FileHeader.path)) else { return nil }
+        let descriptor = UnsafeMutableRawPointer(wrapped).load(fromByteOffset: 3 * MemoryLayout<UnsafeRawPointer>.size, as: Int32.self)
+        var opened = stat()
+        var named = stat()
+        guard descriptor >= 0, fstat(descriptor, &opened) == 0, stat(path, &named) == 0, opened.st_dev == named.st_dev,
+            opened.st_ino == named.st_ino
+        else { return nil }
+        let identity = Identity(device: Int(opened.st_dev), inode: Int(opened.st_ino))
+        let taken: Map? = maps.withLock { maps in
+            if let map = maps[identity] {
+                maps[identity] = Map(address: map.address, bytes: map.bytes, users: map.users + 1)
+                return map
+            }
+            // The whole reservation at once: pages past the file's end are never given out.
+            let mapped = mmap(nil, bytes, PROT_READ, MAP_SHARED, descriptor, 0)
+            guard let mapped, mapped != MAP_FAILED else { return nil }
+            let map = Map(address: Int(bitPattern: mapped), bytes: bytes, users: 1)
+            maps[identity] = map
+            return map
+        }
+        guard let taken, let address = UnsafeMutableRawPointer(bitPattern: taken.address) else { return nil }
+        FileHeader.setInt(file, FileHeader.device, identity.device)
+        FileHeader.setInt(file, FileHeader.inode, identity.inode)
+        return (address, taken.bytes)
+    }
+
+    /// Lets go of the map `file` took; the last reader's unmaps it.
+    static func release(_ file: UnsafeMutablePointer<sqlite3_file>?) {
+        let identity = Identity(device: FileHeader.int(file, FileHeader.device), inode: FileHeader.int(file, FileHeader.inode))
+        maps.withLock { maps in
+            guard let map = maps[identity] else { return }
+            guard map.users == 1 else {
+                maps[identity] = Map(address: map.address, bytes: map.bytes, users: map.users - 1)
+                return
+            }
+            munmap(UnsafeMutableRawPointer(bitPattern: map.address), map.bytes)
+            maps[identity] = nil
+        }
+    }
 }
 
 private func baseVFS(_ vfs: UnsafeMutablePointer<sqlite3_vfs>?) -> UnsafeMutablePointer<sqlite3_vfs> {
@@ -94,7 +140,9 @@ private let openFile:
         let base = baseVFS(vfs)
         let wrapped = FileHeader.wrapped(file)
         let code = base.pointee.xOpen!(base, name, wrapped, flags, outFlags)
-        for offset in [FileHeader.map, FileHeader.mapBytes, FileHeader.fileBytes] { FileHeader.setInt(file, offset, 0) }
+        for offset in [FileHeader.map, FileHeader.mapBytes, FileHeader.fileBytes, FileHeader.device, FileHeader.inode] {
+            FileHeader.setInt(file, offset, 0)
+        }
         FileHeader.setInt(file, FileHeader.path, Int(bitPattern: name))
         FileHeader.setInt(file, FileHeader.isMainDatabase, flags & SQLITE_OPEN_MAIN_DB != 0 && name != nil ? 1 : 0)
         // SQLite calls xClose whenever the methods are set, even after a failed open.
@@ -112,9 +160,7 @@ nonisolated(unsafe) private let mappedMethods: UnsafeMutablePointer<sqlite3_io_m
     methods.pointee.xClose = { file in
         let wrapped = FileHeader.wrapped(file)
         let code = wrapped.pointee.pMethods.pointee.xClose!(wrapped)
-        if let map = UnsafeMutableRawPointer(bitPattern: FileHeader.int(file, FileHeader.map)) {
-            munmap(map, FileHeader.int(file, FileHeader.mapBytes))
-        }
+        if FileHeader.int(file, FileHeader.map) != 0 { SharedMaps.release(file) }
         return code
     }
     methods.pointee.xRead = { file, buffer, count, offset in
@@ -196,12 +242,14 @@ nonisolated(unsafe) private let mappedMethods: UnsafeMutablePointer<sqlite3_io_m
             guard let fetch = wrapped.pointee.pMethods.pointee.xFetch else { return SQLITE_OK }
             return fetch(wrapped, offset, count, page)
         }
-        // As SQLite's own unixFetch, a page is given only with 256 bytes of the file after it,
-        // so that a damaged page that makes SQLite read past its end reads the file, not past it.
+        // With 256 bytes of the file after the page (see the top of the file).
         let end = Int(offset) + Int(count) + 256
         let mapBytes = FileHeader.int(file, FileHeader.mapBytes)
         guard offset >= 0, end <= mapBytes else { return SQLITE_OK }
-        if end > FileHeader.int(file, FileHeader.fileBytes) {
+        let sizeSeen = FileHeader.int(file, FileHeader.fileBytes)
+        if end > sizeSeen {
+            // The last page of the size seen: read with xRead, without asking the size again.
+            guard Int(offset) + Int(count) > sizeSeen else { return SQLITE_OK }
             // Past the size last seen (forgotten after every commit: xUnfetch): look again.
             var size: Int64 = 0
             guard wrapped.pointee.pMethods.pointee.xFileSize!(wrapped, &size) == SQLITE_OK else { return SQLITE_OK }
@@ -210,12 +258,14 @@ nonisolated(unsafe) private let mappedMethods: UnsafeMutablePointer<sqlite3_io_m
         }
         var map = UnsafeMutableRawPointer(bitPattern: FileHeader.int(file, FileHeader.map))
         if map == nil {
-            map = mapFile(file, wrapped: wrapped, bytes: mapBytes)
-            guard map != nil else {
+            guard let shared = SharedMaps.take(file, wrapped: wrapped, bytes: mapBytes) else {
                 FileHeader.setInt(file, FileHeader.mapBytes, 0) // not tried again: read calls
                 return SQLITE_OK
             }
-            FileHeader.setInt(file, FileHeader.map, Int(bitPattern: map))
+            FileHeader.setInt(file, FileHeader.map, Int(bitPattern: shared.address))
+            FileHeader.setInt(file, FileHeader.mapBytes, shared.bytes)
+            guard end <= shared.bytes else { return SQLITE_OK }
+            map = shared.address
         }
         page!.pointee = map! + Int(offset)
         return SQLITE_OK
@@ -228,7 +278,7 @@ nonisolated(unsafe) private let mappedMethods: UnsafeMutablePointer<sqlite3_io_m
         }
         // A page given out stays valid until the file is closed. SQLite's "unmap everything"
         // (no page), at the first read transaction after a commit, is what this VFS skips; the
-        // size seen is forgotten then, so a file shrunk meanwhile gives no page past its end.
+        // size seen is forgotten then.
         if page == nil { FileHeader.setInt(file, FileHeader.fileBytes, 0) }
         return SQLITE_OK
     }
