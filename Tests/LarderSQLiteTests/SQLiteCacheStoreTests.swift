@@ -614,6 +614,16 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertNil(store.lookup(CacheKey(hex: "old0")).first)
     }
 
+    /// Purges the entries tagged `tag`, then waits for the vacuum steps that give their pages back.
+    private func purgeTagAndVacuum(_ store: SQLiteCacheStore, _ tag: String) {
+        let purged = expectation(description: "purged")
+        var filter = PurgeFilter()
+        filter.tags = [tag]
+        store.purge(filter) { _ in purged.fulfill() }
+        wait(for: [purged], timeout: 30)
+        store.waitForVacuum()
+    }
+
     /// A purge's free pages go back to the file system after it, 1 MiB a step: a larger step's
     /// checkpoint made the slowest seconds of readers under load (docs/performance.md).
     func testFreePagesGoBackInStepsOfAMebibyte() throws {
@@ -628,12 +638,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         let reader = try SQLiteConnection(path: path)
         let pagesBefore = try reader.scalarInt("PRAGMA page_count")
         let pageSize = try reader.scalarInt("PRAGMA page_size")
-        let purged = expectation(description: "purged")
-        var filter = PurgeFilter()
-        filter.tags = ["t"]
-        store.purge(filter) { _ in purged.fulfill() }
-        wait(for: [purged], timeout: 30)
-        store.waitForVacuum()
+        purgeTagAndVacuum(store, "t")
         XCTAssertEqual(try reader.scalarInt("PRAGMA freelist_count"), 0, "every free page given back")
         let givenBack = pagesBefore - (try reader.scalarInt("PRAGMA page_count"))
         XCTAssertGreaterThan(givenBack * pageSize, 2 << 20, "the file shrank by the rows' pages")
@@ -689,12 +694,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertGreaterThan(try locksHeld(), 0, "mapping the file let go of the process's locks on it")
 
         let sizeBefore = try XCTUnwrap(FileManager.default.attributesOfItem(atPath: file)[.size] as? Int)
-        let purged = expectation(description: "purged")
-        var filter = PurgeFilter()
-        filter.tags = ["t"]
-        store.purge(filter) { _ in purged.fulfill() }
-        wait(for: [purged], timeout: 30)
-        store.waitForVacuum()
+        purgeTagAndVacuum(store, "t")
         // The file shrinks when the WAL is written back whole (the writer's checkpoints do so
         // after enough pages; here at once).
         try SQLiteConnection(path: path).execute("PRAGMA wal_checkpoint(TRUNCATE)")
