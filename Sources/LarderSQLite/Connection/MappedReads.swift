@@ -60,7 +60,6 @@ private enum FileHeader {
     static let inode = 56
     static let size = 64
 
-    static func base(_ file: UnsafeMutablePointer<sqlite3_file>) -> UnsafeMutableRawPointer { UnsafeMutableRawPointer(file) }
     static func wrapped(_ file: UnsafeMutablePointer<sqlite3_file>?) -> UnsafeMutablePointer<sqlite3_file> {
         (UnsafeMutableRawPointer(file!) + size).assumingMemoryBound(to: sqlite3_file.self)
     }

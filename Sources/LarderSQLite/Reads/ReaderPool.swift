@@ -22,13 +22,13 @@ final class Reader: @unchecked Sendable {
     let select: SQLiteStatement
     /// The pool's count of commits when this reader's transaction was opened; nil when none is.
     fileprivate var openedAtCommit: Int?
-    /// Bytes of the file a reader reads through its memory map (MappedReads: address space
+    /// Bytes of the file the readers read through their memory map (MappedReads: address space
     /// only; what it maps is the OS page cache). A larger file's further pages are read with pread.
     static let mapBytes = 256 << 30
 
     init(path: String) throws(SQLiteError) {
-        // Pages read through a memory map that lasts as long as the reader (MappedReads): a
-        // page read is then a memory access into the OS page cache, not a pread and a copy.
+        // Pages read through a memory map the file's readers share (MappedReads): a page read
+        // is then a memory access into the OS page cache, not a pread and a copy.
         connection = try SQLiteConnection(path: path, vfs: MappedReads.registered ? MappedReads.vfsName : nil)
         try connection.execute("PRAGMA busy_timeout = 5000")
         if MappedReads.registered { try connection.execute("PRAGMA mmap_size = \(Self.mapBytes)") }
