@@ -50,7 +50,7 @@ enum MappedReads {
 /// What this VFS keeps in front of the default VFS's own file object (which follows it):
 /// the `sqlite3_file` header SQLite sees, then the map. Raw offsets, for a C layout.
 private enum FileHeader {
-    static let methods = 0 // sqlite3_file.pMethods
+    // 0: sqlite3_file.pMethods, the only field SQLite reads.
     static let map = 8 // base address of the map, or nil before the first fetch
     static let mapBytes = 16 // bytes reserved for the map (SQLITE_FCNTL_MMAP_SIZE)
     static let fileBytes = 24 // the file's size when last looked at
