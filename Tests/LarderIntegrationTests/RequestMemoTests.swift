@@ -77,7 +77,9 @@ final class RequestMemoTests: XCTestCase {
         let each = RequestMemo.cost(keyBytes: hot[0].count, hotValues[0])
         let memo = RequestMemo(budgetBytes: 2_000 * each)
         for (bytes, value) in zip(hot, hotValues) { memo.insert(bytes, value) }
-        XCTAssertEqual(memo.usage.entries, 0, "seen once: not remembered")
+        // The doorkeeper is a Bloom filter hashed with the process's random seed: now and then
+        // one of 500 requests is wrongly "seen before" (1 run in 90 has one, simulated).
+        XCTAssertLessThanOrEqual(memo.usage.entries, 3, "seen once: not remembered")
         for (bytes, value) in zip(hot, hotValues) { memo.insert(bytes, value) }
         XCTAssertEqual(memo.usage.entries, 500, "seen twice: remembered")
         // A scan of 20,000 requests seen once each (the doorkeeper is cleared several times on
