@@ -85,7 +85,8 @@ final class BatchTests: IntegrationTestCase {
         let response = try batch(
             try larder.connection(),
             [
-                "timeoutMs": 300, "concurrency": 1,
+                // Long enough for the quick item on a slow machine; the stuck one never ends.
+                "timeoutMs": 2_000, "concurrency": 1,
                 "requests": [
                     ["id": "quick", "url": url(path)], ["id": "stuck", "url": hanging.base + "/stuck"],
                     ["id": "never", "url": url(path + "-never")]

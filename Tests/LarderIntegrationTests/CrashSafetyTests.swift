@@ -54,6 +54,9 @@ final class CrashSafetyTests: IntegrationTestCase {
 
         let written = Locked<[(path: String, size: Int)]>([])
         let partial = Atomic<Int>(0)
+        // Rounds whose kill cut a request in progress (a kill may also land while every sender is
+        // between requests, checking a response it has: rarely, and not a failure).
+        var roundsCut = 0
         var generator = SystemRandomNumberGenerator()
         for round in 0..<20 {
             let (process, errors) = try launch(arguments)
@@ -107,11 +110,12 @@ final class CrashSafetyTests: IntegrationTestCase {
             kill(process.processIdentifier, SIGKILL)
             XCTAssertTrue(waitForExit(process), "round \(round)")
             XCTAssertEqual(senders.wait(timeout: .now() + 30), .success, "round \(round): every sender stopped")
-            XCTAssertGreaterThan(cut.load(ordering: .relaxed), 0, "round \(round): the kill landed while misses were in progress")
+            if cut.load(ordering: .relaxed) > 0 { roundsCut += 1 }
             XCTAssertEqual(failedEarly.load(ordering: .relaxed), 0, "round \(round): nothing failed before the kill")
             XCTAssertEqual(try integrityCheck(), "ok", "round \(round)")
         }
         XCTAssertEqual(partial.load(ordering: .relaxed), 0, "no request got a partial or wrong body")
+        XCTAssertGreaterThanOrEqual(roundsCut, 15, "the kills landed while misses were in progress")
 
         let (process, errors) = try launch(arguments)
         defer {
