@@ -815,6 +815,67 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
     /// The nice value of the calling thread (Linux: per thread).
     private static func niceness() -> Int32 { getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0) }
 
+    /// From now on, the nice value of the thread that deletes each row of `store` is recorded
+    /// (`nicenessOfDeletes`).
+    private func recordNicenessOfDeletes(_ store: SQLiteCacheStore) throws {
+        let setUp = store.writerQueue.sync { () -> Result<Void, SQLiteError> in
+            let recordNiceness: @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void = { context, _, _ in
+                sqlite3_result_int(context, SQLiteCacheStoreTests.niceness())
+            }
+            let created = sqlite3_create_function_v2(store.writer.handle, "niceness", 0, SQLITE_UTF8, nil, recordNiceness, nil, nil, nil)
+            XCTAssertEqual(created, SQLITE_OK)
+            return Result { () throws(SQLiteError) in
+                try store.writer.execute(
+                    """
+                    CREATE TEMP TABLE deletes (key TEXT, niceness INTEGER);
+                    CREATE TEMP TRIGGER record_niceness AFTER DELETE ON main.entries BEGIN
+                      INSERT INTO deletes VALUES (OLD.key, niceness());
+                    END
+                    """)
+            }
+        }
+        try setUp.get()
+    }
+
+    /// The nice value each deleted row's key was deleted at, since `recordNicenessOfDeletes`.
+    private func nicenessOfDeletes(_ store: SQLiteCacheStore) throws -> [String: Int] {
+        try store.writerQueue.sync { () -> Result<[String: Int], SQLiteError> in
+            Result { () throws(SQLiteError) in
+                let select = try store.writer.prepare("SELECT key, niceness FROM deletes")
+                var recorded: [String: Int] = [:]
+                while try select.step() { recorded[select.string(0) ?? ""] = Int(select.int64(1)) }
+                return recorded
+            }
+        }.get()
+    }
+
+    /// A store opened with a lower limit than it holds: the policy evicts thousands of objects at
+    /// the first save, and their rows go `evictionsAtOnce` in the commit's own turn, at the
+    /// writer's priority, and the rest in paced batches at background priority, down to the
+    /// limit. (In one turn, 100,000 rows held the writer 26 s: saves and scrapes waited.)
+    func testAStoreOverItsLimitAtOpeningComesDownToItInBackgroundBatches() throws {
+        try skipUnlessBackgroundIsLower()
+        let first = try SQLiteCacheStore(path: path, logger: logger)
+        for index in 0..<3_000 { first.save(sized("row\(index)", bytes: 1_000, storedAt: Double(index))) { _ in } }
+        first.close()
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 1 << 20
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
+        defer { store.close() }
+        while !store.policyRestored { store.writerQueue.sync {} }
+        XCTAssertGreaterThan(store.usedByteCount, 3 << 20)
+        try recordNicenessOfDeletes(store)
+        save(store, sized("new", bytes: 1_000, storedAt: 4_000))
+        store.waitForTrimming()
+        XCTAssertLessThanOrEqual(store.usedByteCount, 1 << 20, "down to the limit")
+        let recorded = try nicenessOfDeletes(store)
+        let writers = recorded.values.filter { $0 == Int(Self.niceness()) }.count
+        XCTAssertGreaterThan(recorded.count, 2 * SQLiteCacheStore.evictionsAtOnce, "the test evicts more than a turn's share")
+        XCTAssertGreaterThan(writers, 0, "the first rows go in the commit's turn")
+        XCTAssertLessThanOrEqual(writers, SQLiteCacheStore.evictionsAtOnce, "in the commit's turn, at most its share")
+        XCTAssertEqual(store.evictionCount, recorded.count)
+    }
+
     /// libdispatch sets its background threads to nice 10; a process already at 10 or more
     /// cannot lower them to it without privilege, and nothing can yield further.
     private func skipUnlessBackgroundIsLower() throws {
@@ -859,23 +920,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
             if key.hasPrefix("tagged") { stored.tags = ["t"] }
             save(store, stored)
         }
-        let setUp = store.writerQueue.sync { () -> Result<Void, SQLiteError> in
-            let recordNiceness: @convention(c) (OpaquePointer?, Int32, UnsafeMutablePointer<OpaquePointer?>?) -> Void = { context, _, _ in
-                sqlite3_result_int(context, SQLiteCacheStoreTests.niceness())
-            }
-            let created = sqlite3_create_function_v2(store.writer.handle, "niceness", 0, SQLITE_UTF8, nil, recordNiceness, nil, nil, nil)
-            XCTAssertEqual(created, SQLITE_OK)
-            return Result { () throws(SQLiteError) in
-                try store.writer.execute(
-                    """
-                    CREATE TEMP TABLE deletes (key TEXT, niceness INTEGER);
-                    CREATE TEMP TRIGGER record_niceness AFTER DELETE ON main.entries BEGIN
-                      INSERT INTO deletes VALUES (OLD.key, niceness());
-                    END
-                    """)
-            }
-        }
-        try setUp.get()
+        try recordNicenessOfDeletes(store)
         var filter = PurgeFilter()
         filter.tags = ["t"]
         let purged = expectation(description: "purged")
@@ -883,14 +928,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         let removed = expectation(description: "removed")
         store.remove(primaryKey: CacheKey(hex: "untagged")) { _ in removed.fulfill() }
         wait(for: [purged, removed], timeout: 30)
-        let recorded = try store.writerQueue.sync { () -> Result<[String: Int], SQLiteError> in
-            Result { () throws(SQLiteError) in
-                let select = try store.writer.prepare("SELECT key, niceness FROM deletes")
-                var recorded: [String: Int] = [:]
-                while try select.step() { recorded[select.string(0) ?? ""] = Int(select.int64(1)) }
-                return recorded
-            }
-        }.get()
+        let recorded = try nicenessOfDeletes(store)
         XCTAssertEqual(Set(recorded.keys), ["tagged0", "tagged1", "untagged"])
         let writer = try XCTUnwrap(recorded["untagged"])
         XCTAssertGreaterThan(try XCTUnwrap(recorded["tagged0"]), writer)

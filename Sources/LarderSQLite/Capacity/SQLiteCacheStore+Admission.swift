@@ -255,8 +255,40 @@ extension SQLiteCacheStore {
 
     /// On the writer queue: deletes the rows of objects the policy evicted, unless it has taken
     /// them back since, and cancels their writes still queued (the writer was behind: written
-    /// later, they would be rows the policy no longer counts).
+    /// later, they would be rows the policy no longer counts). At most `evictionsAtOnce` in this
+    /// turn; the rest wait in `trimming.evictionBacklog`, deleted a batch per paced turn at
+    /// background priority (`deleteEvictionBacklog`). A policy evicts that many at once when
+    /// the store is opened with a lower `maxBytes` than it holds: 100,000 rows in one turn held
+    /// the writer for 26 s, and every save and every scrape of the metrics waited for it
+    /// (docs/performance.md, "Eviction and the retention sweep under load").
     func deleteEvicted(_ keys: [PolicyKey]) {
+        guard keys.count <= Self.evictionsAtOnce else {
+            trimming.evictionBacklog += keys.dropFirst(Self.evictionsAtOnce)
+            deleteEvicted(Array(keys.prefix(Self.evictionsAtOnce)))
+            if !trimming.deletingBacklog {
+                trimming.deletingBacklog = true
+                writerQueue.async { [self] in deleteEvictionBacklog() }
+            }
+            return
+        }
+        deleteEvicted(keys, priority: .writer)
+    }
+
+    /// On the writer queue: deletes the next batch of the eviction backlog in its own turn, then
+    /// queues the next one after a pause as long as this turn took (as a purge's batches).
+    private func deleteEvictionBacklog() {
+        guard !closed.load(ordering: .relaxed), !trimming.evictionBacklog.isEmpty else {
+            trimming.deletingBacklog = false
+            return vacuumStep()
+        }
+        let started = DispatchTime.now().uptimeNanoseconds
+        let batch = Array(trimming.evictionBacklog.prefix(Self.evictionBatch))
+        trimming.evictionBacklog.removeFirst(batch.count)
+        deleteEvicted(batch, priority: .background)
+        queuePaced(after: started) { [self] in deleteEvictionBacklog() }
+    }
+
+    private func deleteEvicted(_ keys: [PolicyKey], priority: WorkPriority) {
         guard let policy, !keys.isEmpty else { return }
         // Under the policy's lock: no save can take a key back between the check and the cancel.
         // A key taken back into memory only (held) still loses its rows: they are the old ones,
@@ -279,13 +311,18 @@ extension SQLiteCacheStore {
         guard !gone.isEmpty else { return }
         do {
             try writer.immediateTransaction { () throws(SQLiteError) in
-                for key in gone {
-                    let statement = key.isWholeKey ? statements.deleteEvictedWhole : statements.deleteEvictedByPrefix
-                    defer { statement.reset() }
-                    try statement.bind(1, key.prefix)
-                    if !key.isWholeKey { try statement.bind(2, key.prefix + "\u{7F}") }
-                    while try statement.step() { removed.append(CacheKey(hex: statement.string(0) ?? "")) }
+                let deleteAll = { [self] () throws(SQLiteError) -> [CacheKey] in
+                    var deleted: [CacheKey] = []
+                    for key in gone {
+                        let statement = key.isWholeKey ? statements.deleteEvictedWhole : statements.deleteEvictedByPrefix
+                        defer { statement.reset() }
+                        try statement.bind(1, key.prefix)
+                        if !key.isWholeKey { try statement.bind(2, key.prefix + "\u{7F}") }
+                        while try statement.step() { deleted.append(CacheKey(hex: statement.string(0) ?? "")) }
+                    }
+                    return deleted
                 }
+                removed += try priority == .background ? yieldingToHits(deleteAll) : deleteAll()
             }
         } catch {
             logger.error("cannot remove evicted entries", metadata: ["error": "\(error)"])

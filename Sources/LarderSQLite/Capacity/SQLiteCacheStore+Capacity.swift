@@ -41,6 +41,10 @@ struct Trimming {
     var underWay = false
     /// Vacuum steps are under way (one run of them at a time, however many asked).
     var vacuuming = false
+    /// Objects the policy evicted whose rows wait to be deleted, a batch per turn
+    /// (`SQLiteCacheStore.deleteEvicted`), and whether those turns are under way.
+    var evictionBacklog: [PolicyKey] = []
+    var deletingBacklog = false
     /// Where the age sweep goes on from at its next tick: the last rowid it looked at.
     var sweepCursor: Int64 = 0
     var sweepTimer: DispatchSourceTimer?
@@ -56,6 +60,9 @@ enum WorkPriority {
 
 extension SQLiteCacheStore {
     static let evictionBatch = 256
+    /// Rows eviction deletes in a commit's own turn at most (`enforceCapacity`,
+    /// `deleteEvicted`); the rest go in paced background batches.
+    static let evictionsAtOnce = 1_024
     /// Rows the retention sweep looks at per writer turn, and turns per tick (a minute).
     static let sweepWindow: Int64 = 2_048
     static let sweepWindowsPerTick = 32
@@ -90,13 +97,23 @@ extension SQLiteCacheStore {
     /// writer's turn, so the next commit cannot add to an overfull store), then goes on to the
     /// low-water mark in background batches that let saves interleave. The first part runs even
     /// while a retention sweep or earlier batches are under way: commits between their turns
-    /// would otherwise fill the store past its limit unchecked.
+    /// would otherwise fill the store past its limit unchecked. It evicts at most
+    /// `evictionsAtOnce` rows, what many group commits add: a store opened with a lower
+    /// `maxBytes` than it holds comes down to it in the paced background batches instead of one
+    /// turn that holds the writer for seconds. While the policy's evictions wait to be deleted
+    /// (`evictionBacklog`) their rows are still counted here: the policy, which counts without
+    /// them, has already chosen what goes, so the oldest rows are not evicted besides.
     func enforceCapacity() {
         guard capacity.maxBytes < Int.max else { return }
         let used = usedBytes()
         if used > counters.peakUsedBytes.load(ordering: .relaxed) { counters.peakUsedBytes.store(used, ordering: .relaxed) }
-        guard used > capacity.maxBytes else { return }
-        while !closed.load(ordering: .relaxed), usedBytes() > capacity.maxBytes, evictOnce(.writer) > 0 {}
+        guard used > capacity.maxBytes, trimming.evictionBacklog.isEmpty else { return }
+        var evicted = 0
+        while !closed.load(ordering: .relaxed), evicted < Self.evictionsAtOnce, usedBytes() > capacity.maxBytes {
+            let removed = evictOnce(.writer)
+            guard removed > 0 else { break }
+            evicted += removed
+        }
         guard !trimming.underWay else { return }
         trimming.underWay = true
         // Its own turn: this commit's callers are answered first.
@@ -104,11 +121,12 @@ extension SQLiteCacheStore {
     }
 
     private func evictBatch() {
+        let started = DispatchTime.now().uptimeNanoseconds
         guard !closed.load(ordering: .relaxed), evictOnce(.background) > 0 else {
             trimming.underWay = false
             return vacuumStep()
         }
-        writerQueue.async { [self] in evictBatch() }
+        queuePaced(after: started) { [self] in evictBatch() }
     }
 
     /// Evicts up to `evictionBatch` of the oldest rows, as many as free what is over the
@@ -149,7 +167,7 @@ extension SQLiteCacheStore {
     /// the writer queue), committing what is pending first; for tests and tools.
     public func waitForTrimming() {
         commitAndWait()
-        while writerQueue.sync(execute: { trimming.underWay }) {}
+        while writerQueue.sync(execute: { trimming.underWay || trimming.deletingBacklog }) {}
         writerQueue.sync {}
     }
 
