@@ -262,29 +262,38 @@ extension SQLiteCacheStore {
     /// the writer for 26 s, and every save and every scrape of the metrics waited for it
     /// (docs/performance.md, "Eviction and the retention sweep under load").
     func deleteEvicted(_ keys: [PolicyKey]) {
-        guard keys.count <= Self.evictionsAtOnce else {
-            trimming.evictionBacklog += keys.dropFirst(Self.evictionsAtOnce)
-            deleteEvicted(Array(keys.prefix(Self.evictionsAtOnce)))
-            if !trimming.deletingBacklog {
-                trimming.deletingBacklog = true
-                writerQueue.async { [self] in deleteEvictionBacklog() }
-            }
-            return
+        guard keys.count > Self.evictionsAtOnce || !trimming.evictionBacklog.isEmpty else {
+            return deleteEvicted(keys, priority: .writer)
         }
-        deleteEvicted(keys, priority: .writer)
+        // While a backlog waits, each commit's turn still deletes its share from it: evictions
+        // as misses come (a storm at capacity) keep pace as before.
+        if trimming.evictionBacklog.isEmpty { trimming.backlogCeiling = usedBytes() }
+        trimming.evictionBacklog += keys
+        deleteEvicted(takeFromBacklog(Self.evictionsAtOnce), priority: .writer)
+        if !trimming.evictionBacklog.isEmpty, !trimming.deletingBacklog {
+            trimming.deletingBacklog = true
+            writerQueue.async { [self] in deleteEvictionBacklog() }
+        }
+    }
+
+    /// Up to `count` keys off the backlog (from its end: the order rows go in does not matter).
+    private func takeFromBacklog(_ count: Int) -> [PolicyKey] {
+        let taken = Array(trimming.evictionBacklog.suffix(count))
+        trimming.evictionBacklog.removeLast(taken.count)
+        return taken
     }
 
     /// On the writer queue: deletes the next batch of the eviction backlog in its own turn, then
-    /// queues the next one after a pause as long as this turn took (as a purge's batches).
+    /// queues the next one after a pause as long as this turn took (as a purge's batches). At
+    /// the end, the capacity check the backlog held back runs.
     private func deleteEvictionBacklog() {
         guard !closed.load(ordering: .relaxed), !trimming.evictionBacklog.isEmpty else {
             trimming.deletingBacklog = false
+            if !closed.load(ordering: .relaxed) { enforceCapacity() }
             return vacuumStep()
         }
         let started = DispatchTime.now().uptimeNanoseconds
-        let batch = Array(trimming.evictionBacklog.prefix(Self.evictionBatch))
-        trimming.evictionBacklog.removeFirst(batch.count)
-        deleteEvicted(batch, priority: .background)
+        deleteEvicted(takeFromBacklog(Self.evictionBatch), priority: .background)
         queuePaced(after: started) { [self] in deleteEvictionBacklog() }
     }
 

@@ -37,14 +37,19 @@ public struct StoreCapacity: Sendable, Equatable {
 
 /// Eviction and the retention sweep, on the writer queue only.
 struct Trimming {
-    /// An eviction or a sweep is under way.
+    /// A retention sweep is under way.
     var underWay = false
+    /// Eviction batches down to the low-water mark are under way.
+    var evicting = false
     /// Vacuum steps are under way (one run of them at a time, however many asked).
     var vacuuming = false
     /// Objects the policy evicted whose rows wait to be deleted, a batch per turn
     /// (`SQLiteCacheStore.deleteEvicted`), and whether those turns are under way.
     var evictionBacklog: [PolicyKey] = []
     var deletingBacklog = false
+    /// Bytes held when the backlog began: past them, the capacity check evicts the oldest rows
+    /// even while it waits (the policy's estimate may have drifted).
+    var backlogCeiling = 0
     /// Where the age sweep goes on from at its next tick: the last rowid it looked at.
     var sweepCursor: Int64 = 0
     var sweepTimer: DispatchSourceTimer?
@@ -102,20 +107,21 @@ extension SQLiteCacheStore {
     /// `maxBytes` than it holds comes down to it in the paced background batches instead of one
     /// turn that holds the writer for seconds. While the policy's evictions wait to be deleted
     /// (`evictionBacklog`) their rows are still counted here: the policy, which counts without
-    /// them, has already chosen what goes, so the oldest rows are not evicted besides.
+    /// them, has already chosen what goes, so the oldest rows are not evicted besides, unless the
+    /// store grows past what it held when the backlog began.
     func enforceCapacity() {
         guard capacity.maxBytes < Int.max else { return }
         let used = usedBytes()
         if used > counters.peakUsedBytes.load(ordering: .relaxed) { counters.peakUsedBytes.store(used, ordering: .relaxed) }
-        guard used > capacity.maxBytes, trimming.evictionBacklog.isEmpty else { return }
+        guard used > capacity.maxBytes, trimming.evictionBacklog.isEmpty || used > trimming.backlogCeiling else { return }
         var evicted = 0
         while !closed.load(ordering: .relaxed), evicted < Self.evictionsAtOnce, usedBytes() > capacity.maxBytes {
             let removed = evictOnce(.writer)
             guard removed > 0 else { break }
             evicted += removed
         }
-        guard !trimming.underWay else { return }
-        trimming.underWay = true
+        guard !trimming.evicting else { return }
+        trimming.evicting = true
         // Its own turn: this commit's callers are answered first.
         writerQueue.async { [self] in evictBatch() }
     }
@@ -123,7 +129,7 @@ extension SQLiteCacheStore {
     private func evictBatch() {
         let started = DispatchTime.now().uptimeNanoseconds
         guard !closed.load(ordering: .relaxed), evictOnce(.background) > 0 else {
-            trimming.underWay = false
+            trimming.evicting = false
             return vacuumStep()
         }
         queuePaced(after: started) { [self] in evictBatch() }
@@ -167,12 +173,13 @@ extension SQLiteCacheStore {
     /// the writer queue), committing what is pending first; for tests and tools.
     public func waitForTrimming() {
         commitAndWait()
-        while writerQueue.sync(execute: { trimming.underWay || trimming.deletingBacklog }) {}
+        while writerQueue.sync(execute: { trimming.underWay || trimming.evicting || trimming.deletingBacklog }) { usleep(1_000) }
         writerQueue.sync {}
     }
 
     /// The most bytes held at once, right after a commit and before the eviction that follows
-    /// it: at most `maxBytes` plus one group commit; for tests.
+    /// it: at most `maxBytes` plus one group commit (and, during a large eviction, the rows still
+    /// waiting in its backlog); for tests.
     public var peakUsedByteCount: Int { counters.peakUsedBytes.load(ordering: .relaxed) }
 
     /// Bytes held (bodies, body files, metadata), as capacity counts them.
