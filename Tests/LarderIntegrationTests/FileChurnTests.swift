@@ -14,17 +14,14 @@ final class FileChurnTests: IntegrationTestCase {
     /// How long the churn goes on (at least three rounds).
     private static let churnSeconds = 12.0
 
-    /// Runs `code` in python3's sqlite3 on the test's database; prints what it prints.
+    /// Runs `code` in python3's sqlite3 on the test's database (`c`, its connection); returns
+    /// what it prints.
     private func python(_ code: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=2); " + code, databasePath]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        let (status, output, errors) = try runToEnd(
+            URL(fileURLWithPath: "/usr/bin/env"),
+            ["python3", "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=2); " + code, databasePath])
+        XCTAssertEqual(status, 0, String(decoding: errors, as: UTF8.self))
+        return String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     private func fileSize() -> Int { (try? FileManager.default.attributesOfItem(atPath: databasePath)[.size] as? Int) ?? 0 }
