@@ -331,7 +331,7 @@ extension SQLiteCacheStore {
                     }
                     return deleted
                 }
-                removed += try priority == .background ? yieldingToHits(deleteAll) : deleteAll()
+                removed += try running(at: priority, deleteAll)
             }
         } catch {
             logger.error("cannot remove evicted entries", metadata: ["error": "\(error)"])

@@ -278,7 +278,7 @@ extension SQLiteCacheStore {
                 delete.reset()
                 return removed
             }
-            return try priority == .background ? yieldingToHits(deleteAll) : deleteAll()
+            return try running(at: priority, deleteAll)
         }
         reapDeadFiles()
         forgetInPolicy(removed.map(\.primaryKey))
@@ -332,6 +332,15 @@ extension SQLiteCacheStore {
             return
         }
         queuePaced(after: started) { [self] in vacuumNextStep() }
+    }
+
+    /// `work` on the writer queue's thread, or yielding to the hits (`yieldingToHits`) when
+    /// nobody waits for it.
+    func running<T, Failure: Error>(at priority: WorkPriority, _ work: @escaping () throws(Failure) -> T) throws(Failure) -> T {
+        switch priority {
+        case .writer: try work()
+        case .background: try yieldingToHits(work)
+        }
     }
 
     /// On the writer queue (inside a write transaction, or for a read of its own): runs `work`
