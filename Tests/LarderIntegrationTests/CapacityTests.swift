@@ -52,6 +52,7 @@ final class CapacityTests: IntegrationTestCase {
         let stats = try storedStatistics(client)
         XCTAssertLessThanOrEqual(try XCTUnwrap(stats["bytes"] as? Int), maxBytes)
         XCTAssertGreaterThan(try XCTUnwrap(stats["evictions"] as? Int), 150)
+        XCTAssertEqual(stats["evictionBacklog"] as? Int, 0, "evicted a few at a time: none waits")
         XCTAssertEqual(stats["capacityBytes"] as? Int, maxBytes)
         XCTAssertLessThanOrEqual(peakStored, maxBytes, "once the writer is idle, what is stored is under --max-bytes")
         // Eviction follows every commit: the most ever held is one group commit over.

@@ -71,6 +71,7 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertEqual(samples[#"larder_cache_entries{}"#], 5)
         XCTAssertGreaterThan(samples[#"larder_cache_bytes{}"#] ?? 0, 0)
         XCTAssertEqual(samples[#"larder_cache_evictions_total{}"#], 0)
+        XCTAssertEqual(samples[#"larder_cache_eviction_backlog{}"#], 0)
         // How many misses the key filter answered depends on when its start-up build ended
         // (KeyFilterTests counts them); the counter is exported either way.
         XCTAssertNotNil(samples[#"larder_store_lookups_skipped_total{}"#])

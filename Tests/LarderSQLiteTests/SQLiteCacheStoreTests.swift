@@ -852,7 +852,8 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
     /// A store opened with a lower limit than it holds: the policy evicts thousands of objects at
     /// the first save, and their rows go `evictionsAtOnce` in the commit's own turn, at the
     /// writer's priority, and the rest in paced batches at background priority, down to the
-    /// limit. (In one turn, 100,000 rows held the writer 26 s: saves and scrapes waited.)
+    /// limit. (In one turn, 100,000 rows held the writer 26 s: saves and scrapes waited.) The
+    /// figures report the objects waiting, until none does.
     func testAStoreOverItsLimitAtOpeningComesDownToItInBackgroundBatches() throws {
         try skipUnlessBackgroundIsLower()
         let first = try SQLiteCacheStore(path: path, logger: logger)
@@ -865,10 +866,23 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         while !store.policyRestored { store.writerQueue.sync {} }
         XCTAssertGreaterThan(store.usedByteCount, 3 << 20)
         try recordNicenessOfDeletes(store)
-        save(store, sized("new", bytes: 1_000, storedAt: 4_000))
+        XCTAssertEqual(store.figures.evictionBacklog, 0)
+        // The writer held while the save queues its commit, and a turn queued right behind that
+        // commit: it runs before the commit's first backlog batch, which the commit queues.
+        let gate = DispatchSemaphore(value: 0)
+        store.writerQueue.async { gate.wait() }
+        store.save(sized("new", bytes: 1_000, storedAt: 4_000)) { _ in }
+        let waitingAtCommit = Locked<Int?>(nil)
+        store.writerQueue.async { waitingAtCommit.withLock { $0 = store.evictionBacklogCount } }
+        gate.signal()
         store.waitForTrimming()
         XCTAssertLessThanOrEqual(store.usedByteCount, 1 << 20, "down to the limit")
+        XCTAssertEqual(store.figures.evictionBacklog, 0, "none waits once trimmed")
+        XCTAssertEqual(store.statistics().evictionBacklog, 0)
         let recorded = try nicenessOfDeletes(store)
+        XCTAssertEqual(
+            waitingAtCommit.withLock { $0 }, recorded.count - SQLiteCacheStore.evictionsAtOnce,
+            "all but the commit's share waited in the backlog")
         let writers = recorded.values.filter { $0 == Int(Self.niceness()) }.count
         XCTAssertGreaterThan(recorded.count, 2 * SQLiteCacheStore.evictionsAtOnce, "the test evicts more than a turn's share")
         XCTAssertGreaterThan(writers, 0, "the first rows go in the commit's turn")

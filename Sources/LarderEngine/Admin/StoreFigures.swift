@@ -6,6 +6,8 @@ public struct StoreFigures: Sendable, Equatable {
     public var capacityBytes: Int?
     public var evictions = 0
     public var expiredRemovals = 0
+    /// As StoredStatistics.evictionBacklog.
+    public var evictionBacklog = 0
     /// Store operations that failed since start (a shared store out of reach).
     public var failures = 0
     /// Responses answered but not stored because the store was too far behind.

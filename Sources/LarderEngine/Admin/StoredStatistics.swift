@@ -20,6 +20,9 @@ public struct StoredStatistics: Sendable, Equatable {
     /// Entries evicted for capacity, and removed by the retention sweep, since start.
     public var evictions = 0
     public var expiredRemovals = 0
+    /// Objects evicted whose rows wait to be deleted in background batches (SQLite, after a
+    /// large eviction); `bytes` still counts them.
+    public var evictionBacklog = 0
     /// The admission policy's counts (nil: the store has none).
     public var admission: AdmissionFigures?
     /// The store could not be read (a shared Redis out of reach, a database error): the figures

@@ -58,6 +58,7 @@ extension SQLiteCacheStore: CacheAdministration {
         }
         statistics.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
         statistics.evictions = evictionCount
+        statistics.evictionBacklog = evictionBacklogCount
         statistics.expiredRemovals = expiredRemovalCount
         statistics.admission = admissionFigures
         return statistics
@@ -245,6 +246,7 @@ extension SQLiteCacheStore: OperatedStore {
         figures.bytes = usage.bytes
         figures.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
         figures.evictions = evictionCount
+        figures.evictionBacklog = evictionBacklogCount
         figures.expiredRemovals = expiredRemovalCount
         figures.failures = storageFailures
         figures.shedWrites = counters.shedWrites.load(ordering: .relaxed)

@@ -270,6 +270,7 @@ extension SQLiteCacheStore {
         if trimming.evictionBacklog.isEmpty { trimming.backlogCeiling = usedBytes() }
         trimming.evictionBacklog += keys
         deleteEvicted(takeFromBacklog(Self.evictionsAtOnce), priority: .writer)
+        counters.evictionBacklog.store(trimming.evictionBacklog.count, ordering: .relaxed)
         if !trimming.evictionBacklog.isEmpty, !trimming.deletingBacklog {
             trimming.deletingBacklog = true
             writerQueue.async { [self] in deleteEvictionBacklog() }
@@ -294,6 +295,7 @@ extension SQLiteCacheStore {
         }
         let started = DispatchTime.now().uptimeNanoseconds
         deleteEvicted(takeFromBacklog(Self.evictionBatch), priority: .background)
+        counters.evictionBacklog.store(trimming.evictionBacklog.count, ordering: .relaxed)
         queuePaced(after: started) { [self] in deleteEvictionBacklog() }
     }
 

@@ -95,6 +95,8 @@ extension SQLiteCacheStore {
 
     /// Entries evicted for capacity since the store opened.
     public var evictionCount: Int { counters.evictions.load(ordering: .relaxed) }
+    /// Objects evicted whose rows still wait to be deleted (`deleteEvicted`).
+    public var evictionBacklogCount: Int { counters.evictionBacklog.load(ordering: .relaxed) }
     /// Entries removed by the retention sweep since the store opened.
     public var expiredRemovalCount: Int { counters.expiredRemovals.load(ordering: .relaxed) }
 

@@ -8,6 +8,9 @@ final class StoreCounters: Sendable {
     let shedWrites = Atomic<Int>(0)
     /// Entries evicted for capacity.
     let evictions = Atomic<Int>(0)
+    /// Objects the policy evicted whose rows wait in the eviction backlog (set on the writer
+    /// queue whenever the backlog changes; read by scrapes and /cache/stats).
+    let evictionBacklog = Atomic<Int>(0)
     /// Entries removed by the retention sweep.
     let expiredRemovals = Atomic<Int>(0)
     /// Incremental vacuum steps run (each gives back at most `vacuumStep` free pages).

@@ -270,6 +270,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         gauge("larder_cache_entries").record(figures.entries)
         gauge("larder_cache_bytes").record(figures.bytes)
         gauge("larder_cache_capacity_bytes").record(figures.capacityBytes ?? 0)
+        gauge("larder_cache_eviction_backlog").record(figures.evictionBacklog)
         gauge("larder_storage_healthy").record(store.storageHealthy ? 1 : 0)
         // Counters kept by the store; Prometheus counters advance by what changed since.
         let (evicted, expired, failed, shed, skipped, rejected) = reported.withLock { reported -> (Int, Int, Int, Int, Int, Int) in

@@ -165,7 +165,8 @@ struct AdminRoute: Sendable {
         func time(_ value: Double?) -> String { value.map { #""\#(RFC3339Time.format($0))""# } ?? "null" }
         out.append(contentsOf: #"{"stored":{"entries":\#(stored.entries),"bytes":\#(stored.bytes),"#.utf8)
         out.append(contentsOf: #""capacityBytes":\#(number(stored.capacityBytes.map(Double.init))),"#.utf8)
-        out.append(contentsOf: #""evictions":\#(stored.evictions),"expiredRemovals":\#(stored.expiredRemovals),"#.utf8)
+        out.append(contentsOf: #""evictions":\#(stored.evictions),"evictionBacklog":\#(stored.evictionBacklog),"#.utf8)
+        out.append(contentsOf: #""expiredRemovals":\#(stored.expiredRemovals),"#.utf8)
         if let admission = stored.admission { Self.appendAdmission(admission, to: &out) }
         out.append(contentsOf: #""oldestStoredAt":\#(time(stored.oldestStoredAt)),"#.utf8)
         out.append(contentsOf: #""newestStoredAt":\#(time(stored.newestStoredAt)),"namespaces":{"#.utf8)
