@@ -23,7 +23,7 @@ enum MetricHelp {
         "larder_storage_healthy": "1 while the store works; 0 while writes fail (a full disk) or a shared store is out of reach",
         "larder_cache_evictions_total": "Entries evicted for capacity",
         "larder_cache_eviction_backlog":
-            "Objects evicted whose rows wait to be deleted in background batches (after a large eviction); larder_cache_bytes counts them until then",
+            "Objects evicted whose rows wait to be deleted in background batches (after a large eviction); counted in bytes until then",
         "larder_cache_expired_removals_total": "Entries removed by the retention sweep",
         "larder_store_errors_total": "Store operations that failed",
         "larder_store_writes_shed_total": "Responses answered but not stored because more than 32 MiB waited for its commit",
