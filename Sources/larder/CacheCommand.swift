@@ -124,7 +124,12 @@ extension Cache {
                     } ?? ""
                 var rows: [[String]] = [
                     ["stored", "\(Format.count(stored["entries"], "entry", "entries")), \(Format.bytes(stored["bytes"]))\(used)"],
-                    ["", "\(Format.number(stored["evictions"])) evicted, \(Format.number(stored["expiredRemovals"])) expired since start"],
+                    [
+                        "",
+                        "\(Format.number(stored["evictions"])) evicted, \(Format.number(stored["expiredRemovals"])) expired since start"
+                            + ((stored["evictionBacklog"] as? Int ?? 0) > 0
+                                ? "; \(Format.number(stored["evictionBacklog"])) evicted still to delete" : "")
+                    ],
                     ["memory tier", "\(Format.bytes(tier["bytes"])) of \(Format.bytes(tier["capacityBytes"]))"],
                     [
                         "since start",

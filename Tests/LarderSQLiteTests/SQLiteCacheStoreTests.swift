@@ -871,7 +871,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         // commit: it runs before the commit's first backlog batch, which the commit queues.
         let gate = DispatchSemaphore(value: 0)
         store.writerQueue.async { gate.wait() }
-        store.save(sized("new", bytes: 1_000, storedAt: 4_000)) { _ in }
+        store.save(sized("new", bytes: 1_000, storedAt: 4_000)) { XCTAssertTrue($0) }
         let waitingAtCommit = Locked<Int?>(nil)
         store.writerQueue.async { waitingAtCommit.withLock { $0 = store.evictionBacklogCount } }
         gate.signal()

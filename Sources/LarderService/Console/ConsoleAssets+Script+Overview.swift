@@ -66,7 +66,8 @@ extension ConsoleAssets {
                   count(since.hits) + ' hits, ' + count(since.misses) + ' misses, ' + count(since.stale) + ' stale, ' +
                     count(since.coalesced) + ' coalesced'),
                 card('stat-evictions', 'Evictions', count(stored.evictions),
-                  count(stored.expiredRemovals) + ' removed by expiry'),
+                  count(stored.expiredRemovals) + ' removed by expiry' +
+                    (stored.evictionBacklog ? '; ' + count(stored.evictionBacklog) + ' still to delete' : '')),
                 card('stat-health', 'Storage', state.health || '…', 'memory tier ' + bytes(stats.memoryTier.bytes) + ' of ' +
                   bytes(stats.memoryTier.capacityBytes)),
                 card('stat-upstream-errors', 'Upstream errors', count(upstreamErrors.reduce((sum, [, n]) => sum + n, 0)),
