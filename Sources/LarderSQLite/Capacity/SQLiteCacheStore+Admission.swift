@@ -270,7 +270,6 @@ extension SQLiteCacheStore {
         if trimming.evictionBacklog.isEmpty { trimming.backlogCeiling = usedBytes() }
         trimming.evictionBacklog += keys
         deleteEvicted(takeFromBacklog(Self.evictionsAtOnce), priority: .writer)
-        counters.evictionBacklog.store(trimming.evictionBacklog.count, ordering: .relaxed)
         if !trimming.evictionBacklog.isEmpty, !trimming.deletingBacklog {
             trimming.deletingBacklog = true
             writerQueue.async { [self] in deleteEvictionBacklog() }
@@ -278,9 +277,11 @@ extension SQLiteCacheStore {
     }
 
     /// Up to `count` keys off the backlog (from its end: the order rows go in does not matter).
+    /// Every change of the backlog ends with one of these, so the reported count is set here.
     private func takeFromBacklog(_ count: Int) -> [PolicyKey] {
         let taken = Array(trimming.evictionBacklog.suffix(count))
         trimming.evictionBacklog.removeLast(taken.count)
+        counters.evictionBacklog.store(trimming.evictionBacklog.count, ordering: .relaxed)
         return taken
     }
 
@@ -295,7 +296,6 @@ extension SQLiteCacheStore {
         }
         let started = DispatchTime.now().uptimeNanoseconds
         deleteEvicted(takeFromBacklog(Self.evictionBatch), priority: .background)
-        counters.evictionBacklog.store(trimming.evictionBacklog.count, ordering: .relaxed)
         queuePaced(after: started) { [self] in deleteEvictionBacklog() }
     }
 

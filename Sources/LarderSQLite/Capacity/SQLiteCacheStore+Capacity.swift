@@ -65,8 +65,8 @@ enum WorkPriority {
 
 extension SQLiteCacheStore {
     static let evictionBatch = 256
-    /// Rows eviction deletes in a commit's own turn at most (`enforceCapacity`,
-    /// `deleteEvicted`); the rest go in paced background batches.
+    /// What eviction deletes in a commit's own turn at most: rows (`enforceCapacity`), or the
+    /// policy's evicted objects (`deleteEvicted`); the rest go in paced background batches.
     static let evictionsAtOnce = 1_024
     /// Rows the retention sweep looks at per writer turn, and turns per tick (a minute).
     static let sweepWindow: Int64 = 2_048
