@@ -83,7 +83,8 @@ public enum ResponseHeaders {
     /// here, so it uses the byte-level parser rather than Foundation's.)
     public static func parseJSON(_ bytes: [UInt8]) -> [HeaderField] {
         guard let members = JSONParser.stringMembers(bytes) else { return [] }
-        let fields = members.map { HeaderField($0.name, $0.value) }.sorted { $0.name < $1.name }
+        var fields = members.map { HeaderField($0.name, $0.value) }
+        fields.sort { $0.name < $1.name }
         // A repeated name is refused, as JSONParser.parse refuses it.
         for index in fields.indices.dropFirst() where fields[index].name == fields[index - 1].name { return [] }
         return fields

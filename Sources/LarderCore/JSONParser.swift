@@ -43,6 +43,15 @@ public enum JSONParser {
         }
     }
 
+    /// The items of a document that is one array of strings, in order, or nil when it is
+    /// anything else (an entry's tags, read with every entry from a store: no `JSONValue`).
+    public static func strings(_ buffer: UnsafeBufferPointer<UInt8>) -> [String]? {
+        var reader = Reader(bytes: buffer, maxDepth: 1)
+        guard let items = try? reader.strings() else { return nil }
+        reader.skipWhitespace()
+        return reader.index == buffer.count ? items : nil
+    }
+
     /// Whether `bytes` are one well-formed JSON document nested at most `maxDepth` deep.
     /// Assumes the bytes are valid UTF-8 (the caller checked) and builds nothing.
     public static func isValid(_ bytes: [UInt8], maxDepth: Int = 512) -> Bool {
@@ -155,6 +164,8 @@ public enum JSONParser {
             guard current == UInt8(ascii: "{") else { throw error("expected an object") }
             index += 1
             var members: [(name: String, value: String)] = []
+            // A stored response has a handful of fields: one allocation rather than four.
+            members.reserveCapacity(8)
             skipWhitespace()
             if current == UInt8(ascii: "}") {
                 index += 1
@@ -165,6 +176,32 @@ public enum JSONParser {
                 guard current == UInt8(ascii: "\"") else { throw error("expected a string") }
                 members.append((name, try string()))
                 if try objectEnds() { return members }
+            }
+        }
+
+        /// `["item",...]`, whitespace allowed (see `JSONParser.strings`).
+        mutating func strings() throws(JSONParseError) -> [String] {
+            skipWhitespace()
+            guard current == UInt8(ascii: "[") else { throw error("expected an array") }
+            index += 1
+            var items: [String] = []
+            skipWhitespace()
+            if current == UInt8(ascii: "]") {
+                index += 1
+                return items
+            }
+            while true {
+                skipWhitespace()
+                guard current == UInt8(ascii: "\"") else { throw error("expected a string") }
+                items.append(try string())
+                skipWhitespace()
+                switch current {
+                case UInt8(ascii: ","): index += 1
+                case UInt8(ascii: "]"):
+                    index += 1
+                    return items
+                default: throw error("expected ',' or ']'")
+                }
             }
         }
 

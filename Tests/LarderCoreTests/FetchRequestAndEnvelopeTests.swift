@@ -150,6 +150,16 @@ final class EnvelopeTests: XCTestCase {
             JSONParser.stringMembers(Array(#"{"z":"1","y":"2","z":"3"}"#.utf8))?.map(\.name), ["z", "y", "z"], "in document order")
     }
 
+    func testAnArrayOfStringsIsReadWithoutBuildingValues() {
+        func strings(_ text: String) -> [String]? { Array(text.utf8).withUnsafeBufferPointer { JSONParser.strings($0) } }
+        XCTAssertEqual(strings(#"["t4"]"#), ["t4"])
+        XCTAssertEqual(strings(#" [ "b" , "a\u00e9", "a" ] "#), ["b", "aé", "a"], "in document order, escapes read")
+        XCTAssertEqual(strings("[]"), [])
+        for bad in ["", "{}", "[1]", #"["a",]"#, #"["a""#, #"["a"] x"#, #"[["a"]]"#, #"["a" "b"]"#, "null"] {
+            XCTAssertNil(strings(bad), bad)
+        }
+    }
+
     func testTextAndBinaryBodiesAreEscaped() throws {
         let text = try decode(
             Envelope.render(

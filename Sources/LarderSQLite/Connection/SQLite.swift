@@ -241,6 +241,17 @@ final class SQLiteStatement {
         return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
     }
 
+    /// The column's text, or `known` itself when the text is the same bytes (no new string:
+    /// an entry's key is nearly always its primary key, its URL key nearly always its URL).
+    func string(_ column: Int32, reusing known: String) -> String? {
+        guard let text = sqlite3_column_text(handle, column) else { return nil }
+        let count = Int(sqlite3_column_bytes(handle, column))
+        let column = UnsafeBufferPointer(start: text, count: count)
+        var known = known
+        if known.withUTF8({ $0.elementsEqual(column) }) { return known }
+        return String(decoding: column, as: UTF8.self)
+    }
+
     /// The blob in SQLite's own buffer, valid only inside `body`.
     func withBlob<T>(_ column: Int32, _ body: (UnsafeRawBufferPointer) -> T) -> T {
         let pointer = sqlite3_column_blob(handle, column)

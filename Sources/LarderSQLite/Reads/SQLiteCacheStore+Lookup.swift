@@ -47,7 +47,7 @@ extension SQLiteCacheStore {
         var entries: [StoredEntry] = []
         try select.bind(1, primaryKey.hex)
         while try select.step() {
-            let key = CacheKey(hex: select.string(19) ?? primaryKey.hex)
+            let key = CacheKey(hex: select.string(19, reusing: primaryKey.hex) ?? primaryKey.hex)
             let checksum = select.bytes(7)
             // Checked in SQLite's buffer, then copied once.
             let inFile = select.string(22) != nil
@@ -62,11 +62,12 @@ extension SQLiteCacheStore {
             else { continue }
             let vary = select.string(20) ?? ""
             let bodyFile = select.string(22).map { BodyFile(path: $0, size: Int(select.int64(23)), checksum: checksum) }
+            let url = select.string(2) ?? ""
             entries.append(
                 StoredEntry(
                     key: key, primaryKey: primaryKey, varyNames: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init),
                     variantFingerprint: select.string(21),
-                    namespace: select.string(0) ?? "", method: method, url: select.string(2) ?? "", urlKey: select.string(18),
+                    namespace: select.string(0) ?? "", method: method, url: url, urlKey: select.string(18, reusing: url),
                     status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
                     freshness: EntryFreshness(
                         storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),

@@ -269,7 +269,11 @@ extension SQLiteCacheStore {
     }
 
     static func tags(fromJSON text: String?) -> [String] {
-        guard let text, text != "[]", case .array(let items)? = try? JSONParser.parse(Array(text.utf8)) else { return [] }
+        guard var text, text != "[]" else { return [] }
+        // Larder writes an array of strings: read as that without building a JSONValue (every
+        // entry read from the store comes through here); anything else as before.
+        if let tags = text.withUTF8({ JSONParser.strings($0) }) { return tags }
+        guard case .array(let items)? = try? JSONParser.parse(Array(text.utf8)) else { return [] }
         return items.compactMap { if case .string(let tag) = $0 { tag } else { nil } }
     }
 

@@ -37,16 +37,16 @@ struct ProxyRoute: Sendable {
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself. (The
     /// request id and trace context are not forwarded either, nor part of the request memo's key:
     /// every request Larder sends upstream carries the request's own; RequestIdentity.)
-    private static let notForwarded: Set<String> = ["host", "content-length", "expect"]
+    private static let notForwarded = FieldNames(["host", "content-length", "expect"])
     /// Fields a client could use to make the origin answer differently for the same cache key
     /// (the origin reflects or routes on them, but they are not part of the key): the
     /// forwarding headers a proxy in front of Larder would set (Larder is the edge here), and
     /// the URL and method overrides some frameworks honour. Stripped before forwarding.
     /// (Every `x-forwarded-*` field too, by prefix.)
-    static let unkeyedOverrides: Set<String> = [
+    static let unkeyedOverrides = FieldNames([
         "forwarded", "x-real-ip", "x-host", "x-original-url", "x-rewrite-url", "x-original-host",
         "x-http-method-override", "x-http-method", "x-method-override"
-    ]
+    ])
     /// Conditions (and ranges) Larder evaluates itself for cacheable requests, so the upstream
     /// always sends a full response that can be stored.
     private static let conditionals = FieldNames([
