@@ -32,17 +32,21 @@ public struct PolicyKey: StableHashable {
     let low: UInt64
 
     init(_ key: CacheKey) {
-        var high: UInt64 = 0
-        var low: UInt64 = 0
-        for (index, byte) in key.hex.utf8.prefix(16).enumerated() {
-            if index < 8 {
-                high |= UInt64(byte) << (56 - 8 * index)
-            } else {
-                low |= UInt64(byte) << (56 - 8 * (index - 8))
+        // Over the string's bytes in place (every hit and every save makes one: an iterator
+        // over the UTF-8 view cost several hundred instructions).
+        var hex = key.hex
+        (high, low) = hex.withUTF8 { bytes in
+            var high: UInt64 = 0
+            var low: UInt64 = 0
+            for index in 0..<min(bytes.count, 16) {
+                if index < 8 {
+                    high |= UInt64(bytes[index]) << (56 - 8 * index)
+                } else {
+                    low |= UInt64(bytes[index]) << (56 - 8 * (index - 8))
+                }
             }
+            return (high, low)
         }
-        self.high = high
-        self.low = low
     }
 
     /// The key's first 16 bytes (the whole key when it is shorter: only tests use such keys).
