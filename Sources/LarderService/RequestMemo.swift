@@ -155,15 +155,18 @@ final class RequestMemo: Sendable {
         return shards[key.hash & (Self.shardCount - 1)].contents.withLock { $0.entries[key]?.value }
     }
 
-    func insert(_ body: [UInt8], _ prepared: Value) {
+    /// Remembers the value `prepared` makes for `body`; it is made only when remembered (most
+    /// requests are seen once and are not: see the doorkeeper above).
+    func insert(_ body: [UInt8], _ prepared: () -> Value) {
         guard body.count <= maxBodyBytes else { return }
-        let cost = Self.cost(keyBytes: body.count, prepared)
         let share = budgetBytes / Self.shardCount
-        guard cost <= share else { return }
         let key = BodyKey(bytes: body, hash: Self.hash(body))
         shards[key.hash & (Self.shardCount - 1)].contents.withLock { contents in
             if contents.entries[key] != nil { return }
             if admitsOnSecondSight, !contents.seenBefore(key.hash) { return }
+            let prepared = prepared()
+            let cost = Self.cost(keyBytes: body.count, prepared)
+            guard cost <= share else { return }
             // The victims are picked from the new key's hash (random per process; its low bits
             // chose the shard, so the high bits are used): no generator state, no system call.
             var pick = UInt64(truncatingIfNeeded: key.hash)

@@ -44,7 +44,7 @@ final class RequestMemoTests: XCTestCase {
                 if memo.lookup(bytes) != nil {
                     if round >= 3 { hits += 1 }
                 } else {
-                    memo.insert(bytes, value)
+                    memo.insert(bytes) { value }
                 }
             }
         }
@@ -62,7 +62,7 @@ final class RequestMemoTests: XCTestCase {
             let bytes = body(index)
             let value = try prepared(bytes)
             costs += RequestMemo.cost(keyBytes: bytes.count, value)
-            memo.insert(bytes, value)
+            memo.insert(bytes) { value }
             XCTAssertLessThanOrEqual(memo.usage.bytes, budget)
         }
         XCTAssertGreaterThan(costs, 10 * budget, "the test must offer far more than the budget")
@@ -76,25 +76,32 @@ final class RequestMemoTests: XCTestCase {
         let hotValues = try hot.map(prepared)
         let each = RequestMemo.cost(keyBytes: hot[0].count, hotValues[0])
         let memo = RequestMemo(budgetBytes: 2_000 * each)
-        for (bytes, value) in zip(hot, hotValues) { memo.insert(bytes, value) }
+        for (bytes, value) in zip(hot, hotValues) { memo.insert(bytes) { value } }
         // The doorkeeper is a Bloom filter hashed with the process's random seed: now and then
         // one of 500 requests is wrongly "seen before" (1 run in 90 has one, simulated).
         XCTAssertLessThanOrEqual(memo.usage.entries, 3, "seen once: not remembered")
-        for (bytes, value) in zip(hot, hotValues) { memo.insert(bytes, value) }
+        for (bytes, value) in zip(hot, hotValues) { memo.insert(bytes) { value } }
         XCTAssertEqual(memo.usage.entries, 500, "seen twice: remembered")
         // A scan of 20,000 requests seen once each (the doorkeeper is cleared several times on
         // the way) leaves the requests that came back where they were.
         let value = try prepared(body(1_000_000))
-        for index in 1_000..<21_000 { memo.insert(body(index), value) }
+        var made = 0
+        for index in 1_000..<21_000 {
+            memo.insert(body(index)) {
+                made += 1
+                return value
+            }
+        }
         let kept = hot.filter { memo.lookup($0) != nil }.count
         XCTAssertEqual(kept, 500, "one-off requests displaced requests that came back")
         // A false "seen before" (the filter's false positives) lets a few of them in.
         let scanned = memo.usage.entries - 500
         XCTAssertLessThan(scanned, 20_000 / 10, "one-off requests were remembered")
+        XCTAssertEqual(made, scanned, "the value is made only for a request remembered")
         // Requests that do come back are remembered.
         for index in 30_000..<30_100 {
-            memo.insert(body(index), value)
-            memo.insert(body(index), value)
+            memo.insert(body(index)) { value }
+            memo.insert(body(index)) { value }
         }
         XCTAssertEqual((30_000..<30_100).filter { memo.lookup(body($0)) != nil }.count, 100)
     }
@@ -131,7 +138,7 @@ final class RequestMemoTests: XCTestCase {
         for (bytes, value) in zip(bodies, values) {
             let copy = bytes.withUnsafeBufferPointer { Array($0) }
             copies.append(copy)
-            memo.insert(copy, value)
+            memo.insert(copy) { value }
         }
         let memoHeap = glibcHeapInUse() - before
         XCTAssertEqual(memo.usage.entries, bodies.count)

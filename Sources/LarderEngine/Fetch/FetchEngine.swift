@@ -91,8 +91,8 @@ public final class FetchEngine: Sendable {
     }
 
     /// Derives the key once; a prepared request can be answered any number of times.
-    public func prepare(_ request: FetchRequest) -> PreparedFetch {
-        PreparedFetch(request: request, derived: keys.derive(for: request))
+    public func prepare(_ request: FetchRequest, for identity: RequestIdentity? = nil) -> PreparedFetch {
+        PreparedFetch(request: request, derived: keys.derive(for: request), identity: identity)
     }
 
     /// Answers `request`. Returns the reply when the cache can answer at once; otherwise

@@ -20,4 +20,9 @@ public final class PreparedFetch: Sendable {
     public func identified(_ identity: RequestIdentity) -> PreparedFetch {
         PreparedFetch(request: request, derived: derived, identity: identity)
     }
+
+    /// The same request, tied to no caller (what a request memo keeps).
+    public var withoutIdentity: PreparedFetch {
+        identity == nil ? self : PreparedFetch(request: request, derived: derived)
+    }
 }

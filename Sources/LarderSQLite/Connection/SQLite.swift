@@ -2,6 +2,7 @@
 // deinit; every result code converted to SQLiteError at one choke point (`check`).
 
 import CSQLite
+import Glibc
 
 public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     public let code: Int32
@@ -248,7 +249,8 @@ final class SQLiteStatement {
         let count = Int(sqlite3_column_bytes(handle, column))
         let column = UnsafeBufferPointer(start: text, count: count)
         var known = known
-        if known.withUTF8({ $0.elementsEqual(column) }) { return known }
+        // memcmp: the generic elementsEqual goes byte by byte through an iterator.
+        if known.withUTF8({ $0.count == count && (count == 0 || memcmp($0.baseAddress!, text, count) == 0) }) { return known }
         return String(decoding: column, as: UTF8.self)
     }
 

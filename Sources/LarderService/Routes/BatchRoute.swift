@@ -39,7 +39,7 @@ struct BatchRoute: Sendable {
             batch = PreparedBatch(
                 ids: parsed.items.map(\.id), items: parsed.items.map { engine.prepare($0.request) },
                 mode: parsed.mode, concurrency: parsed.concurrency, timeoutMs: parsed.timeoutMs)
-            memo.insert(request.body, .batch(batch))
+            memo.insert(request.body) { .batch(batch) }
         }
         let clock = self.clock
         let ids = batch.ids

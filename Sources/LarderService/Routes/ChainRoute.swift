@@ -28,7 +28,7 @@ struct ChainRoute: Sendable {
             plan = known
         } else {
             plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps)
-            memo.insert(request.body, .chain(plan))
+            memo.insert(request.body) { .chain(plan) }
         }
         let upstreams = self.upstreams
         let clock = self.clock
@@ -40,7 +40,7 @@ struct ChainRoute: Sendable {
             let bytes = value.canonicalBytes
             if case .fetch(let known)? = steps.lookup(bytes) { return known.identified(identity) }
             let prepared = engine.prepare(try FetchRequest.parse(value, path: path, upstreams: upstreams))
-            steps.insert(bytes, .fetch(prepared))
+            steps.insert(bytes) { .fetch(prepared) }
             return prepared.identified(identity)
         }
         // With `include: output`, the document holds the failed steps only.

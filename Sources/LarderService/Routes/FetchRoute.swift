@@ -19,7 +19,7 @@ struct FetchRoute: Sendable {
             prepared = known
         } else {
             prepared = engine.prepare(try FetchRequest.parse(json: body, upstreams: upstreams))
-            memo.insert(body, .fetch(prepared))
+            memo.insert(body) { .fetch(prepared) }
         }
         if prepared.request.method == .head, let fromGet = engine.storedGet(for: prepared.request) {
             return envelope(fromGet, receivedAt: request.receivedAt).about(prepared)

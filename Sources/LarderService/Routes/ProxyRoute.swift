@@ -105,9 +105,9 @@ struct ProxyRoute: Sendable {
             return RouteAnswer(Self.errorResponse(error), errorCode: error.code.rawValue)
         }
         if method == .get {
-            let prepared = engine.prepare(fetch)
-            if !memoKey.isEmpty { memo.insert(memoKey, .fetch(prepared)) }
-            return answerGet(prepared.identified(routeRequest.identity), request: routeRequest)
+            let prepared = engine.prepare(fetch, for: routeRequest.identity)
+            if !memoKey.isEmpty { memo.insert(memoKey) { .fetch(prepared.withoutIdentity) } }
+            return answerGet(prepared, request: routeRequest)
         }
 
         if method == .head {
@@ -118,9 +118,9 @@ struct ProxyRoute: Sendable {
             }
             var forward = fetch
             forward.cache.policy = .noStore
-            return answer(engine.prepare(forward).identified(routeRequest.identity), method: method, request: routeRequest)
+            return answer(engine.prepare(forward, for: routeRequest.identity), method: method, request: routeRequest)
         }
-        return answer(engine.prepare(fetch).identified(routeRequest.identity), method: method, request: routeRequest)
+        return answer(engine.prepare(fetch, for: routeRequest.identity), method: method, request: routeRequest)
     }
 
     /// A GET: a single byte range that no stored whole response answers goes to the range
