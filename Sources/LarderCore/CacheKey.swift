@@ -26,8 +26,35 @@ import Foundation
 
 public struct CacheKey: Sendable, Hashable, CustomStringConvertible {
     public let hex: String
-    public init(hex: String) { self.hex = hex }
+    /// The first 16 hex digits of `hex` as a number: what the key is hashed by. A hit looks
+    /// its key up in several tables (the memory tier's, the writes not yet committed); hashing
+    /// 64 characters for each cost more than the lookups. Keys are HMACs under the instance
+    /// secret, so callers cannot choose keys whose prefixes collide. (A key that is not hex,
+    /// as some tests use, still gets a number of its bytes; only equality needs the whole key.)
+    private let prefix: UInt64
+
+    public init(hex: String) {
+        self.hex = hex
+        var text = hex
+        prefix = text.withUTF8 { bytes in
+            var word: UInt64 = 0
+            for index in 0..<min(bytes.count, 16) {
+                let byte = bytes[index]
+                let nibble = byte <= UInt8(ascii: "9") ? byte &- UInt8(ascii: "0") : (byte | 0x20) &- UInt8(ascii: "a") &+ 10
+                word = word << 4 | UInt64(nibble & 0x0F)
+            }
+            return word
+        }
+    }
+
     public var description: String { hex }
+
+    public static func == (lhs: CacheKey, rhs: CacheKey) -> Bool { lhs.prefix == rhs.prefix && lhs.hex == rhs.hex }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(prefix)
+        hasher.combine(hex.utf8.count)
+    }
 
     /// 0–15, spread evenly, for sharding tables by key: the value of the last hex digit (keys
     /// are HMACs). Taking the digit's byte modulo 16 would leave six of sixteen shards unused.

@@ -18,6 +18,19 @@ final class CacheKeyTests: XCTestCase {
 
     private func key(_ request: FetchRequest) -> String { builder.derive(for: request).key.hex }
 
+    func testKeysSharingTheirHashedPrefixStayDistinct() {
+        // Hashed by their first 16 hex digits; equal only when the whole key is.
+        let prefix = String(repeating: "ab", count: 8)
+        let one = CacheKey(hex: prefix + String(repeating: "0", count: 48))
+        let other = CacheKey(hex: prefix + String(repeating: "1", count: 48))
+        XCTAssertNotEqual(one, other)
+        XCTAssertEqual(one.hashValue, other.hashValue)
+        XCTAssertEqual(Set([one, other, CacheKey(hex: one.hex)]).count, 2)
+        XCTAssertEqual([one: 1, other: 2][CacheKey(hex: other.hex)], 2)
+        XCTAssertNotEqual(CacheKey(hex: "k1"), CacheKey(hex: "k2"))
+        XCTAssertEqual(CacheKey(hex: "k1").hashValue, CacheKey(hex: "k1").hashValue)
+    }
+
     func testKeyIsHexSHA256Sized() throws {
         let derived = builder.derive(for: try request("http://a.test/x"))
         XCTAssertEqual(derived.key.hex.count, 64)
