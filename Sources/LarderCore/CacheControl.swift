@@ -181,6 +181,9 @@ public struct RequestDirectives: Sendable, Equatable {
     public init() {}
 
     public init(headers: [HeaderField]) {
+        // Most requests carry neither field: one pass over the names, no arrays built.
+        guard headers.contains(where: { $0.name.caseInsensitiveEquals("cache-control") || $0.name.caseInsensitiveEquals("pragma") })
+        else { return }
         let values = headers.values("cache-control")
         guard !values.isEmpty else {
             noCache = headers.values("pragma").contains {

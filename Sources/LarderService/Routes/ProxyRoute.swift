@@ -187,6 +187,7 @@ struct ProxyRoute: Sendable {
         let nominated = HopByHop.nominated(in: fields)
         let cacheable = method == .get
         var headers: [HeaderField] = []
+        headers.reserveCapacity(fields.count + upstream.headers.count)
         for field in fields {
             let name = field.name.lowercasedASCII
             if HopByHop.contains(name, nominatedBy: nominated) || notForwarded.contains(name) || RequestIdentity.isIdentityField(name)
