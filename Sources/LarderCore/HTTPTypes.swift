@@ -190,19 +190,27 @@ public struct FieldNames: Sendable {
     public let names: Set<String>
     /// Bit n set when a name has n bytes (63 for 63 and more).
     private let lengths: UInt64
+    /// The names of a small set, compared in turn: comparing a few short strings costs less
+    /// than hashing the one looked for (these sets are asked about every field of every hit).
+    private let few: [String]?
 
     public init(_ names: Set<String>) {
         self.names = names
         lengths = names.reduce(0) { $0 | Self.bit($1) }
+        few = names.count <= 8 ? Array(names) : nil
     }
 
     public func contains(_ name: String) -> Bool {
-        lengths & Self.bit(name) != 0 && names.contains(name)
+        guard lengths & Self.bit(name) != 0 else { return false }
+        if let few { return few.contains(name) }
+        return names.contains(name)
     }
 
     /// The same for a name in any case (lower-casing ASCII keeps the length).
     public func contains(anyCase name: String) -> Bool {
-        lengths & Self.bit(name) != 0 && names.contains(name.lowercasedASCII)
+        guard lengths & Self.bit(name) != 0 else { return false }
+        if let few { return few.contains { $0.caseInsensitiveEquals(name) } }
+        return names.contains(name.lowercasedASCII)
     }
 
     private static func bit(_ name: String) -> UInt64 { 1 << UInt64(min(name.utf8.count, 63)) }
