@@ -26,34 +26,49 @@ import Foundation
 
 public struct CacheKey: Sendable, Hashable, CustomStringConvertible {
     public let hex: String
-    /// The first 16 hex digits of `hex` as a number: what the key is hashed by. A hit looks
-    /// its key up in several tables (the memory tier's, the writes not yet committed); hashing
-    /// 64 characters for each cost more than the lookups. Keys are HMACs under the instance
-    /// secret, so callers cannot choose keys whose prefixes collide. (A key that is not hex,
-    /// as some tests use, still gets a number of its bytes; only equality needs the whole key.)
-    private let prefix: UInt64
+    /// The first 15 hex digits of `hex` as a number, and in the lowest bit whether the key is
+    /// ASCII: what a primary key is hashed by. A hit looks its key up in several tables (the
+    /// memory tier's, the writes not yet committed), and hashing all 64 characters for each cost
+    /// more than the lookups. Primary keys are HMACs under the instance secret, so no caller can
+    /// choose keys whose digits collide. Row keys of variants and stored parts extend their
+    /// primary key (`<key>.<fingerprint>`, `<key>.part`): what follows the 64 digits is hashed
+    /// too. (A key that is not hex, as some tests use, still gets a number from its bytes.)
+    private let leadingDigits: UInt64
 
     public init(hex: String) {
         self.hex = hex
         var text = hex
-        prefix = text.withUTF8 { bytes in
+        leadingDigits = text.withUTF8 { bytes in
             var word: UInt64 = 0
-            for index in 0..<min(bytes.count, 16) {
-                let byte = bytes[index]
+            var any: UInt8 = 0
+            for (index, byte) in bytes.enumerated() {
+                any |= byte
+                guard index < 15 else { continue }
                 let nibble = byte <= UInt8(ascii: "9") ? byte &- UInt8(ascii: "0") : (byte | 0x20) &- UInt8(ascii: "a") &+ 10
                 word = word << 4 | UInt64(nibble & 0x0F)
             }
-            return word
+            return word << 1 | (any < 0x80 ? 1 : 0)
         }
     }
 
     public var description: String { hex }
 
-    public static func == (lhs: CacheKey, rhs: CacheKey) -> Bool { lhs.prefix == rhs.prefix && lhs.hex == rhs.hex }
+    /// The keys' bytes are the same, as SQLite compares keys. For ASCII keys (every real one)
+    /// String's `==` is that comparison; for others it would also equate canonically equivalent
+    /// Unicode, which the hash, taken from the bytes, does not tell apart, so those are compared
+    /// as bytes.
+    public static func == (lhs: CacheKey, rhs: CacheKey) -> Bool {
+        guard lhs.leadingDigits == rhs.leadingDigits else { return false }
+        if lhs.leadingDigits & 1 == 1 { return lhs.hex == rhs.hex }
+        return lhs.hex.utf8.elementsEqual(rhs.hex.utf8)
+    }
 
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(prefix)
-        hasher.combine(hex.utf8.count)
+        hasher.combine(leadingDigits)
+        let count = hex.utf8.count
+        hasher.combine(count)
+        guard count > 64 else { return }
+        for byte in hex.utf8.dropFirst(64) { hasher.combine(byte) }
     }
 
     /// 0–15, spread evenly, for sharding tables by key: the value of the last hex digit (keys
@@ -115,12 +130,13 @@ public struct CacheKeyBuilder: Sendable {
         let bodyHash = request.body.map { Self.hex(SHA256.hash(data: $0)) } ?? ""
         let url = request.url.keyString(ignoring: request.cache.ignoreQuery)
 
-        // Written straight into one buffer (every request not seen before derives its key: a
-        // temporary array per part and `String(Int)` per length were a tenth of a hit over a
-        // million; docs/performance.md).
+        // Written straight into one buffer, with no array per part and no `String(Int)` per
+        // length: every request not seen before derives its key (docs/performance.md, "The
+        // fixed work of a first-sight hit"). Reserved for the labels, the lengths and the body
+        // hash besides the variable parts.
         var encoding: [UInt8] = []
         encoding.reserveCapacity(
-            160 + request.cache.namespace.utf8.count + url.utf8.count + credentials.count + (sensitive?.count ?? 0))
+            192 + request.cache.namespace.utf8.count + url.utf8.count + credentials.count + (sensitive?.count ?? 0))
         encoding.append(contentsOf: "larder-key/1\n".utf8)
         Self.append("namespace", request.cache.namespace, to: &encoding)
         Self.append("method", request.method.rawValue, to: &encoding)

@@ -1,10 +1,13 @@
 // JSON (RFC 8259) read straight from bytes, in one pass, branching on the first byte of each
-// value. Two uses:
+// value. Three uses:
 //  - `JSONParser.parse` builds a `JSONValue` for request bodies (/fetch and friends). Nesting
 //    is capped (64 by default): request bodies are parsed on the server's worker threads, and
 //    a deep document must cost a bounded, linear amount of work there.
 //  - `JSONParser.isValid` checks an upstream body without building anything (no objects, no
 //    recursion), so deciding whether /fetch may embed it as JSON costs one linear scan.
+//  - `JSONParser.stringMembers` and `JSONParser.strings` read an object of strings and an array
+//    of strings without building a `JSONValue`: an entry's header fields and tags, read with
+//    every entry from a store.
 // Duplicate member names are refused when building: the canonical form (and the cache key)
 // could keep only one of them, and another parser might keep the other.
 
@@ -164,7 +167,7 @@ public enum JSONParser {
             guard current == UInt8(ascii: "{") else { throw error("expected an object") }
             index += 1
             var members: [(name: String, value: String)] = []
-            // A stored response has a handful of fields: one allocation rather than four.
+            // A stored response has a handful of fields: allocated once, not at every doubling.
             members.reserveCapacity(8)
             skipWhitespace()
             if current == UInt8(ascii: "}") {

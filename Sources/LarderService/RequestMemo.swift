@@ -155,16 +155,17 @@ final class RequestMemo: Sendable {
         return shards[key.hash & (Self.shardCount - 1)].contents.withLock { $0.entries[key]?.value }
     }
 
-    /// Remembers the value `prepared` makes for `body`; it is made only when remembered (most
-    /// requests are seen once and are not: see the doorkeeper above).
-    func insert(_ body: [UInt8], _ prepared: () -> Value) {
+    /// Remembers the value `make` returns for `body`. It is called only once the doorkeeper lets
+    /// the request in (most requests are seen once and never are), under the shard's lock: it
+    /// must not use the memo. A value over the shard's share is made and then not kept.
+    func insert(_ body: [UInt8], _ make: () -> Value) {
         guard body.count <= maxBodyBytes else { return }
         let share = budgetBytes / Self.shardCount
         let key = BodyKey(bytes: body, hash: Self.hash(body))
         shards[key.hash & (Self.shardCount - 1)].contents.withLock { contents in
             if contents.entries[key] != nil { return }
             if admitsOnSecondSight, !contents.seenBefore(key.hash) { return }
-            let prepared = prepared()
+            let prepared = make()
             let cost = Self.cost(keyBytes: body.count, prepared)
             guard cost <= share else { return }
             // The victims are picked from the new key's hash (random per process; its low bits

@@ -28,7 +28,17 @@ final class CacheKeyTests: XCTestCase {
         XCTAssertEqual(Set([one, other, CacheKey(hex: one.hex)]).count, 2)
         XCTAssertEqual([one: 1, other: 2][CacheKey(hex: other.hex)], 2)
         XCTAssertNotEqual(CacheKey(hex: "k1"), CacheKey(hex: "k2"))
-        XCTAssertEqual(CacheKey(hex: "k1").hashValue, CacheKey(hex: "k1").hashValue)
+        // Row keys extend their primary key: told apart by what follows its 64 digits.
+        let primary = CacheKey(hex: String(repeating: "c", count: 64))
+        let rows = [primary] + (0..<8).map { CacheKey(hex: primary.hex + ".v\($0)") } + [CacheKey(hex: primary.hex + ".part")]
+        XCTAssertEqual(Set(rows).count, 10)
+        XCTAssertGreaterThan(Set(rows.map(\.hashValue)).count, 8, "variants of one key hash alike")
+        // Bytes, not canonical equivalence: "é" as one scalar and as "e" and an accent, after the
+        // same leading digits (String's == calls them equal; their hashes differ).
+        let leading = String(repeating: "a", count: 15)
+        XCTAssertEqual(leading + "\u{E9}", leading + "e\u{301}")
+        XCTAssertNotEqual(CacheKey(hex: leading + "\u{E9}"), CacheKey(hex: leading + "e\u{301}"))
+        XCTAssertEqual(CacheKey(hex: leading + "\u{E9}"), CacheKey(hex: leading + "\u{E9}"))
     }
 
     func testKeyIsHexSHA256Sized() throws {

@@ -130,6 +130,21 @@ final class RequestIdentityTests: IntegrationTestCase {
         XCTAssertEqual(parts(received.headers["traceparent"]).2, "00")
     }
 
+    func testARememberedProxyRequestCarriesEachCallersOwnId() throws {
+        // The request memo keeps a proxy GET without its caller's identity (from its second
+        // sight on): every answer from it, the third request's here, is made for its own caller.
+        let larder = try startLarder { configuration in
+            configuration.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)]
+        }
+        let client = try larder.connection()
+        for index in 0..<4 {
+            let response = try client.request("GET", "/proxy/origin/remembered?cc=no-store", headers: ["X-Request-Id": "memo-\(index)"])
+            XCTAssertEqual(response.status, 200, response.text)
+            XCTAssertEqual(response.headers["x-request-id"], "memo-\(index)")
+        }
+        XCTAssertEqual(origin.requests("/remembered").map { $0.headers["x-request-id"] }, ["memo-0", "memo-1", "memo-2", "memo-3"])
+    }
+
     func testTheAccessLineNamesTheRequestClientUpstreamAndKey() throws {
         let lines = LogLines()
         let client = try startLarder(logLines: lines) { $0.accessLog = true }.connection()

@@ -32,8 +32,8 @@ public struct PolicyKey: StableHashable {
     let low: UInt64
 
     init(_ key: CacheKey) {
-        // Over the string's bytes in place (every hit and every save makes one: an iterator
-        // over the UTF-8 view cost several hundred instructions).
+        // Over the string's bytes in place, not through the UTF-8 view's iterator: every hit
+        // and every save makes one.
         var hex = key.hex
         (high, low) = hex.withUTF8 { bytes in
             var high: UInt64 = 0

@@ -2,7 +2,10 @@
 // deinit; every result code converted to SQLiteError at one choke point (`check`).
 
 import CSQLite
-import Glibc
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     public let code: Int32
@@ -242,16 +245,15 @@ final class SQLiteStatement {
         return String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self)
     }
 
-    /// The column's text, or `known` itself when the text is the same bytes (no new string:
-    /// an entry's key is nearly always its primary key, its URL key nearly always its URL).
-    func string(_ column: Int32, reusing known: String) -> String? {
-        guard let text = sqlite3_column_text(handle, column) else { return nil }
+    /// Whether the column's text is the bytes of `known` (so a caller can keep `known` rather
+    /// than make a new string: an entry's key is nearly always its primary key, its URL key
+    /// nearly always its URL).
+    func text(_ column: Int32, equals known: String) -> Bool {
+        guard let text = sqlite3_column_text(handle, column) else { return false }
         let count = Int(sqlite3_column_bytes(handle, column))
-        let column = UnsafeBufferPointer(start: text, count: count)
         var known = known
         // memcmp: the generic elementsEqual goes byte by byte through an iterator.
-        if known.withUTF8({ $0.count == count && (count == 0 || memcmp($0.baseAddress!, text, count) == 0) }) { return known }
-        return String(decoding: column, as: UTF8.self)
+        return known.withUTF8 { $0.count == count && (count == 0 || memcmp($0.baseAddress!, text, count) == 0) }
     }
 
     /// The blob in SQLite's own buffer, valid only inside `body`.

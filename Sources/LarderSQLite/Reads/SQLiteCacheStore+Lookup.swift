@@ -47,7 +47,7 @@ extension SQLiteCacheStore {
         var entries: [StoredEntry] = []
         try select.bind(1, primaryKey.hex)
         while try select.step() {
-            let key = CacheKey(hex: select.string(19, reusing: primaryKey.hex) ?? primaryKey.hex)
+            let key = select.text(19, equals: primaryKey.hex) ? primaryKey : CacheKey(hex: select.string(19) ?? primaryKey.hex)
             let checksum = select.bytes(7)
             // Checked in SQLite's buffer, then copied once.
             let inFile = select.string(22) != nil
@@ -67,7 +67,8 @@ extension SQLiteCacheStore {
                 StoredEntry(
                     key: key, primaryKey: primaryKey, varyNames: vary.isEmpty ? [] : vary.split(separator: ",").map(String.init),
                     variantFingerprint: select.string(21),
-                    namespace: select.string(0) ?? "", method: method, url: url, urlKey: select.string(18, reusing: url),
+                    namespace: select.string(0) ?? "", method: method, url: url,
+                    urlKey: select.text(18, equals: url) ? url : select.string(18),
                     status: Int(select.int64(3)), headersJSON: select.bytes(4), body: body, bodyKind: kind,
                     freshness: EntryFreshness(
                         storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
