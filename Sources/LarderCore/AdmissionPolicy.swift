@@ -118,23 +118,7 @@ public struct AdmissionPolicy<Key: StableHashable>: Sendable {
         }
         let (queue, changes) = queues.admit(key, bytes: bytes, proven: proven)
         var decision = Decision(placement: .write)
-        for change in changes {
-            switch change {
-            case .evicted(let gone, _):
-                if releaseHeld(gone) {
-                    ownCounters.rejected += 1
-                    decision.drop.append(gone)
-                } else if gone != key {
-                    decision.evict.append(gone)
-                }
-            case .promoted(let proved):
-                if releaseHeld(proved) {
-                    ownCounters.promotedFromMemory += 1
-                    ownCounters.admitted += 1
-                    decision.write.append(proved)
-                }
-            }
-        }
+        record(changes, admitting: key, into: &decision)
         // Only an object with no row on disk is held: a held object leaves without a delete.
         let holdable = queue == .small && (wasHeld || (!known && full))
         if holdable, heldBytes + bytes > heldBytesLimit, bytes <= heldBytesLimit {
@@ -161,6 +145,43 @@ public struct AdmissionPolicy<Key: StableHashable>: Sendable {
         } else {
             ownCounters.admitted += 1
         }
+        return decision
+    }
+
+    /// What leaving or moving objects means for the store: a held object that leaves is dropped,
+    /// one on disk evicted (unless it is the object being admitted: `admit` says what becomes of
+    /// it); a held object promoted is written.
+    private mutating func record(_ changes: [S3FIFO<Key>.Change], admitting key: Key?, into decision: inout Decision) {
+        for change in changes {
+            switch change {
+            case .evicted(let gone, _):
+                if releaseHeld(gone) {
+                    ownCounters.rejected += 1
+                    decision.drop.append(gone)
+                } else if gone != key {
+                    decision.evict.append(gone)
+                }
+            case .promoted(let proved):
+                if releaseHeld(proved) {
+                    ownCounters.promotedFromMemory += 1
+                    ownCounters.admitted += 1
+                    decision.write.append(proved)
+                }
+            }
+        }
+    }
+
+    /// The policy holds more than the capacity (restored beyond a capacity lowered since):
+    /// `trimExcess` brings it down, as `admit` makes room for its own object only.
+    public var isOverCapacity: Bool { ready && queues.isOverCapacity }
+
+    /// Evicts toward the capacity, `limit` objects at most, in the order S3-FIFO evicts (the
+    /// small queue's unasked objects first, then the main queue's). The decision's placement is
+    /// `notKept`: it admits no object of its own.
+    public mutating func trimExcess(limit: Int) -> Decision {
+        var decision = Decision(placement: .notKept)
+        guard ready else { return decision }
+        record(queues.trim(limit: limit), admitting: nil, into: &decision)
         return decision
     }
 

@@ -152,6 +152,10 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
     /// capacity: it is not kept), and what must make room for it is returned. An object already
     /// held is replaced (its size may have changed) and keeps its queue. `proven`: the object
     /// needs no probation (someone asked for it to be kept) and joins the main queue.
+    ///
+    /// It makes room for itself only: an excess the queues held before (objects restored beyond
+    /// a capacity lowered since they were stored) is `trim`'s to take, a slice at a time. A miss
+    /// that took it all decided 100,000 evictions at once, 0.12–0.16 s on the thread serving it.
     public mutating func admit(_ key: Key, bytes: Int, proven: Bool = false) -> (queue: Queue?, changes: [Change]) {
         // A miss (or a store again) is a request too.
         sketch?.increment(key.stableHash)
@@ -159,6 +163,7 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
             remove(key)
             return (nil, [])
         }
+        let excess = max(0, usedBytes - capacityBytes)
         let queue: Queue
         if let held = entries[key] {
             queue = proven ? .main : held.queue
@@ -174,8 +179,23 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
         }
         place(key, bytes: bytes, in: queue, frequency: 0)
         var changes: [Change] = []
-        while usedBytes > capacityBytes { evictOne(into: &changes) }
+        while usedBytes > capacityBytes + excess { evictOne(into: &changes) }
         return (queue, changes)
+    }
+
+    /// The queues hold more than the capacity (see `admit`): `trim` brings them down.
+    public var isOverCapacity: Bool { usedBytes > capacityBytes }
+
+    /// Evicts toward the capacity, `limit` changes at most (a promotion on the way counts as
+    /// one), and returns them.
+    public mutating func trim(limit: Int) -> [Change] {
+        var changes: [Change] = []
+        while isOverCapacity, changes.count < limit {
+            let before = changes.count
+            evictOne(into: &changes)
+            guard changes.count > before else { break }
+        }
+        return changes
     }
 
     /// An object found in the store at start-up: it joins the end of the main queue, unless it

@@ -100,11 +100,31 @@ final class AdmissionPolicyTests: XCTestCase {
         for key in [1, 2, 3, 9, 4, 5] { policy.restore(key, bytes: 200) }
         XCTAssertEqual(policy.queues.usedBytes, 1_200, "over the capacity, and nothing was evicted yet")
         policy.finishRestoring()
-        // Within the small queue's share (2%): the newcomer waits there, the main queue makes room.
+        XCTAssertTrue(policy.isOverCapacity)
+        // Within the small queue's share (2%): the newcomer waits there, the main queue makes room
+        // for it, the oldest first, and no more: the excess restored is `trimExcess`'s.
         let decision = policy.admit(6, bytes: 20, proven: false)
         XCTAssertEqual(decision.placement, .hold)
-        XCTAssertEqual(decision.evict, [9, 1], "the oldest go first")
-        XCTAssertLessThanOrEqual(policy.queues.usedBytes, 1_000)
+        XCTAssertEqual(decision.evict, [9], "room for the newcomer, the oldest first")
+        XCTAssertEqual(policy.queues.usedBytes, 1_020, "the excess is no larger than before")
+        XCTAssertEqual(policy.trimExcess(limit: 5), .init(placement: .notKept, evict: [1]))
+        XCTAssertEqual(policy.queues.usedBytes, 820)
+        XCTAssertFalse(policy.isOverCapacity)
+        XCTAssertEqual(policy.trimExcess(limit: 5), .init(placement: .notKept), "nothing more to trim")
+    }
+
+    /// Until restored, nothing is over the capacity for the store to trim.
+    func testTrimmingWaitsForTheRestoreAndTakesAtMostItsLimit() {
+        var policy = AdmissionPolicy<Int>(capacityBytes: 1_000, heldBytesLimit: 100, ready: false)
+        for key in 1...30 { policy.restore(key, bytes: 100) }
+        XCTAssertFalse(policy.isOverCapacity, "not before the restore ends")
+        XCTAssertEqual(policy.trimExcess(limit: 100), .init(placement: .notKept))
+        policy.finishRestoring()
+        var slices: [[Int]] = []
+        while policy.isOverCapacity { slices.append(policy.trimExcess(limit: 8).evict) }
+        XCTAssertEqual(slices.map(\.count), [8, 8, 4], "a slice at a time")
+        XCTAssertEqual(slices.flatMap { $0 }, Array(1...20), "in the order they were stored")
+        XCTAssertEqual(policy.queues.usedBytes, 1_000)
     }
 
     func testRemovalForgetsHeldAndWrittenObjects() {

@@ -94,6 +94,33 @@ final class S3FIFOTests: XCTestCase {
         XCTAssertEqual(policy.count, held.count)
     }
 
+    /// Objects restored beyond the capacity (a store opened with a lower one than it holds):
+    /// each miss makes room for itself only, so the excess never grows, and `trim` takes it
+    /// down a slice at a time.
+    func testAnExcessRestoredShrinksOnlyByTrimmingAndNeverGrows() {
+        var policy = S3FIFO<Int>(capacityBytes: 10_000)
+        for key in 0..<300 { policy.restore(key, bytes: 100) }
+        XCTAssertEqual(policy.usedBytes, 30_000)
+        var random = SplitMix64(seed: 11)
+        for step in 0..<200 {
+            let key = 1_000 + step
+            let before = policy.usedBytes
+            let (queue, changes) = policy.admit(key, bytes: 1 + Int(random.next() % 400))
+            XCTAssertNotNil(queue)
+            XCTAssertLessThanOrEqual(policy.usedBytes, before, "a miss never adds to the excess")
+            XCTAssertLessThanOrEqual(changes.count, 5, "it evicts about its own size")
+        }
+        XCTAssertTrue(policy.isOverCapacity)
+        var slices = 0
+        while policy.isOverCapacity {
+            XCTAssertLessThanOrEqual(policy.trim(limit: 16).count, 16)
+            slices += 1
+        }
+        XCTAssertGreaterThan(slices, 1)
+        XCTAssertLessThanOrEqual(policy.usedBytes, policy.capacityBytes)
+        XCTAssertEqual(policy.trim(limit: 16), [])
+    }
+
     func testAnObjectLargerThanTheCapacityIsNotKept() {
         var policy = S3FIFO<Int>(capacityBytes: 100)
         XCTAssertNil(policy.admit(1, bytes: 101).queue)

@@ -196,9 +196,7 @@ extension SQLiteCacheStore {
     ) -> PolicyOutcome {
         guard let policy else { return .noPolicy }
         let key = PolicyKey(entry.primaryKey)
-        var dropped: [CacheKey] = []
-        var scheduleTurn = false
-        var rebuildFilter = false
+        var after = AfterDecision()
         let outcome = policy.withLock { policy -> PolicyOutcome in
             // The key's other variants held beside it count too (the policy sees one object).
             let otherVariants = pending.withLock { pending in
@@ -207,26 +205,8 @@ extension SQLiteCacheStore {
             }
             let decision = policy.admit(key, bytes: size + otherVariants, proven: entry.keepRequested)
             return pending.withLock { pending -> PolicyOutcome in
-                for gone in decision.drop {
-                    if let entries = pending.held.removeValue(forKey: gone) { dropped.append(entries[0].primaryKey) }
-                }
-                for proved in decision.write {
-                    for held in pending.held.removeValue(forKey: proved) ?? [] {
-                        let admitted = pending.admit(
-                            held, size: held.approximateBytes, probe: KeyFilter.probe(held.primaryKey.hex),
-                            limits: Self.pendingLimits, completion: { _ in })
-                        if let admitted {
-                            scheduleTurn = scheduleTurn || admitted.scheduleCommit
-                            rebuildFilter = rebuildFilter || admitted.rebuildKeyFilter
-                        } else {
-                            // Shed: the policy keeps counting it until it is evicted (a delete
-                            // that finds nothing), which errs on the safe side of the capacity.
-                            counters.shedWrites.add(1, ordering: .relaxed)
-                            dropped.append(held.primaryKey)
-                        }
-                    }
-                }
-                if pending.queueEvictions(decision.evict) { scheduleTurn = true }
+                carryOut(decision, in: &pending, into: &after)
+                if pending.queueEvictions(decision.evict) { after.scheduleTurn = true }
                 switch decision.placement {
                 case .hold:
                     var entries = pending.held[key] ?? []
@@ -243,11 +223,71 @@ extension SQLiteCacheStore {
                 }
             }
         }
-        if scheduleTurn { writerQueue.async { [self] in commitPending() } }
-        if rebuildFilter { scheduleKeyFilterRebuild() }
-        let handler = droppedHandler.current
-        for key in dropped { handler?(key) }
+        finish(after)
         return outcome
+    }
+
+    /// What carrying out a decision leaves to do once the locks are released.
+    private struct AfterDecision {
+        /// Primary keys that leave the store without a delete (held ones dropped, shed writes).
+        var dropped: [CacheKey] = []
+        var scheduleTurn = false
+        var rebuildFilter = false
+    }
+
+    /// Under the policy's and the pending writes' locks: forgets the held objects the policy let
+    /// go and queues the writes of those it promoted. Its evictions are the caller's to queue.
+    private func carryOut(_ decision: StorePolicy.Decision, in pending: inout PendingWrites, into after: inout AfterDecision) {
+        for gone in decision.drop {
+            if let entries = pending.held.removeValue(forKey: gone) { after.dropped.append(entries[0].primaryKey) }
+        }
+        for proved in decision.write {
+            for held in pending.held.removeValue(forKey: proved) ?? [] {
+                let admitted = pending.admit(
+                    held, size: held.approximateBytes, probe: KeyFilter.probe(held.primaryKey.hex),
+                    limits: Self.pendingLimits, completion: { _ in })
+                if let admitted {
+                    after.scheduleTurn = after.scheduleTurn || admitted.scheduleCommit
+                    after.rebuildFilter = after.rebuildFilter || admitted.rebuildKeyFilter
+                } else {
+                    // Shed: the policy keeps counting it until it is evicted (a delete that finds
+                    // nothing), which errs on the safe side of the capacity.
+                    counters.shedWrites.add(1, ordering: .relaxed)
+                    after.dropped.append(held.primaryKey)
+                }
+            }
+        }
+    }
+
+    private func finish(_ after: AfterDecision) {
+        if after.scheduleTurn { writerQueue.async { [self] in commitPending() } }
+        if after.rebuildFilter { scheduleKeyFilterRebuild() }
+        let handler = droppedHandler.current
+        for key in after.dropped { handler?(key) }
+    }
+
+    /// On the writer queue: brings a policy that holds more than the capacity down to it, a slice
+    /// of `evictionsAtOnce` objects per turn. A restore finds such an excess when the store is
+    /// opened with a lower `maxBytes` than it holds, and `admit` makes room for its own object
+    /// only: the miss that met 100,000 evictions at once decided them on its server thread
+    /// (0.12–0.16 s, while that thread's other connections waited; docs/performance.md,
+    /// "Eviction and the retention sweep under load"). The slices' rows join the eviction
+    /// backlog, deleted in paced background batches.
+    func trimPolicyExcess() {
+        guard let policy, !closed.load(ordering: .relaxed) else {
+            trimming.trimmingPolicy = false
+            return
+        }
+        var after = AfterDecision()
+        let (evicted, more) = policy.withLock { policy in
+            let decision = policy.trimExcess(limit: Self.evictionsAtOnce)
+            pending.withLock { carryOut(decision, in: &$0, into: &after) }
+            return (decision.evict, policy.isOverCapacity)
+        }
+        finish(after)
+        addToBacklog(evicted)
+        trimming.trimmingPolicy = more
+        if more { writerQueue.async { [self] in trimPolicyExcess() } }
     }
 
     /// The held entries of `primaryKey`, if the policy holds it in memory (`held`: the map,
@@ -261,27 +301,35 @@ extension SQLiteCacheStore {
     /// them back since, and cancels their writes still queued (the writer was behind: written
     /// later, they would be rows the policy no longer counts). At most `evictionsAtOnce` in this
     /// turn; the rest wait in `trimming.evictionBacklog`, deleted a batch per paced turn at
-    /// background priority (`deleteEvictionBacklog`). A policy evicts that many at once when
-    /// the store is opened with a lower `maxBytes` than it holds: 100,000 rows in one turn held
-    /// the writer for 26 s, and every save and every scrape of the metrics waited for it
-    /// (docs/performance.md, "Eviction and the retention sweep under load").
+    /// background priority (`deleteEvictionBacklog`), which a store opened with a lower
+    /// `maxBytes` than it holds fills directly (`trimPolicyExcess`): 100,000 rows in one turn
+    /// held the writer for 26 s, and every save and every scrape of the metrics waited for it
+    /// (docs/performance.md, "Eviction and the retention sweep under load"). One large object
+    /// making room among small ones can evict more than a turn's share too.
     func deleteEvicted(_ keys: [PolicyKey]) {
         guard keys.count > Self.evictionsAtOnce || !trimming.evictionBacklog.isEmpty else {
             return deleteEvicted(keys, priority: .writer)
         }
         // While a backlog waits, each commit's turn still deletes its share from it: evictions
         // as misses come (a storm at capacity) keep pace as before.
+        addToBacklog(keys)
+        deleteEvicted(takeFromBacklog(Self.evictionsAtOnce), priority: .writer)
+    }
+
+    /// Queues evicted objects in the backlog and starts its paced batches, if they are not
+    /// under way.
+    private func addToBacklog(_ keys: [PolicyKey]) {
+        guard !keys.isEmpty else { return }
         if trimming.evictionBacklog.isEmpty { trimming.backlogCeiling = usedBytes() }
         trimming.evictionBacklog += keys
-        deleteEvicted(takeFromBacklog(Self.evictionsAtOnce), priority: .writer)
-        if !trimming.evictionBacklog.isEmpty, !trimming.deletingBacklog {
-            trimming.deletingBacklog = true
-            writerQueue.async { [self] in deleteEvictionBacklog() }
-        }
+        counters.evictionBacklog.store(trimming.evictionBacklog.count, ordering: .relaxed)
+        guard !trimming.deletingBacklog else { return }
+        trimming.deletingBacklog = true
+        writerQueue.async { [self] in deleteEvictionBacklog() }
     }
 
     /// Up to `count` keys off the backlog (from its end: the order rows go in does not matter).
-    /// Every change of the backlog ends with one of these, so the reported count is set here.
+    /// It and `addToBacklog` are the backlog's only changes, and both set the reported count.
     private func takeFromBacklog(_ count: Int) -> [PolicyKey] {
         let taken = Array(trimming.evictionBacklog.suffix(count))
         trimming.evictionBacklog.removeLast(taken.count)
@@ -406,15 +454,19 @@ extension SQLiteCacheStore {
         } catch {
             logger.error("cannot read the stored entries for the cache policy", metadata: ["error": "\(error)"])
         }
-        policy.withLock { policy in
+        let overCapacity = policy.withLock { policy in
             for row in rows { policy.restore(row.key, bytes: row.bytes) }
             if end >= last { policy.finishRestoring() }
+            return policy.isOverCapacity
         }
         let restored = restored + rows.count
         guard end < last else {
             // Until now the policy neither evicted nor held: worth a line on a large store.
             let seconds = (ContinuousClock.now - started) / .seconds(1)
             logger.info("cache policy restored", metadata: ["entries": "\(restored)", "seconds": "\(seconds)"])
+            // In this turn: its first slice fills the backlog before a commit's capacity check
+            // would evict the oldest rows instead.
+            if overCapacity { trimPolicyExcess() }
             return
         }
         writerQueue.async { [self] in restorePolicy(after: end, upTo: last, restored: restored, started: started) }

@@ -47,6 +47,9 @@ struct Trimming {
     /// (`SQLiteCacheStore.deleteEvicted`), and whether those turns are under way.
     var evictionBacklog: [PolicyKey] = []
     var deletingBacklog = false
+    /// The policy held more than the capacity after its restore, and slices of it are being
+    /// evicted (`SQLiteCacheStore.trimPolicyExcess`).
+    var trimmingPolicy = false
     /// Bytes held when the backlog began: past them, the capacity check evicts the oldest rows
     /// even while it waits (the policy's estimate may have drifted).
     var backlogCeiling = 0
@@ -175,7 +178,9 @@ extension SQLiteCacheStore {
     /// the writer queue), committing what is pending first; for tests and tools.
     public func waitForTrimming() {
         commitAndWait()
-        while writerQueue.sync(execute: { trimming.underWay || trimming.evicting || trimming.deletingBacklog }) { usleep(1_000) }
+        while writerQueue.sync(execute: {
+            trimming.underWay || trimming.evicting || trimming.deletingBacklog || trimming.trimmingPolicy
+        }) { usleep(1_000) }
         writerQueue.sync {}
     }
 

@@ -114,11 +114,13 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             keptBodyFileCapacity: keptBodyFileCapacity, throttleWait: throttleWait, logger: logger)
     }
 
-    /// Opens the database with `lock` already taken (or takes it).
+    /// Opens the database with `lock` already taken (or takes it). `restoresPolicy` false: the
+    /// policy learns the stored rows only when `startRestoringPolicy` is called (tests that set
+    /// up the writer's connection first).
     init(
         path: String, lock: DatabaseLock?, maxVariants: Int = 16, bodyFileThreshold: Int = 32 << 10,
         capacity: StoreCapacity = StoreCapacity(), keptBodyFileCapacity: Int? = nil,
-        throttleWait: Duration = .milliseconds(250), logger: Logger
+        throttleWait: Duration = .milliseconds(250), restoresPolicy: Bool = true, logger: Logger
     ) throws {
         self.path = path
         self.capacity = capacity
@@ -158,7 +160,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // Files of rows deleted just before a crash, then files whose rows never committed.
         writerQueue.sync { reapDeadFiles() }
         startSweeping()
-        if policy != nil, lastRowid > 0 { writerQueue.async { [self] in restorePolicy(after: 0, upTo: lastRowid) } }
+        if restoresPolicy { startRestoringPolicy(upTo: lastRowid) }
         let startedAt = Date().timeIntervalSince1970
         orphanSweep.enter()
         DispatchQueue.global(qos: .utility).async { [weak self] in
@@ -166,6 +168,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             self?.orphanSweep.leave()
         }
         rebuildKeyFilterSoon()
+    }
+
+    /// Tells the policy the rows stored up to `lastRowid`, in the background (`restorePolicy`).
+    func startRestoringPolicy(upTo lastRowid: Int64) {
+        if policy != nil, lastRowid > 0 { writerQueue.async { [self] in restorePolicy(after: 0, upTo: lastRowid) } }
     }
 
     /// Commits every save acknowledged so far, then returns; for tests and tools.
