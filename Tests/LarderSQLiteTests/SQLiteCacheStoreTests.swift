@@ -880,6 +880,71 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(store.evictionCount, recorded.count)
     }
 
+    /// A miss stored while the policy learns the rows of a store opened over its limit evicts only
+    /// what was stored since, down to what the store held at opening: the rest is the policy's
+    /// to trim once it knows the rows, down to the limit. The capacity check took the oldest
+    /// rows down to the low-water mark instead (19% of a store opened 10% over).
+    func testAMissDuringTheRestoreOfAStoreOverItsLimitLeavesTheExcessToThePolicy() throws {
+        let first = try SQLiteCacheStore(path: path, logger: logger)
+        for index in 0..<3_000 { first.save(sized("row\(index)", bytes: 1_000, storedAt: Double(index))) { _ in } }
+        first.close()
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 1 << 20
+        let store = try SQLiteCacheStore(path: path, lock: nil, capacity: capacity, restoresPolicy: false, logger: logger)
+        defer { store.close() }
+        let opened = store.usedByteCount
+        // The restore's first window (2,048 of the 3,000 rows) runs after the gate; it queues the
+        // second behind the save's commit and the look after it.
+        let gate = DispatchSemaphore(value: 0)
+        store.writerQueue.async { gate.wait() }
+        store.startRestoringPolicy(upTo: 3_000)
+        store.save(sized("new", bytes: 1_000, storedAt: 4_000)) { XCTAssertTrue($0) }
+        let afterCommit = Locked<(used: Int, restored: Bool)?>(nil)
+        store.writerQueue.async { afterCommit.withLock { $0 = (store.usedBytes(), store.policyRestored) } }
+        gate.signal()
+        while !store.policyRestored { store.writerQueue.sync {} }
+        store.waitForTrimming()
+        let seen = try XCTUnwrap(afterCommit.withLock { $0 })
+        XCTAssertFalse(seen.restored, "the commit came during the restore")
+        XCTAssertLessThanOrEqual(seen.used, opened, "what was stored since went")
+        XCTAssertGreaterThan(seen.used, opened - 3_000, "and nothing more")
+        let used = store.usedByteCount
+        XCTAssertLessThanOrEqual(used, capacity.maxBytes, "the policy trimmed the rest")
+    }
+
+    /// A scrape's count (`usage`) commits what was queued when it was asked for, not what comes
+    /// in meanwhile. Waiting for an empty queue, it waited for as long as saves kept coming:
+    /// under misses on a store over its limit, a metrics scrape waited 15–85 s. Here each
+    /// eviction, seen inside a commit, saves one more entry that evicts another.
+    func testUsageCommitsWhatWasQueuedNotWhatComesMeanwhile() throws {
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 64 << 10
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
+        defer { store.close() }
+        let kept = { (index: Int) -> StoredEntry in
+            var entry = self.sized("kept\(index)", bytes: 1_000, storedAt: Double(index))
+            entry.keepRequested = true
+            return entry
+        }
+        for index in 0..<80 { store.save(kept(index)) { _ in } }
+        store.waitForTrimming()
+        let chainLength = 1_000
+        let chain = (0..<chainLength).map { kept(1_000 + $0) }
+        let chained = Locked(0)
+        store.onEntryDropped { _ in
+            let next = chained.withLock { count -> Int? in
+                guard count < chainLength else { return nil }
+                count += 1
+                return count - 1
+            }
+            if let next { store.save(chain[next]) { _ in } }
+        }
+        store.save(kept(999)) { _ in }
+        _ = store.usage()
+        XCTAssertLessThan(chained.withLock { $0 }, chainLength / 2, "usage returned while saves still came")
+        while chained.withLock({ $0 }) < chainLength { store.writerQueue.sync {} }
+    }
+
     /// libdispatch sets its background threads to nice 10; a process already at 10 or more
     /// cannot lower them to it without privilege, and nothing can yield further.
     private func skipUnlessBackgroundIsLower() throws {

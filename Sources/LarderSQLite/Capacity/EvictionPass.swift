@@ -5,13 +5,18 @@
 // learns the stored rows at start, and when its estimate of the bytes drifted (variants).
 
 struct EvictionPass {
-    /// Bytes over the low-water mark (0 or less: nothing to evict).
+    /// Bytes over the target, the low-water mark as a rule (0 or less: nothing to evict).
     let excess: Int
     private(set) var rowids: [Int64] = []
     private(set) var freed = 0
 
     init(usedBytes: Int, capacity: StoreCapacity) {
-        excess = usedBytes - Self.lowWaterMark(capacity)
+        self.init(usedBytes: usedBytes, downTo: Self.lowWaterMark(capacity))
+    }
+
+    /// Down to `target` bytes instead of the low-water mark.
+    init(usedBytes: Int, downTo target: Int) {
+        excess = usedBytes - target
     }
 
     /// Bytes eviction goes down to.

@@ -440,6 +440,8 @@ extension SQLiteCacheStore {
     func restorePolicy(after rowid: Int64, upTo last: Int64, restored: Int = 0, started: ContinuousClock.Instant = .now) {
         guard let policy, !closed.load(ordering: .relaxed) else { return }
         let end = rowid + Self.restoreWindow
+        // The capacity check leaves the excess held at opening to the policy from now on.
+        defer { if end >= last { trimming.restoringCeiling = 0 } }
         var rows: [(key: PolicyKey, bytes: Int)] = []
         do {
             rows = try yieldingToHits { [self] () throws(SQLiteError) in

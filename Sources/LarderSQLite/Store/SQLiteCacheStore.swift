@@ -172,7 +172,11 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
 
     /// Tells the policy the rows stored up to `lastRowid`, in the background (`restorePolicy`).
     func startRestoringPolicy(upTo lastRowid: Int64) {
-        if policy != nil, lastRowid > 0 { writerQueue.async { [self] in restorePolicy(after: 0, upTo: lastRowid) } }
+        guard policy != nil, lastRowid > 0 else { return }
+        writerQueue.async { [self] in
+            trimming.restoringCeiling = usedBytes()
+            restorePolicy(after: 0, upTo: lastRowid)
+        }
     }
 
     /// Commits every save acknowledged so far, then returns; for tests and tools.

@@ -87,11 +87,15 @@ extension SQLiteCacheStore {
 
     /// On the writer queue: one group commit of what is queued (at most `groupCommitLimit`
     /// entries), then again while more is queued. A group that fails is written again one
-    /// entry per transaction, so one failing entry is dropped alone.
-    func commitPending() {
+    /// entry per transaction, so one failing entry is dropped alone. Returns the group's size.
+    @discardableResult
+    func commitPending() -> Int {
         let byteLimit = PendingWrites.groupByteLimit(maxBytes: capacity.maxBytes, pendingByteLimit: Self.pendingByteLimit)
         let (batch, evictions, more) = pending.withLock { $0.takeGroup(entryLimit: Self.groupCommitLimit, byteLimit: byteLimit) }
-        guard !batch.isEmpty else { return deleteEvicted(evictions) }
+        guard !batch.isEmpty else {
+            deleteEvicted(evictions)
+            return 0
+        }
         var written: [Bool]
         switch commitGroup(batch[...]) {
         case .committed:
@@ -114,6 +118,7 @@ extension SQLiteCacheStore {
             write.waiter?.answer(stored: saved)
         }
         if more { writerQueue.async { [self] in commitPending() } }
+        return batch.count
     }
 
     private enum GroupResult { case committed, failedInside, notBegun }
@@ -155,9 +160,19 @@ extension SQLiteCacheStore {
         }
     }
 
-    /// On the writer queue: commits everything queued, before work that must see it.
+    /// On the writer queue: commits everything queued when it is called, before work that must
+    /// see it; not what is queued meanwhile. Waiting for an empty queue waited as long as misses
+    /// kept coming faster than the writer commits them: under a storm, a metrics scrape waited
+    /// more than a minute.
     func commitAllPending() {
-        while pending.withLock({ !$0.queue.isEmpty || !$0.evictions.isEmpty }) { commitPending() }
+        var waiting = pending.withLock { $0.queue.count + ($0.evictions.isEmpty ? 0 : 1) }
+        while waiting > 0 {
+            let committed = commitPending()
+            // A write cancelled by an eviction leaves the queue uncommitted: nothing is left
+            // when a turn finds no group.
+            guard committed > 0 else { return }
+            waiting -= committed
+        }
     }
 
     private func step(_ statement: SQLiteStatement) throws(SQLiteError) {
