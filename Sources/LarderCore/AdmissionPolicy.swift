@@ -175,9 +175,8 @@ public struct AdmissionPolicy<Key: StableHashable>: Sendable {
     /// `trimExcess` brings it down, as `admit` makes room for its own object only.
     public var isOverCapacity: Bool { ready && queues.isOverCapacity }
 
-    /// Evicts toward the capacity, `limit` objects at most, in the order S3-FIFO evicts (the
-    /// small queue's unasked objects first, then the main queue's). The decision's placement is
-    /// `notKept`: it admits no object of its own.
+    /// Evicts toward the capacity, `limit` objects at most, in the order S3-FIFO evicts. The
+    /// decision's placement is `notKept`: it admits no object of its own.
     public mutating func trimExcess(limit: Int) -> Decision {
         var decision = Decision(placement: .notKept)
         guard ready else { return decision }

@@ -32,7 +32,7 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
         case small, main
     }
 
-    /// What `admit` changed besides adding the new object.
+    /// What `admit` changed besides adding the new object, or what `trim` did.
     public enum Change: Sendable, Equatable {
         /// The object left the cache (from the small queue, its key goes to the ghost).
         case evicted(Key, from: Queue)
@@ -154,8 +154,8 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
     /// needs no probation (someone asked for it to be kept) and joins the main queue.
     ///
     /// It makes room for itself only: an excess the queues held before (objects restored beyond
-    /// a capacity lowered since they were stored) is `trim`'s to take, a slice at a time. A miss
-    /// that took it all decided 100,000 evictions at once, 0.12–0.16 s on the thread serving it.
+    /// a capacity lowered since they were stored) is `trim`'s to take, a slice at a time, so that
+    /// no single miss pays for deciding all of it.
     public mutating func admit(_ key: Key, bytes: Int, proven: Bool = false) -> (queue: Queue?, changes: [Change]) {
         // A miss (or a store again) is a request too.
         sketch?.increment(key.stableHash)
@@ -199,8 +199,8 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
     }
 
     /// An object found in the store at start-up: it joins the end of the main queue, unless it
-    /// is queued already (admitted since). Nothing is evicted: the next `admit` brings the
-    /// queues back under the capacity.
+    /// is queued already (admitted since). Nothing is evicted: `trim` brings the queues back
+    /// under the capacity.
     public mutating func restore(_ key: Key, bytes: Int) {
         guard entries[key] == nil else { return }
         place(key, bytes: bytes, in: .main, frequency: 0)

@@ -867,7 +867,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertGreaterThan(store.usedByteCount, 3 << 20)
         try recordNicenessOfDeletes(store)
         XCTAssertEqual(store.figures.evictionBacklog, 0)
-        store.startRestoringPolicy(upTo: 3_000)
+        store.startRestoringPolicy(upTo: try lastRowid(store))
         while !store.policyRestored { store.writerQueue.sync {} }
         store.waitForTrimming()
         XCTAssertLessThanOrEqual(store.usedByteCount, 1 << 20, "down to the limit, with no save to set it off")
@@ -893,11 +893,12 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         let store = try SQLiteCacheStore(path: path, lock: nil, capacity: capacity, restoresPolicy: false, logger: logger)
         defer { store.close() }
         let opened = store.usedByteCount
+        let last = try lastRowid(store)
         // The restore's first window (2,048 of the 3,000 rows) runs after the gate; it queues the
         // second behind the save's commit and the look after it.
         let gate = DispatchSemaphore(value: 0)
         store.writerQueue.async { gate.wait() }
-        store.startRestoringPolicy(upTo: 3_000)
+        store.startRestoringPolicy(upTo: last)
         store.save(sized("new", bytes: 1_000, storedAt: 4_000)) { XCTAssertTrue($0) }
         let afterCommit = Locked<(used: Int, restored: Bool)?>(nil)
         store.writerQueue.async { afterCommit.withLock { $0 = (store.usedBytes(), store.policyRestored) } }
@@ -942,7 +943,49 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         store.save(kept(999)) { _ in }
         _ = store.usage()
         XCTAssertLessThan(chained.withLock { $0 }, chainLength / 2, "usage returned while saves still came")
-        while chained.withLock({ $0 }) < chainLength { store.writerQueue.sync {} }
+        let deadline = Date().addingTimeInterval(30)
+        while chained.withLock({ $0 }) < chainLength, Date() < deadline { store.writerQueue.sync {} }
+        XCTAssertEqual(chained.withLock { $0 }, chainLength, "the chain went on after usage returned")
+    }
+
+    /// One large object making room among small ones evicts more than a turn's share: the commit
+    /// deletes `evictionsAtOnce` of them in its own turn, and the rest wait in the backlog for
+    /// its paced background batches.
+    func testACommitDeletesATurnsShareOfItsEvictionsAndTheRestInTheBackground() throws {
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 4 << 20
+        let store = try SQLiteCacheStore(path: path, capacity: capacity, logger: logger)
+        defer { store.close() }
+        for index in 0..<3_000 {
+            var small = sized("small\(index)", bytes: 800, storedAt: Double(index))
+            small.keepRequested = true
+            store.save(small) { _ in }
+        }
+        store.waitForTrimming()
+        XCTAssertEqual(store.evictionCount, 0)
+        // The writer held while the save queues its commit, and a turn queued right behind that
+        // commit: it runs before the backlog's first batch, which the commit queues.
+        let gate = DispatchSemaphore(value: 0)
+        store.writerQueue.async { gate.wait() }
+        var large = sized("large", bytes: 5 << 19, storedAt: 5_000)
+        large.keepRequested = true
+        store.save(large) { XCTAssertTrue($0) }
+        let afterCommit = Locked<(evicted: Int, waiting: Int)?>(nil)
+        store.writerQueue.async { afterCommit.withLock { $0 = (store.evictionCount, store.evictionBacklogCount) } }
+        gate.signal()
+        store.waitForTrimming()
+        let seen = try XCTUnwrap(afterCommit.withLock { $0 })
+        XCTAssertGreaterThan(store.evictionCount, SQLiteCacheStore.evictionsAtOnce, "more than a turn's share")
+        XCTAssertEqual(seen.evicted, SQLiteCacheStore.evictionsAtOnce, "a turn's share in the commit's turn")
+        XCTAssertEqual(seen.waiting, store.evictionCount - SQLiteCacheStore.evictionsAtOnce, "the rest in the backlog")
+        XCTAssertLessThanOrEqual(store.usedByteCount, capacity.maxBytes)
+        XCTAssertEqual(store.figures.evictionBacklog, 0)
+    }
+
+    private func lastRowid(_ store: SQLiteCacheStore) throws -> Int64 {
+        try store.writerQueue.sync { () -> Result<Int64, SQLiteError> in
+            Result { () throws(SQLiteError) in try store.writer.scalarInt("SELECT max(rowid) FROM entries") }
+        }.get()
     }
 
     /// libdispatch sets its background threads to nice 10; a process already at 10 or more

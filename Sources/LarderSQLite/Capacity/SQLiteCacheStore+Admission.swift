@@ -269,10 +269,10 @@ extension SQLiteCacheStore {
     /// On the writer queue: brings a policy that holds more than the capacity down to it, a slice
     /// of `evictionsAtOnce` objects per turn. A restore finds such an excess when the store is
     /// opened with a lower `maxBytes` than it holds, and `admit` makes room for its own object
-    /// only: the miss that met 100,000 evictions at once decided them on its server thread
-    /// (0.12–0.16 s, while that thread's other connections waited; docs/performance.md,
-    /// "Eviction and the retention sweep under load"). The slices' rows join the eviction
-    /// backlog, deleted in paced background batches.
+    /// only: a miss that decided the whole excess at once held its server thread, and that
+    /// thread's other connections, for a tenth of a second or more (docs/performance.md, "A
+    /// store opened over its limit, under load"). The slices' rows join the eviction backlog,
+    /// deleted in paced background batches.
     func trimPolicyExcess() {
         guard let policy, !closed.load(ordering: .relaxed) else {
             trimming.trimmingPolicy = false
@@ -282,7 +282,8 @@ extension SQLiteCacheStore {
         let (evicted, more) = policy.withLock { policy in
             let decision = policy.trimExcess(limit: Self.evictionsAtOnce)
             pending.withLock { carryOut(decision, in: &$0, into: &after) }
-            return (decision.evict, policy.isOverCapacity)
+            // A slice that changed nothing ends it (the policy could not evict further).
+            return (decision.evict, policy.isOverCapacity && decision != StorePolicy.Decision(placement: .notKept))
         }
         finish(after)
         addToBacklog(evicted)
@@ -300,17 +301,15 @@ extension SQLiteCacheStore {
     /// On the writer queue: deletes the rows of objects the policy evicted, unless it has taken
     /// them back since, and cancels their writes still queued (the writer was behind: written
     /// later, they would be rows the policy no longer counts). At most `evictionsAtOnce` in this
-    /// turn; the rest wait in `trimming.evictionBacklog`, deleted a batch per paced turn at
-    /// background priority (`deleteEvictionBacklog`), which a store opened with a lower
-    /// `maxBytes` than it holds fills directly (`trimPolicyExcess`): 100,000 rows in one turn
-    /// held the writer for 26 s, and every save and every scrape of the metrics waited for it
-    /// (docs/performance.md, "Eviction and the retention sweep under load"). One large object
-    /// making room among small ones can evict more than a turn's share too.
+    /// turn (one large object making room among small ones evicts more); the rest wait in
+    /// `trimming.evictionBacklog`, deleted a batch per paced turn at background priority
+    /// (`deleteEvictionBacklog`), as the policy's trim of a store opened over its limit is
+    /// (`trimPolicyExcess`). In one turn, the writer, and every save and scrape behind it, waited
+    /// for all of them (docs/performance.md, "Eviction and the retention sweep under load").
     func deleteEvicted(_ keys: [PolicyKey]) {
         // A commit's own evictions (as misses come at capacity) keep pace with it, backlog or
-        // not; the backlog goes only in its paced batches. (A commit that also took a turn's share
-        // of the backlog, 1,024 rows at the writer's priority, held a metrics scrape up to 9.6 s
-        // under readers while a store opened over its limit trimmed.)
+        // not; the backlog goes only in its paced batches: a commit that also took a turn's share
+        // of it, at the writer's priority, kept scrapes waiting for seconds under readers.
         addToBacklog(Array(keys.dropFirst(Self.evictionsAtOnce)))
         deleteEvicted(Array(keys.prefix(Self.evictionsAtOnce)), priority: .writer)
     }

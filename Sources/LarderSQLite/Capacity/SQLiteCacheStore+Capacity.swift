@@ -6,7 +6,8 @@
 //   rows still pass `maxBytes` (the policy still learning the rows at start, or its count of a
 //   key's variants short), the oldest rows are evicted down to the low-water mark (90%), 256
 //   rows per transaction, each batch its own turn on the writer queue: in the background,
-//   never on a request's path; counted.
+//   never on a request's path; counted. A store opened over `maxBytes` is the policy's to
+//   trim: while it learns the rows, only what is stored since opening is evicted this way.
 // - Every `sweepInterval` seconds the retention sweep removes entries not written for
 //   `retention` seconds (ZBNetworking's one-week expiry), and proxy entries past their freshness,
 //   every stale window and `keepStaleFor`, with no validator to revalidate them with (nothing
@@ -114,18 +115,21 @@ extension SQLiteCacheStore {
     /// `evictionsAtOnce` rows, what many group commits add: a store opened with a lower
     /// `maxBytes` than it holds comes down to it in the paced background batches instead of one
     /// turn that holds the writer for seconds. While the policy's evictions wait to be deleted
-    /// (`evictionBacklog`) their rows are still counted here: the policy, which counts without
-    /// them, has already chosen what goes, so the oldest rows are not evicted besides, unless the
-    /// store grows past what it held when the backlog began.
+    /// (`evictionBacklog`) or its trim runs, their rows are still counted here: the policy, which
+    /// counts without them, has already chosen what goes, so the oldest rows are not evicted
+    /// besides, unless the store grows past what it held when the backlog began. While the policy
+    /// learns the rows of a store opened over `maxBytes`, the limit is what the store held then
+    /// (a purge meanwhile lowers it).
     func enforceCapacity() {
         guard capacity.maxBytes < Int.max else { return }
         let used = usedBytes()
         if used > counters.peakUsedBytes.load(ordering: .relaxed) { counters.peakUsedBytes.store(used, ordering: .relaxed) }
+        if trimming.restoringCeiling > 0 { trimming.restoringCeiling = min(trimming.restoringCeiling, used) }
         let limit = max(capacity.maxBytes, trimming.restoringCeiling)
-        guard used > limit, trimming.evictionBacklog.isEmpty || used > trimming.backlogCeiling else { return }
+        guard used > limit, let target = oldestRowsTarget(used: used) else { return }
         var evicted = 0
         while !closed.load(ordering: .relaxed), evicted < Self.evictionsAtOnce, usedBytes() > limit {
-            let removed = evictOnce(.writer)
+            let removed = evictOnce(.writer, downTo: target)
             guard removed > 0 else { break }
             evicted += removed
         }
@@ -137,23 +141,30 @@ extension SQLiteCacheStore {
 
     private func evictBatch() {
         let started = DispatchTime.now().uptimeNanoseconds
-        guard !closed.load(ordering: .relaxed), evictOnce(.background) > 0 else {
+        guard !closed.load(ordering: .relaxed), let target = oldestRowsTarget(used: usedBytes()),
+            evictOnce(.background, downTo: target) > 0
+        else {
             trimming.evicting = false
             return vacuumStep()
         }
         queuePaced(after: started) { [self] in evictBatch() }
     }
 
-    /// Evicts up to `evictionBatch` of the oldest rows, as many as free what is over the
-    /// low-water mark; returns how many went (0 when under it). While the policy learns the rows
-    /// of a store opened over its capacity, only what was stored since goes, down to what the
-    /// store held at opening: the policy then trims the rest, choosing what goes. (Down to the
-    /// low-water mark, a store opened 10% over its capacity lost its oldest 19% this way when
-    /// a miss came during a restore under load, 110 s, and every one of those rows was asked
-    /// for by the readers of the benchmark: each became a miss.)
-    private func evictOnce(_ priority: WorkPriority) -> Int {
-        let target =
-            trimming.restoringCeiling > capacity.maxBytes ? trimming.restoringCeiling : EvictionPass.lowWaterMark(capacity)
+    /// What the capacity check evicts the oldest rows down to: nil while it leaves the store to
+    /// the policy (the policy's evictions wait in the backlog or its trim runs, and the store has
+    /// not grown past what it held when they began); while the policy learns the rows of a store
+    /// opened over `maxBytes`, what the store held then, so that only what was stored since goes
+    /// (the policy trims the rest, choosing what goes; down to the low-water mark, a store opened
+    /// 10% over lost its oldest 19%, docs/performance.md); else the low-water mark.
+    private func oldestRowsTarget(used: Int) -> Int? {
+        if trimming.restoringCeiling > capacity.maxBytes { return trimming.restoringCeiling }
+        if trimming.trimmingPolicy || (!trimming.evictionBacklog.isEmpty && used <= trimming.backlogCeiling) { return nil }
+        return EvictionPass.lowWaterMark(capacity)
+    }
+
+    /// Evicts up to `evictionBatch` of the oldest rows, as many as free what is over `target`;
+    /// returns how many went (0 when under it).
+    private func evictOnce(_ priority: WorkPriority, downTo target: Int) -> Int {
         var pass = EvictionPass(usedBytes: usedBytes(), downTo: target)
         guard pass.wantsMore else { return 0 }
         do {
@@ -197,7 +208,8 @@ extension SQLiteCacheStore {
 
     /// The most bytes held at once, right after a commit and before the eviction that follows
     /// it: at most `maxBytes` plus one group commit (and, during a large eviction, the rows still
-    /// waiting in its backlog); for tests.
+    /// waiting in its backlog; in a store opened over `maxBytes`, what it held then until the
+    /// policy has trimmed it); for tests.
     public var peakUsedByteCount: Int { counters.peakUsedBytes.load(ordering: .relaxed) }
 
     /// Bytes held (bodies, body files, metadata), as capacity counts them.

@@ -188,7 +188,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     public func close() {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         trimming.sweepTimer?.cancel()
-        writerQueue.sync { commitAllPending() }
+        writerQueue.sync { commitUntilEmpty() }
         readers.close()
         files.openFiles.closeAll()
         keyFilterBuild.wait()

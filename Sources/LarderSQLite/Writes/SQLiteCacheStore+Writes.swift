@@ -160,19 +160,26 @@ extension SQLiteCacheStore {
         }
     }
 
-    /// On the writer queue: commits everything queued when it is called, before work that must
-    /// see it; not what is queued meanwhile. Waiting for an empty queue waited as long as misses
-    /// kept coming faster than the writer commits them: under a storm, a metrics scrape waited
-    /// more than a minute.
+    /// On the writer queue: commits everything queued when it is called (the writer takes the
+    /// oldest first), before work that must see it; not what is queued meanwhile, which kept a
+    /// metrics scrape waiting as long as misses came faster than the writer committed them
+    /// (docs/performance.md, "A store opened over its limit, under load").
     func commitAllPending() {
-        var waiting = pending.withLock { $0.queue.count + ($0.evictions.isEmpty ? 0 : 1) }
-        while waiting > 0 {
+        var waiting = pending.withLock { $0.queue.count }
+        // The first group takes the evictions queued too (with no write, a turn of its own).
+        repeat {
             let committed = commitPending()
-            // A write cancelled by an eviction leaves the queue uncommitted: nothing is left
-            // when a turn finds no group.
+            // Writes cancelled by evictions leave the queue uncommitted: none is left then.
             guard committed > 0 else { return }
             waiting -= committed
-        }
+        } while waiting > 0
+    }
+
+    /// On the writer queue: commits until nothing is queued, what comes meanwhile included; for
+    /// `close`, after which no save is taken (one that passed its check just before may still
+    /// queue its write).
+    func commitUntilEmpty() {
+        while pending.withLock({ !$0.queue.isEmpty || !$0.evictions.isEmpty }) { commitPending() }
     }
 
     private func step(_ statement: SQLiteStatement) throws(SQLiteError) {
