@@ -857,12 +857,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
     /// none does.
     func testAStoreOverItsLimitAtOpeningComesDownToItInBackgroundBatches() throws {
         try skipUnlessBackgroundIsLower()
-        let first = try SQLiteCacheStore(path: path, logger: logger)
-        for index in 0..<3_000 { first.save(sized("row\(index)", bytes: 1_000, storedAt: Double(index))) { _ in } }
-        first.close()
-        var capacity = StoreCapacity()
-        capacity.maxBytes = 1 << 20
-        let store = try SQLiteCacheStore(path: path, lock: nil, capacity: capacity, restoresPolicy: false, logger: logger)
+        let (store, capacity) = try storeOpenedOverItsLimit()
         defer { store.close() }
         XCTAssertGreaterThan(store.usedByteCount, 3 << 20)
         try recordNicenessOfDeletes(store)
@@ -870,7 +865,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         store.startRestoringPolicy(upTo: try lastRowid(store))
         while !store.policyRestored { store.writerQueue.sync {} }
         store.waitForTrimming()
-        XCTAssertLessThanOrEqual(store.usedByteCount, 1 << 20, "down to the limit, with no save to set it off")
+        XCTAssertLessThanOrEqual(store.usedByteCount, capacity.maxBytes, "down to the limit, with no save to set it off")
         XCTAssertEqual(store.figures.evictionBacklog, 0, "none waits once trimmed")
         XCTAssertEqual(store.statistics().evictionBacklog, 0)
         let recorded = try nicenessOfDeletes(store)
@@ -885,12 +880,7 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
     /// to trim once it knows the rows, down to the limit. The capacity check took the oldest
     /// rows down to the low-water mark instead (19% of a store opened 10% over).
     func testAMissDuringTheRestoreOfAStoreOverItsLimitLeavesTheExcessToThePolicy() throws {
-        let first = try SQLiteCacheStore(path: path, logger: logger)
-        for index in 0..<3_000 { first.save(sized("row\(index)", bytes: 1_000, storedAt: Double(index))) { _ in } }
-        first.close()
-        var capacity = StoreCapacity()
-        capacity.maxBytes = 1 << 20
-        let store = try SQLiteCacheStore(path: path, lock: nil, capacity: capacity, restoresPolicy: false, logger: logger)
+        let (store, capacity) = try storeOpenedOverItsLimit()
         defer { store.close() }
         let opened = store.usedByteCount
         let last = try lastRowid(store)
@@ -980,6 +970,17 @@ final class SQLiteCacheStoreTests: DatabaseTestCase {
         XCTAssertEqual(seen.waiting, store.evictionCount - SQLiteCacheStore.evictionsAtOnce, "the rest in the backlog")
         XCTAssertLessThanOrEqual(store.usedByteCount, capacity.maxBytes)
         XCTAssertEqual(store.figures.evictionBacklog, 0)
+    }
+
+    /// A store of 3,000 rows of about 1,000 bytes opened with a limit of 1 MiB, its policy not
+    /// told the rows yet (`startRestoringPolicy`).
+    private func storeOpenedOverItsLimit() throws -> (SQLiteCacheStore, StoreCapacity) {
+        let first = try SQLiteCacheStore(path: path, logger: logger)
+        for index in 0..<3_000 { first.save(sized("row\(index)", bytes: 1_000, storedAt: Double(index))) { _ in } }
+        first.close()
+        var capacity = StoreCapacity()
+        capacity.maxBytes = 1 << 20
+        return (try SQLiteCacheStore(path: path, lock: nil, capacity: capacity, restoresPolicy: false, logger: logger), capacity)
     }
 
     private func lastRowid(_ store: SQLiteCacheStore) throws -> Int64 {
