@@ -454,19 +454,18 @@ extension SQLiteCacheStore {
         } catch {
             logger.error("cannot read the stored entries for the cache policy", metadata: ["error": "\(error)"])
         }
-        let overCapacity = policy.withLock { policy in
+        policy.withLock { policy in
             for row in rows { policy.restore(row.key, bytes: row.bytes) }
             if end >= last { policy.finishRestoring() }
-            return policy.isOverCapacity
         }
         let restored = restored + rows.count
         guard end < last else {
             // Until now the policy neither evicted nor held: worth a line on a large store.
             let seconds = (ContinuousClock.now - started) / .seconds(1)
             logger.info("cache policy restored", metadata: ["entries": "\(restored)", "seconds": "\(seconds)"])
-            // In this turn: its first slice fills the backlog before a commit's capacity check
-            // would evict the oldest rows instead.
-            if overCapacity { trimPolicyExcess() }
+            // In this turn (it does nothing under the capacity): its first slice fills the
+            // backlog before a commit's capacity check would evict the oldest rows instead.
+            trimPolicyExcess()
             return
         }
         writerQueue.async { [self] in restorePolicy(after: end, upTo: last, restored: restored, started: started) }

@@ -128,10 +128,12 @@ extension SQLiteCacheStore {
         let limit = max(capacity.maxBytes, trimming.restoringCeiling)
         guard used > limit, let target = oldestRowsTarget(used: used) else { return }
         var evicted = 0
-        while !closed.load(ordering: .relaxed), evicted < Self.evictionsAtOnce, usedBytes() > limit {
-            let removed = evictOnce(.writer, downTo: target)
+        var now = used
+        while !closed.load(ordering: .relaxed), evicted < Self.evictionsAtOnce, now > limit {
+            let removed = evictOnce(.writer, from: now, downTo: target)
             guard removed > 0 else { break }
             evicted += removed
+            now = usedBytes()
         }
         guard !trimming.evicting else { return }
         trimming.evicting = true
@@ -141,8 +143,9 @@ extension SQLiteCacheStore {
 
     private func evictBatch() {
         let started = DispatchTime.now().uptimeNanoseconds
-        guard !closed.load(ordering: .relaxed), let target = oldestRowsTarget(used: usedBytes()),
-            evictOnce(.background, downTo: target) > 0
+        let used = usedBytes()
+        guard !closed.load(ordering: .relaxed), let target = oldestRowsTarget(used: used),
+            evictOnce(.background, from: used, downTo: target) > 0
         else {
             trimming.evicting = false
             return vacuumStep()
@@ -162,10 +165,10 @@ extension SQLiteCacheStore {
         return EvictionPass.lowWaterMark(capacity)
     }
 
-    /// Evicts up to `evictionBatch` of the oldest rows, as many as free what is over `target`;
-    /// returns how many went (0 when under it).
-    private func evictOnce(_ priority: WorkPriority, downTo target: Int) -> Int {
-        var pass = EvictionPass(usedBytes: usedBytes(), downTo: target)
+    /// Evicts up to `evictionBatch` of the oldest rows, as many as free what `used` bytes are
+    /// over `target`; returns how many went (0 when under it).
+    private func evictOnce(_ priority: WorkPriority, from used: Int, downTo target: Int) -> Int {
+        var pass = EvictionPass(usedBytes: used, downTo: target)
         guard pass.wantsMore else { return 0 }
         do {
             let candidates = try writer.prepare(
