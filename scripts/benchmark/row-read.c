@@ -1,7 +1,7 @@
 /* The floor of a hit's store read: random rows of a Larder database read the way its readers
  * read them (the SELECT of Sources/LarderSQLite/Reads/ReaderPool.swift, through a memory map,
- * with the readers' small page cache), every column of the row touched, on one thread, in one
- * read transaction. Nothing else: no HTTP, no key derived, no entry built. scripts/bench-scale
+ * with the readers' small page cache), every column of the row read by its type, on one
+ * thread, in one read transaction. Nothing else: no HTTP, no key derived, no entry built. scripts/bench-scale
  * runs it on the filled store and prints the CPU it spends a row, by key (the index on `key`,
  * then the table, as Larder reads) and by rowid (the table alone), beside the CPU a whole hit
  * costs Larder and nginx (docs/performance.md, "What a hit over a million cannot go below").
@@ -41,6 +41,17 @@ static double wall_seconds(void) {
     return t.tv_sec + t.tv_nsec / 1e9;
 }
 
+/* One column read by its type, as Larder's SQLiteStatement reads it (numbers as numbers:
+ * asking for the bytes of a number would make SQLite format it as text first). */
+static uint64_t read_column(sqlite3_stmt *select, int column) {
+    switch (sqlite3_column_type(select, column)) {
+    case SQLITE_INTEGER: return (uint64_t)sqlite3_column_int64(select, column);
+    case SQLITE_FLOAT: return (uint64_t)sqlite3_column_double(select, column);
+    case SQLITE_NULL: return 0;
+    default: return (uint64_t)sqlite3_column_bytes(select, column) + (sqlite3_column_blob(select, column) != 0);
+    }
+}
+
 /* Reads random rows for `seconds`; returns the CPU microseconds a row. */
 static double measure(sqlite3 *db, const char *sql, int keyed, double seconds) {
     sqlite3_stmt *select;
@@ -57,9 +68,14 @@ static double measure(sqlite3 *db, const char *sql, int keyed, double seconds) {
             const struct row *row = &rows[state % (uint64_t)row_count];
             if (keyed) sqlite3_bind_text(select, 1, row->key, -1, SQLITE_STATIC);
             else sqlite3_bind_int64(select, 1, row->rowid);
-            while (sqlite3_step(select) == SQLITE_ROW)
+            int step;
+            while ((step = sqlite3_step(select)) == SQLITE_ROW)
                 for (int column = 0; column < 26; column++)
-                    touched += (uint64_t)sqlite3_column_bytes(select, column) + (sqlite3_column_blob(select, column) != 0);
+                    touched += read_column(select, column);
+            if (step != SQLITE_DONE) {
+                fprintf(stderr, "row-read: %s\n", sqlite3_errmsg(db));
+                exit(1);
+            }
             sqlite3_reset(select);
         }
     }
@@ -85,10 +101,11 @@ int main(int argc, char **argv) {
     sqlite3_prepare_v2(db, "SELECT key, rowid FROM entries WHERE key = primary_key", -1, &list, 0);
     int capacity = 1 << 16;
     rows = malloc(sizeof *rows * capacity);
+    if (rows == 0) return 1;
     while (sqlite3_step(list) == SQLITE_ROW) {
         const char *key = (const char *)sqlite3_column_text(list, 0);
         if (key == 0 || strlen(key) >= sizeof rows->key) continue;
-        if (row_count == capacity) rows = realloc(rows, sizeof *rows * (capacity *= 2));
+        if (row_count == capacity && (rows = realloc(rows, sizeof *rows * (capacity *= 2))) == 0) return 1;
         strcpy(rows[row_count].key, key);
         rows[row_count++].rowid = sqlite3_column_int64(list, 1);
     }
