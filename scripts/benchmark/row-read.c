@@ -1,10 +1,11 @@
 /* The floor of a hit's store read: random rows of a Larder database read the way its readers
  * read them (the SELECT of Sources/LarderSQLite/Reads/ReaderPool.swift, through a memory map,
  * with the readers' small page cache), every column of the row read by its type, on one
- * thread, in one read transaction. Nothing else: no HTTP, no key derived, no entry built. scripts/bench-scale
- * runs it on the filled store and prints the CPU it spends a row, by key (the index on `key`,
- * then the table, as Larder reads) and by rowid (the table alone), beside the CPU a whole hit
- * costs Larder and nginx (docs/performance.md, "What a hit over a million cannot go below").
+ * thread, in one read transaction. Nothing else: no HTTP, no key derived, no entry built.
+ * scripts/bench-scale runs it on the filled store and prints the CPU it spends a row, by key
+ * (the index on `key`, then the table, as Larder reads) and by rowid (the table alone), beside
+ * the CPU a whole hit costs Larder and nginx (docs/performance.md, "What a hit over a million
+ * cannot go below").
  *   row-read DATABASE SECONDS
  * prints "by-key-µs by-rowid-µs rows". */
 #include <sqlite3.h>
@@ -46,7 +47,7 @@ static double wall_seconds(void) {
 static uint64_t read_column(sqlite3_stmt *select, int column) {
     switch (sqlite3_column_type(select, column)) {
     case SQLITE_INTEGER: return (uint64_t)sqlite3_column_int64(select, column);
-    case SQLITE_FLOAT: return (uint64_t)sqlite3_column_double(select, column);
+    case SQLITE_FLOAT: return sqlite3_column_double(select, column) != 0;
     case SQLITE_NULL: return 0;
     default: return (uint64_t)sqlite3_column_bytes(select, column) + (sqlite3_column_blob(select, column) != 0);
     }
