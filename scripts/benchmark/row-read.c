@@ -15,16 +15,13 @@
 #include <string.h>
 #include <time.h>
 
-static const char *by_key =
-    "SELECT namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at, freshness, version, "
-    "sensitive_fp, etag, last_modified, stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key, "
-    "key, vary, variant_fp, body_file, body_size, tags, ttl "
-    "FROM entries WHERE key >= ?1 AND key < ?1 || '/' AND primary_key = ?1";
-static const char *by_rowid =
-    "SELECT namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at, freshness, version, "
-    "sensitive_fp, etag, last_modified, stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key, "
-    "key, vary, variant_fp, body_file, body_size, tags, ttl "
-    "FROM entries WHERE rowid = ?1";
+/* The reader's 26 columns, in its order. */
+#define READER_SELECT                                                                                             \
+    "SELECT namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at, freshness, version, " \
+    "sensitive_fp, etag, last_modified, stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key, " \
+    "key, vary, variant_fp, body_file, body_size, tags, ttl FROM entries "
+static const char *by_key = READER_SELECT "WHERE key >= ?1 AND key < ?1 || '/' AND primary_key = ?1";
+static const char *by_rowid = READER_SELECT "WHERE rowid = ?1";
 
 struct row { char key[72]; sqlite3_int64 rowid; };
 static struct row *rows;
