@@ -51,6 +51,8 @@ let package = Package(
         .systemLibrary(name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
         .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
         .systemLibrary(name: "CMalloc"), // glibc's <malloc.h>, for the executable's memory discipline
+        // RE2 (libre2-dev) is C++: a C face of three functions, compiled here, for LarderRE2.
+        .target(name: "CRE2", linkerSettings: [.linkedLibrary("re2")]),
 
         // The lock shared state lives behind: Synchronization.Mutex, or a pthread mutex that
         // ThreadSanitizer can see when built with -DLARDER_TSAN (scripts/sanitize thread). And the
@@ -89,6 +91,8 @@ let package = Package(
             dependencies: ["CCurl", "LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict),
         .target(name: "LarderHTTP", dependencies: ["CMicroHTTPD", "LarderCore", "LarderSync"], swiftSettings: strict),
+        // The chain conditions' `matches` patterns, in RE2: linear time whatever the pattern.
+        .target(name: "LarderRE2", dependencies: ["CRE2", "LarderCore"], swiftSettings: strict),
         // The shared store (many instances on one Redis): XXH3 for its index keys' names, HMAC
         // (Crypto) to authenticate its entries.
         .target(
@@ -102,8 +106,8 @@ let package = Package(
         .target(
             name: "LarderService",
             dependencies: [
-                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP", "LarderRedis", "LarderSync", "CMalloc",
-                .product(name: "Logging", package: "swift-log"),
+                "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP", "LarderRedis", "LarderRE2", "LarderSync",
+                "CMalloc", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Metrics", package: "swift-metrics"),
@@ -125,7 +129,9 @@ let package = Package(
         ),
         // Fuzz targets for the parsers of untrusted input: linked into libFuzzer by scripts/fuzz,
         // replayed over their corpora by LarderFuzzTests.
-        .target(name: "LarderFuzzing", dependencies: ["LarderCore", "LarderEngine", "LarderRedis", "LarderService"], swiftSettings: strict),
+        .target(
+            name: "LarderFuzzing", dependencies: ["LarderCore", "LarderEngine", "LarderRedis", "LarderRE2", "LarderService"],
+            swiftSettings: strict),
 
         // Test support (regular targets, since test targets cannot be depended on). LarderTesting:
         // the clock tests move by hand and the entry factory, for any test of the engine or a store.
@@ -141,7 +147,7 @@ let package = Package(
             ],
             path: "Tests/LarderServiceTesting"),
 
-        .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
+        .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore", "LarderRE2"]),
         .testTarget(name: "LarderFuzzTests", dependencies: ["LarderFuzzing"]),
         // The HTTP server's pure parts (request phases, hand-over, admission, header deadlines)
         // and responders made without a socket.

@@ -2,9 +2,11 @@
 
 import Foundation
 
-/// A step's `when`: a comparison, or `all` / `any` / `not` of conditions.
+/// A step's `when`: a comparison, a pattern search, or `all` / `any` / `not` of conditions.
 public indirect enum ChainCondition: Sendable, Equatable {
     case compare(ChainReference, Operator, JSONValue?)
+    /// `matches`: the value at the reference is a string in which the pattern is found.
+    case matches(ChainReference, ChainPattern)
     case all([ChainCondition])
     case any([ChainCondition])
     case not(ChainCondition)
@@ -16,7 +18,7 @@ public indirect enum ChainCondition: Sendable, Equatable {
     /// The references the condition reads.
     var references: [ChainReference] {
         switch self {
-        case .compare(let reference, _, _): [reference]
+        case .compare(let reference, _, _), .matches(let reference, _): [reference]
         case .all(let conditions), .any(let conditions): conditions.flatMap(\.references)
         case .not(let condition): condition.references
         }
@@ -25,11 +27,17 @@ public indirect enum ChainCondition: Sendable, Equatable {
     /// The step ids the condition reads.
     var roots: [String] { references.map(\.root) }
 
-    public func holds(in documents: [String: JSONValue]) -> Bool {
+    /// Whether the condition holds over the results so far. `stopped` is asked before each
+    /// pattern search: once it says yes (the chain's deadline passed), nothing more is searched
+    /// and the answer no longer matters.
+    public func holds(in documents: [String: JSONValue], stopped: () -> Bool = { false }) -> Bool {
         switch self {
-        case .all(let conditions): return conditions.allSatisfy { $0.holds(in: documents) }
-        case .any(let conditions): return conditions.contains { $0.holds(in: documents) }
-        case .not(let condition): return !condition.holds(in: documents)
+        case .all(let conditions): return conditions.allSatisfy { $0.holds(in: documents, stopped: stopped) }
+        case .any(let conditions): return conditions.contains { $0.holds(in: documents, stopped: stopped) }
+        case .not(let condition): return !condition.holds(in: documents, stopped: stopped)
+        case .matches(let reference, let pattern):
+            guard !stopped(), case .string(let text)? = reference.resolve(in: documents) else { return false }
+            return pattern.isFound(in: text)
         case .compare(let reference, let op, let expected):
             let actual = reference.resolve(in: documents)
             switch op {
@@ -48,10 +56,7 @@ public indirect enum ChainCondition: Sendable, Equatable {
                 guard let actual, case .array(let options)? = expected else { return false }
                 return options.contains { Self.equal(actual, $0) }
             case .matches:
-                guard case .string(let text)? = actual, case .string(let pattern)? = expected,
-                    let regex = try? Regex(pattern)
-                else { return false }
-                return (try? regex.firstMatch(in: text)) != nil
+                return false // parsed as .matches(_, ChainPattern)
             }
         }
     }

@@ -14,6 +14,9 @@ public struct ChainStep: Sendable {
     public let when: ChainCondition?
     /// Steps this one waits for: those it references (request and condition) and `dependsOn`.
     public let dependencies: Set<String>
+    /// The steps (and `input`) whose results this one's request or condition reads: what must
+    /// be kept until this step has started or been skipped.
+    public let reads: Set<String>
     public let continueOnError: Bool
 }
 
@@ -24,15 +27,31 @@ public struct ChainPlan: Sendable {
     public var timeoutMs: Int
     /// Only `ok`, `output` and failures in the answer.
     public var outputOnly: Bool
-    /// For each step id, the members of its result that something reads (`body`, `headers`…):
-    /// a result is only parsed as far as it is read.
-    public var readMembers: [String: Set<String>] = [:]
+    /// For each step id (and `input`), the paths into its result that something reads, as
+    /// segments after the root (empty: the whole result). A result is parsed only as far as its
+    /// members are read, and kept only as far as its paths reach (ChainReference.pruned).
+    public var readPaths: [String: [[ChainReference.Segment]]] = [:]
+    /// The steps whose results `output` reads: kept until the chain ends.
+    public var outputReads: Set<String> = []
+
+    /// For each step id, the members of its result that something reads (`body`, `headers`…).
+    public var readMembers: [String: Set<String>] {
+        readPaths.mapValues { paths in
+            var members: Set<String> = []
+            for path in paths {
+                guard case .member(let name)? = path.first else { return ["status", "headers", "body", "state", "error"] }
+                members.insert(name)
+            }
+            return members
+        }
+    }
 
     public static let defaultTimeoutMs = 30_000
 
     // MARK: Parsing
 
-    public static func parse(json bytes: [UInt8], maxSteps: Int) throws(LarderError) -> ChainPlan {
+    /// `patterns` compiles the `matches` conditions, once, here.
+    public static func parse(json bytes: [UInt8], maxSteps: Int, patterns: any TextPatternCompiler) throws(LarderError) -> ChainPlan {
         let fields = try JSONFields.body(bytes, known: ["steps", "input", "output", "timeoutMs", "include"])
         guard let rawSteps = try fields.array("steps") else { throw .invalid("steps", "is required") }
         guard !rawSteps.isEmpty else { throw .invalid("steps", "must hold at least one step") }
@@ -48,6 +67,7 @@ public struct ChainPlan: Sendable {
         }
 
         var ids: [String] = []
+        var conditions = ConditionParser(patterns: patterns)
         var parsed: [(id: String, request: JSONValue, when: ChainCondition?, dependsOn: [String], continueOnError: Bool, path: String)] = []
         for (index, raw) in rawSteps.enumerated() {
             let path = "steps[\(index)]"
@@ -63,7 +83,7 @@ public struct ChainPlan: Sendable {
             ids.append(id)
             guard let request = step.value("request") else { throw .invalid(step.path("request"), "is required") }
             try Self.checkShape(request, path: step.path("request"))
-            let when = try step.typed("when").map { value throws(LarderError) in try Self.condition(value, path: step.path("when")) }
+            let when = try step.typed("when").map { value throws(LarderError) in try conditions.condition(value, path: step.path("when")) }
             let dependsOn = try step.strings("dependsOn") ?? []
             parsed.append((id, request, when, dependsOn, try step.bool("continueOnError") ?? false, path))
         }
@@ -77,12 +97,13 @@ public struct ChainPlan: Sendable {
             everyReference += references + (entry.when?.references ?? [])
             for reference in references where reference.root != "input" { dependencies.insert(reference.root) }
             for root in entry.when?.roots ?? [] where root != "input" { dependencies.insert(root) }
+            let reads = Set(references.map(\.root) + (entry.when?.roots ?? []))
             for dependency in dependencies.sorted() where !ids.contains(dependency) {
                 throw .invalid("\(entry.path)", "refers to '\(dependency)', which is not a step of this chain")
             }
             steps.append(
                 ChainStep(
-                    id: entry.id, request: entry.request, when: entry.when, dependencies: dependencies,
+                    id: entry.id, request: entry.request, when: entry.when, dependencies: dependencies, reads: reads,
                     continueOnError: entry.continueOnError))
         }
         if let cycle = Self.cycle(in: steps) {
@@ -98,12 +119,9 @@ public struct ChainPlan: Sendable {
             steps: steps, input: fields.value("input") ?? .object([:]), output: output, timeoutMs: timeout,
             outputOnly: outputOnly)
         for reference in everyReference + outputReferences {
-            if case .member(let name)? = reference.segments.first {
-                plan.readMembers[reference.root, default: []].insert(name)
-            } else {
-                plan.readMembers[reference.root, default: []].formUnion(["status", "headers", "body", "state", "error"])
-            }
+            plan.readPaths[reference.root, default: []].append(reference.segments)
         }
+        plan.outputReads = Set(outputReferences.map(\.root))
         return plan
     }
 
@@ -115,42 +133,65 @@ public struct ChainPlan: Sendable {
         if case .object? = fields.value("cache") { try fields.object("cache")?.rejectUnknown(FetchRequest.knownCacheFields) }
     }
 
-    private static func condition(_ value: JSONValue, path: String) throws(LarderError) -> ChainCondition {
-        let fields = try JSONFields(value, path: path)
-        for combinator in ["all", "any"] {
-            guard let list = try fields.array(combinator) else { continue }
-            try fields.rejectUnknown([combinator])
-            var conditions: [ChainCondition] = []
-            for (index, item) in list.enumerated() {
-                conditions.append(try condition(item, path: "\(fields.path(combinator))[\(index)]"))
+    /// Parses `when` conditions, compiling their patterns within the chain's pattern budget.
+    private struct ConditionParser {
+        let patterns: any TextPatternCompiler
+        var patternBytes = 0
+
+        mutating func condition(_ value: JSONValue, path: String) throws(LarderError) -> ChainCondition {
+            let fields = try JSONFields(value, path: path)
+            for combinator in ["all", "any"] {
+                guard let list = try fields.array(combinator) else { continue }
+                try fields.rejectUnknown([combinator])
+                var conditions: [ChainCondition] = []
+                for (index, item) in list.enumerated() {
+                    conditions.append(try condition(item, path: "\(fields.path(combinator))[\(index)]"))
+                }
+                return combinator == "all" ? .all(conditions) : .any(conditions)
             }
-            return combinator == "all" ? .all(conditions) : .any(conditions)
+            if let inner = try fields.typed("not") {
+                try fields.rejectUnknown(["not"])
+                return .not(try condition(inner, path: fields.path("not")))
+            }
+            try fields.rejectUnknown(["path", "op", "value"])
+            guard let rawPath = try fields.string("path") else { throw .invalid(fields.path("path"), "is required") }
+            guard let reference = ChainReference(parsing: rawPath) else {
+                throw .invalid(fields.path("path"), "'\(rawPath)' is not a reference path")
+            }
+            guard let rawOp = try fields.string("op") else { throw .invalid(fields.path("op"), "is required") }
+            guard let op = ChainCondition.Operator(rawValue: rawOp) else {
+                let known = ChainCondition.Operator.allCases.map(\.rawValue).joined(separator: ", ")
+                throw .invalid(fields.path("op"), "'\(rawOp)' is not one of \(known)")
+            }
+            let expected = fields.members["value"]
+            if op != .exists, expected == nil { throw .invalid(fields.path("value"), "is required for '\(rawOp)'") }
+            if op == .in, !(expected.map { if case .array = $0 { true } else { false } } ?? false) {
+                throw .invalid(fields.path("value"), "must be an array for 'in'")
+            }
+            if op == .matches {
+                guard case .string(let source)? = expected else {
+                    throw .invalid(fields.path("value"), "must be a string (an RE2 pattern) for 'matches'")
+                }
+                return .matches(reference, try pattern(source, path: fields.path("value")))
+            }
+            return .compare(reference, op, expected)
         }
-        if let inner = try fields.typed("not") {
-            try fields.rejectUnknown(["not"])
-            return .not(try condition(inner, path: fields.path("not")))
+
+        private mutating func pattern(_ source: String, path: String) throws(LarderError) -> ChainPattern {
+            let bytes = source.utf8.count
+            guard bytes <= ChainPattern.maxSourceBytes else {
+                throw .invalid(path, "a pattern may be at most \(ChainPattern.maxSourceBytes) bytes")
+            }
+            patternBytes += bytes
+            guard patternBytes <= ChainPattern.maxSourceBytesPerChain else {
+                throw .invalid(path, "the chain's patterns may total at most \(ChainPattern.maxSourceBytesPerChain) bytes")
+            }
+            do {
+                return ChainPattern(source: source, compiled: try patterns.compile(source))
+            } catch {
+                throw .invalid(path, "is not a valid RE2 pattern: \(error.reason)")
+            }
         }
-        try fields.rejectUnknown(["path", "op", "value"])
-        guard let rawPath = try fields.string("path") else { throw .invalid(fields.path("path"), "is required") }
-        guard let reference = ChainReference(parsing: rawPath) else {
-            throw .invalid(fields.path("path"), "'\(rawPath)' is not a reference path")
-        }
-        guard let rawOp = try fields.string("op") else { throw .invalid(fields.path("op"), "is required") }
-        guard let op = ChainCondition.Operator(rawValue: rawOp) else {
-            throw .invalid(
-                fields.path("op"), "'\(rawOp)' is not one of \(ChainCondition.Operator.allCases.map(\.rawValue).joined(separator: ", "))")
-        }
-        let expected = fields.members["value"]
-        if op != .exists, expected == nil { throw .invalid(fields.path("value"), "is required for '\(rawOp)'") }
-        if op == .in, !(expected.map { if case .array = $0 { true } else { false } } ?? false) {
-            throw .invalid(fields.path("value"), "must be an array for 'in'")
-        }
-        if op == .matches {
-            var valid = false
-            if case .string(let pattern)? = expected { valid = (try? Regex(pattern)) != nil }
-            guard valid else { throw .invalid(fields.path("value"), "must be a valid regular expression for 'matches'") }
-        }
-        return .compare(reference, op, expected)
     }
 
     /// Every `{{…}}` in the strings of `value`.

@@ -87,3 +87,43 @@ public struct ChainReference: Sendable, Equatable, CustomStringConvertible {
         }
     }
 }
+
+extension ChainReference {
+    /// `document` cut down to what `paths` (segments after the root) reach, so that a chain
+    /// keeps of each result only what later steps and its output read: members no path names
+    /// are dropped, elements no path reaches become null (indexes still count), and a path that
+    /// ends keeps its whole subtree. Every path resolves in the result as in `document`.
+    public static func pruned(_ document: JSONValue, keeping paths: [ArraySlice<Segment>]) -> JSONValue {
+        if paths.contains(where: \.isEmpty) { return document }
+        switch document {
+        case .object(let members):
+            var byName: [String: [ArraySlice<Segment>]] = [:]
+            for path in paths {
+                if case .member(let name)? = path.first { byName[name, default: []].append(path.dropFirst()) }
+            }
+            var kept: [String: JSONValue] = [:]
+            for (name, rest) in byName {
+                if let member = members[name] { kept[name] = pruned(member, keeping: rest) }
+            }
+            return .object(kept)
+        case .array(let elements):
+            var every: [ArraySlice<Segment>] = []
+            var byIndex: [Int: [ArraySlice<Segment>]] = [:]
+            for path in paths {
+                switch path.first {
+                case .every?: every.append(path.dropFirst())
+                case .index(let index)?: byIndex[index, default: []].append(path.dropFirst())
+                default: break
+                }
+            }
+            guard every.isEmpty else {
+                return .array(elements.enumerated().map { index, element in pruned(element, keeping: every + (byIndex[index] ?? [])) })
+            }
+            let reached = byIndex.keys.filter { $0 < elements.count }
+            guard let last = reached.max() else { return .array([]) }
+            return .array((0...last).map { index in byIndex[index].map { pruned(elements[index], keeping: $0) } ?? .null })
+        default:
+            return document
+        }
+    }
+}

@@ -123,3 +123,22 @@ public enum JSONWriter {
         appendNumber(thousandths / 1000, to: &out)
     }
 }
+
+extension JSONValue {
+    /// About how many bytes of memory this value takes once parsed: its own storage, its
+    /// strings' bytes, its arrays' and dictionaries' buffers. What a chain counts its kept
+    /// results by (a parsed document takes many times its text).
+    public var approximateFootprint: Int {
+        switch self {
+        case .null, .bool: return 24
+        case .number(let number): return 48 + (number.text.utf8.count > 15 ? 32 + number.text.utf8.count : 0)
+        case .string(let text): return 24 + (text.utf8.count > 15 ? 32 + text.utf8.count : 0)
+        case .array(let elements): return 56 + elements.reduce(0) { $0 + $1.approximateFootprint }
+        case .object(let members):
+            return 72
+                + members.reduce(0) { total, member in
+                    total + 24 + (member.key.utf8.count > 15 ? 32 + member.key.utf8.count : 0) + member.value.approximateFootprint
+                }
+        }
+    }
+}

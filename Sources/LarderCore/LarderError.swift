@@ -25,6 +25,9 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case versionExhausted = "version_exhausted"
         case upstreamStatus = "upstream_status"
         case responseTooLarge = "response_too_large"
+        case crossSiteRefused = "cross_site_refused"
+        case hostNotAllowed = "host_not_allowed"
+        case unsupportedMediaType = "unsupported_media_type"
     }
 
     public let code: Code
@@ -44,7 +47,9 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unauthorized: 401
         case .loopDetected: 508
         case .versionExhausted: 409
-        case .upstreamForbidden: 403
+        case .upstreamForbidden, .crossSiteRefused: 403
+        case .unsupportedMediaType: 415
+        case .hostNotAllowed: 421
         case .notFound, .unknownUpstream: 404
         case .methodNotAllowed: 405
         case .upstreamUnreachable, .upstreamTooLarge, .upstreamError, .tooManyRedirects, .validationFailed: 502

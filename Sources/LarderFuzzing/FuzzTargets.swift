@@ -14,6 +14,7 @@
 import Foundation
 import LarderCore
 import LarderEngine
+import LarderRE2
 import LarderRedis
 import LarderService
 
@@ -31,6 +32,7 @@ public enum FuzzTargets {
         "batch-request": batchRequest,
         "chain-request": chainRequest,
         "chain-reference": chainReference,
+        "chain-pattern": chainPattern,
         "warm-request": warmRequest,
         "request-framing": requestFraming,
         "query-redaction": queryRedaction,
@@ -212,7 +214,7 @@ public enum FuzzTargets {
     /// An accepted chain can run: 1 to 50 steps with unique ids, every dependency a step of the
     /// chain, and an order in which each step comes after those it waits for (no cycle).
     static func chainRequest(_ bytes: [UInt8]) -> Bool {
-        guard let plan = try? ChainPlan.parse(json: bytes, maxSteps: 50) else { return false }
+        guard let plan = try? ChainPlan.parse(json: bytes, maxSteps: 50, patterns: RE2Compiler()) else { return false }
         let ids = plan.steps.map(\.id)
         require((1...50).contains(ids.count) && Set(ids).count == ids.count, "steps \(ids) accepted")
         require(plan.steps.allSatisfy { $0.dependencies.isSubset(of: ids) }, "a dependency outside the chain accepted")
@@ -241,6 +243,30 @@ public enum FuzzTargets {
         _ = try? Template.render(template, documents: documents, encodeIn: ["url"], textIn: ["query"])
         _ = try? Template.render(template, documents: documents, lenient: true)
         return reference != nil
+    }
+
+    /// A `matches` pattern (the first line) searched in a text (the rest), through RE2: any
+    /// bytes compile or are refused without a crash, and the text, every character quoted, is
+    /// found in itself, anchored at both ends or not.
+    static func chainPattern(_ bytes: [UInt8]) -> Bool {
+        let split = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+        let source = text(Array(bytes[..<split]))
+        let subject = text(Array(bytes[min(split + 1, bytes.endIndex)...]))
+        let compiler = RE2Compiler()
+        var quoted = ""
+        for character in subject.unicodeScalars {
+            if character.isASCII, !(character.properties.isAlphabetic || ("0"..."9").contains(character)) {
+                quoted += character == "\0" ? "\\x00" : "\\" + String(character)
+            } else {
+                quoted.unicodeScalars.append(character)
+            }
+        }
+        if let literal = try? compiler.compile(quoted), let whole = try? compiler.compile("^" + quoted + "$") {
+            require(literal.isFound(in: subject) && whole.isFound(in: subject), "the quoted text /\(quoted)/ is not found in itself")
+        }
+        guard let pattern = try? compiler.compile(source) else { return false }
+        _ = pattern.isFound(in: subject)
+        return true
     }
 
     /// An accepted warm job is within its bounds, and every spec, as it is sealed and stored

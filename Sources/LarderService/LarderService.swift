@@ -146,6 +146,13 @@ public final class LarderService: @unchecked Sendable {
             connections: connections, routers: RouterSlot(), upstreams: upstreams)
         wiring.routers.set(makeRouter(configuration, wiring))
         warnIfAdminRoutesOpen(configuration)
+        if configuration.browserRequestRules.acceptsAnyName {
+            logger.warning(
+                """
+                listening beyond loopback with no --server-name: any name is accepted in Host, so a browser page whose name \
+                points here (DNS rebinding) is not refused; name this server with --server-name
+                """)
+        }
         let servers = makeServers(
             routers: wiring.routers, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners,
             certificates: certificates)
@@ -282,7 +289,14 @@ public final class LarderService: @unchecked Sendable {
     }
 
     private func warnIfAdminRoutesOpen(_ configuration: LarderConfiguration) {
-        if configuration.adminToken == nil, !Self.isLoopback(configuration.host) {
+        guard configuration.adminToken == nil else { return }
+        if Self.isLoopback(configuration.host) {
+            logger.warning(
+                """
+                the /cache admin routes have no token: every process on this machine may purge, write and read the cache \
+                (browser pages are refused by Host, Origin and Sec-Fetch-Site); set --admin-token (or LARDER_ADMIN_TOKEN)
+                """)
+        } else {
             logger.warning(
                 """
                 the /cache admin routes are open to anyone who can reach \(configuration.host): \

@@ -257,6 +257,7 @@ struct SafetySettings: ParsableArguments {
     @Option(setting: "metricsToken") var metricsToken: String?
     @Option(setting: "allowHosts") var allowHosts: [String] = []
     @Flag(setting: "denyPrivate") var denyPrivate = false
+    @Option(setting: "serverNames") var serverNames: [String] = []
     @Option(setting: "redactQuery") var redactQuery: [String] = []
     @Option(setting: "headerTimeout") var headerTimeout: Int?
     @Option(setting: "connectionsPerAddress") var connectionsPerAddress: Int?

@@ -4,6 +4,7 @@
 // from the results so far.
 
 import LarderCore
+import LarderRE2
 import XCTest
 
 /// Parses a JSON text written in a test.
@@ -56,7 +57,7 @@ final class ChainConditionTests: XCTestCase {
     private func condition(_ condition: String) throws -> ChainCondition {
         let plan = try ChainPlan.parse(
             json: Array(#"{"steps":[{"id":"a","request":{"url":"http://o/"}},{"id":"b","request":{},"when":\#(condition)}]}"#.utf8),
-            maxSteps: 10)
+            maxSteps: 10, patterns: RE2Compiler())
         return try XCTUnwrap(plan.steps[1].when)
     }
 
@@ -124,7 +125,7 @@ final class ChainConditionTests: XCTestCase {
 
 final class ChainPlanTests: XCTestCase {
     private func parse(_ text: String, maxSteps: Int = 10) throws(LarderError) -> ChainPlan {
-        try ChainPlan.parse(json: Array(text.utf8), maxSteps: maxSteps)
+        try ChainPlan.parse(json: Array(text.utf8), maxSteps: maxSteps, patterns: RE2Compiler())
     }
 
     /// The field and message of the error that refuses `text`.
@@ -280,5 +281,133 @@ final class ChainTemplateTests: XCTestCase {
             XCTAssertEqual((error as? Template.Unresolved)?.reference, "a.body.name")
             XCTAssertTrue((error as? Template.Unresolved)?.reason.contains("past 10 bytes") == true)
         }
+    }
+}
+
+/// The `matches` patterns (RE2 through LarderRE2) and what a chain keeps of its results.
+final class ChainPatternTests: XCTestCase {
+    /// A small generator with a seed, so that a failure names a case that comes back.
+    private struct SeededGenerator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            return state
+        }
+    }
+
+    /// A pattern of RE2's and Swift's common syntax over the letters a, b and c.
+    private func randomPattern(_ random: inout SeededGenerator, depth: Int = 0) -> String {
+        func atom() -> String {
+            switch Int.random(in: 0..<8, using: &random) {
+            case 0: return "."
+            case 1: return "[ab]"
+            case 2: return "[^a]"
+            case 3 where depth < 2: return "(" + randomPattern(&random, depth: depth + 1) + ")"
+            case 4 where depth < 2:
+                return "(?:" + randomPattern(&random, depth: depth + 1) + "|" + randomPattern(&random, depth: depth + 1) + ")"
+            default: return ["a", "b", "c"][Int.random(in: 0..<3, using: &random)]
+            }
+        }
+        var pattern = Int.random(in: 0..<4, using: &random) == 0 ? "^" : ""
+        for _ in 0..<Int.random(in: 1...4, using: &random) {
+            pattern += atom()
+            pattern += ["", "", "*", "+", "?", "{1,2}", "{2}"][Int.random(in: 0..<7, using: &random)]
+        }
+        if Int.random(in: 0..<4, using: &random) == 0 { pattern += "$" }
+        return pattern
+    }
+
+    /// A property over 3,000 generated patterns and texts: RE2 finds a match exactly where
+    /// Swift's backtracking Regex does (on texts short enough for it), so `matches` means what
+    /// a regular expression means.
+    func testRE2FindsAMatchExactlyWhereABacktrackingEngineDoes() throws {
+        var random = SeededGenerator(state: 0x9E37_79B9_7F4A_7C15)
+        for _ in 0..<3_000 {
+            let source = randomPattern(&random)
+            let text = String((0..<Int.random(in: 0...8, using: &random)).map { _ in "abc".randomElement(using: &random)! })
+            let pattern = try RE2Compiler().compile(source)
+            let expected = try Regex(source).firstMatch(in: text) != nil
+            XCTAssertEqual(pattern.isFound(in: text), expected, "/\(source)/ in \"\(text)\"")
+        }
+    }
+
+    func testATextPastTheBoundNeverMatchesAndAStoppedChainSearchesNothing() throws {
+        final class Counting: TextPattern, @unchecked Sendable {
+            var searches = 0
+            func isFound(in text: String) -> Bool {
+                searches += 1
+                return true
+            }
+        }
+        let counting = Counting()
+        let pattern = ChainPattern(source: "x", compiled: counting)
+        XCTAssertTrue(pattern.isFound(in: String(repeating: "x", count: ChainPattern.maxSubjectBytes)))
+        XCTAssertFalse(pattern.isFound(in: String(repeating: "x", count: ChainPattern.maxSubjectBytes + 1)))
+        let reference = try XCTUnwrap(ChainReference(parsing: "a.body"))
+        let condition = ChainCondition.any([.matches(reference, pattern), .matches(reference, pattern)])
+        let documents: [String: JSONValue] = ["a": .object(["body": .string("y")])]
+        counting.searches = 0
+        XCTAssertTrue(condition.holds(in: documents))
+        XCTAssertEqual(counting.searches, 1)
+        XCTAssertFalse(condition.holds(in: documents, stopped: { true }))
+        XCTAssertEqual(counting.searches, 1, "nothing searched once the chain stopped")
+    }
+
+    func testAChainsPatternsTotalAtMost16KiB() throws {
+        let one = #"{"path":"a.status","op":"matches","value":"\#(String(repeating: "a", count: 1000))"}"#
+        let conditions = Array(repeating: one, count: 17).joined(separator: ",")
+        let text = #"{"steps":[{"id":"a","request":{}},{"id":"b","request":{},"when":{"all":[\#(conditions)]}}]}"#
+        XCTAssertThrowsError(try ChainPlan.parse(json: Array(text.utf8), maxSteps: 10, patterns: RE2Compiler())) { error in
+            XCTAssertEqual((error as? LarderError)?.field, "steps[1].when.all[16].value")
+        }
+    }
+
+    /// A property over generated documents and reference paths: every path resolves in the
+    /// pruned document to what it resolves to in the whole one.
+    func testAPrunedResultResolvesEveryPathItKeeps() throws {
+        var random = SeededGenerator(state: 0xD1B5_4A32_D192_ED03)
+        func value(_ depth: Int) -> JSONValue {
+            switch Int.random(in: 0..<(depth > 2 ? 3 : 6), using: &random) {
+            case 0: return .number(JSONNumber(Int64.random(in: 0..<100, using: &random)))
+            case 1: return .string(["x", "y", String(repeating: "z", count: 40)][Int.random(in: 0..<3, using: &random)])
+            case 2: return .null
+            case 3, 4:
+                return .object(
+                    Dictionary(
+                        uniqueKeysWithValues: ["a", "b", "c"].prefix(Int.random(in: 0...3, using: &random)).map { ($0, value(depth + 1)) }))
+            default: return .array((0..<Int.random(in: 0...3, using: &random)).map { _ in value(depth + 1) })
+            }
+        }
+        func path() -> String {
+            var text = "r"
+            for _ in 0..<Int.random(in: 0...4, using: &random) {
+                switch Int.random(in: 0..<5, using: &random) {
+                case 0: text += "[*]"
+                case 1: text += "[\(Int.random(in: 0..<3, using: &random))]"
+                default: text += "." + ["a", "b", "c"][Int.random(in: 0..<3, using: &random)]
+                }
+            }
+            return text
+        }
+        for _ in 0..<2_000 {
+            let document = value(0)
+            let references = (0..<Int.random(in: 1...4, using: &random)).compactMap { _ in ChainReference(parsing: path()) }
+            let pruned = ChainReference.pruned(document, keeping: references.map { $0.segments[...] })
+            for reference in references {
+                XCTAssertEqual(reference.resolve(in: ["r": pruned]), reference.resolve(in: ["r": document]), "\(reference) in \(document)")
+            }
+            XCTAssertLessThanOrEqual(pruned.approximateFootprint, document.approximateFootprint + 56)
+        }
+    }
+
+    func testPruningDropsWhatNoPathReaches() throws {
+        let document = try json(#"{"body":{"items":[{"id":1,"name":"a"},{"id":2,"name":"b"},{"id":3}],"big":"x"},"status":200}"#)
+        let paths = [["body", "items", 1, "id"], ["status"]].map { path in
+            path.map { part -> ChainReference.Segment in (part as? Int).map { .index($0) } ?? .member(part as! String) }[...]
+        }
+        XCTAssertEqual(ChainReference.pruned(document, keeping: paths), try json(#"{"body":{"items":[null,{"id":2}]},"status":200}"#))
+        XCTAssertEqual(ChainReference.pruned(document, keeping: [[][...]]), document, "a whole result is kept whole")
     }
 }

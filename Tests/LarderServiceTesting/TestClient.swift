@@ -110,12 +110,13 @@ public final class TestConnection {
         close(descriptor)
     }
 
-    /// `rawHeaderLines`: header lines sent byte for byte (each ending in CRLF).
+    /// `rawHeaderLines`: header lines sent byte for byte (each ending in CRLF). `host`: the
+    /// `Host` field's value.
     public func request(
         _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
-        rawHeaderLines: [UInt8] = []
+        rawHeaderLines: [UInt8] = [], host: String = "127.0.0.1"
     ) throws -> TestResponse {
-        var head = "\(method) \(target) HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        var head = "\(method) \(target) HTTP/1.1\r\nHost: \(host)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
         try sendAll(Array(head.utf8) + rawHeaderLines + Array("\r\n".utf8) + body)

@@ -9,6 +9,17 @@
 // last of them; a step counts as finished (its dependents may start) once it was handed out,
 // and no step starts while one waits to be taken.
 //
+// A step's `when` is judged on a global queue, outside the lock, never on the thread that found
+// the step ready (an event loop, when the chain starts or a hit answers): a condition costs time
+// linear in what it reads (patterns are RE2's, ChainPattern bounds their texts), and the chain's
+// deadline stops it between pattern searches.
+//
+// Memory: a result is kept only as far as later steps and the output read it (the paths in
+// `plan.readPaths`), only until the last step that reads it has started, and counted by its
+// parsed size against the answer's budget (`--max-batch-bytes`): a step whose kept result would
+// not fit fails with `response_too_large`. A body is parsed on a global queue, not on the
+// upstream's thread.
+//
 // Threading: as BatchRun. One lock guards the run's state; the engine's replies arrive on other
 // threads; the engine, the delivery and `onFinish` are called outside the lock, `onFinish`
 // once, last.
@@ -29,13 +40,32 @@ public struct ChainResult: Sendable {
 }
 
 public final class ChainRun: Sendable {
-    /// `ended`: its outcome is known and queued for delivery; `finished`: handed out.
-    private enum StepState { case pending, running, ended, finished }
+    /// `deciding`: its `when` is being judged; `decided`: judged, waiting for the delivery to be
+    /// idle; `ended`: its outcome is known and queued for delivery; `finished`: handed out.
+    private enum StepState: Equatable {
+        case pending, deciding
+        case decided(holds: Bool)
+        case running, ended, finished
+    }
+
+    /// A result kept for later steps, and what it counts against the budget.
+    private struct KeptDocument {
+        var value: JSONValue
+        var bytes: Int
+    }
 
     private struct State {
         var states: [StepState]
         var outcomes: [ItemOutcome?]
         var documents: [String: JSONValue]
+        /// Bytes the kept results count (JSONValue.approximateFootprint), by step id.
+        var documentBytes: [String: Int] = [:]
+        var keptBytes = 0
+        /// Results of ended steps not yet handed out, by index.
+        var settled: [Int: KeptDocument] = [:]
+        /// For each step id, the steps that read its result and have not started or been
+        /// skipped: once none is left (and the output does not read it), the result goes.
+        var readersLeft: [String: Int]
         var order: [Int] = []
         var running: [Int: Cancellation] = [:]
         var stopped = false
@@ -57,7 +87,8 @@ public final class ChainRun: Sendable {
 
     /// Largest rendered step request: what a reference expansion may grow a request to.
     public static let maxRenderedRequestBytes = 1 << 20
-    /// Largest rendered `output`: the answer's budget (`--max-batch-bytes`).
+    /// Largest rendered `output`, and the most the kept results may count: the answer's budget
+    /// (`--max-batch-bytes`).
     private let outputBudget: Int
 
     /// `prepare` validates a rendered request spec and derives its key (named upstreams are the
@@ -74,11 +105,15 @@ public final class ChainRun: Sendable {
         self.onFinish = onFinish
         self.outputBudget = sink.budget?.limit ?? AnswerBudget.defaultLimit
         self.indexByID = Dictionary(uniqueKeysWithValues: plan.steps.enumerated().map { ($1.id, $0) })
+        var readers: [String: Int] = [:]
+        for step in plan.steps {
+            for root in step.reads { readers[root, default: 0] += 1 }
+        }
         self.state = Locked(
             State(
                 states: Array(repeating: .pending, count: plan.steps.count),
                 outcomes: Array(repeating: nil, count: plan.steps.count),
-                documents: ["input": plan.input]))
+                documents: ["input": plan.input], readersLeft: readers))
         // A cycle until the last step is handed out, as in BatchRun.
         let delivery = ItemDelivery(sink: sink, delivered: { [self] in delivered($0) }, idle: { [self] in advance() })
         self.delivery.withLock { $0 = delivery }
@@ -103,6 +138,7 @@ public final class ChainRun: Sendable {
     private enum Decision {
         case launch(Int, Cancellation, [String: JSONValue])
         case skip(ItemOutcome)
+        case judge(Int, ChainCondition, [String: JSONValue])
     }
 
     /// Starts or skips every step whose dependencies have all finished, while the delivery has
@@ -126,6 +162,8 @@ public final class ChainRun: Sendable {
                     case .skip(let outcome): delivery.withLock { $0 }?.enqueue(outcome)
                     case .launch(let index, let cancellation, let documents):
                         launch(index, cancellation: cancellation, documents: documents)
+                    case .judge(let index, let condition, let documents):
+                        DispatchQueue.global().async { [self] in judge(index, condition, documents) }
                     }
                 }
             }
@@ -143,23 +181,60 @@ public final class ChainRun: Sendable {
         state.withLock { state -> [Decision] in
             guard !state.stopped else { return [] }
             var decisions: [Decision] = []
-            for (index, step) in plan.steps.enumerated() where state.states[index] == .pending {
-                let dependencies = step.dependencies.compactMap { indexByID[$0] }
-                guard dependencies.allSatisfy({ state.states[$0] == .finished }) else { continue }
-                let skipped =
-                    dependencies.contains { state.outcomes[$0]?.state == .skipped }
-                    || (step.when.map { !$0.holds(in: state.documents) } ?? false)
-                if skipped {
-                    state.states[index] = .ended
-                    decisions.append(.skip(ItemOutcome(index: index, state: .skipped, finishedAt: clock.now())))
-                } else {
+            for (index, step) in plan.steps.enumerated() {
+                let holds: Bool
+                switch state.states[index] {
+                case .pending:
+                    let dependencies = step.dependencies.compactMap { indexByID[$0] }
+                    guard dependencies.allSatisfy({ state.states[$0] == .finished }) else { continue }
+                    if dependencies.contains(where: { state.outcomes[$0]?.state == .skipped }) {
+                        holds = false
+                    } else if let condition = step.when {
+                        state.states[index] = .deciding
+                        decisions.append(.judge(index, condition, state.documents))
+                        continue
+                    } else {
+                        holds = true
+                    }
+                case .decided(let judged):
+                    holds = judged
+                default:
+                    continue
+                }
+                if holds {
                     state.states[index] = .running
                     let cancellation = Cancellation()
                     state.running[index] = cancellation
                     decisions.append(.launch(index, cancellation, state.documents))
+                } else {
+                    state.states[index] = .ended
+                    decisions.append(.skip(ItemOutcome(index: index, state: .skipped, finishedAt: clock.now())))
                 }
+                release(readBy: step, in: &state)
             }
             return decisions
+        }
+    }
+
+    /// Judges a step's `when` (on a global queue), then lets the scheduler start or skip it.
+    private func judge(_ index: Int, _ condition: ChainCondition, _ documents: [String: JSONValue]) {
+        let holds = condition.holds(in: documents, stopped: { self.state.withLock { $0.stopped } })
+        let judged = state.withLock { state -> Bool in
+            guard state.states[index] == .deciding, !state.stopped else { return false }
+            state.states[index] = .decided(holds: holds)
+            return true
+        }
+        if judged { advance() }
+    }
+
+    /// `step` has started or ended without starting: the results it read may go.
+    private func release(readBy step: ChainStep, in state: inout State) {
+        for root in step.reads {
+            state.readersLeft[root, default: 1] -= 1
+            if state.readersLeft[root] == 0, !plan.outputReads.contains(root), root != "input" {
+                state.documents[root] = nil
+                state.keptBytes -= state.documentBytes.removeValue(forKey: root) ?? 0
+            }
         }
     }
 
@@ -193,10 +268,40 @@ public final class ChainRun: Sendable {
 
     private func ended(_ index: Int, _ answer: CacheAnswer, judgedBy validation: ResponseValidation? = nil, elsewhere: Bool = false) {
         let outcome = ItemOutcome(index: index, answer: answer, finishedAt: clock.now()).judged(by: validation)
+        let reading = plan.readMembers[plan.steps[index].id] ?? []
+        guard outcome.response != nil, !reading.isDisjoint(with: ["headers", "body"]) else {
+            return settle(index, outcome, document: Self.document(outcome, reading: reading), elsewhere: elsewhere)
+        }
+        // A body to parse: not on the upstream's thread, nor on an event loop.
+        DispatchQueue.global().async { [self] in
+            settle(index, outcome, document: Self.document(outcome, reading: reading), elsewhere: false)
+        }
+    }
+
+    /// A step's outcome and the result later steps will read: counted against the budget (a
+    /// result that does not fit fails the step), then queued for delivery.
+    private func settle(_ index: Int, _ ended: ItemOutcome, document: JSONValue, elsewhere: Bool) {
+        var outcome = ended
+        let id = plan.steps[index].id
+        let kept = plan.readPaths[id].map { paths in ChainReference.pruned(document, keeping: paths.map { $0[...] }) } ?? .null
+        let bytes = kept.approximateFootprint
         let stopped = state.withLock { state -> Stopped? in
             state.running.removeValue(forKey: index)
             guard state.states[index] == .running else { return nil }
             state.states[index] = .ended
+            if plan.readPaths[id] != nil {
+                if bytes <= outputBudget - state.keptBytes {
+                    state.keptBytes += bytes
+                    state.settled[index] = KeptDocument(value: kept, bytes: bytes)
+                } else {
+                    let limit = outputBudget
+                    outcome = ItemOutcome(
+                        index: index, state: .failed, response: nil,
+                        error: LarderError(
+                            .responseTooLarge, "the chain's kept results would take more than \(limit) bytes (--max-batch-bytes)"),
+                        finishedAt: outcome.finishedAt)
+                }
+            }
             // Decided with the step's end, so that no dependent starts in between.
             guard outcome.state == .failed, !plan.steps[index].continueOnError, let error = outcome.error else { return Stopped() }
             return stop(because: error, in: &state)
@@ -210,12 +315,31 @@ public final class ChainRun: Sendable {
     /// A step was handed out: it is finished, and its result is what later references read.
     private func delivered(_ outcome: ItemOutcome) {
         let id = plan.steps[outcome.index].id
-        let document = Self.document(outcome, reading: plan.readMembers[id] ?? [])
+        let paths = plan.readPaths[id]
         let stopped = state.withLock { state -> Stopped in
             state.states[outcome.index] = .finished
             state.outcomes[outcome.index] = outcome.handedOut
             state.order.append(outcome.index)
-            state.documents[id] = document
+            var kept = state.settled.removeValue(forKey: outcome.index)
+            if let settled = kept, outcome.response == nil, settled.value != .null {
+                // Refused by the answer's budget as it was handed out: what is read is the failure.
+                state.keptBytes -= settled.bytes
+                kept = nil
+            }
+            if let paths, (state.readersLeft[id] ?? 0) > 0 || plan.outputReads.contains(id) {
+                let document =
+                    kept
+                    ?? {
+                        let value = ChainReference.pruned(
+                            Self.document(outcome, reading: plan.readMembers[id] ?? []), keeping: paths.map { $0[...] })
+                        return KeptDocument(value: value, bytes: value.approximateFootprint)
+                    }()
+                if kept == nil { state.keptBytes += document.bytes }
+                state.documents[id] = document.value
+                state.documentBytes[id] = document.bytes
+            } else if let kept {
+                state.keptBytes -= kept.bytes
+            }
             // Refused by the budget as it was handed out: a failure like any other.
             guard outcome.error?.code == .responseTooLarge, !plan.steps[outcome.index].continueOnError,
                 let error = outcome.error
@@ -249,9 +373,15 @@ public final class ChainRun: Sendable {
         state.error = error
         let now = clock.now()
         var stopped = Stopped(running: Array(state.running.values))
-        for index in plan.steps.indices where state.states[index] == .pending {
-            state.states[index] = .ended
-            stopped.cancelled.append(ItemOutcome(index: index, state: .cancelled, finishedAt: now))
+        for index in plan.steps.indices {
+            switch state.states[index] {
+            case .pending, .deciding, .decided:
+                state.states[index] = .ended
+                stopped.cancelled.append(ItemOutcome(index: index, state: .cancelled, finishedAt: now))
+                release(readBy: plan.steps[index], in: &state)
+            default:
+                break
+            }
         }
         return stopped
     }
@@ -264,7 +394,10 @@ public final class ChainRun: Sendable {
             let output = plan.output.map {
                 (try? Template.render($0, documents: state.documents, lenient: true, budget: Template.Budget(bytes: outputBudget))) ?? .null
             }
-            defer { state.documents = [:] }
+            defer {
+                state.documents = [:]
+                state.keptBytes = 0
+            }
             return ChainResult(outcomes: state.outcomes, order: state.order, output: output, error: state.error)
         }
         guard let result else { return }

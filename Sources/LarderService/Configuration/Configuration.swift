@@ -28,6 +28,10 @@ public struct LarderConfiguration: Sendable {
     public var allowHosts: [String] = []
     /// Also refuse loopback and private address ranges upstream.
     public var denyPrivate: Bool = false
+    /// Names this server answers to in `Host` ("larder.internal", "*.example.com"), beside IP
+    /// literals and localhost: a browser page whose own name points here (DNS rebinding) is
+    /// refused. Empty: loopback literals and localhost when bound to loopback, any name otherwise.
+    public var serverNames: [String] = []
     /// HTTP event loops per listener, a thread each (2 or more).
     public var serverThreads: Int = 2
     /// Largest /fetch request body, bytes.
@@ -158,6 +162,11 @@ public struct LarderConfiguration: Sendable {
     /// Whether the store is shared by many instances (Redis, Redis Cluster).
     public var isSharedStore: Bool { store != "sqlite" }
 
+    /// What a browser may not send to the routes that act on the cache or read it.
+    public var browserRequestRules: BrowserRequestRules {
+        BrowserRequestRules(serverNames: serverNames, boundToLoopback: LarderService.isLoopback(host))
+    }
+
     static let sharedSecretRequired =
         "a shared store needs a secret file, the same for every instance and kept out of Redis: "
         + "make one with `head -c 32 /dev/urandom | base64 > larder.secret` and give it with --secret-file larder.secret "
@@ -213,6 +222,9 @@ public struct LarderConfiguration: Sendable {
             throw ConfigurationError("the store prefix must be 1 to 64 characters without braces")
         }
         guard (1...60_000).contains(storeTimeoutMs) else { throw ConfigurationError("store timeout must be 1 to 60000 ms") }
+        for name in serverNames where BrowserRequestRules.split(authority: name.hasPrefix("*.") ? String(name.dropFirst(2)) : name) == nil {
+            throw ConfigurationError("server name '\(name)' is not a host name")
+        }
         for name in tagHeaders where !HTTPToken.isValidName(name) {
             throw ConfigurationError("tag header '\(name)' is not a valid header name")
         }

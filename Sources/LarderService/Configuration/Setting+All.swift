@@ -135,6 +135,10 @@ extension Setting {
                     "Only fetch from hosts matching this pattern, e.g. api.example.com or *.example.com"),
                 .flag("denyPrivate", \.denyPrivate, "Also refuse upstream addresses in loopback and private ranges"),
                 .list(
+                    "serverNames", \.serverNames, option: "server-name", lowercased: true,
+                    empty: "localhost and IP literals (any name when bound beyond loopback)",
+                    "A name this server answers to in Host, e.g. larder.internal or *.example.com (refuses DNS rebinding)"),
+                .list(
                     "redactQuery", \.redactQuery, noneWord: true,
                     "Query parameter whose value is kept out of stored URLs, the admin listing and logs; 'none' for none"),
                 .integer(

@@ -72,7 +72,7 @@ public struct Setting: Sendable {
     public static let liveKeys: Set<String> = [
         "upstreams", "adminToken", "metricsToken", "logFormat", "logLevel", "accessLog", "staleOnError", "tagHeaders",
         "redactQuery", "maxBodyBytes", "maxObjectBytes", "rangeFetchOver", "maxBatch", "maxChainSteps", "maxBatchBytes",
-        "stripTargetedCacheControl", "readyWhileDegraded", "shutdownGrace"
+        "stripTargetedCacheControl", "readyWhileDegraded", "shutdownGrace", "serverNames"
     ]
 
     /// The keys of the settings a reload could not apply because their values changed, with the

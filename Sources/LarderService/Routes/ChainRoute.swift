@@ -5,6 +5,7 @@
 import LarderCore
 import LarderEngine
 import LarderHTTP
+import LarderRE2
 import LarderSync
 
 struct ChainRoute: Sendable {
@@ -27,7 +28,7 @@ struct ChainRoute: Sendable {
         if case .chain(let known)? = memo.lookup(request.body) {
             plan = known
         } else {
-            plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps)
+            plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps, patterns: RE2Compiler())
             memo.insert(request.body) { .chain(plan) }
         }
         let upstreams = self.upstreams

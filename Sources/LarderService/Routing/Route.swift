@@ -40,6 +40,10 @@ struct Route: Sendable {
     let metricsRoute: String?
     /// When the answer carries the request's `X-Request-Id` and `traceparent`.
     let identityInAnswer: IdentityInAnswer
+    /// Refuses what a web page could make a browser send (BrowserRequestRules): a foreign
+    /// `Host`, a cross-site request, a browser's body that is not JSON. For the routes that act
+    /// on the cache or read what it holds; not the probes, the console's files or the proxy.
+    let refusesBrowsersElsewhere: Bool
     let handler: Handler
 
     enum IdentityInAnswer: Sendable {
@@ -54,7 +58,7 @@ struct Route: Sendable {
     init(
         _ pattern: RoutePattern, _ methods: [String]?, listener: Listener = .main, access: Access = .open,
         refusesLoops: Bool = false, metricsRoute: String? = nil, identityInAnswer: IdentityInAnswer = .always,
-        handler: @escaping Handler
+        refusesBrowsersElsewhere: Bool = false, handler: @escaping Handler
     ) {
         self.pattern = pattern
         self.methods = methods
@@ -63,6 +67,7 @@ struct Route: Sendable {
         self.refusesLoops = refusesLoops
         self.metricsRoute = metricsRoute
         self.identityInAnswer = identityInAnswer
+        self.refusesBrowsersElsewhere = refusesBrowsersElsewhere
         self.handler = handler
     }
 

@@ -15,7 +15,9 @@ extension Router {
     ) -> [Route] {
         /// An admin route: on the admin listener when there is one, behind the admin token.
         func adminRoute(_ pattern: RoutePattern, _ methods: [String]?, _ handler: @escaping Route.Handler) -> Route {
-            Route(pattern, methods, listener: .admin, access: .adminToken, refusesLoops: true, handler: handler)
+            Route(
+                pattern, methods, listener: .admin, access: .adminToken, refusesLoops: true, refusesBrowsersElsewhere: true,
+                handler: handler)
         }
         let read = ["GET", "HEAD"]
         let warmJobs = RoutePattern.exact([WarmRoute.prefix, WarmRoute.prefix + "/"])
@@ -28,9 +30,15 @@ extension Router {
             Route(.exact([path]), read, listener: .admin, access: .consoleAsset, refusesLoops: true, handler: handler)
         }
         return [
-            Route(.exact(["/fetch"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try fetch.handle(request) },
-            Route(.exact(["/batch"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try batch.handle(request) },
-            Route(.exact(["/chain"]), ["POST"], refusesLoops: true) { request throws(LarderError) in try chain.handle(request) },
+            Route(.exact(["/fetch"]), ["POST"], refusesLoops: true, refusesBrowsersElsewhere: true) { request throws(LarderError) in
+                try fetch.handle(request)
+            },
+            Route(.exact(["/batch"]), ["POST"], refusesLoops: true, refusesBrowsersElsewhere: true) { request throws(LarderError) in
+                try batch.handle(request)
+            },
+            Route(.exact(["/chain"]), ["POST"], refusesLoops: true, refusesBrowsersElsewhere: true) { request throws(LarderError) in
+                try chain.handle(request)
+            },
             Route(.exact(["/healthz"]), read, listener: .both) { _ in probes.healthz() },
             Route(.exact(["/livez"]), read, listener: .both) { _ in probes.live() },
             Route(.exact(["/readyz"]), read, listener: .both) { _ in probes.ready() },
@@ -77,12 +85,16 @@ extension Router {
                 throw LarderError(.notFound, "metrics are off")
             }
         }
-        return Route(.exact(["/metrics"]), ["GET", "HEAD"], listener: .admin, access: .metricsToken, refusesLoops: true) { _ in
+        let route = Route(
+            .exact(["/metrics"]), ["GET", "HEAD"], listener: .admin, access: .metricsToken, refusesLoops: true,
+            refusesBrowsersElsewhere: true
+        ) { _ in
             RouteAnswer(
                 HTTPServerResponse(
                     status: 200, headers: [("Content-Type", "text/plain; version=0.0.4; charset=utf-8")],
                     body: scrape()))
         }
+        return route
     }
 
     /// The proxy-root listener: every request proxied to `upstream`, path and query as they are.

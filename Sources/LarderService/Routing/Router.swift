@@ -1,8 +1,9 @@
 // Answers every request of every listener from a route table (Router+Routes.swift), and writes
 // the access log and the request metrics around every route in one place (`finish`). Before a
 // route's handler runs, in this order: the listener split (with --admin-port each listener
-// serves only its own routes), the loop refusal (508), the admin token, the method (405 with
-// `Allow` from the table) and the metrics token.
+// serves only its own routes), the loop refusal (508), what a browser may not send (a foreign
+// Host, a cross-site request, a body that is not JSON: BrowserRequestRules), the admin token,
+// the method (405 with `Allow` from the table) and the metrics token.
 
 import LarderCore
 import LarderEngine
@@ -37,6 +38,8 @@ final class Router: Sendable {
     let adminOnOwnListener: Bool
     /// This instance's CDN-Loop token: a request carrying it is one of its own, come back.
     let loop: LoopDetection?
+    /// What a browser may not send to the routes that act on the cache or read it.
+    let browserRules: BrowserRequestRules
     private let memos: [RequestMemo]
     /// The main and admin listeners' routes.
     let table: RouteTable
@@ -80,6 +83,7 @@ final class Router: Sendable {
         self.metricsToken = configuration.metricsToken.map { Array($0.utf8) }
         self.adminOnOwnListener = configuration.adminPort != nil
         self.loop = loop
+        self.browserRules = configuration.browserRequestRules
         let scrapeNow: (@Sendable () -> [UInt8])? = scrape.map { scrape in { @Sendable in scrape(Self.bytes(of: memos)) } }
         self.table = RouteTable(
             Self.routes(
@@ -116,6 +120,12 @@ final class Router: Sendable {
             // Answered at once: waiting on it would wait on itself (coalesced with its own flight).
             let error = LarderError(.loopDetected, "this request was sent by this Larder instance and came back to it (CDN-Loop)")
             return answer(RouteAnswer(error: error))
+        }
+        if first.refusesBrowsersElsewhere,
+            let refusal = browserRules.refusal(
+                method: request.method, headers: request.headers, hasBody: !request.body.isEmpty || request.bodyTooLarge)
+        {
+            return answer(RouteAnswer(error: refusal))
         }
         if first.access == .adminToken, let refusal = adminRoute.refusal(request) {
             return answer(RouteAnswer(refusal, errorCode: LarderError.Code.unauthorized.rawValue))

@@ -1,0 +1,143 @@
+// What a browser may not do to the routes that act on the cache or read what it holds (the
+// admin API, /fetch, /batch, /chain, /metrics). Any web page can make a browser send requests
+// to Larder: a form or a `fetch` with `mode: "no-cors"` POSTs text/plain bodies (a CSRF), and a
+// name the page's own DNS points at 127.0.0.1 (DNS rebinding) lets it read the answers. The
+// admin token stops both where one is set; these rules stop them without one:
+// - `Host` must name this server (RFC 9110 §7.2): a rebinding page's requests carry its own
+//   name. Accepted: IP literals (loopback ones only when bound to loopback), `localhost`, and the
+//   configured names (`--server-name`); with no name configured and a listener bound beyond
+//   loopback, any name (its names cannot be known).
+// - a cross-site request is refused: `Sec-Fetch-Site: cross-site` or `same-site` (Fetch
+//   Metadata), or an `Origin` (RFC 6454) other than the request's own scheme and authority.
+// - a request a browser sent (it has an `Origin` or a `Sec-Fetch-*` field) with a body must say
+//   `Content-Type: application/json`: a page can send text/plain without a CORS preflight.
+//   Non-browser clients are not asked: `curl -d` sends a form type and no Origin.
+
+public struct BrowserRequestRules: Sendable, Equatable {
+    /// `--server-name`: lowercased names, `*.example.com` for any name under example.com.
+    public let serverNames: [String]
+    /// Every listener is bound to a loopback address.
+    public let boundToLoopback: Bool
+
+    public init(serverNames: [String], boundToLoopback: Bool) {
+        self.serverNames = serverNames.map { $0.lowercased() }
+        self.boundToLoopback = boundToLoopback
+    }
+
+    /// Whether any name is accepted in `Host` (nothing configured, bound beyond loopback).
+    public var acceptsAnyName: Bool { serverNames.isEmpty && !boundToLoopback }
+
+    /// Why the request is refused, or nil when it may go on.
+    public func refusal(method: String, headers: [(name: String, value: String)], hasBody: Bool) -> LarderError? {
+        var host: String?
+        var origin: String?
+        var fetchSite: String?
+        var contentType: String?
+        var fromBrowser = false
+        for field in headers {
+            switch field.name.lowercased() {
+            case "host": host = field.value.trimmed
+            case "origin":
+                origin = field.value.trimmed
+                fromBrowser = true
+            case "sec-fetch-site":
+                fetchSite = field.value.trimmed.lowercased()
+                fromBrowser = true
+            case "content-type": contentType = field.value
+            case let name where name.hasPrefix("sec-fetch-"): fromBrowser = true
+            default: break
+            }
+        }
+        if let host, !accepts(host: host) {
+            return LarderError(.hostNotAllowed, "this server does not answer to the Host given (see --server-name)")
+        }
+        if let fetchSite, fetchSite == "cross-site" || fetchSite == "same-site" {
+            return LarderError(.crossSiteRefused, "a request from another site's page is refused (Sec-Fetch-Site: \(fetchSite))")
+        }
+        if let origin, !Self.isSameOrigin(origin, host: host) {
+            return LarderError(.crossSiteRefused, "a request from another origin's page is refused (Origin)")
+        }
+        if fromBrowser, hasBody, !Self.isJSON(contentType) {
+            return LarderError(.unsupportedMediaType, "a browser's request body must be sent as Content-Type: application/json")
+        }
+        return nil
+    }
+
+    /// Whether `Host` (an authority: name or IP literal, and maybe a port) names this server.
+    public func accepts(host authority: String) -> Bool {
+        guard let (name, _) = Self.split(authority: authority) else { return false }
+        if let loopback = Self.ipLiteralIsLoopback(name) { return loopback || !boundToLoopback }
+        if name == "localhost" { return true }
+        for pattern in serverNames {
+            if pattern.hasPrefix("*.") {
+                if name.hasSuffix(pattern.dropFirst()), name.count > pattern.count - 1 { return true }
+            } else if name == pattern {
+                return true
+            }
+        }
+        return acceptsAnyName
+    }
+
+    /// `Origin` equals the request's own: its authority is the `Host`'s, the port given or the
+    /// scheme's default on both sides.
+    static func isSameOrigin(_ origin: String, host: String?) -> Bool {
+        guard let host, let separator = origin.range(of: "://") else { return false }
+        let scheme = origin[..<separator.lowerBound].lowercased()
+        guard scheme == "http" || scheme == "https" else { return false }
+        let defaultPort = scheme == "https" ? 443 : 80
+        guard let (originName, originPort) = split(authority: String(origin[separator.upperBound...])),
+            let (hostName, hostPort) = split(authority: host)
+        else { return false }
+        return originName == hostName && (originPort ?? defaultPort) == (hostPort ?? defaultPort)
+    }
+
+    /// `application/json`, or a `+json` type (RFC 6839), parameters aside.
+    static func isJSON(_ contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        let type = contentType.split(separator: ";", maxSplits: 1).first.map { String($0).trimmed.lowercased() } ?? ""
+        return type == "application/json" || (type.hasPrefix("application/") && type.hasSuffix("+json"))
+    }
+
+    /// The lowercased name (without a trailing dot, IPv6 without brackets) and the port.
+    public static func split(authority: String) -> (name: String, port: Int?)? {
+        var text = Substring(authority.lowercased())
+        guard !text.isEmpty, !text.contains("/"), !text.contains("@") else { return nil }
+        var port: Int?
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { return nil }
+            let rest = text[text.index(after: close)...]
+            if !rest.isEmpty {
+                guard rest.hasPrefix(":"), let number = Int(rest.dropFirst()) else { return nil }
+                port = number
+            }
+            text = text[text.index(after: text.startIndex)..<close]
+            return (String(text), port)
+        }
+        if let colon = text.lastIndex(of: ":") {
+            guard let number = Int(text[text.index(after: colon)...]) else { return nil }
+            port = number
+            text = text[..<colon]
+        }
+        if text.hasSuffix(".") { text = text.dropLast() }
+        guard !text.isEmpty else { return nil }
+        return (String(text), port)
+    }
+
+    /// For an IP literal, whether it is a loopback address (127.0.0.0/8, ::1); nil for a name.
+    static func ipLiteralIsLoopback(_ name: String) -> Bool? {
+        if name.contains(":") { return name == "::1" || name == "0:0:0:0:0:0:0:1" }
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts.allSatisfy({ !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(\.isNumber) && Int($0)! <= 255 })
+        else { return nil }
+        return parts[0] == "127"
+    }
+}
+
+extension String {
+    fileprivate var trimmed: String {
+        var text = Substring(self)
+        while text.first == " " || text.first == "\t" { text = text.dropFirst() }
+        while text.last == " " || text.last == "\t" { text = text.dropLast() }
+        return String(text)
+    }
+}

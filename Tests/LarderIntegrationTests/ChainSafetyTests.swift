@@ -1,0 +1,121 @@
+// What one /chain may cost the server, end to end: a condition's pattern runs in time linear in
+// its text (RE2), whatever the pattern; what a chain keeps of its results is what it reads, for
+// as long as it reads it, within --max-batch-bytes.
+
+import Foundation
+import LarderServiceTesting
+import XCTest
+
+final class ChainSafetyTests: IntegrationTestCase {
+    private func chain(_ client: TestConnection, _ object: [String: Any]) throws -> TestResponse {
+        try client.request("POST", "/chain", body: Array(try JSONSerialization.data(withJSONObject: object)))
+    }
+
+    private func steps(_ response: TestResponse) -> [String: [String: Any]] {
+        response.json["steps"] as? [String: [String: Any]] ?? [:]
+    }
+
+    /// `^(a|a)*$` against 40 `a`s and a `!` takes a backtracking engine 2^40 steps; the chain
+    /// must answer (the condition false) and the server keep serving, well inside the client's
+    /// 20-second wait.
+    func testABacktrackingPatternCostsLinearTimeAndTheServerGoesOn() throws {
+        let larder = try startLarder()
+        let base = uniquePath()
+        let subject = String(repeating: "a", count: 40) + "!"
+        let client = try TestConnection(port: larder.port, timeoutSeconds: 20)
+        let response = try chain(
+            client,
+            [
+                "steps": [
+                    ["id": "a", "request": ["url": url(base + "/a", "s=" + subject)]],
+                    [
+                        "id": "b", "request": ["url": url(base + "/b")],
+                        "when": ["path": "a.body.query.s", "op": "matches", "value": "^(a|a)*$"]
+                    ],
+                    [
+                        "id": "c", "request": ["url": url(base + "/c")],
+                        "when": ["path": "a.body.query.s", "op": "matches", "value": "^(a|a)*!$"]
+                    ]
+                ]
+            ])
+        XCTAssertEqual(response.status, 200, response.text)
+        XCTAssertEqual(steps(response)["b"]?["state"] as? String, "skipped", response.text)
+        XCTAssertEqual(steps(response)["c"]?["state"] as? String, "done", "the same pattern with the `!` matches")
+        XCTAssertEqual(origin.count(base + "/b"), 0)
+        XCTAssertEqual(origin.count(base + "/c"), 1)
+        XCTAssertEqual(try TestConnection(port: larder.port, timeoutSeconds: 5).request("GET", "/healthz").status, 200)
+    }
+
+    func testPatternsAreBoundedAndWrittenInRE2() throws {
+        let larder = try startLarder()
+        func refusal(_ pattern: String) throws -> TestResponse {
+            try chain(
+                try larder.connection(),
+                [
+                    "steps": [
+                        ["id": "a", "request": ["url": url("/a")]],
+                        ["id": "b", "request": ["url": url("/b")], "when": ["path": "a.body.path", "op": "matches", "value": pattern]]
+                    ]
+                ])
+        }
+        for pattern in [String(repeating: "a", count: 1025), "(", "(?=x)", "\\1", "a{1000}{1000}"] {
+            let refused = try refusal(pattern)
+            XCTAssertEqual(refused.status, 400, "\(pattern.prefix(20)): \(refused.text)")
+            XCTAssertEqual(refused.errorField, "steps[1].when.value", refused.text)
+        }
+        XCTAssertEqual(origin.count("/a"), 0, "refused before anything ran")
+    }
+
+    /// The review's case: a large JSON body read whole by a later step's condition. Its parsed
+    /// form (about 2.4 MB for this 200 KB body) does not fit a 2 MiB budget: the step fails.
+    func testAChainsKeptResultsCountAgainstItsBudget() throws {
+        let larder = try startLarder { $0.maxBatchBytes = 2 << 20 }
+        let base = uniquePath()
+        let response = try chain(
+            try larder.connection(),
+            [
+                "steps": [
+                    ["id": "a", "request": ["url": url(base + "/a", "jsonsize=200000")]],
+                    ["id": "b", "request": ["url": url(base + "/b")], "when": ["path": "a.body", "op": "exists"]]
+                ], "include": "output"
+            ])
+        XCTAssertEqual(response.json["ok"] as? Bool, false, response.text)
+        XCTAssertEqual((response.json["error"] as? [String: Any])?["code"] as? String, "response_too_large", response.text)
+        XCTAssertEqual((steps(response)["a"]?["error"] as? [String: Any])?["code"] as? String, "response_too_large")
+        XCTAssertEqual(origin.count(base + "/b"), 0)
+    }
+
+    /// The same body read by one element only: the chain keeps that element, and fits.
+    func testAChainKeepsOnlyThePathsItsStepsRead() throws {
+        let larder = try startLarder { $0.maxBatchBytes = 2 << 20 }
+        let base = uniquePath()
+        let response = try chain(
+            try larder.connection(),
+            [
+                "steps": [
+                    ["id": "a", "request": ["url": url(base + "/a", "jsonsize=200000")]],
+                    ["id": "b", "request": ["url": url(base + "/b"), "query": ["first": "{{a.body[0]}}"]]]
+                ], "include": "output", "output": ["last": "{{b.body.query.first}}"]
+            ])
+        XCTAssertEqual(response.json["ok"] as? Bool, true, response.text)
+        XCTAssertEqual((response.json["output"] as? [String: Any])?["last"] as? String, "123")
+        XCTAssertEqual(origin.requests(base + "/b").first?.target, base + "/b?first=123")
+    }
+
+    /// Each step reads the one before it whole. Every result alone fits the 4 MiB budget, two
+    /// do not: the chain passes only because a result goes once the step that reads it started.
+    func testAResultGoesOnceTheLastStepThatReadsItHasStarted() throws {
+        let larder = try startLarder { $0.maxBatchBytes = 4 << 20 }
+        let base = uniquePath()
+        var list: [[String: Any]] = [["id": "s1", "request": ["url": url(base + "/s1", "jsonsize=200000")]]]
+        for index in 2...4 {
+            list.append([
+                "id": "s\(index)", "request": ["url": url(base + "/s\(index)", "jsonsize=200000")],
+                "when": ["path": "s\(index - 1).body", "op": "exists"]
+            ])
+        }
+        let response = try chain(try larder.connection(), ["steps": list, "include": "output"])
+        XCTAssertEqual(response.json["ok"] as? Bool, true, response.text)
+        XCTAssertEqual(origin.count(base + "/s4"), 1)
+    }
+}
