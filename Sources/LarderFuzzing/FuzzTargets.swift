@@ -150,7 +150,7 @@ public enum FuzzTargets {
     /// lengths, obs-fold, bare CR/LF). What is accepted has token names, values without controls,
     /// one length at most, and no length beside a transfer coding, whose only coding is chunked
     /// (RFC 9110 §5.1, §5.5; RFC 9112 §6.1, §6.3); what `printable` makes of any text has no
-    /// control characters left (for logs).
+    /// control characters, line separators or bidirectional controls left (for logs).
     static func requestFraming(_ bytes: [UInt8]) -> Bool {
         let lines = text(bytes).split(separator: "\n", omittingEmptySubsequences: false)
         let pairs = lines.map { line -> (name: String, value: String) in
@@ -158,7 +158,7 @@ public enum FuzzTargets {
             return (String(line[..<colon]), String(line[line.index(after: colon)...]))
         }
         let printable = RequestFraming.printable(text(bytes))
-        require(!printable.utf8.contains { $0 < 0x20 || $0 == 0x7F }, "a control character left in \(printable)")
+        require(!printable.unicodeScalars.contains(where: RequestFraming.isUnsafeInLogs), "a control character left in \(printable)")
         guard RequestFraming.check(pairs) == nil else { return false }
         let tchar = Set("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ".utf8)
         var lengths: Set<String> = []

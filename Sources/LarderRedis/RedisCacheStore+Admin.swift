@@ -223,6 +223,13 @@ extension RedisCacheStore {
         completion((try? backend.runWrites(commands)) != nil)
     }
 
+    public func deleteJobs(_ ids: [String], completion: @escaping @Sendable (_ saved: Bool) -> Void) {
+        guard !ids.isEmpty else { return completion(true) }
+        var commands: [[[UInt8]]] = [(["HDEL", warmJobsKey] + ids).map { Array($0.utf8) }]
+        for id in ids { commands.append(["DEL", warmItemsKey(id)].map { Array($0.utf8) }) }
+        completion((try? backend.runWrites(commands)) != nil)
+    }
+
     public func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])] {
         guard let jobs = try? backend.run(["HGETALL", warmJobsKey]).array
         else { return [] }

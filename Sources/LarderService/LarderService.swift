@@ -262,6 +262,8 @@ public final class LarderService: @unchecked Sendable {
         let sealing = SpecSealing(secret: secret)
         return WarmJobs(
             engine: engine, store: store, clock: clock,
+            retention: WarmJobs.Retention(
+                seconds: configuration.warmJobRetentionSeconds, maxFinished: configuration.maxFinishedWarmJobs),
             makeRequest: { spec, path throws(LarderError) in
                 try FetchRequest.parse(spec, path: path, upstreams: upstreams.current)
             },

@@ -108,12 +108,18 @@ extension Cache {
             var lastLine = ""
             var reported: Set<Int> = []
             var cancelled = false
+            var last: AdminAnswer?
             while true {
+                var cancellation: AdminAnswer?
                 if interrupted.isSet, !cancelled {
                     cancelled = true
-                    _ = try? options.call("DELETE", "/cache/warm/\(id)")
+                    cancellation = try? options.call("DELETE", "/cache/warm/\(id)")
+                    // No job in the answer (204): it had finished since the last poll, and
+                    // DELETE removed it; the last state read is the one to show.
+                    if let cancellation, cancellation.object["state"] == nil, let last { return last }
                 }
-                let answer = try options.call("GET", "/cache/warm/\(id)")
+                let answer = try cancellation ?? options.call("GET", "/cache/warm/\(id)")
+                last = answer
                 let job = try answer.requiring("state", "total")
                 let state = job["state"] as? String ?? "?"
                 let total = job["total"] as? Int ?? 0

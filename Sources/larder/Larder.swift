@@ -231,6 +231,8 @@ struct StorageSettings: ParsableArguments {
     @Option(setting: "maxBytes") var maxBytes: String?
     @Option(setting: "maxObjectBytes") var maxObjectBytes: String?
     @Option(setting: "retention") var retention: String?
+    @Option(setting: "warmJobRetention") var warmJobRetention: String?
+    @Option(setting: "maxFinishedWarmJobs") var maxFinishedWarmJobs: Int?
     @Option(setting: "memoryMb") var memoryMb: Int?
     @Option(setting: "requestMemoMb") var requestMemoMb: Int?
     @Option(setting: "bodyFileThreshold") var bodyFileThreshold: Int?

@@ -46,6 +46,10 @@ final class RequestFramingTests: XCTestCase {
         XCTAssertEqual(RequestFraming.printable("/nope\nFORGED"), "/nope\\x0aFORGED")
         XCTAssertEqual(RequestFraming.printable("a\\b"), "a\\\\b")
         XCTAssertEqual(RequestFraming.printable("/plain"), "/plain")
+        // Issue 56 item 7: what other readers take for a line end, C1 and bidirectional controls.
+        XCTAssertEqual(
+            RequestFraming.printable("a\u{85}b\u{2028}c\u{2029}d\u{9B}e\u{202E}f\u{61C}g"), #"a\x85b\u2028c\u2029d\x9be\u202ef\u061cg"#)
+        XCTAssertEqual(RequestFraming.printable("© é ‘x’ ←"), "© é ‘x’ ←", "other characters of the same lead bytes stay")
     }
 }
 

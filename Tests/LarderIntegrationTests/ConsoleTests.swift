@@ -2,8 +2,8 @@
 // strict policy, everything else under /cache still guarded; and the console itself in a real
 // browser (headless Chromium through chromedriver, WebDriver.swift) against a real Larder and
 // origin: the token typed once, the figures moving, an entry opened and removed, purges counted
-// before they go, a warm job followed and cancelled, and an entry whose URL, headers, tags and
-// body carry markup shown as text with no script run.
+// before they go, a warm job followed, cancelled and removed, and an entry whose URL, headers,
+// tags and body carry markup shown as text with no script run.
 //
 // With LARDER_CONSOLE_SCREENSHOTS=DIR, the browser test saves a PNG of each page there
 // (docs/console/*.png were taken so).
@@ -239,8 +239,11 @@ final class ConsoleTests: IntegrationTestCase {
         try driver.wait(for: "document.querySelector('.warm-job[data-state=running] .warm-cancel')", "the running job")
         XCTAssertTrue(origin.holds.waitForHeld(held, count: 1))
         try driver.click(".warm-job[data-state=running] .warm-cancel")
-        try driver.wait(for: "document.querySelector('.warm-job[data-state=cancelled]')", "the cancelled job")
+        try driver.wait(for: "document.querySelector('.warm-job[data-state=cancelled] .warm-remove')", "the cancelled job")
         origin.holds.release(held)
+        // Finished, it can be removed.
+        try driver.click(".warm-job[data-state=cancelled] .warm-remove")
+        try driver.wait(for: "!document.querySelector('.warm-job')", "the job removed")
         XCTAssertEqual(driver.browserLog().filter { $0.contains("Content Security Policy") }, [])
 
         // Forgetting the token takes the tab back to the form, and the API calls stop working.

@@ -10,36 +10,17 @@ import XCTest
 #endif
 
 final class WarmJobTests: IntegrationTestCase {
-    private func post(_ client: TestConnection, _ object: [String: Any]) throws -> TestResponse {
-        try client.request(
-            "POST", "/cache/warm", headers: ["Content-Type": "application/json"],
-            body: Array(try JSONSerialization.data(withJSONObject: object)))
-    }
-
-    /// Polls the job until `predicate` holds (Larder offers no event to wait on).
-    private func awaitJob(
-        _ port: Int, _ id: String, timeout: Double = 20,
-        until predicate: ([String: Any]) -> Bool
-    ) throws -> [String: Any] {
-        let deadline = Date().addingTimeInterval(timeout)
-        while true {
-            let status = try TestConnection(port: port).request("GET", "/cache/warm/\(id)").json
-            if predicate(status) || Date() > deadline { return status }
-            usleep(20_000)
-        }
-    }
-
     func testAJobFillsTheCacheAndReportsProgress() throws {
         let larder = try startLarder()
         let client = try larder.connection()
         let base = uniquePath()
         let urls = (0..<5).map { url("\(base)-\($0)", "size=1000") } + [url(base + "-missing", "status=404")]
-        let created = try post(client, ["urls": urls, "cache": ["ttl": 600], "concurrency": 2])
+        let created = try postWarmJob(client, ["urls": urls, "cache": ["ttl": 600], "concurrency": 2])
         XCTAssertEqual(created.status, 202, created.text)
         let id = try XCTUnwrap(created.json["job"] as? String)
         XCTAssertEqual(created.json["total"] as? Int, 6)
         XCTAssertEqual(created.headers["location"], "/cache/warm/\(id)")
-        let status = try awaitJob(larder.port, id) { $0["state"] as? String == "done" }
+        let status = try awaitWarmJob(larder.port, id) { $0["state"] as? String == "done" }
         XCTAssertEqual(status["state"] as? String, "done", "\(status)")
         XCTAssertEqual(status["done"] as? Int, 6)
         XCTAssertEqual(status["stored"] as? Int, 5, "the 404 is fetched but not stored")
@@ -60,7 +41,7 @@ final class WarmJobTests: IntegrationTestCase {
 
     func testFailuresAreCountedAndListed() throws {
         let larder = try startLarder()
-        let created = try post(
+        let created = try postWarmJob(
             try larder.connection(),
             [
                 "requests": [
@@ -70,7 +51,7 @@ final class WarmJobTests: IntegrationTestCase {
                 ]
             ])
         let id = try XCTUnwrap(created.json["job"] as? String)
-        let status = try awaitJob(larder.port, id) { $0["state"] as? String == "done" }
+        let status = try awaitWarmJob(larder.port, id) { $0["state"] as? String == "done" }
         XCTAssertEqual(status["done"] as? Int, 1)
         XCTAssertEqual(status["failed"] as? Int, 2)
         let errors = status["errors"] as? [[String: Any]] ?? []
@@ -84,7 +65,7 @@ final class WarmJobTests: IntegrationTestCase {
         let hanging = try HangingOrigin()
         let larder = try startLarder()
         let client = try larder.connection()
-        let created = try post(client, ["urls": [hanging.base + "/a", hanging.base + "/b", hanging.base + "/c"], "concurrency": 2])
+        let created = try postWarmJob(client, ["urls": [hanging.base + "/a", hanging.base + "/b", hanging.base + "/c"], "concurrency": 2])
         let id = try XCTUnwrap(created.json["job"] as? String)
         XCTAssertTrue(hanging.waitForAccepted(2))
         let cancelled = try client.request("DELETE", "/cache/warm/\(id)")
@@ -120,9 +101,9 @@ final class WarmJobTests: IntegrationTestCase {
         }
         let larder = try startLarder()
         let target = "http://127.0.0.1:\(origin.port)/big.bin"
-        let created = try post(try larder.connection(), ["urls": [target]])
+        let created = try postWarmJob(try larder.connection(), ["urls": [target]])
         let id = try XCTUnwrap(created.json["job"] as? String)
-        let status = try awaitJob(larder.port, id) { $0["state"] as? String == "done" }
+        let status = try awaitWarmJob(larder.port, id) { $0["state"] as? String == "done" }
         XCTAssertEqual(status["stored"] as? Int, 1, "\(status)")
         XCTAssertEqual(origin.requests.count, 2, "one cut transfer, one ranged request")
         let stored = try larder.connection().fetch(["url": target, "cache": ["policy": "cache-only"]])
@@ -137,7 +118,7 @@ final class WarmJobTests: IntegrationTestCase {
             (["urls": [url("/x")], "requests": []], "urls"),
             (["urls": [url("/x")], "concurency": 2], "concurency")
         ] {
-            let response = try post(client, object)
+            let response = try postWarmJob(client, object)
             XCTAssertEqual(response.status, 400, field)
             XCTAssertEqual(response.errorField, field, response.text)
         }
@@ -151,9 +132,9 @@ final class WarmJobTests: IntegrationTestCase {
         let (first, firstErrors) = try launch(["serve", "--port", "0", "--db", databasePath, "--no-access-log"])
         defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
         let port = try waitForPort(firstErrors)
-        let created = try post(try TestConnection(port: port), ["urls": urls, "concurrency": 1, "cache": ["ttl": 600]])
+        let created = try postWarmJob(try TestConnection(port: port), ["urls": urls, "concurrency": 1, "cache": ["ttl": 600]])
         let id = try XCTUnwrap(created.json["job"] as? String, created.text)
-        _ = try awaitJob(port, id) { ($0["done"] as? Int ?? 0) >= 2 }
+        _ = try awaitWarmJob(port, id) { ($0["done"] as? Int ?? 0) >= 2 }
         kill(first.processIdentifier, SIGKILL)
         XCTAssertTrue(waitForExit(first))
 
@@ -163,7 +144,7 @@ final class WarmJobTests: IntegrationTestCase {
             _ = waitForExit(second)
         }
         let restartedPort = try waitForPort(secondErrors)
-        let status = try awaitJob(restartedPort, id, timeout: 30) { $0["state"] as? String == "done" }
+        let status = try awaitWarmJob(restartedPort, id, timeout: 30) { $0["state"] as? String == "done" }
         XCTAssertEqual(status["state"] as? String, "done", "\(status)")
         XCTAssertEqual(status["done"] as? Int, count)
         let perURL = (0..<count).map { origin.count("\(base)-\($0)") }

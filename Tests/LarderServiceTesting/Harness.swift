@@ -15,10 +15,18 @@ public final class RunningLarder {
     public let service: LarderService
     public let configuration: LarderConfiguration
 
-    public init(configuration: LarderConfiguration, clock: Clock, logLines: LogLines? = nil, spans: (any SpanRecorder)? = nil) throws {
+    /// `logFormat`: the lines go to `logLines` as Larder's own handler writes them in that format
+    /// (without it, as `CapturingLogHandler` writes them).
+    public init(
+        configuration: LarderConfiguration, clock: Clock, logLines: LogLines? = nil, logFormat: LogFormat? = nil,
+        spans: (any SpanRecorder)? = nil
+    ) throws {
         self.configuration = configuration
         var logger: Logger
-        if let logLines {
+        if let logLines, let logFormat {
+            let control = LogControl(level: .info, format: logFormat)
+            logger = Logger(label: "larder-test") { _ in LarderLogHandler(control: control) { line in logLines.append(line) } }
+        } else if let logLines {
             logger = Logger(label: "larder-test") { _ in CapturingLogHandler(lines: logLines) }
             logger.logLevel = .info
         } else {
@@ -61,10 +69,12 @@ open class IntegrationTestCase: XCTestCase {
     public var databasePath: String { directory.appendingPathComponent("larder.sqlite").path }
 
     /// Starts Larder on port 0 with the test's database (while another runs, a database of its
-    /// own); `configure` adjusts the defaults.
+    /// own); `configure` adjusts the defaults. With `logLines`, its log lines are kept there
+    /// (written by Larder's own handler in `logFormat` when one is given).
     @discardableResult
     public func startLarder(
-        logLines: LogLines? = nil, spans: (any SpanRecorder)? = nil, _ configure: (inout LarderConfiguration) -> Void = { _ in }
+        logLines: LogLines? = nil, logFormat: LogFormat? = nil, spans: (any SpanRecorder)? = nil,
+        _ configure: (inout LarderConfiguration) -> Void = { _ in }
     ) throws -> RunningLarder {
         var configuration = LarderConfiguration()
         configuration.port = 0
@@ -78,7 +88,8 @@ open class IntegrationTestCase: XCTestCase {
         configuration.accessLog = false
         configuration.shutdownGraceSeconds = 5
         configure(&configuration)
-        let larder = try RunningLarder(configuration: configuration, clock: clock.clock, logLines: logLines, spans: spans)
+        let larder = try RunningLarder(
+            configuration: configuration, clock: clock.clock, logLines: logLines, logFormat: logFormat, spans: spans)
         running.append(larder)
         return larder
     }

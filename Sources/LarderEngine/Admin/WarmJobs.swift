@@ -8,6 +8,12 @@
 // `failed` (an error, recorded among the job's first 100 errors). An item that was aborted —
 // by a DELETE, or because Larder is stopping — is not recorded: it stays pending, and a
 // stopped job is taken up again on the next start.
+//
+// Finished jobs (done, cancelled) are kept for `Retention.seconds` after they finished, and at
+// most `Retention.maxFinished` of them (the oldest finished go first), then removed here and from
+// the store: a sweep runs when jobs are listed, read or created, and once a minute. DELETE of a
+// running job cancels it (it stays, readable in its final state); DELETE of a finished job
+// removes it, unless its cancellation was not saved: then DELETE sends the cancellation again.
 
 import Foundation
 public import LarderCore
@@ -26,8 +32,17 @@ public final class WarmJobs: Sendable {
         let bytesBefore: Int
         let expectedBefore: Int
         let run = Locked<BatchRun?>(nil)
+        /// Its place in the order jobs became known here (the listing's order and cursor).
+        let sequence: Int
+        /// Set, under `record`'s lock, once its removal from the store is queued: nothing is
+        /// written for it after that (a late write would bring the row back).
+        let removed = Atomic<Bool>(false)
+        /// Its last cancellation was not saved (the store out of reach): the next DELETE sends
+        /// it again rather than removing the job.
+        let cancellationUnsaved = Atomic<Bool>(false)
 
-        init(_ record: WarmJobRecord) {
+        init(_ record: WarmJobRecord, sequence: Int) {
+            self.sequence = sequence
             self.record = Locked(record)
             self.visible = Locked(record)
             self.bytesBefore = record.bytes
@@ -46,37 +61,82 @@ public final class WarmJobs: Sendable {
         var snapshot: WarmJobRecord { withLiveBytes(visible.withLock { $0 }) }
     }
 
+    /// How long finished jobs are kept, and how many.
+    public struct Retention: Sendable {
+        /// Seconds a job is kept after it finished.
+        public var seconds: Double
+        /// Finished jobs kept at most; past it, the oldest finished are removed first.
+        public var maxFinished: Int
+
+        public init(seconds: Double = 86_400, maxFinished: Int = 1000) {
+            self.seconds = seconds
+            self.maxFinished = maxFinished
+        }
+    }
+
+    /// A page of jobs, newest first; `nextCursor` reads the next (older) page, nil after the last.
+    public struct Page: Sendable {
+        public var jobs: [WarmJobRecord]
+        public var nextCursor: Int?
+    }
+
+    /// What a DELETE did.
+    public enum Deletion: Sendable {
+        /// The job was queued or running and is cancelled now; `saved`: the store took it.
+        case cancelled(WarmJobRecord, saved: Bool)
+        /// The job had finished and is removed; `saved` false: the store did not take the
+        /// removal, and the job is kept.
+        case removed(saved: Bool)
+        case unknown
+    }
+
+    private struct Registry {
+        var byID: [String: Job] = [:]
+        /// By `sequence`, oldest first.
+        var order: [Job] = []
+        var nextSequence = 1
+    }
+
     private let engine: FetchEngine
     private let store: any WarmJobStore
     private let clock: Clock
     private let makeRequest: @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest
     private let seal: @Sendable ([UInt8]) -> [UInt8]
     private let open: @Sendable ([UInt8]) -> [UInt8]?
-    private let jobs = Locked<[String: Job]>([:])
-    private let order = Locked<[String]>([])
+    private let retention: Retention
+    private let registry = Locked(Registry())
     private let stopping = Atomic<Bool>(false)
+    private let sweepTimer = Locked<SweepTimer?>(nil)
+
+    /// @unchecked Sendable: a dispatch source may be scheduled, resumed and cancelled from any
+    /// thread.
+    private final class SweepTimer: @unchecked Sendable {
+        let source: DispatchSourceTimer
+        init(_ source: DispatchSourceTimer) { self.source = source }
+    }
 
     public static let maxRecordedErrors = 100
 
     /// `seal` and `open` protect specs at rest (they may carry credentials).
     public init(
-        engine: FetchEngine, store: any WarmJobStore, clock: Clock,
+        engine: FetchEngine, store: any WarmJobStore, clock: Clock, retention: Retention = Retention(),
         makeRequest: @escaping @Sendable (JSONValue, String) throws(LarderError) -> FetchRequest,
         seal: @escaping @Sendable ([UInt8]) -> [UInt8], open: @escaping @Sendable ([UInt8]) -> [UInt8]?
     ) {
         self.engine = engine
         self.store = store
         self.clock = clock
+        self.retention = retention
         self.makeRequest = makeRequest
         self.seal = seal
         self.open = open
     }
 
-    /// Loads every job and takes up those that were queued or running when Larder stopped.
+    /// Loads every job, takes up those that were queued or running when Larder stopped, removes
+    /// the finished ones past their retention, and sweeps once a minute from now on.
     public func resumeUnfinished() {
         for (record, pending) in store.loadJobs() {
-            let job = Job(record)
-            remember(job)
+            let job = remember(record)
             guard record.state == .queued || record.state == .running else { continue }
             var items: [(index: Int, request: FetchRequest)] = []
             for (index, sealed) in pending {
@@ -87,6 +147,8 @@ public final class WarmJobs: Sendable {
             }
             start(job, items: items)
         }
+        sweep()
+        startSweeping(every: 60)
     }
 
     /// Persists a new job and starts it; calls back with its record (nil when it could not be saved).
@@ -101,24 +163,46 @@ public final class WarmJobs: Sendable {
             id: Self.newID(), state: .queued, total: items.count, concurrency: request.concurrency,
             createdAt: clock.now())
         let sealed = request.specs.map { seal($0.canonicalBytes) }
+        sweep()
         store.createJob(record, sealedSpecs: sealed) { [self, items] saved in
             guard saved else { return completion(nil) }
-            let job = Job(record)
-            remember(job)
+            let job = remember(record)
             start(job, items: items)
             completion(job.snapshot)
         }
     }
 
     public func status(_ id: String) -> WarmJobRecord? {
-        jobs.withLock { $0[id] }?.snapshot
+        sweep()
+        return registry.withLock { $0.byID[id] }?.snapshot
     }
 
     /// Every job, oldest first.
     public func list() -> [WarmJobRecord] {
-        let ids = order.withLock { $0 }
-        let known = jobs.withLock { $0 }
-        return ids.compactMap { known[$0]?.snapshot }
+        registry.withLock { $0.order }.map(\.snapshot)
+    }
+
+    /// Up to `limit` jobs, newest first, from those older than `cursor` (a page's `nextCursor`).
+    public func page(before cursor: Int?, limit: Int) -> Page {
+        sweep()
+        let older = registry.withLock { registry in
+            Array(registry.order.reversed().lazy.filter { $0.sequence < (cursor ?? .max) }.prefix(limit + 1))
+        }
+        let shown = Array(older.prefix(limit))
+        return Page(jobs: shown.map(\.snapshot), nextCursor: older.count > limit ? shown.last?.sequence : nil)
+    }
+
+    /// DELETE: cancels a queued or running job (kept, in its final state), removes a finished
+    /// one; a cancellation the store did not take is sent again instead. `completion` runs once
+    /// the change is durable, or the store refused it.
+    public func delete(_ id: String, completion: @escaping @Sendable (Deletion) -> Void) {
+        guard let job = registry.withLock({ $0.byID[id] }) else { return completion(.unknown) }
+        let state = job.snapshot.state
+        if state == .queued || state == .running || job.cancellationUnsaved.load(ordering: .acquiring) {
+            cancel(id) { record, saved in completion(record.map { .cancelled($0, saved: saved) } ?? .unknown) }
+        } else {
+            removeFinished(job) { saved in completion(.removed(saved: saved)) }
+        }
     }
 
     /// Cancels a job: nothing more starts, transfers in flight are aborted. `completion` gets
@@ -128,7 +212,7 @@ public final class WarmJobs: Sendable {
     /// the cancellation was saved. One that was not (the store out of reach) is written again by
     /// the next cancel, so that another instance does not resume the job.
     public func cancel(_ id: String, completion: @escaping @Sendable (_ record: WarmJobRecord?, _ saved: Bool) -> Void) {
-        guard let job = jobs.withLock({ $0[id] }) else { return completion(nil, true) }
+        guard let job = registry.withLock({ $0.byID[id] }) else { return completion(nil, true) }
         let now = clock.now()
         let cancelling: (inout WarmJobRecord) -> Bool = { record in
             if record.state == .cancelled { return true } // written again: the last write may have failed
@@ -137,7 +221,12 @@ public final class WarmJobs: Sendable {
             record.finishedAt = now
             return true
         }
-        let changed = persist(job, then: { saved in completion(job.snapshot, saved) }, cancelling)
+        let changed = persist(
+            job,
+            then: { saved in
+                job.cancellationUnsaved.store(!saved, ordering: .releasing)
+                completion(job.snapshot, saved)
+            }, cancelling)
         if changed {
             job.run.withLock { $0 }?.cancel()
         } else {
@@ -148,13 +237,86 @@ public final class WarmJobs: Sendable {
     /// Larder is stopping: what is aborted now stays pending for the next start.
     public func stop() {
         stopping.store(true, ordering: .releasing)
-        for job in jobs.withLock({ Array($0.values) }) { job.run.withLock { $0 }?.cancel() }
+        sweepTimer.withLock { timer in
+            timer?.source.cancel()
+            timer = nil
+        }
+        for job in registry.withLock({ $0.order }) { job.run.withLock { $0 }?.cancel() }
     }
 
-    private func remember(_ job: Job) {
-        let id = job.record.withLock { $0.id }
-        jobs.withLock { $0[id] = job }
-        order.withLock { $0.append(id) }
+    /// Removes the finished jobs past their retention, then the oldest finished beyond
+    /// `maxFinished`; running jobs are never removed.
+    public func sweep() {
+        let now = clock.now()
+        let finished = registry.withLock { $0.order }.compactMap { job -> (job: Job, at: Double)? in
+            let record = job.snapshot
+            guard record.state == .done || record.state == .cancelled else { return nil }
+            return (job, record.finishedAt ?? record.createdAt)
+        }
+        // Oldest finished first; among equal times, the one known first.
+        let byAge = finished.sorted { ($0.at, $0.job.sequence) < ($1.at, $1.job.sequence) }
+        let expired = byAge.prefix { now - $0.at >= retention.seconds }.count
+        let removing = byAge.prefix(max(expired, byAge.count - retention.maxFinished)).map(\.job)
+        guard !removing.isEmpty else { return }
+        forget(removing)
+        // Gone here at once; a removal the store did not take is swept again after the next start.
+        remove(removing) { _ in }
+    }
+
+    /// Queues the jobs' removal from the store, each marked removed under its lock, so that the
+    /// removal lands after every write queued before it and none is queued after it.
+    private func remove(_ removing: [Job], completion: @escaping @Sendable (_ saved: Bool) -> Void) {
+        var ids: [String] = []
+        for job in removing {
+            job.record.withLock { record in
+                job.removed.store(true, ordering: .releasing)
+                ids.append(record.id)
+            }
+        }
+        // Transfers of a cancelled job may still be winding down: they write nothing now.
+        for job in removing { job.run.withLock { $0 }?.cancel() }
+        store.deleteJobs(ids, completion: completion)
+    }
+
+    /// Removes one finished job from the store, then from here; one the store refused is kept.
+    private func removeFinished(_ job: Job, completion: @escaping @Sendable (_ saved: Bool) -> Void) {
+        remove([job]) { [self] saved in
+            if saved {
+                forget([job])
+            } else {
+                job.removed.store(false, ordering: .releasing)
+            }
+            completion(saved)
+        }
+    }
+
+    private func forget(_ removing: [Job]) {
+        let sequences = Set(removing.map(\.sequence))
+        registry.withLock { registry in
+            registry.byID = registry.byID.filter { !sequences.contains($0.value.sequence) }
+            registry.order.removeAll { sequences.contains($0.sequence) }
+        }
+    }
+
+    private func startSweeping(every seconds: Int) {
+        let timer = SweepTimer(DispatchSource.makeTimerSource(queue: .global(qos: .utility)))
+        timer.source.schedule(deadline: .now() + .seconds(seconds), repeating: .seconds(seconds))
+        timer.source.setEventHandler { [weak self] in self?.sweep() }
+        sweepTimer.withLock { current in
+            current?.source.cancel()
+            current = timer
+        }
+        timer.source.resume()
+    }
+
+    private func remember(_ record: WarmJobRecord) -> Job {
+        registry.withLock { registry in
+            let job = Job(record, sequence: registry.nextSequence)
+            registry.nextSequence += 1
+            registry.byID[record.id] = job
+            registry.order.append(job)
+            return job
+        }
     }
 
     private func start(_ job: Job, items: [(index: Int, request: FetchRequest)]) {
@@ -217,7 +379,7 @@ public final class WarmJobs: Sendable {
         _ change: (inout WarmJobRecord) -> Bool
     ) -> Bool {
         job.record.withLock { record -> Bool in
-            guard change(&record) else { return false }
+            guard !job.removed.load(ordering: .acquiring), change(&record) else { return false }
             let written = job.withLiveBytes(record)
             let publish: @Sendable (Bool) -> Void = { saved in
                 job.visible.withLock { $0 = written }
@@ -233,6 +395,8 @@ public final class WarmJobs: Sendable {
     }
 
     private func jobEnded(_ job: Job) {
+        // The run, and the requests it holds (credentials among them), are not needed any more.
+        job.run.withLock { $0 = nil }
         guard !stopping.load(ordering: .acquiring) else { return }
         let now = clock.now()
         _ = persist(job) { record in

@@ -8,7 +8,11 @@ public protocol WarmJobStore: Sendable {
     func finishItem(_ index: Int, state: String, job: WarmJobRecord, completion: @escaping @Sendable () -> Void)
     /// Saves the job's state and counters, in the order of calls; then calls back with whether
     /// the store took the write (a cancellation that was not saved must not be reported done).
+    /// A job that is done or cancelled needs its items' specs no more: they may go.
     func updateJob(_ record: WarmJobRecord, completion: @escaping @Sendable (_ saved: Bool) -> Void)
+    /// Removes the jobs and their items (finished jobs past their retention, or deleted), after
+    /// every write queued before; then calls back with whether the store took it.
+    func deleteJobs(_ ids: [String], completion: @escaping @Sendable (_ saved: Bool) -> Void)
     /// Every job, with the sealed specs of its items not finished yet (index, spec).
     func loadJobs() -> [(record: WarmJobRecord, pending: [(index: Int, sealedSpec: [UInt8])])]
 }

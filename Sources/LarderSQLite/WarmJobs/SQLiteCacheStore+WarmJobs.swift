@@ -1,5 +1,6 @@
 // Warm jobs (POST /cache/warm) kept in the database, so a restart resumes them: the job record
-// and its items' sealed specs, written on the writer queue.
+// and its items' sealed specs, written on the writer queue. The specs of a finished job are
+// removed with its last state (they may carry credentials); the job goes when WarmJobs removes it.
 
 public import LarderEngine
 
@@ -55,10 +56,34 @@ extension SQLiteCacheStore: WarmJobStore {
             guard !closed.load(ordering: .relaxed) else { return completion(false) }
             commitAllPending()
             do {
-                try saveJob(record)
+                try writer.immediateTransaction { () throws(SQLiteError) in
+                    try saveJob(record)
+                    if record.state == .done || record.state == .cancelled { try deleteItems(of: record.id) }
+                }
                 completion(true)
             } catch {
                 logger.error("cannot save warm job", metadata: ["job": "\(record.id)", "error": "\(error)"])
+                completion(false)
+            }
+        }
+    }
+
+    public func deleteJobs(_ ids: [String], completion: @escaping @Sendable (_ saved: Bool) -> Void) {
+        writerQueue.async { [self] in
+            guard !closed.load(ordering: .relaxed) else { return completion(false) }
+            do {
+                try writer.immediateTransaction { () throws(SQLiteError) in
+                    let delete = try writer.prepare("DELETE FROM warm_jobs WHERE id = ?1")
+                    for id in ids {
+                        try deleteItems(of: id)
+                        try delete.bind(1, id)
+                        _ = try delete.step()
+                        delete.reset()
+                    }
+                }
+                completion(true)
+            } catch {
+                logger.error("cannot remove warm jobs", metadata: ["jobs": "\(ids.joined(separator: ","))", "error": "\(error)"])
                 completion(false)
             }
         }
@@ -103,6 +128,14 @@ extension SQLiteCacheStore: WarmJobStore {
                 return []
             }
         }
+    }
+
+    /// On the writer queue.
+    private func deleteItems(of id: String) throws(SQLiteError) {
+        let delete = try writer.prepare("DELETE FROM warm_items WHERE job_id = ?1")
+        try delete.bind(1, id)
+        _ = try delete.step()
+        delete.reset()
     }
 
     /// On the writer queue.

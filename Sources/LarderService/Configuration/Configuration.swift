@@ -112,6 +112,10 @@ public struct LarderConfiguration: Sendable {
     public var maxObjectBytes: Int?
     /// Seconds after which an entry not written since is removed.
     public var retentionSeconds: Double = 7 * 86_400
+    /// Seconds a finished warm job (done or cancelled) is kept, readable, before it is removed.
+    public var warmJobRetentionSeconds: Double = 86_400
+    /// Finished warm jobs kept at most; past it, the oldest finished are removed first.
+    public var maxFinishedWarmJobs: Int = 1000
     /// `HOST:PORT:ADDRESS[,ADDRESS…]`: those names resolve to those addresses instead of through
     /// DNS (curl's --resolve); the upstream access policy still checks every address.
     public var resolve: [String] = []
@@ -206,6 +210,10 @@ public struct LarderConfiguration: Sendable {
             throw ConfigurationError("max object bytes must be 1 to max bytes")
         }
         guard retentionSeconds.isFinite, retentionSeconds >= 60 else { throw ConfigurationError("retention must be at least 60 seconds") }
+        guard warmJobRetentionSeconds.isFinite, warmJobRetentionSeconds >= 60 else {
+            throw ConfigurationError("warm job retention must be at least 60 seconds")
+        }
+        guard (1...100_000).contains(maxFinishedWarmJobs) else { throw ConfigurationError("max finished warm jobs must be 1 to 100000") }
         if store != "sqlite" {
             if store.hasPrefix("redis-cluster://") {
                 do { _ = try RedisCluster(url: store, timeoutMs: storeTimeoutMs) } catch { throw ConfigurationError(error.description) }

@@ -68,6 +68,11 @@ extension Setting {
                     "maxObjectBytes", \.maxObjectBytes, unset: "5% of --max-bytes",
                     "Largest response stored, e.g. 50MB; larger ones are served, not stored"),
                 .duration("retention", \.retentionSeconds, "Entries not written for this long are removed, e.g. 7d or 12h"),
+                .duration(
+                    "warmJobRetention", \.warmJobRetentionSeconds,
+                    "Finished warm jobs (done or cancelled) are removed this long after they finished, e.g. 24h"),
+                .integer(
+                    "maxFinishedWarmJobs", \.maxFinishedWarmJobs, "Finished warm jobs kept at most; past it, the oldest finished go first"),
                 .megabytes(
                     "memoryMb", \.memoryCapacityBytes,
                     "Megabytes of memory for caching: hot entries kept in front of the store, and the request memos; 0 disables both"),

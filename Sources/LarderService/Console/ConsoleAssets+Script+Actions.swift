@@ -239,23 +239,26 @@ extension ConsoleAssets {
               } catch (error) {
                 return failure(jobs, error);
               }
-              const list = answer.jobs.slice().sort((a, b) => Date.parse(b.createdAt) - Date.parse(a.createdAt));
+              // The first page: the newest jobs, newest first.
+              const list = answer.jobs;
+              const more = answer.nextCursor ? h('p', { class: 'muted' }, 'The newest ' + count(list.length) + ' jobs.') : null;
               jobs.replaceChildren(list.length
                 ? h('table', {}, h('thead', {}, h('tr', {}, ['job', 'state', 'progress', 'done', 'failed', 'stored', 'bytes', 'created', '']
                   .map((name) => h('th', {}, name)))), h('tbody', {}, list.map((job) => {
+                  // DELETE cancels a live job (it stays, cancelled) and removes a finished one.
                   const live = job.state === 'queued' || job.state === 'running';
-                  const cancel = live ? h('button', { type: 'button', class: 'danger warm-cancel' }, 'Cancel') : null;
-                  if (cancel) {
-                    cancel.addEventListener('click', async () => {
-                      cancel.disabled = true;
-                      try {
-                        await api('DELETE', '/cache/warm/' + encodeURIComponent(job.job));
-                      } catch (error) {
-                        failure(message, error);
-                      }
-                      load();
-                    });
-                  }
+                  const action = live
+                    ? h('button', { type: 'button', class: 'danger warm-cancel' }, 'Cancel')
+                    : h('button', { type: 'button', class: 'warm-remove' }, 'Remove');
+                  action.addEventListener('click', async () => {
+                    action.disabled = true;
+                    try {
+                      await api('DELETE', '/cache/warm/' + encodeURIComponent(job.job));
+                    } catch (error) {
+                      failure(message, error);
+                    }
+                    load();
+                  });
                   const errors = (job.errors || []).map((e) => e.url + ': ' + e.code).join('\n');
                   return h('tr', { class: 'warm-job', 'data-state': job.state },
                     h('td', {}, h('code', {}, job.job)), h('td', { class: 'warm-state' }, job.state),
@@ -264,9 +267,9 @@ extension ConsoleAssets {
                     h('td', { class: 'num' }, count(job.done)), h('td', { class: 'num', title: errors || null }, count(job.failed)),
                     h('td', { class: 'num' }, count(job.stored)),
                     h('td', { class: 'num' }, bytes(job.bytes) + (job.bytesExpected ? ' of ' + bytes(job.bytesExpected) : '')),
-                    h('td', {}, ago(job.createdAt)), h('td', {}, cancel));
+                    h('td', {}, ago(job.createdAt)), h('td', {}, action));
                 })))
-                : h('p', { class: 'muted' }, 'No warm jobs.'));
+                : h('p', { class: 'muted' }, 'No warm jobs.'), ...(more ? [more] : []));
             }
             load();
             state.viewTimer = setInterval(load, WARM_EVERY_MS);

@@ -6,7 +6,10 @@
 // Text:  2026-11-26T09:15:58.123Z info POST /fetch 200 miss 2.45ms request_id=… client=127.0.0.1
 // JSON:  {"time":"2026-11-26T09:15:58.123Z","level":"info","message":"POST /fetch 200 miss 2.45ms","request_id":"…",…}
 //
-// Messages and values are escaped in both: a client-chosen path must not forge a second line.
+// Messages and values are escaped in both: a client-chosen path must not forge a second line,
+// whatever a reader takes for a line end (`RequestFraming.printable`). JSON escapes the same
+// characters (`\u2028`): valid JSON either way, but collectors and viewers that take U+2028 or
+// NEL for a line end would split the object there, and a terminal would obey a C1 control.
 // A line whose message already says some of its fields names them under `in_message`: text
 // leaves them out (the access line would say its status twice), JSON keeps them as members.
 
@@ -109,15 +112,15 @@ public struct LarderLogHandler: LogHandler {
         var out: [UInt8] = []
         out.reserveCapacity(160 + message.utf8.count)
         out.append(contentsOf: #"{"time":"#.utf8)
-        JSONWriter.appendString(time, to: &out)
+        appendLogString(time, to: &out)
         out.append(contentsOf: #","level":"#.utf8)
-        JSONWriter.appendString(level.rawValue, to: &out)
+        appendLogString(level.rawValue, to: &out)
         out.append(contentsOf: #","message":"#.utf8)
-        JSONWriter.appendString(message, to: &out)
+        appendLogString(message, to: &out)
         let skipped: Set<String> = ["time", "level", "message", inMessageKey]
         for key in fields.keys.sorted() where !skipped.contains(key) {
             out.append(UInt8(ascii: ","))
-            JSONWriter.appendString(key, to: &out)
+            appendLogString(key, to: &out)
             out.append(UInt8(ascii: ":"))
             appendJSON(fields[key]!, to: &out)
         }
@@ -128,13 +131,13 @@ public struct LarderLogHandler: LogHandler {
     private static func appendJSON(_ value: Logger.Metadata.Value, to out: inout [UInt8]) {
         switch value {
         case .string(let text):
-            JSONWriter.appendString(text, to: &out)
+            appendLogString(text, to: &out)
         case .stringConvertible(let number as Int):
             out.append(contentsOf: String(number).utf8)
         case .stringConvertible(let number as Double) where number.isFinite:
             out.append(contentsOf: "\(number)".utf8)
         case .stringConvertible(let other):
-            JSONWriter.appendString(other.description, to: &out)
+            appendLogString(other.description, to: &out)
         case .array(let values):
             out.append(UInt8(ascii: "["))
             for (index, element) in values.enumerated() {
@@ -146,12 +149,34 @@ public struct LarderLogHandler: LogHandler {
             out.append(UInt8(ascii: "{"))
             for (index, key) in values.keys.sorted().enumerated() {
                 if index > 0 { out.append(UInt8(ascii: ",")) }
-                JSONWriter.appendString(key, to: &out)
+                appendLogString(key, to: &out)
                 out.append(UInt8(ascii: ":"))
                 appendJSON(values[key]!, to: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
+    }
+
+    /// A JSON string as `JSONWriter` writes it, with the characters text lines escape for being
+    /// line ends, terminal controls or bidirectional controls also escaped (`\u0085`, `\u2028`).
+    private static func appendLogString(_ text: String, to out: inout [UInt8]) {
+        guard text.utf8.contains(where: { $0 >= 0x80 && RequestFraming.mayStartUnsafeCharacter($0) }) else {
+            return JSONWriter.appendString(text, to: &out)
+        }
+        out.append(UInt8(ascii: "\""))
+        var run = ""
+        for scalar in text.unicodeScalars {
+            guard scalar.value >= 0x80, RequestFraming.isUnsafeInLogs(scalar) else {
+                run.unicodeScalars.append(scalar)
+                continue
+            }
+            JSONWriter.appendEscaped(run.utf8, to: &out)
+            run = ""
+            let digits = String(scalar.value, radix: 16)
+            out.append(contentsOf: ("\\u" + String(repeating: "0", count: 4 - digits.count) + digits).utf8)
+        }
+        JSONWriter.appendEscaped(run.utf8, to: &out)
+        out.append(UInt8(ascii: "\""))
     }
 
     /// Writes the line and its newline to standard error in one write(2), so lines from several

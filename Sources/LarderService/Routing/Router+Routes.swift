@@ -48,10 +48,10 @@ extension Router {
             consoleRoute(ConsoleRoute.scriptPath) { _ throws(LarderError) in try console.javascript() },
             consoleRoute(ConsoleRoute.stylePath) { _ throws(LarderError) in try console.css() },
 
-            adminRoute(warmJobs, read) { _ in warm.list() },
+            adminRoute(warmJobs, read) { request throws(LarderError) in try warm.list(request) },
             adminRoute(warmJobs, ["POST"]) { request throws(LarderError) in try warm.create(request) },
             adminRoute(warmJob, read) { request throws(LarderError) in try warm.status(request) },
-            adminRoute(warmJob, ["DELETE"]) { request in warm.cancel(request) },
+            adminRoute(warmJob, ["DELETE"]) { request in warm.delete(request) },
 
             adminRoute(.exact(["/cache/stats"]), read) { request throws(LarderError) in try admin.statistics(request) },
             adminRoute(.exact([AdminRoute.prefix, AdminRoute.prefix + "/"]), ["DELETE"]) { request throws(LarderError) in
