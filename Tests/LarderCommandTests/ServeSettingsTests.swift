@@ -15,7 +15,7 @@ final class ServeSettingsTests: XCTestCase {
     /// Settings whose default is described in words (nil, or an empty list): no value to give.
     private let describedDefaults: Set<String> = [
         "secretFile", "proxyRoot", "adminToken", "metricsToken", "requestMemoMb", "maxObjectBytes", "adminPort", "allowHosts",
-        "resolve", "upstreams", "tlsCert", "tlsKey", "adminTlsCert", "adminTlsKey", "otlpEndpoint"
+        "resolve", "upstreams", "tlsCert", "tlsKey", "adminTlsCert", "adminTlsKey", "otlpEndpoint", "serverNames"
     ]
 
     func testServesPropertiesAreTheSettingsAndNothingGivenIsTheDefaults() throws {
