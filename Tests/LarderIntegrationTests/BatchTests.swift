@@ -170,7 +170,7 @@ final class BatchTests: IntegrationTestCase {
         let client = try larder.connection()
         let body = Array(
             try JSONSerialization.data(withJSONObject: ["requests": [["url": hanging.base + "/a"], ["url": hanging.base + "/b"]]]))
-        try client.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+        try client.sendAll(Array("POST /batch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
         XCTAssertTrue(hanging.waitForAccepted(2))
         client.closeSocket()
         XCTAssertTrue(hanging.waitForClosed(2), "both upstream transfers were aborted")
@@ -182,7 +182,7 @@ final class BatchTests: IntegrationTestCase {
         let spec: [String: Any] = ["url": url(path, "delay=400"), "cache": ["ttl": 60]]
         let leaver = try larder.connection()
         let body = Array(try JSONSerialization.data(withJSONObject: ["requests": [spec]]))
-        try leaver.sendAll(Array("POST /batch HTTP/1.1\r\nHost: x\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+        try leaver.sendAll(Array("POST /batch HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
         XCTAssertTrue(origin.waitForCount(path, atLeast: 1), "the batch's fetch leads the flight")
         let port = larder.port
         let waiter = Locked<TestResponse?>(nil)
