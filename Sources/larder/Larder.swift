@@ -152,12 +152,21 @@ struct CheckConfig: ParsableCommand {
     @Argument(help: "The YAML or JSON settings file.")
     var file: String
 
+    @Option(
+        help: """
+            The settings file a running `serve --config` was started with: check FILE as a reload of that process \
+            (with the running values of the settings that take a restart).
+            """)
+    var running: String?
+
     func run() throws {
         var configuration = LarderConfiguration()
+        var kept: [String] = []
         do throws(ConfigurationError) {
-            try ConfigFile.apply(file, to: &configuration)
-            try Setting.apply(environment: ProcessInfo.processInfo.environment, to: &configuration)
-            try Self.validate(configuration, file: file)
+            configuration = try Self.read(file)
+            if let running {
+                (configuration, kept) = try Setting.reload(to: configuration, running: try Self.read(running))
+            }
         } catch {
             FileHandle.standardError.write(Data("larder check-config: \(error.description)\n".utf8))
             throw ExitCode(1)
@@ -169,7 +178,18 @@ struct CheckConfig: ParsableCommand {
             FileHandle.standardError.write(Data("larder check-config: \(file): \(error)\n".utf8))
             throw ExitCode(1)
         }
-        print("\(file): valid")
+        guard let running else { return print("\(file): valid") }
+        let keptText = kept.isEmpty ? "" : "; kept at their running values until a restart: \(kept.joined(separator: ", "))"
+        print("\(file): valid as a reload of a process started with \(running)\(keptText)")
+    }
+
+    /// The configuration `serve --config file` would start with (the file, then the environment), validated.
+    static func read(_ file: String) throws(ConfigurationError) -> LarderConfiguration {
+        var configuration = LarderConfiguration()
+        try ConfigFile.apply(file, to: &configuration)
+        try Setting.apply(environment: ProcessInfo.processInfo.environment, to: &configuration)
+        try validate(configuration, file: file)
+        return configuration
     }
 
     /// `configuration.validate()`, its error naming the file and the key to blame when there is one.

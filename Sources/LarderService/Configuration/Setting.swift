@@ -86,6 +86,26 @@ public struct Setting: Sendable {
         return kept
     }
 
+    /// What a reload to `proposed` runs on a service started with `running`: the proposed live
+    /// settings with the running restart-only ones, and the keys of those kept. That mix is
+    /// validated too, since each half alone can be valid and the whole not (an upstream renamed
+    /// while the kept `proxyRoot` names it; a `maxObjectBytes` above the kept `maxBytes`).
+    public static func reload(
+        to proposed: LarderConfiguration, running: LarderConfiguration
+    ) throws(ConfigurationError) -> (configuration: LarderConfiguration, keptUntilRestart: [String]) {
+        try proposed.validate()
+        var next = proposed
+        let kept = keepRestartOnly(from: running, in: &next)
+        do throws(ConfigurationError) {
+            try next.validate()
+        } catch {
+            throw ConfigurationError(
+                "with the settings a reload keeps until a restart (\(kept.joined(separator: ", "))), "
+                    + "the configuration would not be valid: \(error.description)")
+        }
+        return (next, kept)
+    }
+
     /// The option's help: the summary, then whether it repeats, the environment variable and the
     /// default.
     public var help: String {
