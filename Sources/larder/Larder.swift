@@ -198,7 +198,7 @@ struct CheckConfig: ParsableCommand {
             try configuration.validate()
         } catch {
             if let file, let key = ConfigFile.key(blamedFor: error.description, in: file) {
-                throw ConfigurationError("\(file): \(key): \(error.description)")
+                throw ConfigurationError("\(ConfigFile.place(of: key, in: file)): \(key): \(error.description)")
             }
             throw error
         }

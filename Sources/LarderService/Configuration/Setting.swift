@@ -367,7 +367,9 @@ extension Setting {
                 guard !given.isEmpty else { return nil }
                 var upstreams = current
                 for entry in given {
-                    guard let equals = entry.firstIndex(of: "=") else { throw ConfigurationError("--\(option) '\(entry)' is not NAME=URL") }
+                    guard let equals = entry.firstIndex(of: "=") else {
+                        throw ConfigurationError("--\(option) '\(AddressRedaction.redacted(entry))' is not NAME=URL")
+                    }
                     let name = String(entry[..<equals])
                     upstreams.removeAll { $0.name == name }
                     upstreams.append(NamedUpstream(name: name, baseURL: String(entry[entry.index(after: equals)...])))
