@@ -112,6 +112,7 @@ public final class LarderService: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)
         _ = Self.curlInitialised
         let secret = try Self.secret(configuration)
+        if let exposure = SecretFile.exposure(at: configuration.resolvedSecretPath) { logger.warning("\(exposure)") }
         let exporter = givenSpans == nil ? try SpanExport.exporter(endpoint: configuration.otlpEndpoint, logger: logger) : nil
         spans = givenSpans ?? exporter
         spanExporter = exporter
