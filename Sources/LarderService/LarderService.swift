@@ -106,6 +106,7 @@ public final class LarderService: @unchecked Sendable {
         try configuration.validate()
         // Read and checked before anything opens: a bad file stops start-up, naming it.
         let certificates = try ListenerCertificates(configuration)
+        for warning in certificates.warnings { logger.warning("\(warning)") }
         // A write to a peer that closed (an origin; a Redis that restarted, which hiredis writes
         // to with write(2) from threads of its own) must fail that write, not end the process,
         // whoever embeds the service (the executable ignores SIGPIPE too; so must the tests).

@@ -173,7 +173,9 @@ struct CheckConfig: ParsableCommand {
         }
         // The files it names that serve reads at start: the TLS certificates and keys.
         do {
-            try LarderService.checkFiles(configuration)
+            for warning in try LarderService.checkFiles(configuration) {
+                FileHandle.standardError.write(Data("larder check-config: warning: \(warning)\n".utf8))
+            }
         } catch {
             FileHandle.standardError.write(Data("larder check-config: \(file): \(error)\n".utf8))
             throw ExitCode(1)
