@@ -34,11 +34,11 @@ enum SecretFile {
         return try secret(in: Array(data), path: path)
     }
 
-    /// Why the file at `path` should not stay as it is, when its group or others may read or
-    /// write it: whoever reads the secret can forge signed warm-job specs and compute the keys
+    /// Why the file at `path` should not stay as it is, when its group or others may read it:
+    /// whoever reads the secret can open and forge sealed warm-job specs and compute the keys
     /// of cached requests.
     static func exposure(at path: String) -> String? {
-        guard let mode = PrivateFiles.permissions(path), mode & 0o077 != 0 else { return nil }
+        guard let mode = PrivateFiles.permissions(path), mode & 0o044 != 0 else { return nil }
         return "the secret file \(path) can be read by its group or others (mode \(String(format: "%04o", mode))); "
             + "make it readable by Larder's user only: chmod 600 \(path)"
     }
