@@ -165,7 +165,12 @@ struct CheckConfig: ParsableCommand {
         do throws(ConfigurationError) {
             configuration = try Self.read(file)
             if let running {
-                (configuration, kept) = try Setting.reload(to: configuration, running: try Self.read(running))
+                let started = try Self.read(running)
+                do throws(ConfigurationError) {
+                    (configuration, kept) = try Setting.reload(to: configuration, running: started)
+                } catch {
+                    throw ConfigurationError("\(file): \(error.description)")
+                }
             }
         } catch {
             FileHandle.standardError.write(Data("larder check-config: \(error.description)\n".utf8))

@@ -124,7 +124,13 @@ public enum ConfigFile {
                         parser.error == YAML_READER_ERROR
                         ? Self.mark(atOffset: parser.problem_offset, in: bytes)
                         : Place(line: parser.problem_mark.line + 1, column: parser.problem_mark.column + 1)
-                    let problem = parser.problem.map { String(cString: $0) } ?? "a syntax error"
+                    // libyaml's words (what it found, and what it was reading: "while scanning a quoted
+                    // scalar" from where it starts), never the text itself.
+                    var problem = parser.problem.map { String(cString: $0) } ?? "a syntax error"
+                    if let context = parser.context.map({ String(cString: $0) }) {
+                        let start = Place(line: parser.context_mark.line + 1, column: parser.context_mark.column + 1)
+                        problem = "\(context) (from \(start.line):\(start.column)): \(problem)"
+                    }
                     return ConfigurationError("\(source)\(placeText(mark)): not valid YAML or JSON: \(problem)")
                 }
                 defer { yaml_event_delete(&event) }
