@@ -51,6 +51,12 @@ static inline void larder_mhd_log_message(void *_Nullable context, const char *_
 /// What was captured (see larder_mhd_log).
 static inline const char *_Nonnull larder_mhd_log_text(const struct larder_mhd_log *_Nonnull log) { return log->text; }
 
+// GnuTLS's priority string for every TLS listener: its NORMAL set with TLS 1.3 and 1.2 only,
+// ECDHE or DHE key exchange, and the AEAD ciphers AES-GCM and ChaCha20-Poly1305.
+#define LARDER_TLS_PRIORITIES                                                                      \
+    "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA:+DHE-RSA:"         \
+    "-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:+CHACHA20-POLY1305:-MAC-ALL:+AEAD"
+
 // MHD_start_daemon takes a variadic option list, which Swift cannot build. This wrapper
 // passes the one option set Larder uses: a daemon without threads or a listening socket of its
 // own, whose event loop the caller runs (HTTPServer's EventLoop: it waits on the daemon's epoll
@@ -75,8 +81,9 @@ static inline struct MHD_Daemon *_Nullable larder_mhd_start_external(
     struct MHD_OptionItem tls[] = {
         {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)tlsKey},
         {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)tlsCert},
-        // GnuTLS's defaults without TLS 1.0 and 1.1 (RFC 8996).
-        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)"NORMAL:-VERS-TLS1.0:-VERS-TLS1.1:-VERS-DTLS-ALL"},
+        // TLS 1.3, and TLS 1.2 with forward secrecy and AEAD only (RFC 9325 §4.2): no TLS 1.0
+        // or 1.1 (RFC 8996), no static-RSA key exchange, no CBC suites (and their SHA-1 MACs).
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)LARDER_TLS_PRIORITIES},
         {MHD_OPTION_END, 0, 0}};
     struct MHD_OptionItem plain[] = {{MHD_OPTION_END, 0, 0}};
     return MHD_start_daemon(flags, 0, acceptPolicy, acceptPolicyContext, handler, handlerContext,

@@ -6,6 +6,7 @@
 // passes through uncached.
 
 import Foundation
+import LarderCore
 import LarderSync
 
 public final class RedisCluster: RedisBackend {
@@ -23,9 +24,11 @@ public final class RedisCluster: RedisBackend {
 
     /// `redis-cluster://host:port,host:port[,…]` (credentials as in redis://, on the first).
     public init(url: String, timeoutMs: Int) throws(RedisError) {
-        guard url.hasPrefix("redis-cluster://") else { throw RedisError("'\(url)' is not redis-cluster://host:port,host:port") }
+        guard url.hasPrefix("redis-cluster://") else {
+            throw RedisError("'\(AddressRedaction.redacted(url))' is not redis-cluster://host:port,host:port")
+        }
         let list = url.dropFirst("redis-cluster://".count).split(separator: ",").map(String.init)
-        guard !list.isEmpty else { throw RedisError("'\(url)' names no node") }
+        guard !list.isEmpty else { throw RedisError("'\(AddressRedaction.redacted(url))' names no node") }
         var seeds: [RedisAddress] = []
         for (index, item) in list.enumerated() {
             var address = try RedisAddress(url: "redis://" + item)

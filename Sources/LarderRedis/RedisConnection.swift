@@ -4,6 +4,7 @@
 
 import CHiredis
 import Foundation
+import LarderCore
 import LarderSync
 
 /// A reply, copied out of hiredis's reply objects.
@@ -47,7 +48,7 @@ public struct RedisAddress: Sendable, Equatable {
                 "rediss:// (TLS) is not supported: Debian's hiredis 0.14 has no TLS; use redis:// on a trusted network or a TLS tunnel")
         }
         guard url.hasPrefix("redis://"), let components = URLComponents(string: url), let host = components.host, !host.isEmpty else {
-            throw RedisError("'\(url)' is not redis://[user:password@]host:port[/db]")
+            throw RedisError("'\(AddressRedaction.redacted(url))' is not redis://[user:password@]host:port[/db]")
         }
         self.host = host
         self.port = components.port ?? 6379
@@ -55,7 +56,7 @@ public struct RedisAddress: Sendable, Equatable {
         self.password = components.password?.removingPercentEncoding
         let path = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         guard let database = path.isEmpty ? 0 : Int(path), database >= 0 else {
-            throw RedisError("the database in '\(url)' must be a number")
+            throw RedisError("the database in '\(AddressRedaction.redacted(url))' must be a number")
         }
         self.database = database
     }

@@ -13,6 +13,9 @@ import LarderHTTP
 struct ListenerCertificates {
     var main: TLSIdentity?
     var admin: TLSIdentity?
+    /// A sentence for each certificate that is expired or not yet valid now: served all the same
+    /// (an operator may be replacing it), but clients will refuse it.
+    var warnings: [String] = []
 
     /// Reads and checks the configured files (see TLSFiles), the admin pair falling back to the
     /// main one. Throws naming the file at fault.
@@ -29,14 +32,17 @@ struct ListenerCertificates {
         } else {
             admin = main
         }
+        let identities = [main, configuration.adminTLSCertificatePath == nil ? nil : admin].compactMap { $0 }
+        warnings = identities.flatMap { CertificateValidity.problems(pem: $0.certificate, path: $0.certificateName) }
     }
 }
 
 extension LarderService {
     /// Reads and checks the files `configuration` names that start reads (the TLS certificates
-    /// and keys), as start would; for `larder check-config`.
-    public static func checkFiles(_ configuration: LarderConfiguration) throws {
-        _ = try ListenerCertificates(configuration)
+    /// and keys), as start would; for `larder check-config`. Returns what start would warn of
+    /// (a certificate expired or not yet valid).
+    public static func checkFiles(_ configuration: LarderConfiguration) throws -> [String] {
+        try ListenerCertificates(configuration).warnings
     }
 
     /// Reads the configured certificate and key files again and installs them: connections
@@ -48,6 +54,7 @@ extension LarderService {
     public func reloadCertificates() throws {
         guard configuration.tlsCertificatePath != nil || configuration.adminTLSCertificatePath != nil else { return }
         let certificates = try ListenerCertificates(configuration)
+        for warning in certificates.warnings { logger.warning("\(warning)") }
         let listeners: [(HTTPServer?, TLSIdentity?)] = [
             (server, certificates.main), (proxyServer, certificates.main), (adminServer, certificates.admin)
         ]

@@ -106,12 +106,14 @@ public final class LarderService: @unchecked Sendable {
         try configuration.validate()
         // Read and checked before anything opens: a bad file stops start-up, naming it.
         let certificates = try ListenerCertificates(configuration)
+        for warning in certificates.warnings { logger.warning("\(warning)") }
         // A write to a peer that closed (an origin; a Redis that restarted, which hiredis writes
         // to with write(2) from threads of its own) must fail that write, not end the process,
         // whoever embeds the service (the executable ignores SIGPIPE too; so must the tests).
         signal(SIGPIPE, SIG_IGN)
         _ = Self.curlInitialised
         let secret = try Self.secret(configuration)
+        if let exposure = SecretFile.exposure(at: configuration.resolvedSecretPath) { logger.warning("\(exposure)") }
         let exporter = givenSpans == nil ? try SpanExport.exporter(endpoint: configuration.otlpEndpoint, logger: logger) : nil
         spans = givenSpans ?? exporter
         spanExporter = exporter
@@ -311,13 +313,12 @@ public final class LarderService: @unchecked Sendable {
     /// for requests that arrive from now on (those under way finish as they began); the others
     /// keep their running values until a restart, and the report names them. The TLS certificate
     /// files are read again and installed for new connections. Throws, changing nothing, when
-    /// `proposed` is not valid or a certificate cannot be used.
+    /// `proposed` is not valid, the configuration that would run (`proposed` with the running
+    /// values of what takes a restart) is not, or a certificate cannot be used.
     public func reload(_ proposed: LarderConfiguration) throws -> ReloadReport {
-        try proposed.validate()
         guard let wiring else { throw ConfigurationError("the service is not running") }
         let current = configuration
-        var new = proposed
-        let kept = Setting.keepRestartOnly(from: current, in: &new)
+        let (new, kept) = try Setting.reload(to: proposed, running: current)
         var applied = Setting.all.filter { $0.isLive && $0.describe(current) != $0.describe(new) }.map(\.key)
         if !applied.contains("upstreams"), current.upstreams != new.upstreams { applied.append("upstreams") }
         // The certificate files are read again (their paths take a restart): a rotation. First,

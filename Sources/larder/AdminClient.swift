@@ -5,6 +5,7 @@
 
 import ArgumentParser
 import Foundation
+import LarderCore
 import LarderCurl
 
 struct ServerOptions: ParsableArguments {
@@ -65,7 +66,8 @@ struct ServerOptions: ParsableArguments {
                 method, base + path, headers: headers, body: bytes, tls: BlockingTLSOptions(caFile: Self.caFile(cacert)))
         } catch {
             throw CLIError(
-                "cannot reach \(base): \(error.description)\n  is Larder running there? Point --server (or LARDER_SERVER) at it")
+                "cannot reach \(AddressRedaction.redacted(base)): \(error.description)\n"
+                    + "  is Larder running there? Point --server (or LARDER_SERVER) at it")
         }
         let parsed = response.body.isEmpty ? nil : try? JSONSerialization.jsonObject(with: Data(response.body))
         let request = "\(method) \(path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? path)"
@@ -153,7 +155,7 @@ struct NotAdminAPI: Error, CustomStringConvertible {
     let reason: String
 
     var description: String {
-        "this is not a Larder admin API at \(base) (\(reason))\n"
+        "this is not a Larder admin API at \(AddressRedaction.redacted(base)) (\(reason))\n"
             + "  point --server (or LARDER_SERVER) at Larder's port, or at its --admin-port when it has one"
     }
 }

@@ -296,7 +296,8 @@ extension Cache {
                         guard isatty(STDIN_FILENO) == 1 else {
                             throw CLIError("--all removes every entry: add --yes to confirm (stdin is not a terminal)")
                         }
-                        FileHandle.standardError.write(Data("Remove every entry stored in \(options.base)? Type 'yes' to confirm: ".utf8))
+                        FileHandle.standardError.write(
+                            Data("Remove every entry stored in \(AddressRedaction.redacted(options.base))? Type 'yes' to confirm: ".utf8))
                         guard readLine()?.trimmingCharacters(in: .whitespaces) == "yes" else {
                             throw CLIError("not confirmed; nothing removed")
                         }

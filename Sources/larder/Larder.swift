@@ -152,24 +152,51 @@ struct CheckConfig: ParsableCommand {
     @Argument(help: "The YAML or JSON settings file.")
     var file: String
 
+    @Option(
+        help: """
+            The settings file a running `serve --config` was started with: check FILE as a reload of that process \
+            (with the running values of the settings that take a restart).
+            """)
+    var running: String?
+
     func run() throws {
         var configuration = LarderConfiguration()
+        var kept: [String] = []
         do throws(ConfigurationError) {
-            try ConfigFile.apply(file, to: &configuration)
-            try Setting.apply(environment: ProcessInfo.processInfo.environment, to: &configuration)
-            try Self.validate(configuration, file: file)
+            configuration = try Self.read(file)
+            if let running {
+                let started = try Self.read(running)
+                do throws(ConfigurationError) {
+                    (configuration, kept) = try Setting.reload(to: configuration, running: started)
+                } catch {
+                    throw ConfigurationError("\(file): \(error.description)")
+                }
+            }
         } catch {
             FileHandle.standardError.write(Data("larder check-config: \(error.description)\n".utf8))
             throw ExitCode(1)
         }
         // The files it names that serve reads at start: the TLS certificates and keys.
         do {
-            try LarderService.checkFiles(configuration)
+            for warning in try LarderService.checkFiles(configuration) {
+                FileHandle.standardError.write(Data("larder check-config: warning: \(warning)\n".utf8))
+            }
         } catch {
             FileHandle.standardError.write(Data("larder check-config: \(file): \(error)\n".utf8))
             throw ExitCode(1)
         }
-        print("\(file): valid")
+        guard let running else { return print("\(file): valid") }
+        let keptText = kept.isEmpty ? "" : "; kept at their running values until a restart: \(kept.joined(separator: ", "))"
+        print("\(file): valid as a reload of a process started with \(running)\(keptText)")
+    }
+
+    /// The configuration `serve --config file` would start with (the file, then the environment), validated.
+    static func read(_ file: String) throws(ConfigurationError) -> LarderConfiguration {
+        var configuration = LarderConfiguration()
+        try ConfigFile.apply(file, to: &configuration)
+        try Setting.apply(environment: ProcessInfo.processInfo.environment, to: &configuration)
+        try validate(configuration, file: file)
+        return configuration
     }
 
     /// `configuration.validate()`, its error naming the file and the key to blame when there is one.
@@ -178,7 +205,7 @@ struct CheckConfig: ParsableCommand {
             try configuration.validate()
         } catch {
             if let file, let key = ConfigFile.key(blamedFor: error.description, in: file) {
-                throw ConfigurationError("\(file): \(key): \(error.description)")
+                throw ConfigurationError("\(ConfigFile.place(of: key, in: file)): \(key): \(error.description)")
             }
             throw error
         }

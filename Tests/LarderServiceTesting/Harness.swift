@@ -184,12 +184,27 @@ open class IntegrationTestCase: XCTestCase {
         }
     }
 
-    /// Reads the process's stderr until a line contains `text`.
-    public func waitForLine(_ errors: Pipe, containing text: String) throws {
+    /// Reads the process's stderr until a line contains `text`; returns what it read.
+    @discardableResult
+    public func waitForLine(_ errors: Pipe, containing text: String) throws -> String {
         var seen = ""
         while !seen.contains(text) {
             let chunk = errors.fileHandleForReading.availableData
             guard !chunk.isEmpty else { throw TestClientError(description: "larder closed stderr before '\(text)': \(seen)") }
+            seen += String(decoding: chunk, as: UTF8.self)
+        }
+        return seen
+    }
+
+    /// Reads the process's stderr until a whole line contains one of `texts`; returns that line.
+    /// For an outcome that shows as one line or another (a reload applied, or refused).
+    public func waitForLine(_ errors: Pipe, containingAnyOf texts: [String]) throws -> String {
+        var seen = ""
+        while true {
+            let lines = seen.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            if let line = lines.first(where: { line in texts.contains { line.contains($0) } }) { return String(line) }
+            let chunk = errors.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { throw TestClientError(description: "larder closed stderr before any of \(texts): \(seen)") }
             seen += String(decoding: chunk, as: UTF8.self)
         }
     }

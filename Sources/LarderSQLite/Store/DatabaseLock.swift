@@ -51,9 +51,7 @@ final class DatabaseLock: Sendable {
     /// thing put in it.
     init(databasePath path: String) throws {
         let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        }
+        if !directory.isEmpty { try PrivateFiles.createDirectory(directory) }
         databaseFile = Self.file(of: path)
         let lockPath = databaseFile + "-lock"
         let descriptor = Glibc.open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)

@@ -224,7 +224,11 @@ extension SQLiteCacheStore {
     ) throws -> SQLiteCacheStore {
         let lock = try DatabaseLock(databasePath: path)
         let open = {
-            try SQLiteCacheStore(
+            // Created 0600 before SQLite creates it with the umask's mode (PrivateFiles).
+            if !(try PrivateFiles.createFile(lock.databaseFile)), (PrivateFiles.permissions(lock.databaseFile) ?? 0) & 0o044 != 0 {
+                logger.warning("the database \(lock.databaseFile) is readable by group or others; chmod 600 it and its -wal and -shm files")
+            }
+            return try SQLiteCacheStore(
                 path: path, lock: lock, maxVariants: maxVariants, bodyFileThreshold: bodyFileThreshold, capacity: capacity,
                 logger: logger)
         }

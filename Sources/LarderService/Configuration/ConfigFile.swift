@@ -1,6 +1,9 @@
 // `larder serve --config FILE`: the same settings as the command line, plus full named
 // upstreams, in YAML or JSON (YAML is a superset of JSON). Unknown keys are errors, so a typo
-// never silently falls back to a default. Every error names the file, the key and the reason.
+// never silently falls back to a default. Every error names the file, the line and column, the
+// key and the reason, never the value: a file holds tokens and upstream credentials, and its
+// errors go to logs. Anchors and aliases are refused: an alias of an alias expands the document
+// geometrically (the "billion laughs"), and no setting needs one.
 //
 // Every key is a `Setting` (Setting.all), which names the field it sets (see LarderConfiguration
 // for each default and unit). For example:
@@ -17,6 +20,9 @@
 //       query: {version: "2"}                     # added unless the request sets them
 //       cache: {ttl: 60, version: 1, policy: protocol, namespace: api}
 
+// libyaml, beneath Yams (its C target, which every module depending on Yams sees): its event
+// stream shows each anchor and alias where it is written, before Yams's composer expands anything.
+import CYaml
 import Foundation
 import LarderCore
 import Yams
@@ -24,50 +30,182 @@ import Yams
 public enum ConfigFile {
     /// Reads `path` and applies every key it sets to `configuration`.
     public static func apply(_ path: String, to configuration: inout LarderConfiguration) throws(ConfigurationError) {
-        guard let data = FileManager.default.contents(atPath: path) else {
+        let text = try read(path)
+        try apply(text: text, source: path, to: &configuration)
+    }
+
+    /// The text of the file at `path`: at most `largestFile` bytes of UTF-8. No more than one
+    /// byte past that is read, so a huge file or a device (/dev/zero) is refused at once.
+    static func read(_ path: String) throws(ConfigurationError) -> String {
+        guard let file = FileHandle(forReadingAtPath: path) else {
             throw ConfigurationError("\(path): cannot read the file")
         }
+        defer { try? file.close() }
+        let data: Data
+        do {
+            data = try file.read(upToCount: largestFile + 1) ?? Data()
+        } catch {
+            throw ConfigurationError("\(path): cannot read the file (\(error.localizedDescription))")
+        }
+        guard data.count <= largestFile else { throw tooLarge(path) }
         guard let text = String(data: data, encoding: .utf8) else { throw ConfigurationError("\(path): not UTF-8 text") }
-        try apply(text: text, source: path, to: &configuration)
+        return text
+    }
+
+    private static func tooLarge(_ source: String) -> ConfigurationError {
+        ConfigurationError("\(source): larger than \(largestFile >> 20) MiB, more than any settings file needs")
     }
 
     /// Applies the settings in `text` (YAML or JSON); `source` names it in errors.
     public static func apply(text: String, source: String, to configuration: inout LarderConfiguration) throws(ConfigurationError) {
+        let (document, places) = try compose(text, source: source)
+        let reader = Reader(file: source, places: places)
+        guard let root = document as? [String: Any] else { throw reader.error("(top level)", "must be a mapping of settings") }
+        try reader.apply(root, to: &configuration)
+    }
+
+    /// The document in `text` as plain values, and where each key is written (by its path, as
+    /// errors name it: `upstreams[0].headers`). Refuses, before anything is expanded, what is too
+    /// large, too deep, not YAML, or uses anchors and aliases.
+    static func compose(_ text: String, source: String) throws(ConfigurationError) -> (document: Any?, places: [String: Place]) {
+        guard text.utf8.count <= largestFile else { throw tooLarge(source) }
         // Yams builds the document recursively: nesting a few thousand levels deep overflows the
         // stack, so depth is bounded before it parses anything.
         if nestingEstimate(text) > maxNesting {
             throw ConfigurationError("\(source): nested more than \(maxNesting) levels deep")
         }
+        try screen(text, source: source)
         let node: Node?
         do {
             node = try Yams.compose(yaml: text)
         } catch {
-            throw ConfigurationError("\(source): not valid YAML or JSON: \(error)")
+            throw ConfigurationError("\(source)\(place(of: error)): not valid YAML or JSON: \(problem(of: error))")
         }
+        var places: [String: Place] = [:]
         // Yams turns a document into plain values only when every mapping key is a scalar (a
         // mapping or list as a key stops the process), so the shape is checked first.
-        if let node, let problem = unsupportedShape(node, depth: 0) { throw ConfigurationError("\(source): \(problem)") }
-        let document = node?.any
-        let reader = Reader(file: source)
-        guard let root = document as? [String: Any] else { throw reader.error("(top level)", "must be a mapping of settings") }
-        try reader.apply(root, to: &configuration)
+        if let node, let refusal = unsupportedShape(node, path: "", depth: 0, places: &places) {
+            throw ConfigurationError("\(source)\(refusal.mark.map(placeText) ?? ""): \(refusal.problem)")
+        }
+        return (node?.any, places)
     }
 
     static let maxNesting = 256
+
+    /// A line and column in a file, from 1.
+    struct Place {
+        let line: Int
+        let column: Int
+
+        init(line: Int, column: Int) {
+            self.line = line
+            self.column = column
+        }
+
+        init(_ mark: Mark) { self.init(line: mark.line, column: mark.column) }
+    }
+
+    /// The largest settings file read: far above any real one, far below what parsing it costs.
+    static let largestFile = 1 << 20
+
+    /// Walks libyaml's events for `text`, which expand nothing: throws at a syntax error or at
+    /// the first anchor or alias, naming its line and column (and never quoting the line).
+    static func screen(_ text: String, source: String) throws(ConfigurationError) {
+        var parser = yaml_parser_t()
+        guard yaml_parser_initialize(&parser) == 1 else { throw ConfigurationError("\(source): cannot start the YAML parser") }
+        defer { yaml_parser_delete(&parser) }
+        let bytes = Array(text.utf8)
+        let refusal: ConfigurationError? = bytes.withUnsafeBufferPointer { buffer in
+            yaml_parser_set_input_string(&parser, buffer.baseAddress, buffer.count)
+            while true {
+                var event = yaml_event_t()
+                guard yaml_parser_parse(&parser, &event) == 1 else {
+                    let mark =
+                        parser.error == YAML_READER_ERROR
+                        ? Self.mark(atOffset: parser.problem_offset, in: bytes)
+                        : Place(line: parser.problem_mark.line + 1, column: parser.problem_mark.column + 1)
+                    // libyaml's words (what it found, and what it was reading: "while scanning a quoted
+                    // scalar" from where it starts), never the text itself.
+                    var problem = parser.problem.map { String(cString: $0) } ?? "a syntax error"
+                    if let context = parser.context.map({ String(cString: $0) }) {
+                        let start = Place(line: parser.context_mark.line + 1, column: parser.context_mark.column + 1)
+                        problem = "\(context) (from \(start.line):\(start.column)): \(problem)"
+                    }
+                    return ConfigurationError("\(source)\(placeText(mark)): not valid YAML or JSON: \(problem)")
+                }
+                defer { yaml_event_delete(&event) }
+                let anchored: Bool
+                switch event.type {
+                case YAML_STREAM_END_EVENT: return nil
+                case YAML_ALIAS_EVENT: anchored = true
+                case YAML_SCALAR_EVENT: anchored = event.data.scalar.anchor != nil
+                case YAML_SEQUENCE_START_EVENT: anchored = event.data.sequence_start.anchor != nil
+                case YAML_MAPPING_START_EVENT: anchored = event.data.mapping_start.anchor != nil
+                default: anchored = false
+                }
+                if anchored {
+                    let mark = Place(line: event.start_mark.line + 1, column: event.start_mark.column + 1)
+                    return ConfigurationError(
+                        "\(source)\(placeText(mark)): anchors and aliases (&name, *name) are not accepted; write the value out")
+                }
+            }
+        }
+        if let refusal { throw refusal }
+    }
+
+    /// ":LINE:COLUMN", as compilers and editors read a place after a file name.
+    private static func placeText(_ mark: Place) -> String { ":\(mark.line):\(mark.column)" }
+
+    /// The line and column of a byte offset.
+    private static func mark(atOffset offset: Int, in bytes: [UInt8]) -> Place {
+        let before = bytes.prefix(max(0, min(offset, bytes.count)))
+        let line = before.reduce(1) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
+        let column = before.count - (before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
+        return Place(line: line, column: column)
+    }
+
+    /// Where a Yams error is, as ":LINE:COLUMN" (empty when it has no place).
+    private static func place(of error: any Error) -> String {
+        guard let error = error as? YamlError else { return "" }
+        switch error {
+        case .scanner(_, _, let mark, _), .parser(_, _, let mark, _), .composer(_, _, let mark, _): return placeText(Place(mark))
+        default: return ""
+        }
+    }
+
+    /// A Yams error's reason, without the line of the file it quotes (which may hold a secret).
+    private static func problem(of error: any Error) -> String {
+        guard let error = error as? YamlError else { return "a syntax error" }
+        switch error {
+        case .scanner(let context, let problem, _, _), .parser(let context, let problem, _, _),
+            .composer(let context, let problem, _, _):
+            return [context?.text, problem].compactMap { $0 }.filter { !$0.isEmpty }.joined(separator: ": ")
+        case .reader(let problem, _, _, _): return problem
+        default: return "a syntax error"
+        }
+    }
+
+    /// "FILE:LINE:COLUMN" of the top-level `key` in the file at `path`, or the file alone when
+    /// it cannot be told; for errors of the whole configuration that a key is blamed for.
+    public static func place(of key: String, in path: String) -> String {
+        guard let text = try? read(path), let composed = try? compose(text, source: path), let mark = composed.places[key] else {
+            return path
+        }
+        return path + placeText(mark)
+    }
 
     /// The key of the file at `path` whose value makes `validate()` fail with `message`, when
     /// the file alone makes it fail so: the first key (in the table's order) without which it
     /// no longer does. Validation sees the whole configuration, so its errors name no key.
     public static func key(blamedFor message: String, in path: String) -> String? {
-        guard let data = FileManager.default.contents(atPath: path), let text = String(data: data, encoding: .utf8),
-            let root = (try? Yams.compose(yaml: text))??.any as? [String: Any]
+        guard let text = try? read(path), let composed = try? compose(text, source: path), let root = composed.document as? [String: Any]
         else { return nil }
         func fails(without left: String?) -> Bool {
             var configuration = LarderConfiguration()
             var kept = root
             if let left { kept[left] = nil }
             do throws(ConfigurationError) {
-                try Reader(file: path).apply(kept, to: &configuration)
+                try Reader(file: path, places: [:]).apply(kept, to: &configuration)
                 try configuration.validate()
                 return false
             } catch {
@@ -122,34 +260,44 @@ public enum ConfigFile {
         return deepest
     }
 
-    /// Why `node` cannot be settings: a key that is not a plain scalar, or nesting deeper than
-    /// any setting goes.
-    private static func unsupportedShape(_ node: Node, depth: Int) -> String? {
-        guard depth < 32 else { return "nested more than 32 levels deep" }
+    /// Why `node` (at key `path`) cannot be settings, and where: a key that is not a plain
+    /// scalar, a key given twice, or nesting deeper than any setting goes. Records where each key
+    /// is written in `places`.
+    private static func unsupportedShape(
+        _ node: Node, path: String, depth: Int, places: inout [String: Place]
+    ) -> (mark: Place?, problem: String)? {
+        guard depth < 32 else { return (node.mark.map(Place.init), "nested more than 32 levels deep") }
+        let named = path.isEmpty ? "" : "\(path): "
         switch node {
         case .scalar(let scalar):
             // YAML 1.1 base-60 integers (1:30) overflow Yams's conversion, which stops the process.
             if node.tag.description == Tag.Name.int.rawValue, scalar.string.contains(":") {
-                return "'\(scalar.string)': base-60 numbers are not supported (quote the value if it is text)"
+                return (node.mark.map(Place.init), "\(named)base-60 numbers (like 1:30) are not supported (quote the value if it is text)")
             }
             return nil
         case .mapping(let mapping):
             var seen: Set<String> = []
             for (key, value) in mapping {
-                guard case .scalar(let name) = key else { return "a key must be a plain name, not a list or mapping" }
+                guard case .scalar(let name) = key else {
+                    return (key.mark.map(Place.init), "\(named)a key must be a plain name, not a list or mapping")
+                }
+                let child = path.isEmpty ? name.string : "\(path).\(name.string)"
                 // Either copy could be the one a reader believes: a reviewer shown one value while
                 // the other takes effect. YAML 1.2 and RFC 8259 §4 leave duplicates undefined.
-                guard seen.insert(name.string).inserted else { return "\(name.string): the key is given twice" }
-                if let problem = unsupportedShape(value, depth: depth + 1) { return problem }
+                guard seen.insert(name.string).inserted else { return (key.mark.map(Place.init), "\(child): the key is given twice") }
+                if let mark = key.mark { places[child] = Place(mark) }
+                if let problem = unsupportedShape(value, path: child, depth: depth + 1, places: &places) { return problem }
             }
             return nil
         case .sequence(let sequence):
-            for element in sequence {
-                if let problem = unsupportedShape(element, depth: depth + 1) { return problem }
+            for (index, element) in sequence.enumerated() {
+                let child = "\(path)[\(index)]"
+                if let mark = element.mark { places[child] = Place(mark) }
+                if let problem = unsupportedShape(element, path: child, depth: depth + 1, places: &places) { return problem }
             }
             return nil
         @unknown default:
-            return "an unsupported YAML node"
+            return (node.mark.map(Place.init), "\(named)an unsupported YAML node")
         }
     }
 
@@ -179,9 +327,16 @@ public enum ConfigFile {
 
     fileprivate struct Reader {
         let file: String
+        /// Where each key is written, by its path.
+        let places: [String: Place]
 
+        /// The error at `key`: its file, line and column (those of the nearest enclosing key the
+        /// file has, when `key` names one it lacks: a required key left out), the key, the reason.
         func error(_ key: String, _ reason: String) -> ConfigurationError {
-            ConfigurationError("\(file): \(key): \(reason)")
+            var path = Substring(key)
+            while places[String(path)] == nil, let cut = path.lastIndex(where: { $0 == "." || $0 == "[" }) { path = path[..<cut] }
+            let place = places[String(path)].map { ":\($0.line):\($0.column)" } ?? ""
+            return ConfigurationError("\(file)\(place): \(key): \(reason)")
         }
 
         func apply(_ root: [String: Any], to configuration: inout LarderConfiguration) throws(ConfigurationError) {
@@ -242,7 +397,7 @@ public enum ConfigFile {
                     let raw = try string(value, "\(key).cache.policy")
                     guard let policy = CachePolicy(rawValue: raw) else {
                         let policies = CachePolicy.allCases.map(\.rawValue).joined(separator: ", ")
-                        throw error("\(key).cache.policy", "'\(raw)' is not one of \(policies)")
+                        throw error("\(key).cache.policy", "must be one of \(policies)")
                     }
                     upstream.cache.policy = policy
                 }

@@ -219,7 +219,9 @@ public struct LarderConfiguration: Sendable {
                 do { _ = try RedisCluster(url: store, timeoutMs: storeTimeoutMs) } catch { throw ConfigurationError(error.description) }
             } else {
                 guard store.hasPrefix("redis://") || store.hasPrefix("rediss://") else {
-                    throw ConfigurationError("store '\(store)' must be sqlite, redis://host:port or redis-cluster://host:port,host:port")
+                    throw ConfigurationError(
+                        "store '\(AddressRedaction.redacted(store))' must be sqlite, redis://host:port "
+                            + "or redis-cluster://host:port,host:port")
                 }
                 do { _ = try RedisAddress(url: store) } catch { throw ConfigurationError(error.description) }
             }

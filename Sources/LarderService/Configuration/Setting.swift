@@ -86,6 +86,26 @@ public struct Setting: Sendable {
         return kept
     }
 
+    /// What a reload to `proposed` runs on a service started with `running`: the proposed live
+    /// settings with the running restart-only ones, and the keys of those kept. That mix is
+    /// validated too, since each half alone can be valid and the whole not (an upstream renamed
+    /// while the kept `proxyRoot` names it; a `maxObjectBytes` above the kept `maxBytes`).
+    public static func reload(
+        to proposed: LarderConfiguration, running: LarderConfiguration
+    ) throws(ConfigurationError) -> (configuration: LarderConfiguration, keptUntilRestart: [String]) {
+        try proposed.validate()
+        var next = proposed
+        let kept = keepRestartOnly(from: running, in: &next)
+        do throws(ConfigurationError) {
+            try next.validate()
+        } catch {
+            throw ConfigurationError(
+                "with the settings a reload keeps until a restart (\(kept.joined(separator: ", "))), "
+                    + "the configuration would not be valid: \(error.description)")
+        }
+        return (next, kept)
+    }
+
     /// The option's help: the summary, then whether it repeats, the environment variable and the
     /// default.
     public var help: String {
@@ -347,7 +367,9 @@ extension Setting {
                 guard !given.isEmpty else { return nil }
                 var upstreams = current
                 for entry in given {
-                    guard let equals = entry.firstIndex(of: "=") else { throw ConfigurationError("--\(option) '\(entry)' is not NAME=URL") }
+                    guard let equals = entry.firstIndex(of: "=") else {
+                        throw ConfigurationError("--\(option) '\(AddressRedaction.redacted(entry))' is not NAME=URL")
+                    }
                     let name = String(entry[..<equals])
                     upstreams.removeAll { $0.name == name }
                     upstreams.append(NamedUpstream(name: name, baseURL: String(entry[entry.index(after: equals)...])))

@@ -1,6 +1,7 @@
 // Checks made before SQLite opens the database, so a failure names its cause.
 
 import Foundation
+import LarderSQLite
 
 #if canImport(Glibc)
     import Glibc
@@ -22,9 +23,10 @@ func requireWritableDatabase(at path: String) throws {
                     + "(\(String(cString: strerror(errno))))")
         }
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            // 0700: the directory holds every cached response (PrivateFiles).
+            try PrivateFiles.createDirectory(directory)
         } catch {
-            throw ConfigurationError("cannot create the database directory \(directory): \(error.localizedDescription)")
+            throw ConfigurationError("cannot create the database directory \(directory): \(error)")
         }
     }
     guard access(directory, W_OK | X_OK) == 0 else {

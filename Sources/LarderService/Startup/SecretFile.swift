@@ -1,6 +1,7 @@
 // The instance secret's file: read, or created on first start with SQLite.
 
 import Foundation
+import LarderSQLite
 
 #if canImport(Glibc)
     import Glibc
@@ -33,6 +34,15 @@ enum SecretFile {
         return try secret(in: Array(data), path: path)
     }
 
+    /// Why the file at `path` should not stay as it is, when its group or others may read it:
+    /// whoever reads the secret can open and forge sealed warm-job specs and compute the keys
+    /// of cached requests.
+    static func exposure(at path: String) -> String? {
+        guard let mode = PrivateFiles.permissions(path), mode & 0o044 != 0 else { return nil }
+        return "the secret file \(path) can be read by its group or others (mode \(String(format: "%04o", mode))); "
+            + "make it readable by Larder's user only: chmod 600 \(path)"
+    }
+
     /// The bytes a file holds as a secret.
     static func secret(in content: [UInt8], path: String) throws -> [UInt8] {
         var bytes = content
@@ -52,9 +62,7 @@ enum SecretFile {
     static func loadOrCreate(at path: String) throws -> [UInt8] {
         if FileManager.default.fileExists(atPath: path) { return try load(at: path) }
         let directory = (path as NSString).deletingLastPathComponent
-        if !directory.isEmpty {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        }
+        if !directory.isEmpty { try PrivateFiles.createDirectory(directory) }
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
