@@ -139,7 +139,8 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let body = Array(try JSONSerialization.data(withJSONObject: ["mode": "settle", "concurrency": 4, "requests": requests]))
         let leaver = try TestConnection(port: larder.port, receiveBufferBytes: 64 << 10)
         try leaver.sendAll(
-            Array("POST /batch HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+            Array("POST /batch HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8)
+                + body)
         XCTAssertTrue(try leaver.readLine().hasPrefix("HTTP/1.1 200"), "the stream started")
         XCTAssertTrue(origin.waitForCount(base, atLeast: 4))
         func held() -> Int { glibcHeapInUse() - before }
@@ -225,7 +226,8 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         let body = Array(try JSONSerialization.data(withJSONObject: ["mode": "settle", "concurrency": 2, "requests": requests]))
         let client = try TestConnection(port: larder.port, receiveBufferBytes: 64 << 10)
         try client.sendAll(
-            Array("POST /batch HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+            Array("POST /batch HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: application/x-ndjson\r\nContent-Length: \(body.count)\r\n\r\n".utf8)
+                + body)
         XCTAssertTrue(origin.waitForCount(base, atLeast: 2))
         // The client reads nothing: what the sockets hold (a line or two), one line waiting, and
         // the fetches in flight (measured: 4) — not the whole batch, which unpaced was fetched
