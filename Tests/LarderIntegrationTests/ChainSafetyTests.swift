@@ -66,19 +66,25 @@ final class ChainSafetyTests: IntegrationTestCase {
         XCTAssertEqual(origin.count("/a"), 0, "refused before anything ran")
     }
 
-    /// The review's case: a large JSON body read whole by a later step's condition. Its parsed
-    /// form (about 2.4 MB for this 200 KB body) does not fit a 2 MiB budget: the step fails.
-    func testAChainsKeptResultsCountAgainstItsBudget() throws {
+    /// A chain under a 2 MiB budget: step a fetches a 200 KB JSON body (about 2.4 MB parsed),
+    /// step b (`second`, given its id and request) reads it; `include: output`, so the answer
+    /// holds no body. Returns the answer and the base path of the origin's paths.
+    private func chainOverABigBody(_ second: (String) -> [String: Any], output: [String: Any]? = nil) throws -> (TestResponse, String) {
         let larder = try startLarder { $0.maxBatchBytes = 2 << 20 }
         let base = uniquePath()
-        let response = try chain(
-            try larder.connection(),
-            [
-                "steps": [
-                    ["id": "a", "request": ["url": url(base + "/a", "jsonsize=200000")]],
-                    ["id": "b", "request": ["url": url(base + "/b")], "when": ["path": "a.body", "op": "exists"]]
-                ], "include": "output"
-            ])
+        var body: [String: Any] = [
+            "steps": [["id": "a", "request": ["url": url(base + "/a", "jsonsize=200000")]], second(base)], "include": "output"
+        ]
+        body["output"] = output
+        return (try chain(try larder.connection(), body), base)
+    }
+
+    /// The review's case: a large JSON body read whole by a later step's condition. Its parsed
+    /// form does not fit the budget: the step fails.
+    func testAChainsKeptResultsCountAgainstItsBudget() throws {
+        let (response, base) = try chainOverABigBody { base in
+            ["id": "b", "request": ["url": self.url(base + "/b")], "when": ["path": "a.body", "op": "exists"]]
+        }
         XCTAssertEqual(response.json["ok"] as? Bool, false, response.text)
         XCTAssertEqual((response.json["error"] as? [String: Any])?["code"] as? String, "response_too_large", response.text)
         XCTAssertEqual((steps(response)["a"]?["error"] as? [String: Any])?["code"] as? String, "response_too_large")
@@ -87,16 +93,9 @@ final class ChainSafetyTests: IntegrationTestCase {
 
     /// The same body read by one element only: the chain keeps that element, and fits.
     func testAChainKeepsOnlyThePathsItsStepsRead() throws {
-        let larder = try startLarder { $0.maxBatchBytes = 2 << 20 }
-        let base = uniquePath()
-        let response = try chain(
-            try larder.connection(),
-            [
-                "steps": [
-                    ["id": "a", "request": ["url": url(base + "/a", "jsonsize=200000")]],
-                    ["id": "b", "request": ["url": url(base + "/b"), "query": ["first": "{{a.body[0]}}"]]]
-                ], "include": "output", "output": ["last": "{{b.body.query.first}}"]
-            ])
+        let (response, base) = try chainOverABigBody(
+            { base in ["id": "b", "request": ["url": self.url(base + "/b"), "query": ["first": "{{a.body[0]}}"]]] },
+            output: ["last": "{{b.body.query.first}}"])
         XCTAssertEqual(response.json["ok"] as? Bool, true, response.text)
         XCTAssertEqual((response.json["output"] as? [String: Any])?["last"] as? String, "123")
         XCTAssertEqual(origin.requests(base + "/b").first?.target, base + "/b?first=123")
