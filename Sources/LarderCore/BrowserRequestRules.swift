@@ -34,18 +34,19 @@ public struct BrowserRequestRules: Sendable, Equatable {
         var fetchSite: String?
         var contentType: String?
         var fromBrowser = false
+        // Every request to these routes passes here: names compared in place, nothing lowered.
         for field in headers {
-            switch field.name.lowercased() {
-            case "host": host = field.value.trimmed
-            case "origin":
+            let name = field.name
+            if name.caseInsensitiveEquals("host") {
+                host = field.value.trimmed
+            } else if name.caseInsensitiveEquals("origin") {
                 origin = field.value.trimmed
                 fromBrowser = true
-            case "sec-fetch-site":
-                fetchSite = field.value.trimmed.lowercased()
+            } else if name.caseInsensitiveEquals("content-type") {
+                contentType = field.value
+            } else if name.utf8.count > 10, name.utf8.prefix(10).elementsEqual("sec-fetch-".utf8, by: { $0 | 0x20 == $1 }) {
                 fromBrowser = true
-            case "content-type": contentType = field.value
-            case let name where name.hasPrefix("sec-fetch-"): fromBrowser = true
-            default: break
+                if name.caseInsensitiveEquals("sec-fetch-site") { fetchSite = field.value.trimmed.lowercased() }
             }
         }
         if let host, !accepts(host: host) {
@@ -100,7 +101,7 @@ public struct BrowserRequestRules: Sendable, Equatable {
 
     /// The lowercased name (without a trailing dot, IPv6 without brackets) and the port.
     public static func split(authority: String) -> (name: String, port: Int?)? {
-        var text = Substring(authority.lowercased())
+        var text = Substring(authority.lowercasedASCII)
         guard !text.isEmpty, !text.contains("/"), !text.contains("@") else { return nil }
         var port: Int?
         if text.hasPrefix("[") {

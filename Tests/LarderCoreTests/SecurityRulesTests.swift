@@ -1,7 +1,7 @@
 // Pure rules behind issue 13's fixes: request framing, JSON parsing limits, strict fields,
 // the base-path guard and IPv6 forms of refused addresses.
 
-import LarderCore
+@testable import LarderCore
 import XCTest
 
 #if canImport(Glibc)
@@ -276,5 +276,55 @@ final class QueryRedactionTests: XCTestCase {
             "empty pairs, a value holding '=', a name without a value and the fragment are kept")
         XCTAssertEqual(redaction.apply("https://a.test/p?"), "https://a.test/p?")
         XCTAssertEqual(redaction.apply("https://a.test/p?KEY="), "https://a.test/p?KEY=REDACTED")
+    }
+}
+
+/// BrowserRequestRules: which Host a server answers to, which Origin is its own, which body
+/// type a browser may send.
+final class BrowserRequestRulesTests: XCTestCase {
+    private let loopback = BrowserRequestRules(serverNames: ["Larder.Internal", "*.cache.example"], boundToLoopback: true)
+
+    private func refusal(_ headers: [(String, String)], method: String = "POST", body: Bool = true) -> String? {
+        loopback.refusal(method: method, headers: headers.map { (name: $0.0, value: $0.1) }, hasBody: body)?.code.rawValue
+    }
+
+    func testHostNamesThisServerOrALoopbackLiteral() {
+        for host in ["127.0.0.1", "127.9.9.9:80", "[::1]:8080", "localhost", "LOCALHOST:1", "larder.internal.", "a.b.cache.example"] {
+            XCTAssertTrue(loopback.accepts(host: host), host)
+        }
+        for host in ["10.0.0.1", "cache.example", "evil.example", "larder.internal.evil", "[::1", "127.0.0.1:x", "", "a@127.0.0.1"] {
+            XCTAssertFalse(loopback.accepts(host: host), host)
+        }
+        let wide = BrowserRequestRules(serverNames: [], boundToLoopback: false)
+        XCTAssertTrue(wide.acceptsAnyName)
+        XCTAssertTrue(wide.accepts(host: "10.0.0.1:8080"))
+        XCTAssertTrue(wide.accepts(host: "larder.svc"), "nothing configured beyond loopback: any name")
+        XCTAssertFalse(BrowserRequestRules(serverNames: ["larder.svc"], boundToLoopback: false).accepts(host: "evil.example"))
+    }
+
+    func testAnOriginIsTheRequestsOwnByItsHostAndPort() {
+        XCTAssertTrue(BrowserRequestRules.isSameOrigin("http://127.0.0.1:8080", host: "127.0.0.1:8080"))
+        XCTAssertTrue(BrowserRequestRules.isSameOrigin("http://LOCALHOST", host: "localhost:80"), "the scheme's default port")
+        XCTAssertTrue(BrowserRequestRules.isSameOrigin("https://larder.internal", host: "larder.internal:443"))
+        XCTAssertFalse(BrowserRequestRules.isSameOrigin("http://127.0.0.1:8081", host: "127.0.0.1:8080"))
+        XCTAssertFalse(BrowserRequestRules.isSameOrigin("http://127.0.0.1:8080.evil.example", host: "127.0.0.1:8080"))
+        XCTAssertFalse(BrowserRequestRules.isSameOrigin("null", host: "127.0.0.1"))
+        XCTAssertFalse(BrowserRequestRules.isSameOrigin("file://127.0.0.1", host: "127.0.0.1"))
+        XCTAssertFalse(BrowserRequestRules.isSameOrigin("http://127.0.0.1", host: nil))
+    }
+
+    func testABrowsersBodyMustBeJSONAndOtherClientsAreNotAsked() {
+        let page = [("Host", "127.0.0.1"), ("Origin", "http://127.0.0.1")]
+        XCTAssertEqual(refusal(page + [("Content-Type", "text/plain")]), "unsupported_media_type")
+        XCTAssertEqual(refusal(page + [("Content-Type", "application/jsonx")]), "unsupported_media_type")
+        XCTAssertEqual(refusal(page), "unsupported_media_type", "no type at all")
+        XCTAssertNil(refusal(page + [("content-type", "Application/JSON; charset=utf-8")]))
+        XCTAssertNil(refusal(page + [("Content-Type", "application/merge-patch+json")]))
+        XCTAssertNil(refusal(page, body: false))
+        XCTAssertEqual(
+            refusal([("Host", "127.0.0.1"), ("SEC-FETCH-MODE", "no-cors"), ("Content-Type", "text/plain")]), "unsupported_media_type")
+        XCTAssertNil(refusal([("Host", "127.0.0.1"), ("Content-Type", "application/x-www-form-urlencoded")]), "curl -d")
+        XCTAssertEqual(refusal([("Host", "127.0.0.1"), ("Sec-Fetch-Site", "Cross-Site")], method: "GET", body: false), "cross_site_refused")
+        XCTAssertNil(refusal([("Host", "127.0.0.1"), ("Sec-Fetch-Site", "none")], method: "GET", body: false))
     }
 }
