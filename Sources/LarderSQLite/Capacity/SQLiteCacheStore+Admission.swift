@@ -309,7 +309,7 @@ extension SQLiteCacheStore {
     func deleteEvicted(_ keys: [PolicyKey]) {
         // A commit's own evictions (as misses come at capacity) keep pace with it, backlog or
         // not; the backlog goes only in its paced batches: a commit that also took a turn's share
-        // of it, at the writer's priority, kept scrapes waiting for seconds under readers.
+        // of it, at the writer's priority, would keep scrapes waiting for seconds under readers.
         addToBacklog(Array(keys.dropFirst(Self.evictionsAtOnce)))
         deleteEvicted(Array(keys.prefix(Self.evictionsAtOnce)), priority: .writer)
     }

@@ -135,7 +135,7 @@ extension SQLiteCacheStore {
     /// spill threshold instead makes SQLite fail inserts with SQLITE_FULL now and then.)
     ///
     /// No savepoint per entry: SQLite rolls the whole transaction back on some errors
-    /// (SQLITE_FULL, I/O errors), so `ROLLBACK TO` failed and the whole group was lost; a group
+    /// (SQLITE_FULL, I/O errors), so `ROLLBACK TO` fails and the whole group is lost; a group
     /// that fails is written again one entry per transaction instead.
     private func commitGroup(_ writes: ArraySlice<PendingWrite>) -> GroupResult {
         try? step(statements.journalsInMemory)
