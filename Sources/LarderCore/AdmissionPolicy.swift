@@ -10,8 +10,8 @@
 // once. Memory for held objects is bounded (`heldBytesLimit`): when it runs out, the oldest held
 // objects are written (they keep their place in the small queue), so what is kept and evicted
 // is exactly S3-FIFO's whatever the memory; only the writes saved depend on it. (Letting them
-// leave early instead cost 2 points of hit ratio: the small queue's older, written part then
-// stopped moving.)
+// leave early instead costs 2 points of hit ratio: the small queue's older, written part then
+// stops moving.)
 //
 // Until the store has told the policy what it already holds (`finishRestoring`), nothing is
 // held and nothing is evicted by the policy: objects are written and queued as found.

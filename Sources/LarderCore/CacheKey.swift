@@ -131,9 +131,9 @@ public struct CacheKeyBuilder: Sendable {
         let url = request.url.keyString(ignoring: request.cache.ignoreQuery)
 
         // Written straight into one buffer, with no array per part and no `String(Int)` per
-        // length: every request not seen before derives its key (docs/performance.md, "The
-        // fixed work of a first-sight hit"). Reserved for the labels, the lengths and the body
-        // hash besides the variable parts.
+        // length: every request not seen before derives its key (docs/performance.md, "A hit
+        // read from SQLite"). Reserved for the labels, the lengths and the body hash besides the
+        // variable parts.
         var encoding: [UInt8] = []
         encoding.reserveCapacity(
             192 + request.cache.namespace.utf8.count + url.utf8.count + credentials.count + (sensitive?.count ?? 0))

@@ -17,8 +17,8 @@ public enum BodyKind: Int, Sendable {
 
     /// JSON when the content type says JSON and the body is well-formed UTF-8 JSON of at most
     /// `maxEmbeddedJSONBytes`; text when it is valid UTF-8; base64 otherwise. The JSON check
-    /// builds nothing: one linear scan (a 14 MB body once took seconds and gigabytes through
-    /// JSONSerialization, with every other upstream response waiting).
+    /// builds nothing: one linear scan (JSONSerialization takes seconds and gigabytes over a 14 MB
+    /// body, and every other upstream response waits meanwhile).
     public static func classify(contentType: String?, body: [UInt8]) -> BodyKind {
         guard !body.isEmpty else { return .text }
         guard String(validating: body, as: UTF8.self) != nil else { return .binary }

@@ -29,7 +29,7 @@ public struct QueryRedaction: Sendable, Equatable {
         var start = query.startIndex
         while true {
             // `&` separates pairs, and `;` too for the servers that read it so (and would see a
-            // `;token=` the redaction had missed).
+            // `;token=` that splitting on `&` alone leaves unredacted).
             let end = query.utf8[start...].firstIndex { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: ";") } ?? query.endIndex
             let pair = query[start..<end]
             let equals = pair.utf8.firstIndex(of: UInt8(ascii: "="))

@@ -2,7 +2,7 @@
 // One format for every time under /cache (entries, statistics, warm jobs), written and read here
 // only, so the server and `larder cache` cannot disagree. By hand on the calendar arithmetic
 // HTTPDate uses: pure, no Foundation formatter (ISO8601DateFormatter writes no milliseconds
-// unless told, and one was made per warm-job answer).
+// unless told, and would be made anew for every warm-job answer).
 
 public enum RFC3339Time {
     /// The earliest and latest times a four-digit year holds: times outside are clamped to them

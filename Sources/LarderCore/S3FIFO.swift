@@ -18,7 +18,7 @@
 // often (by a margin, see `admitsByFrequency`) than the object the main queue would evict next.
 // The small queue is then W-TinyLFU's window, hence small (Caffeine's starts at 1%): the sketch,
 // not the queue, finds the objects worth keeping. Gating promotions or ghost hits by the sketch
-// as well lost hit ratio in a simulator (issue 33): an object asked for again soon is worth
+// as well loses hit ratio in a simulator (issue 33): an object asked for again soon is worth
 // keeping whatever its history.
 //
 // A hit only raises a counter (and the sketch's): no reordering, so it costs no write to a list

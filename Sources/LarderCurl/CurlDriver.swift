@@ -60,7 +60,7 @@ final class CurlDriver: EventLoopCompanion, @unchecked Sendable {
     private var wakeUp: @Sendable () -> Void = {}
     /// The sockets libcurl asked to watch, with the poll(2) events it wants on each, in the
     /// order it first named them: events are handed back in that order, so transfers started
-    /// first send first (a dictionary's order let a later request overtake an earlier one).
+    /// first send first (in a dictionary's order a later request could overtake an earlier one).
     private var watched: [(socket: curl_socket_t, events: Int16)] = []
     /// When libcurl wants its timeouts handled (a monotonic instant in ns), if at all: from its
     /// timer callback, and asked again after each timeout handled (see `driveTransfers`).

@@ -5,7 +5,7 @@
 // `inout`, converting it to the specific representation and back on the way out — wrapping
 // it in two more thunks on every read. The slot then holds a chain that grows by two objects
 // per read and is never freed, and a call goes through the whole chain: a million reads and one
-// call overflowed the stack (CallbackSlotTests shows the slot stays flat). A class holding the
+// call overflow the stack (CallbackSlotTests shows the slot stays flat). A class holding the
 // function has one representation and is read by reference.
 
 public final class CallbackSlot<Input>: Sendable {

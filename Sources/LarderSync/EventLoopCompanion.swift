@@ -2,8 +2,7 @@
 // the loop's requests start. The loop waits on the companion's sockets together with its own
 // descriptors (one poll), and gives the companion a turn every round, so a miss is read from
 // the client, sent to the origin, answered and written back on one thread, as nginx's workers
-// do, instead of crossing to an upstream thread and back (two wake-ups per miss; see the
-// docs/performance.md for what that cost).
+// do, instead of crossing to an upstream thread and back (two wake-ups per miss).
 //
 // The protocol lives here because the two adapters that meet through it (the HTTP server and
 // the libcurl upstream) must not import each other; the service wires them.

@@ -17,8 +17,8 @@ extension SQLiteCacheStore: CacheAdministration {
     /// Rows a purge deletes in one transaction. Each row dirties about three pages at random
     /// places (its table leaf, and leaves of the `key` and `url_key` indexes), and the checkpoint
     /// after the commit writes them back in one `fsync`, on a core the hits need: at 1,000 rows
-    /// that was 20–35 ms in the kernel at a time, and readers' worst second during a purge of
-    /// 100,000 went to 5–16× the p99 before it; at 200, 2.7× (docs/performance.md).
+    /// that is 20–35 ms in the kernel at a time, and readers' worst second during a purge of
+    /// 100,000 goes to 5–16× the p99 before it; at 200, 2.7× (docs/performance.md).
     static let purgeBatch = 200
 
     /// When a row's freshness ends under the lifetime it was stored under (the caller's ttl, else

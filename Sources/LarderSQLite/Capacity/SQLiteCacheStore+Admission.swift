@@ -80,8 +80,8 @@ public typealias StorePolicy = AdmissionPolicy<PolicyKey>
 /// A shard is also folded on its own once it counts `shardFoldKeys` keys, by the hit that
 /// fills it and only if the policy is free: a fold's cost grows with its keys (a dictionary and a
 /// frequency-sketch update each, cache misses on a large policy), and it is paid on a server
-/// thread, while the other server thread waits for the lock (docs/performance.md, "The
-/// six-second stall"). A hit waits for the policy only when its shard reaches `shardKeyLimit`
+/// thread, while the other server thread waits for the lock (docs/performance.md, "Hit counts
+/// folded a shard at a time"). A hit waits for the policy only when its shard reaches `shardKeyLimit`
 /// while someone holds the policy that long.
 final class LockedPolicy: Sendable {
     private let state: Locked<StorePolicy>
@@ -269,7 +269,7 @@ extension SQLiteCacheStore {
     /// On the writer queue: brings a policy that holds more than the capacity down to it, a slice
     /// of `evictionsAtOnce` objects per turn. A restore finds such an excess when the store is
     /// opened with a lower `maxBytes` than it holds, and `admit` makes room for its own object
-    /// only: a miss that decided the whole excess at once held its server thread, and that
+    /// only: a miss that decided the whole excess at once would hold its server thread, and that
     /// thread's other connections, for a tenth of a second or more (docs/performance.md, "A
     /// store opened over its limit, under load"). The slices' rows join the eviction backlog,
     /// deleted in paced background batches.
@@ -304,12 +304,12 @@ extension SQLiteCacheStore {
     /// turn (one large object making room among small ones evicts more); the rest wait in
     /// `trimming.evictionBacklog`, deleted a batch per paced turn at background priority
     /// (`deleteEvictionBacklog`), as the policy's trim of a store opened over its limit is
-    /// (`trimPolicyExcess`). In one turn, the writer, and every save and scrape behind it, waited
-    /// for all of them (docs/performance.md, "Eviction and the retention sweep under load").
+    /// (`trimPolicyExcess`). In one turn, the writer, and every save and scrape behind it, would
+    /// wait for all of them (docs/performance.md, "Eviction and the retention sweep under load").
     func deleteEvicted(_ keys: [PolicyKey]) {
         // A commit's own evictions (as misses come at capacity) keep pace with it, backlog or
         // not; the backlog goes only in its paced batches: a commit that also took a turn's share
-        // of it, at the writer's priority, kept scrapes waiting for seconds under readers.
+        // of it, at the writer's priority, would keep scrapes waiting for seconds under readers.
         addToBacklog(Array(keys.dropFirst(Self.evictionsAtOnce)))
         deleteEvicted(Array(keys.prefix(Self.evictionsAtOnce)), priority: .writer)
     }
@@ -434,7 +434,7 @@ extension SQLiteCacheStore {
     /// `restoreWindow` rowids per writer turn, then lets it hold and evict. A window is read
     /// before the policy's lock is taken: saves and hits do not wait for SQLite. The reads run at
     /// background priority (`yieldingToHits`): they go through every row of the table, and at
-    /// the writer's priority they slowed the hits of a restart under load (docs/performance.md).
+    /// the writer's priority they slow the hits of a restart under load (docs/performance.md).
     func restorePolicy(after rowid: Int64, upTo last: Int64, restored: Int = 0, started: ContinuousClock.Instant = .now) {
         guard let policy, !closed.load(ordering: .relaxed) else { return }
         let end = rowid + Self.restoreWindow

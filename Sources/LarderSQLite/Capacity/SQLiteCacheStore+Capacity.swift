@@ -81,7 +81,7 @@ extension SQLiteCacheStore {
     /// Free pages given back per vacuum step (1 MiB at SQLite's default page size). Each page
     /// moved from the file's end also rewrites its parent and its pointer-map page, and the
     /// step's checkpoint writes them all back with one fsync, whose writeback the kernel
-    /// prepares on the writer's thread: steps of 4,096 pages made the readers' slowest seconds
+    /// prepares on the writer's thread: steps of 4,096 pages make the readers' slowest seconds
     /// of a purge under load (docs/performance.md). 256 dirty about what a purge batch does.
     static let vacuumStep = 256
 
@@ -158,7 +158,7 @@ extension SQLiteCacheStore {
     /// not grown past what it held when they began); while the policy learns the rows of a store
     /// opened over `maxBytes`, what the store held then, so that only what was stored since goes
     /// (the policy trims the rest, choosing what goes; down to the low-water mark, a store opened
-    /// 10% over lost its oldest 19%, docs/performance.md); else the low-water mark.
+    /// 10% over would lose its oldest 19%, docs/performance.md); else the low-water mark.
     private func oldestRowsTarget(used: Int) -> Int? {
         if trimming.restoringCeiling > capacity.maxBytes { return trimming.restoringCeiling }
         if trimming.trimmingPolicy || (!trimming.evictionBacklog.isEmpty && used <= trimming.backlogCeiling) { return nil }
@@ -379,7 +379,7 @@ extension SQLiteCacheStore {
     /// On the writer queue (inside a write transaction, or for a read of its own): runs `work`
     /// on a thread of background priority (`backgroundWork`) and waits for it. For the B-tree
     /// work of what nobody waits for (`WorkPriority.background`, the policy's restore): at the
-    /// writer's priority it took its share of a busy machine's cores from the threads serving
+    /// writer's priority it takes its share of a busy machine's cores from the threads serving
     /// hits (docs/performance.md); at nice 10 it gets about a tenth of a core against each busy
     /// thread of nice 0. The commit stays on the writer queue: a commit and its checkpoint take
     /// locks that readers need now and then (SQLite's WAL locks, the policy's), and a thread of

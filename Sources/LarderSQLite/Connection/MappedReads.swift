@@ -5,8 +5,8 @@
 // Why not SQLite's own `mmap_size`: in WAL mode SQLite unmaps the whole file at the start of every
 // read transaction that follows a commit (`pagerBeginReadTransaction` → `sqlite3OsUnfetch(fd, 0,
 // 0)`), in case another process truncated and regrew the file, so a reader maps, faults and
-// unmaps the file again after every group commit; under writes a purge's readers ran 5× slower
-// than with read calls (docs/performance.md, "Reads through a memory map"). Here the map is made
+// unmaps the file again after every group commit; under writes a purge's readers' slow seconds
+// are 5× those with read calls (docs/performance.md, "Reads through a memory map"). Here the map is made
 // once and those unmaps are ignored. That is safe because only this process writes the file
 // (DatabaseLock) and WAL mode never moves a page a reader's snapshot needs: a checkpoint copies
 // a page into the file only when no reader's snapshot predates that version of it, and shrinks

@@ -83,7 +83,7 @@ struct PendingWrites {
     /// Queues `entry` (of `size` bytes; `probe`: its primary key's in the key filter) and makes it
     /// visible to lookups, or returns nil when it is shed: with uncommitted bytes past
     /// `limits.shed` (the disk stalled), the entry is not stored and the caller is answered at
-    /// once, since waiting for the commit stalled every request with it. Past `limits.throttle`
+    /// once, since waiting for the commit would stall every request with it. Past `limits.throttle`
     /// (the writer is behind) it is stored and its caller waits: a storm of misses then goes at
     /// the writer's pace and every response is kept. One entry alone over a limit is stored: over
     /// the shed limit it is answered after its commit, over the throttle limit at once.

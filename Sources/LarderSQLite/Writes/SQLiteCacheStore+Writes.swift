@@ -128,14 +128,14 @@ extension SQLiteCacheStore {
     /// The transaction keeps its statement journals in memory. An INSERT OR REPLACE (triggers,
     /// six indexes, pointer-map pages) keeps the pages it changes in a statement journal until
     /// it ends, in memory up to 64 KiB and in a temporary file beyond; one insert now and then
-    /// passed 64 KiB, the journal then stayed a file until the commit, and every later entry of
-    /// the group wrote each page it changed there too (two `pwrite`s a page). An entry's journal
+    /// passes 64 KiB, the journal then stays a file until the commit, and every later entry of
+    /// the group writes each page it changes there too (two `pwrite`s a page). An entry's journal
     /// is a few pages and freed when its statement ends. Only here: a purge's DELETE of 1,000
     /// rows may journal megabytes, so other transactions keep SQLite's default. (Raising the
-    /// spill threshold instead made SQLite fail inserts with SQLITE_FULL now and then.)
+    /// spill threshold instead makes SQLite fail inserts with SQLITE_FULL now and then.)
     ///
     /// No savepoint per entry: SQLite rolls the whole transaction back on some errors
-    /// (SQLITE_FULL, I/O errors), so `ROLLBACK TO` failed and the whole group was lost; a group
+    /// (SQLITE_FULL, I/O errors), so `ROLLBACK TO` fails and the whole group is lost; a group
     /// that fails is written again one entry per transaction instead.
     private func commitGroup(_ writes: ArraySlice<PendingWrite>) -> GroupResult {
         try? step(statements.journalsInMemory)
@@ -161,8 +161,8 @@ extension SQLiteCacheStore {
     }
 
     /// On the writer queue: commits everything queued when it is called (the writer takes the
-    /// oldest first), before work that must see it; not what is queued meanwhile, which kept a
-    /// metrics scrape waiting as long as misses came faster than the writer committed them
+    /// oldest first), before work that must see it; not what is queued meanwhile, which would keep
+    /// a metrics scrape waiting as long as misses come faster than the writer commits them
     /// (docs/performance.md, "A store opened over its limit, under load").
     func commitAllPending() {
         var waiting = pending.withLock { $0.queue.count }

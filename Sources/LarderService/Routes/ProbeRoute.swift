@@ -4,7 +4,7 @@
 //   else.
 // - /readyz: send it traffic (200), or not (503): not while the store is degraded and failing
 //   now (Readiness; unless --ready-while-degraded).
-// - /healthz: as before, 200 with the store's health in the body.
+// - /healthz: 200 with the store's health in the body.
 // While Larder drains, the server answers every new request itself, these included, with
 // 503 shutting_down (HTTPServer.stopAccepting): a draining instance is neither ready nor to be
 // probed further.
