@@ -38,4 +38,6 @@ extern "C" int larder_re2_search(const larder_re2 *pattern, const char *text, si
     return re2::RE2::PartialMatch(re2::StringPiece(text == nullptr ? "" : text, length), pattern->compiled) ? 1 : 0;
 }
 
+extern "C" int larder_re2_program_size(const larder_re2 *pattern) { return pattern->compiled.ProgramSize(); }
+
 extern "C" void larder_re2_free(larder_re2 *pattern) { delete pattern; }

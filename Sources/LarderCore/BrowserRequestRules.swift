@@ -7,8 +7,10 @@
 //   name. Accepted: IP literals (loopback ones only when bound to loopback), `localhost`, and the
 //   configured names (`--server-name`); with no name configured and a listener bound beyond
 //   loopback, any name (its names cannot be known).
-// - a cross-site request is refused: `Sec-Fetch-Site: cross-site` or `same-site` (Fetch
-//   Metadata), or an `Origin` (RFC 6454) other than the request's own scheme and authority.
+//   One Host only (RFC 9112 §3.2: a request with two is invalid).
+// - a cross-site request is refused: a `Sec-Fetch-Site` (Fetch Metadata) other than
+//   `same-origin` or `none`, or an `Origin` (RFC 6454) other than the request's own scheme and
+//   authority. The proxy's routes check the Host alone: browsers of other sites are its callers.
 // - a request a browser sent (it has an `Origin` or a `Sec-Fetch-*` field) with a body must say
 //   `Content-Type: application/json`: a page can send text/plain without a CORS preflight.
 //   Non-browser clients are not asked: `curl -d` sends a form type and no Origin.
@@ -27,35 +29,49 @@ public struct BrowserRequestRules: Sendable, Equatable {
     /// Whether any name is accepted in `Host` (nothing configured, bound beyond loopback).
     public var acceptsAnyName: Bool { serverNames.isEmpty && !boundToLoopback }
 
-    /// Why the request is refused, or nil when it may go on.
-    public func refusal(method: String, headers: [(name: String, value: String)], hasBody: Bool) -> LarderError? {
-        var host: String?
-        var origin: String?
-        var fetchSite: String?
+    /// What a route checks.
+    public enum Checks: Sendable {
+        /// The Host alone (the proxy: pages of other sites are among its callers).
+        case host
+        /// The Host, the site a browser sent the request from, and a browser's body type.
+        case everything
+    }
+
+    /// Why the request is refused, or nil when it may go on. `scheme`: the listener's, `http` or
+    /// `https`, which a same-origin `Origin` names.
+    public func refusal(
+        method: String, headers: [(name: String, value: String)], hasBody: Bool, scheme: String, checks: Checks = .everything
+    ) -> LarderError? {
+        var hosts: [String] = []
+        var origins: [String] = []
+        var fetchSites: [String] = []
         var contentType: String?
         var fromBrowser = false
         // Every request to these routes passes here: names compared in place, nothing lowered.
         for field in headers {
             let name = field.name
             if name.caseInsensitiveEquals("host") {
-                host = field.value.trimmed
+                hosts.append(field.value.trimmed)
             } else if name.caseInsensitiveEquals("origin") {
-                origin = field.value.trimmed
+                origins.append(field.value.trimmed)
                 fromBrowser = true
             } else if name.caseInsensitiveEquals("content-type") {
                 contentType = field.value
             } else if name.utf8.count > 10, name.utf8.prefix(10).elementsEqual("sec-fetch-".utf8, by: { $0 | 0x20 == $1 }) {
                 fromBrowser = true
-                if name.caseInsensitiveEquals("sec-fetch-site") { fetchSite = field.value.trimmed.lowercased() }
+                if name.caseInsensitiveEquals("sec-fetch-site") { fetchSites.append(field.value.trimmed.lowercasedASCII) }
             }
         }
+        guard hosts.count <= 1 else { return LarderError(.hostNotAllowed, "a request may carry one Host field") }
+        let host = hosts.first
         if let host, !accepts(host: host) {
             return LarderError(.hostNotAllowed, "this server does not answer to the Host given (see --server-name)")
         }
-        if let fetchSite, fetchSite == "cross-site" || fetchSite == "same-site" {
-            return LarderError(.crossSiteRefused, "a request from another site's page is refused (Sec-Fetch-Site: \(fetchSite))")
+        guard checks == .everything else { return nil }
+        if !fetchSites.isEmpty, fetchSites.count > 1 || !["same-origin", "none"].contains(fetchSites[0]) {
+            return LarderError(.crossSiteRefused, "a request from another site's page is refused (Sec-Fetch-Site)")
         }
-        if let origin, !Self.isSameOrigin(origin, host: host) {
+        if !origins.isEmpty, origins.count > 1 || !Self.isSameOrigin(origins[0], host: host, scheme: scheme) {
             return LarderError(.crossSiteRefused, "a request from another origin's page is refused (Origin)")
         }
         if fromBrowser, hasBody, !Self.isJSON(contentType) {
@@ -79,12 +95,12 @@ public struct BrowserRequestRules: Sendable, Equatable {
         return acceptsAnyName
     }
 
-    /// `Origin` equals the request's own: its authority is the `Host`'s, the port given or the
-    /// scheme's default on both sides.
-    static func isSameOrigin(_ origin: String, host: String?) -> Bool {
+    /// `Origin` equals the request's own: the listener's scheme, and the `Host`'s authority, the
+    /// port given or the scheme's default on both sides.
+    static func isSameOrigin(_ origin: String, host: String?, scheme listenerScheme: String) -> Bool {
         guard let host, let separator = origin.range(of: "://") else { return false }
-        let scheme = origin[..<separator.lowerBound].lowercased()
-        guard scheme == "http" || scheme == "https" else { return false }
+        let scheme = String(origin[..<separator.lowerBound]).lowercasedASCII
+        guard scheme == listenerScheme else { return false }
         let defaultPort = scheme == "https" ? 443 : 80
         guard let (originName, originPort) = split(authority: String(origin[separator.upperBound...])),
             let (hostName, hostPort) = split(authority: host)
@@ -108,14 +124,14 @@ public struct BrowserRequestRules: Sendable, Equatable {
             guard let close = text.firstIndex(of: "]") else { return nil }
             let rest = text[text.index(after: close)...]
             if !rest.isEmpty {
-                guard rest.hasPrefix(":"), let number = Int(rest.dropFirst()) else { return nil }
+                guard rest.hasPrefix(":"), let number = Self.port(rest.dropFirst()) else { return nil }
                 port = number
             }
             text = text[text.index(after: text.startIndex)..<close]
             return (String(text), port)
         }
         if let colon = text.lastIndex(of: ":") {
-            guard let number = Int(text[text.index(after: colon)...]) else { return nil }
+            guard let number = Self.port(text[text.index(after: colon)...]) else { return nil }
             port = number
             text = text[..<colon]
         }
@@ -124,11 +140,23 @@ public struct BrowserRequestRules: Sendable, Equatable {
         return (String(text), port)
     }
 
+    /// A port: one to five ASCII digits (no sign), at most 65535.
+    private static func port(_ text: Substring) -> Int? {
+        guard (1...5).contains(text.utf8.count), text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let number = Int(text),
+            number <= 65535
+        else { return nil }
+        return number
+    }
+
     /// For an IP literal, whether it is a loopback address (127.0.0.0/8, ::1); nil for a name.
     static func ipLiteralIsLoopback(_ name: String) -> Bool? {
         if name.contains(":") { return name == "::1" || name == "0:0:0:0:0:0:0:1" }
         let parts = name.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 4, parts.allSatisfy({ !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(\.isNumber) && Int($0)! <= 255 })
+        // ASCII digits only: Unicode digits (`²`, fullwidth `１`) are no part of an address.
+        guard parts.count == 4,
+            parts.allSatisfy({
+                (1...3).contains($0.utf8.count) && $0.utf8.allSatisfy { (0x30...0x39).contains($0) } && Int($0) ?? 256 <= 255
+            })
         else { return nil }
         return parts[0] == "127"
     }

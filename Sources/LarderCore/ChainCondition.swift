@@ -27,17 +27,44 @@ public indirect enum ChainCondition: Sendable, Equatable {
     /// The step ids the condition reads.
     var roots: [String] { references.map(\.root) }
 
-    /// Whether the condition holds over the results so far. `stopped` is asked before each
-    /// pattern search: once it says yes (the chain's deadline passed), nothing more is searched
-    /// and the answer no longer matters.
-    public func holds(in documents: [String: JSONValue], stopped: () -> Bool = { false }) -> Bool {
+    /// Whether the condition searches any pattern.
+    public var hasPatterns: Bool {
         switch self {
-        case .all(let conditions): return conditions.allSatisfy { $0.holds(in: documents, stopped: stopped) }
-        case .any(let conditions): return conditions.contains { $0.holds(in: documents, stopped: stopped) }
-        case .not(let condition): return !condition.holds(in: documents, stopped: stopped)
+        case .compare: false
+        case .matches: true
+        case .all(let conditions), .any(let conditions): conditions.contains { $0.hasPatterns }
+        case .not(let condition): condition.hasPatterns
+        }
+    }
+
+    /// Whether the condition holds, with a chain's whole search budget.
+    public func holds(in documents: [String: JSONValue]) -> Bool {
+        var budget = ChainPattern.maxSearchCostPerChain
+        return holds(in: documents, searchBudget: &budget)
+    }
+
+    /// Whether the condition holds over the results so far. Pattern searches are paid for from
+    /// `searchBudget` (ChainPattern's costs: a search past what is left does not match);
+    /// `stopped` is asked before each: once it says yes (the chain's deadline passed), nothing
+    /// more is searched and the answer no longer matters.
+    public func holds(
+        in documents: [String: JSONValue], searchBudget: inout Int, stopped: () -> Bool = { false }
+    ) -> Bool {
+        switch self {
+        case .all(let conditions):
+            for condition in conditions where !condition.holds(in: documents, searchBudget: &searchBudget, stopped: stopped) {
+                return false
+            }
+            return true
+        case .any(let conditions):
+            for condition in conditions where condition.holds(in: documents, searchBudget: &searchBudget, stopped: stopped) {
+                return true
+            }
+            return false
+        case .not(let condition): return !condition.holds(in: documents, searchBudget: &searchBudget, stopped: stopped)
         case .matches(let reference, let pattern):
             guard !stopped(), case .string(let text)? = reference.resolve(in: documents) else { return false }
-            return pattern.isFound(in: text)
+            return pattern.isFound(in: text, budget: &searchBudget)
         case .compare(let reference, let op, let expected):
             let actual = reference.resolve(in: documents)
             switch op {

@@ -33,6 +33,9 @@ public struct ChainPlan: Sendable {
     public var readPaths: [String: [[ChainReference.Segment]]] = [:]
     /// The steps whose results `output` reads: kept until the chain ends.
     public var outputReads: Set<String> = []
+    /// Whether a condition searches a pattern: such a plan holds compiled programs, and is not
+    /// remembered by its bytes.
+    public var hasPatterns: Bool { steps.contains { $0.when?.hasPatterns ?? false } }
 
     /// For each step id, the members of its result that something reads (`body`, `headers`…).
     public var readMembers: [String: Set<String>] {
@@ -136,7 +139,8 @@ public struct ChainPlan: Sendable {
     /// Parses `when` conditions, compiling their patterns within the chain's pattern budget.
     private struct ConditionParser {
         let patterns: any TextPatternCompiler
-        var patternBytes = 0
+        var patternCount = 0
+        var programSize = 0
 
         mutating func condition(_ value: JSONValue, path: String) throws(LarderError) -> ChainCondition {
             let fields = try JSONFields(value, path: path)
@@ -182,15 +186,22 @@ public struct ChainPlan: Sendable {
             guard bytes <= ChainPattern.maxSourceBytes else {
                 throw .invalid(path, "a pattern may be at most \(ChainPattern.maxSourceBytes) bytes")
             }
-            patternBytes += bytes
-            guard patternBytes <= ChainPattern.maxSourceBytesPerChain else {
-                throw .invalid(path, "the chain's patterns may total at most \(ChainPattern.maxSourceBytesPerChain) bytes")
+            patternCount += 1
+            guard patternCount <= ChainPattern.maxPerChain else {
+                throw .invalid(path, "a chain may hold at most \(ChainPattern.maxPerChain) patterns")
             }
+            let compiled: any TextPattern
             do {
-                return ChainPattern(source: source, compiled: try patterns.compile(source))
+                compiled = try patterns.compile(source)
             } catch {
                 throw .invalid(path, "is not a valid RE2 pattern: \(error.reason)")
             }
+            programSize += compiled.programSize
+            guard programSize <= ChainPattern.maxProgramSizePerChain else {
+                let limit = ChainPattern.maxProgramSizePerChain
+                throw .invalid(path, "the chain's patterns compile to more than \(limit) instructions in all")
+            }
+            return ChainPattern(source: source, compiled: compiled)
         }
     }
 

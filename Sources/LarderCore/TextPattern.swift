@@ -5,8 +5,10 @@
 // the bounds.
 
 /// A compiled pattern, searched for anywhere in a text (an unanchored search, as RE2's
-/// PartialMatch) in time linear in the text.
+/// PartialMatch) in time linear in the text: at worst about `programSize` steps per byte.
 public protocol TextPattern: Sendable {
+    /// The compiled program's size in instructions.
+    var programSize: Int { get }
     func isFound(in text: String) -> Bool
 }
 
@@ -32,18 +34,34 @@ public struct ChainPattern: Sendable, Equatable {
 
     /// Longest pattern, in UTF-8 bytes.
     public static let maxSourceBytes = 1024
-    /// Most pattern bytes in one chain: what compiling a plan's patterns may cost, bounded.
-    public static let maxSourceBytesPerChain = 16 << 10
+    /// Most patterns in one chain.
+    public static let maxPerChain = 16
+    /// Most instructions a chain's patterns compile to, in all: what compiling them on the
+    /// request's thread may cost (about 1 µs an instruction), bounded.
+    public static let maxProgramSizePerChain = 20_000
     /// Longest text a pattern is searched in, in UTF-8 bytes: a longer one does not match.
     public static let maxSubjectBytes = 64 << 10
+    /// What one search may cost, in program size times the text's bytes (a step is about 20 ns at
+    /// worst, when RE2's DFA gives way to its NFA): a costlier search does not match.
+    public static let maxSearchCost = 1 << 23
+    /// What one chain's searches may cost in all; once spent, its patterns match nothing more.
+    public static let maxSearchCostPerChain = 1 << 25
 
     public init(source: String, compiled: any TextPattern) {
         self.source = source
         self.compiled = compiled
     }
 
-    public func isFound(in text: String) -> Bool {
-        text.utf8.count <= Self.maxSubjectBytes && compiled.isFound(in: text)
+    /// What searching `text` costs, in program size times bytes.
+    public func cost(of text: String) -> Int { max(1, compiled.programSize) * max(1, text.utf8.count) }
+
+    /// Whether the pattern is found in `text`, paid for from `budget` (left as it was when the
+    /// search is past its bounds, which does not match).
+    public func isFound(in text: String, budget: inout Int) -> Bool {
+        let cost = cost(of: text)
+        guard text.utf8.count <= Self.maxSubjectBytes, cost <= Self.maxSearchCost, cost <= budget else { return false }
+        budget -= cost
+        return compiled.isFound(in: text)
     }
 
     public static func == (lhs: ChainPattern, rhs: ChainPattern) -> Bool { lhs.source == rhs.source }

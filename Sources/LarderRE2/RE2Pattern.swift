@@ -10,12 +10,16 @@ public final class RE2Pattern: TextPattern, @unchecked Sendable {
     // Immutable once compiled; RE2 objects are safe to search from many threads at once.
     private let compiled: OpaquePointer
 
-    /// Memory RE2 may give a compiled pattern's program and its DFA caches: ample for a pattern
-    /// of ChainPattern.maxSourceBytes, and refuses one that expands past it (`a{1000}{1000}`).
-    public static let maxProgramBytes: Int64 = 2 << 20
+    /// Memory RE2 may give a compiled pattern's program and its DFA caches. It bounds what a
+    /// pattern may expand to (`\pL{20}` and `a{1000}{1000}` are refused) and so how long compiling
+    /// it takes (about 4 ms at the bound).
+    public static let maxProgramBytes: Int64 = 256 << 10
+
+    public let programSize: Int
 
     fileprivate init(compiled: OpaquePointer) {
         self.compiled = compiled
+        self.programSize = Int(larder_re2_program_size(compiled))
     }
 
     deinit { larder_re2_free(compiled) }

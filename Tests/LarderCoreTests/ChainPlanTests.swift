@@ -335,6 +335,7 @@ final class ChainPatternTests: XCTestCase {
 
     func testATextPastTheBoundNeverMatchesAndAStoppedChainSearchesNothing() throws {
         final class Counting: TextPattern, @unchecked Sendable {
+            let programSize = 10
             var searches = 0
             func isFound(in text: String) -> Bool {
                 searches += 1
@@ -343,24 +344,37 @@ final class ChainPatternTests: XCTestCase {
         }
         let counting = Counting()
         let pattern = ChainPattern(source: "x", compiled: counting)
-        XCTAssertTrue(pattern.isFound(in: String(repeating: "x", count: ChainPattern.maxSubjectBytes)))
-        XCTAssertFalse(pattern.isFound(in: String(repeating: "x", count: ChainPattern.maxSubjectBytes + 1)))
+        var budget = Int.max
+        XCTAssertTrue(pattern.isFound(in: String(repeating: "x", count: ChainPattern.maxSubjectBytes), budget: &budget))
+        XCTAssertFalse(pattern.isFound(in: String(repeating: "x", count: ChainPattern.maxSubjectBytes + 1), budget: &budget))
+        XCTAssertEqual(budget, Int.max - 10 * ChainPattern.maxSubjectBytes, "a search costs program size times bytes")
         let reference = try XCTUnwrap(ChainReference(parsing: "a.body"))
         let condition = ChainCondition.any([.matches(reference, pattern), .matches(reference, pattern)])
         let documents: [String: JSONValue] = ["a": .object(["body": .string("y")])]
         counting.searches = 0
         XCTAssertTrue(condition.holds(in: documents))
         XCTAssertEqual(counting.searches, 1)
-        XCTAssertFalse(condition.holds(in: documents, stopped: { true }))
+        budget = Int.max
+        XCTAssertFalse(condition.holds(in: documents, searchBudget: &budget, stopped: { true }))
         XCTAssertEqual(counting.searches, 1, "nothing searched once the chain stopped")
+        budget = 9
+        XCTAssertFalse(condition.holds(in: documents, searchBudget: &budget), "a search past what is left does not match")
+        XCTAssertEqual(counting.searches, 1)
+        XCTAssertEqual(budget, 9)
     }
 
-    func testAChainsPatternsTotalAtMost16KiB() throws {
-        let one = #"{"path":"a.status","op":"matches","value":"\#(String(repeating: "a", count: 1000))"}"#
+    func testAChainHoldsAtMost16PatternsAndAtMost20000InstructionsOfThem() throws {
+        let one = #"{"path":"a.status","op":"matches","value":"\#(String(repeating: "a", count: 100))"}"#
         let conditions = Array(repeating: one, count: 17).joined(separator: ",")
         let text = #"{"steps":[{"id":"a","request":{}},{"id":"b","request":{},"when":{"all":[\#(conditions)]}}]}"#
         XCTAssertThrowsError(try ChainPlan.parse(json: Array(text.utf8), maxSteps: 10, patterns: RE2Compiler())) { error in
             XCTAssertEqual((error as? LarderError)?.field, "steps[1].when.all[16].value")
+        }
+        // 1,000 characters of `.` compile to about 8,000 instructions: two fit, three do not.
+        let wide = #"{"path":"a.status","op":"matches","value":"\#(String(repeating: ".", count: 1000))"}"#
+        let three = #"{"steps":[{"id":"a","request":{}},{"id":"b","request":{},"when":{"all":[\#(wide),\#(wide),\#(wide)]}}]}"#
+        XCTAssertThrowsError(try ChainPlan.parse(json: Array(three.utf8), maxSteps: 10, patterns: RE2Compiler())) { error in
+            XCTAssertEqual((error as? LarderError)?.field, "steps[1].when.all[2].value")
         }
     }
 

@@ -1,8 +1,9 @@
 // Pure rules behind issue 13's fixes: request framing, JSON parsing limits, strict fields,
 // the base-path guard and IPv6 forms of refused addresses.
 
-@testable import LarderCore
 import XCTest
+
+@testable import LarderCore
 
 #if canImport(Glibc)
     import Glibc
@@ -285,14 +286,17 @@ final class BrowserRequestRulesTests: XCTestCase {
     private let loopback = BrowserRequestRules(serverNames: ["Larder.Internal", "*.cache.example"], boundToLoopback: true)
 
     private func refusal(_ headers: [(String, String)], method: String = "POST", body: Bool = true) -> String? {
-        loopback.refusal(method: method, headers: headers.map { (name: $0.0, value: $0.1) }, hasBody: body)?.code.rawValue
+        loopback.refusal(method: method, headers: headers.map { (name: $0.0, value: $0.1) }, hasBody: body, scheme: "http")?.code.rawValue
     }
 
     func testHostNamesThisServerOrALoopbackLiteral() {
         for host in ["127.0.0.1", "127.9.9.9:80", "[::1]:8080", "localhost", "LOCALHOST:1", "larder.internal.", "a.b.cache.example"] {
             XCTAssertTrue(loopback.accepts(host: host), host)
         }
-        for host in ["10.0.0.1", "cache.example", "evil.example", "larder.internal.evil", "[::1", "127.0.0.1:x", "", "a@127.0.0.1"] {
+        for host in [
+            "10.0.0.1", "cache.example", "evil.example", "larder.internal.evil", "[::1", "127.0.0.1:x", "", "a@127.0.0.1", "².0.0.1",
+            "１２７.0.0.1", "2130706433", "localhost:+80", "localhost:-1", "127.0.0.1:65536"
+        ] {
             XCTAssertFalse(loopback.accepts(host: host), host)
         }
         let wide = BrowserRequestRules(serverNames: [], boundToLoopback: false)
@@ -303,14 +307,19 @@ final class BrowserRequestRulesTests: XCTestCase {
     }
 
     func testAnOriginIsTheRequestsOwnByItsHostAndPort() {
-        XCTAssertTrue(BrowserRequestRules.isSameOrigin("http://127.0.0.1:8080", host: "127.0.0.1:8080"))
-        XCTAssertTrue(BrowserRequestRules.isSameOrigin("http://LOCALHOST", host: "localhost:80"), "the scheme's default port")
-        XCTAssertTrue(BrowserRequestRules.isSameOrigin("https://larder.internal", host: "larder.internal:443"))
-        XCTAssertFalse(BrowserRequestRules.isSameOrigin("http://127.0.0.1:8081", host: "127.0.0.1:8080"))
-        XCTAssertFalse(BrowserRequestRules.isSameOrigin("http://127.0.0.1:8080.evil.example", host: "127.0.0.1:8080"))
-        XCTAssertFalse(BrowserRequestRules.isSameOrigin("null", host: "127.0.0.1"))
-        XCTAssertFalse(BrowserRequestRules.isSameOrigin("file://127.0.0.1", host: "127.0.0.1"))
-        XCTAssertFalse(BrowserRequestRules.isSameOrigin("http://127.0.0.1", host: nil))
+        func same(_ origin: String, _ host: String?, _ scheme: String = "http") -> Bool {
+            BrowserRequestRules.isSameOrigin(origin, host: host, scheme: scheme)
+        }
+        XCTAssertTrue(same("http://127.0.0.1:8080", "127.0.0.1:8080"))
+        XCTAssertTrue(same("http://LOCALHOST", "localhost:80"), "the scheme's default port")
+        XCTAssertTrue(same("https://larder.internal", "larder.internal:443", "https"))
+        XCTAssertFalse(same("https://larder.internal", "larder.internal:443"), "another scheme than the listener's")
+        XCTAssertFalse(same("http://127.0.0.1:8443", "127.0.0.1:8443", "https"))
+        XCTAssertFalse(same("http://127.0.0.1:8081", "127.0.0.1:8080"))
+        XCTAssertFalse(same("http://127.0.0.1:8080.evil.example", "127.0.0.1:8080"))
+        XCTAssertFalse(same("null", "127.0.0.1"))
+        XCTAssertFalse(same("file://127.0.0.1", "127.0.0.1"))
+        XCTAssertFalse(same("http://127.0.0.1", nil))
     }
 
     func testABrowsersBodyMustBeJSONAndOtherClientsAreNotAsked() {
@@ -326,5 +335,16 @@ final class BrowserRequestRulesTests: XCTestCase {
         XCTAssertNil(refusal([("Host", "127.0.0.1"), ("Content-Type", "application/x-www-form-urlencoded")]), "curl -d")
         XCTAssertEqual(refusal([("Host", "127.0.0.1"), ("Sec-Fetch-Site", "Cross-Site")], method: "GET", body: false), "cross_site_refused")
         XCTAssertNil(refusal([("Host", "127.0.0.1"), ("Sec-Fetch-Site", "none")], method: "GET", body: false))
+        XCTAssertEqual(
+            refusal([("Host", "127.0.0.1"), ("Sec-Fetch-Site", "cross-site, same-origin")], method: "GET", body: false),
+            "cross_site_refused",
+            "a field is one token, not a list")
+        XCTAssertEqual(refusal([("Host", "evil.example"), ("Host", "localhost")], method: "GET", body: false), "host_not_allowed")
+        XCTAssertEqual(
+            refusal([("Host", "127.0.0.1"), ("Origin", "http://evil.example"), ("Origin", "http://127.0.0.1")]), "cross_site_refused")
+        let proxied = loopback.refusal(
+            method: "POST", headers: [("Host", "127.0.0.1"), ("Origin", "https://shop.example")].map { (name: $0.0, value: $0.1) },
+            hasBody: true, scheme: "http", checks: .host)
+        XCTAssertNil(proxied, "the proxy checks the Host alone")
     }
 }

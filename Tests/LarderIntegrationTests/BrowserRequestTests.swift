@@ -73,6 +73,11 @@ final class BrowserRequestTests: IntegrationTestCase {
             XCTAssertEqual(accepted.status, 200, "\(host): \(accepted.text)")
         }
         XCTAssertEqual(try larder.connection().request("GET", "/cache/stats", host: "cache.example").errorCode, "host_not_allowed")
+        for host in ["².0.0.1", "１２７.0.0.1", "2130706433", "localhost:+80"] {
+            XCTAssertEqual(try larder.connection().request("GET", "/metrics", host: host).errorCode, "host_not_allowed", host)
+        }
+        let twice = try larder.connection().request("GET", "/cache/stats", rawHeaderLines: Array("Host: localhost\r\n".utf8))
+        XCTAssertEqual(twice.errorCode, "host_not_allowed", "two Host fields: \(twice.text)")
         XCTAssertEqual(try larder.connection().request("GET", "/healthz", host: "rebind.evil.example").status, 200, "a probe holds no data")
         XCTAssertEqual(origin.count(path), 1)
     }
@@ -98,13 +103,17 @@ final class BrowserRequestTests: IntegrationTestCase {
         XCTAssertEqual(origin.count(path), 1)
     }
 
-    func testTheProxyServesBrowsersOfOtherSites() throws {
+    /// The proxy serves pages of other sites (they are its callers), but not to a rebinding
+    /// page's Host: that would read a named upstream from a browser.
+    func testTheProxyServesBrowsersOfOtherSitesUnderItsOwnName() throws {
         let larder = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: origin.base)] }
         let path = uniquePath()
         let response = try larder.connection().request(
             "GET", "/proxy/origin\(path)", headers: ["Origin": "https://shop.example", "Sec-Fetch-Site": "cross-site"],
-            host: "shop.example")
+            host: "127.0.0.1:\(larder.port)")
         XCTAssertEqual(response.status, 200, response.text)
+        let rebound = try larder.connection().request("GET", "/proxy/origin\(path)", host: "rebind.evil.example")
+        XCTAssertEqual(rebound.errorCode, "host_not_allowed", rebound.text)
         XCTAssertEqual(origin.count(path), 1)
     }
 

@@ -46,6 +46,33 @@ final class ChainSafetyTests: IntegrationTestCase {
         XCTAssertEqual(try TestConnection(port: larder.port, timeoutSeconds: 5).request("GET", "/healthz").status, 200)
     }
 
+    /// A search costs at most its program's size times the text's bytes: `[ab]{1000}` (about
+    /// 1,000 instructions) over 64 KiB is past one search's bound and does not match, where
+    /// `[ab]{10}` over the same text does.
+    func testASearchPastItsCostDoesNotMatch() throws {
+        let larder = try startLarder()
+        let base = uniquePath()
+        let text = String(repeating: "ab", count: 32 << 10)
+        let response = try chain(
+            try larder.connection(),
+            [
+                "input": ["s": text],
+                "steps": [
+                    [
+                        "id": "wide", "request": ["url": url(base + "/wide")],
+                        "when": ["path": "input.s", "op": "matches", "value": "[ab]{1000}"]
+                    ],
+                    [
+                        "id": "narrow", "request": ["url": url(base + "/narrow")],
+                        "when": ["path": "input.s", "op": "matches", "value": "[ab]{10}"]
+                    ]
+                ], "include": "output"
+            ])
+        XCTAssertEqual(response.json["ok"] as? Bool, true, response.text)
+        XCTAssertEqual(origin.count(base + "/wide"), 0)
+        XCTAssertEqual(origin.count(base + "/narrow"), 1)
+    }
+
     func testPatternsAreBoundedAndWrittenInRE2() throws {
         let larder = try startLarder()
         func refusal(_ pattern: String) throws -> TestResponse {
@@ -58,7 +85,7 @@ final class ChainSafetyTests: IntegrationTestCase {
                     ]
                 ])
         }
-        for pattern in [String(repeating: "a", count: 1025), "(", "(?=x)", "\\1", "a{1000}{1000}"] {
+        for pattern in [String(repeating: "a", count: 1025), "(", "(?=x)", "\\1", "a{1000}{1000}", "\\pL{80}"] {
             let refused = try refusal(pattern)
             XCTAssertEqual(refused.status, 400, "\(pattern.prefix(20)): \(refused.text)")
             XCTAssertEqual(refused.errorField, "steps[1].when.value", refused.text)

@@ -7,6 +7,7 @@
 import Foundation
 import LarderSQLite
 import LarderServiceTesting
+import LarderSync
 import Logging
 import XCTest
 
@@ -84,6 +85,20 @@ final class ThirdSecurityReviewWarmJobTests: IntegrationTestCase {
         let store = try SQLiteCacheStore(path: databasePath, logger: Logger(label: "warm-delete-test"))
         defer { store.close() }
         XCTAssertEqual(store.loadJobs().map(\.record.id), [], "removed from the store too")
+    }
+
+    /// Of twelve DELETEs of one finished job at once, one removes it and the others find none.
+    func testConcurrentDeletesOfAFinishedJobRemoveItOnce() throws {
+        let larder = try startLarder()
+        let id = try finishedJob(larder)
+        let port = larder.port
+        let statuses = Locked<[Int]>([])
+        XCTAssertTrue(
+            concurrently(12) { _ in
+                let status = (try? TestConnection(port: port).request("DELETE", "/cache/warm/\(id)").status) ?? 0
+                statuses.withLock { $0.append(status) }
+            })
+        XCTAssertEqual(statuses.withLock { $0 }.sorted(), [204] + Array(repeating: 404, count: 11))
     }
 
     func testTheListingComesAPageAtATimeNewestFirst() throws {

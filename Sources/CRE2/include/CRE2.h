@@ -20,6 +20,9 @@ larder_re2 *_Nullable larder_re2_compile(const char *_Nullable pattern, size_t l
 /// 1 when the pattern matches somewhere in `text` (an unanchored search), 0 when not.
 int larder_re2_search(const larder_re2 *_Nonnull pattern, const char *_Nullable text, size_t length);
 
+/// The compiled program's size in instructions: a search costs at most this times the text's bytes.
+int larder_re2_program_size(const larder_re2 *_Nonnull pattern);
+
 void larder_re2_free(larder_re2 *_Nullable pattern);
 
 #ifdef __cplusplus

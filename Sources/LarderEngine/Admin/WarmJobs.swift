@@ -200,8 +200,11 @@ public final class WarmJobs: Sendable {
         let state = job.snapshot.state
         if state == .queued || state == .running || job.cancellationUnsaved.load(ordering: .acquiring) {
             cancel(id) { record, saved in completion(record.map { .cancelled($0, saved: saved) } ?? .unknown) }
-        } else {
+        } else if job.removed.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+            // Claimed by this DELETE: of several at once, one removes the job, the others find none.
             removeFinished(job) { saved in completion(.removed(saved: saved)) }
+        } else {
+            completion(.unknown)
         }
     }
 

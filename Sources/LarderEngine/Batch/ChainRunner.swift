@@ -9,10 +9,11 @@
 // last of them; a step counts as finished (its dependents may start) once it was handed out,
 // and no step starts while one waits to be taken.
 //
-// A step's `when` is judged on a global queue, outside the lock, never on the thread that found
-// the step ready (an event loop, when the chain starts or a hit answers): a condition costs time
-// linear in what it reads (patterns are RE2's, ChainPattern bounds their texts), and the chain's
-// deadline stops it between pattern searches.
+// A step's `when` is judged outside the lock on one queue of its own (`conditions`), never on the
+// thread that found the step ready (an event loop, when the chain starts or a hit answers), nor
+// on the global queues that deadlines and deliveries run on: a condition costs time linear in
+// what it reads (patterns are RE2's; ChainPattern bounds each search and what one chain's
+// searches cost in all), and the chain's deadline stops it between pattern searches.
 //
 // Memory: a result is kept only as far as later steps and the output read it (the paths in
 // `plan.readPaths`), only until the last step that reads it has started, and counted by its
@@ -66,6 +67,8 @@ public final class ChainRun: Sendable {
         /// For each step id, the steps that read its result and have not started or been
         /// skipped: once none is left (and the output does not read it), the result goes.
         var readersLeft: [String: Int]
+        /// What the chain's pattern searches may still cost (ChainPattern.maxSearchCostPerChain).
+        var searchBudget = ChainPattern.maxSearchCostPerChain
         var order: [Int] = []
         var running: [Int: Cancellation] = [:]
         var stopped = false
@@ -84,6 +87,10 @@ public final class ChainRun: Sendable {
     private let indexByID: [String: Int]
     private let deadline = Locked<Deadline?>(nil)
     private let delivery = Locked<ItemDelivery?>(nil)
+
+    /// Where conditions are judged: one at a time, on a thread of their own, so that however
+    /// long a chain's searches take, no deadline or delivery waits for a thread behind them.
+    private static let conditions = DispatchQueue(label: "larder.chain-conditions", qos: .utility)
 
     /// Largest rendered step request: what a reference expansion may grow a request to.
     public static let maxRenderedRequestBytes = 1 << 20
@@ -163,7 +170,7 @@ public final class ChainRun: Sendable {
                     case .launch(let index, let cancellation, let documents):
                         launch(index, cancellation: cancellation, documents: documents)
                     case .judge(let index, let condition, let documents):
-                        DispatchQueue.global().async { [self] in judge(index, condition, documents) }
+                        Self.conditions.async { [self] in judge(index, condition, documents) }
                     }
                 }
             }
@@ -216,10 +223,12 @@ public final class ChainRun: Sendable {
         }
     }
 
-    /// Judges a step's `when` (on a global queue), then lets the scheduler start or skip it.
+    /// Judges a step's `when` (on `conditions`), then lets the scheduler start or skip it.
     private func judge(_ index: Int, _ condition: ChainCondition, _ documents: [String: JSONValue]) {
-        let holds = condition.holds(in: documents, stopped: { self.state.withLock { $0.stopped } })
+        var budget = state.withLock { $0.searchBudget }
+        let holds = condition.holds(in: documents, searchBudget: &budget, stopped: { self.state.withLock { $0.stopped } })
         let judged = state.withLock { state -> Bool in
+            state.searchBudget = budget
             guard state.states[index] == .deciding, !state.stopped else { return false }
             state.states[index] = .decided(holds: holds)
             return true

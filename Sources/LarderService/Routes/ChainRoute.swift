@@ -29,7 +29,8 @@ struct ChainRoute: Sendable {
             plan = known
         } else {
             plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps, patterns: RE2Compiler())
-            memo.insert(request.body) { .chain(plan) }
+            // Compiled patterns take far more than the bytes the memo counts: compiled again.
+            if !plan.hasPatterns { memo.insert(request.body) { .chain(plan) } }
         }
         let upstreams = self.upstreams
         let clock = self.clock

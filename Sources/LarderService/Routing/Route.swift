@@ -40,10 +40,11 @@ struct Route: Sendable {
     let metricsRoute: String?
     /// When the answer carries the request's `X-Request-Id` and `traceparent`.
     let identityInAnswer: IdentityInAnswer
-    /// Refuses what a web page could make a browser send (BrowserRequestRules): a foreign
-    /// `Host`, a cross-site request, a browser's body that is not JSON. For the routes that act
-    /// on the cache or read what it holds; not the probes, the console's files or the proxy.
-    let refusesBrowsersElsewhere: Bool
+    /// What a web page could make a browser send that the route refuses (BrowserRequestRules):
+    /// everything (a foreign `Host`, a cross-site request, a browser's body that is not JSON) on
+    /// the routes that act on the cache or read what it holds; the Host alone on the proxy's,
+    /// whose callers include other sites' pages; nothing on the probes and the console's files.
+    let browserChecks: BrowserRequestRules.Checks?
     let handler: Handler
 
     enum IdentityInAnswer: Sendable {
@@ -58,7 +59,7 @@ struct Route: Sendable {
     init(
         _ pattern: RoutePattern, _ methods: [String]?, listener: Listener = .main, access: Access = .open,
         refusesLoops: Bool = false, metricsRoute: String? = nil, identityInAnswer: IdentityInAnswer = .always,
-        refusesBrowsersElsewhere: Bool = false, handler: @escaping Handler
+        browserChecks: BrowserRequestRules.Checks? = nil, handler: @escaping Handler
     ) {
         self.pattern = pattern
         self.methods = methods
@@ -67,7 +68,7 @@ struct Route: Sendable {
         self.refusesLoops = refusesLoops
         self.metricsRoute = metricsRoute
         self.identityInAnswer = identityInAnswer
-        self.refusesBrowsersElsewhere = refusesBrowsersElsewhere
+        self.browserChecks = browserChecks
         self.handler = handler
     }
 

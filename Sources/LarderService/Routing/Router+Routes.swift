@@ -16,7 +16,7 @@ extension Router {
         /// An admin route: on the admin listener when there is one, behind the admin token.
         func adminRoute(_ pattern: RoutePattern, _ methods: [String]?, _ handler: @escaping Route.Handler) -> Route {
             Route(
-                pattern, methods, listener: .admin, access: .adminToken, refusesLoops: true, refusesBrowsersElsewhere: true,
+                pattern, methods, listener: .admin, access: .adminToken, refusesLoops: true, browserChecks: .everything,
                 handler: handler)
         }
         let read = ["GET", "HEAD"]
@@ -30,13 +30,13 @@ extension Router {
             Route(.exact([path]), read, listener: .admin, access: .consoleAsset, refusesLoops: true, handler: handler)
         }
         return [
-            Route(.exact(["/fetch"]), ["POST"], refusesLoops: true, refusesBrowsersElsewhere: true) { request throws(LarderError) in
+            Route(.exact(["/fetch"]), ["POST"], refusesLoops: true, browserChecks: .everything) { request throws(LarderError) in
                 try fetch.handle(request)
             },
-            Route(.exact(["/batch"]), ["POST"], refusesLoops: true, refusesBrowsersElsewhere: true) { request throws(LarderError) in
+            Route(.exact(["/batch"]), ["POST"], refusesLoops: true, browserChecks: .everything) { request throws(LarderError) in
                 try batch.handle(request)
             },
-            Route(.exact(["/chain"]), ["POST"], refusesLoops: true, refusesBrowsersElsewhere: true) { request throws(LarderError) in
+            Route(.exact(["/chain"]), ["POST"], refusesLoops: true, browserChecks: .everything) { request throws(LarderError) in
                 try chain.handle(request)
             },
             Route(.exact(["/healthz"]), read, listener: .both) { _ in probes.healthz() },
@@ -70,7 +70,9 @@ extension Router {
                 throw LarderError(.notFound, "no route for \(request.http.path)")
             },
 
-            Route(.targetPrefix("/proxy/"), nil, refusesLoops: true, metricsRoute: "proxy", identityInAnswer: .whenAsked) { request in
+            Route(
+                .targetPrefix("/proxy/"), nil, refusesLoops: true, metricsRoute: "proxy", identityInAnswer: .whenAsked, browserChecks: .host
+            ) { request in
                 let rest = request.parameter
                 let end = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
                 return proxy.handle(request, upstream: String(rest[..<end]), target: String(rest[end...]))
@@ -87,7 +89,7 @@ extension Router {
         }
         let route = Route(
             .exact(["/metrics"]), ["GET", "HEAD"], listener: .admin, access: .metricsToken, refusesLoops: true,
-            refusesBrowsersElsewhere: true
+            browserChecks: .everything
         ) { _ in
             RouteAnswer(
                 HTTPServerResponse(
@@ -100,7 +102,7 @@ extension Router {
     /// The proxy-root listener: every request proxied to `upstream`, path and query as they are.
     static func proxyRootRoutes(proxy: ProxyRoute, upstream: String) -> [Route] {
         [
-            Route(.any, nil, refusesLoops: true, metricsRoute: "proxy", identityInAnswer: .whenAsked) { request in
+            Route(.any, nil, refusesLoops: true, metricsRoute: "proxy", identityInAnswer: .whenAsked, browserChecks: .host) { request in
                 proxy.handle(request, upstream: upstream, target: request.parameter)
             }
         ]

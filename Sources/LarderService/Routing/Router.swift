@@ -12,7 +12,7 @@ import Logging
 
 final class Router: Sendable {
     /// The listener a request came in on.
-    enum Listener: Sendable {
+    enum Listener: Sendable, Hashable {
         case main
         /// --admin-port: the /cache routes, /metrics and the probes (/livez, /readyz, /healthz).
         case admin
@@ -40,6 +40,8 @@ final class Router: Sendable {
     let loop: LoopDetection?
     /// What a browser may not send to the routes that act on the cache or read it.
     let browserRules: BrowserRequestRules
+    /// Each listener's scheme, which a same-origin request's `Origin` names.
+    let schemes: [Listener: String]
     private let memos: [RequestMemo]
     /// The main and admin listeners' routes.
     let table: RouteTable
@@ -84,6 +86,9 @@ final class Router: Sendable {
         self.adminOnOwnListener = configuration.adminPort != nil
         self.loop = loop
         self.browserRules = configuration.browserRequestRules
+        let mainScheme = configuration.tlsCertificatePath == nil ? "http" : "https"
+        let adminScheme = configuration.adminTLSCertificatePath == nil && configuration.tlsCertificatePath == nil ? "http" : "https"
+        self.schemes = [.main: mainScheme, .proxyRoot: mainScheme, .admin: adminScheme]
         let scrapeNow: (@Sendable () -> [UInt8])? = scrape.map { scrape in { @Sendable in scrape(Self.bytes(of: memos)) } }
         self.table = RouteTable(
             Self.routes(
@@ -121,9 +126,10 @@ final class Router: Sendable {
             let error = LarderError(.loopDetected, "this request was sent by this Larder instance and came back to it (CDN-Loop)")
             return answer(RouteAnswer(error: error))
         }
-        if first.refusesBrowsersElsewhere,
+        if let checks = first.browserChecks,
             let refusal = browserRules.refusal(
-                method: request.method, headers: request.headers, hasBody: !request.body.isEmpty || request.bodyTooLarge)
+                method: request.method, headers: request.headers, hasBody: !request.body.isEmpty || request.bodyTooLarge,
+                scheme: schemes[listener] ?? "http", checks: checks)
         {
             return answer(RouteAnswer(error: refusal))
         }
