@@ -141,6 +141,7 @@ public struct ChainPlan: Sendable {
         let patterns: any TextPatternCompiler
         var patternCount = 0
         var programSize = 0
+        var propertyClasses = 0
 
         mutating func condition(_ value: JSONValue, path: String) throws(LarderError) -> ChainCondition {
             let fields = try JSONFields(value, path: path)
@@ -189,6 +190,11 @@ public struct ChainPlan: Sendable {
             patternCount += 1
             guard patternCount <= ChainPattern.maxPerChain else {
                 throw .invalid(path, "a chain may hold at most \(ChainPattern.maxPerChain) patterns")
+            }
+            propertyClasses += ChainPattern.propertyClasses(in: source)
+            guard propertyClasses <= ChainPattern.maxPropertyClassesPerChain else {
+                let limit = ChainPattern.maxPropertyClassesPerChain
+                throw .invalid(path, "a chain's patterns may hold at most \(limit) Unicode property classes (\\p, \\P) in all")
             }
             let compiled: any TextPattern
             do {

@@ -39,6 +39,9 @@ public struct ChainPattern: Sendable, Equatable {
     /// Most instructions a chain's patterns compile to, in all: what compiling them on the
     /// request's thread may cost (about 1 µs an instruction), bounded.
     public static let maxProgramSizePerChain = 20_000
+    /// Most Unicode property classes (`\pL`, `\P{Han}`) in one chain's patterns: RE2 builds each
+    /// from hundreds of ranges (about 1 ms with `(?i)`), a cost its memory bound does not count.
+    public static let maxPropertyClassesPerChain = 8
     /// Longest text a pattern is searched in, in UTF-8 bytes: a longer one does not match.
     public static let maxSubjectBytes = 64 << 10
     /// What one search may cost, in program size times the text's bytes (a step is about 20 ns at
@@ -50,6 +53,17 @@ public struct ChainPattern: Sendable, Equatable {
     public init(source: String, compiled: any TextPattern) {
         self.source = source
         self.compiled = compiled
+    }
+
+    /// The `\p` and `\P` escapes in `source` (an escaped backslash is not one).
+    public static func propertyClasses(in source: String) -> Int {
+        var count = 0
+        var bytes = source.utf8.makeIterator()
+        while let byte = bytes.next() {
+            guard byte == UInt8(ascii: "\\"), let next = bytes.next() else { continue }
+            if next == UInt8(ascii: "p") || next == UInt8(ascii: "P") { count += 1 }
+        }
+        return count
     }
 
     /// What searching `text` costs, in program size times bytes.

@@ -2,7 +2,9 @@
 // its text (RE2), whatever the pattern; what a chain keeps of its results is what it reads, for
 // as long as it reads it, within --max-batch-bytes.
 
+import Dispatch
 import Foundation
+import LarderEngine
 import LarderServiceTesting
 import XCTest
 
@@ -73,6 +75,47 @@ final class ChainSafetyTests: IntegrationTestCase {
         XCTAssertEqual(origin.count(base + "/narrow"), 1)
     }
 
+    /// Patterns are compiled and searched on a queue of their own: while it is held, a chain
+    /// whose conditions only compare values answers, and one with a pattern waits, while the
+    /// server goes on.
+    func testPatternWorkWaitsOnItsOwnQueueAndNothingElseDoes() throws {
+        let larder = try startLarder()
+        let base = uniquePath()
+        let held = DispatchSemaphore(value: 0)
+        let holding = DispatchSemaphore(value: 0)
+        ChainRun.conditions.async {
+            holding.signal()
+            held.wait()
+        }
+        holding.wait()
+        func twoSteps(_ condition: [String: Any]) -> [String: Any] {
+            [
+                "steps": [
+                    ["id": "a", "request": ["url": url(base + "/a")]],
+                    ["id": "b", "request": ["url": url(base + "/b")], "when": condition]
+                ], "include": "output"
+            ]
+        }
+        let compared = try chain(try larder.connection(), twoSteps(["path": "a.status", "op": "eq", "value": 200]))
+        XCTAssertEqual(compared.json["ok"] as? Bool, true, compared.text)
+        XCTAssertEqual(origin.count(base + "/b"), 1, "judged at once, not behind the held queue")
+        let patterned = try TestConnection(port: larder.port)
+        try patterned.sendAll(
+            Array("POST /chain HTTP/1.1\r\nHost: 127.0.0.1\r\n".utf8)
+                + Self.contentLength(
+                    try JSONSerialization.data(withJSONObject: twoSteps(["path": "a.body.path", "op": "matches", "value": "/a$"]))))
+        XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200, "the loops go on")
+        XCTAssertEqual(origin.count(base + "/a"), 1, "the patterned chain has not started: it is compiled on the held queue")
+        held.signal()
+        let answer = try patterned.readResponse(method: "POST")
+        XCTAssertEqual(answer.json["ok"] as? Bool, true, answer.text)
+        XCTAssertEqual(origin.count(base + "/b"), 2)
+    }
+
+    private static func contentLength(_ body: Data) -> [UInt8] {
+        Array("Content-Length: \(body.count)\r\n\r\n".utf8) + Array(body)
+    }
+
     func testPatternsAreBoundedAndWrittenInRE2() throws {
         let larder = try startLarder()
         func refusal(_ pattern: String) throws -> TestResponse {
@@ -85,7 +128,8 @@ final class ChainSafetyTests: IntegrationTestCase {
                     ]
                 ])
         }
-        for pattern in [String(repeating: "a", count: 1025), "(", "(?=x)", "\\1", "a{1000}{1000}", "\\pL{80}"] {
+        let properties = String(repeating: "\\pL", count: 9)
+        for pattern in [String(repeating: "a", count: 1025), "(", "(?=x)", "\\1", "a{1000}{1000}", "\\pL{80}", properties] {
             let refused = try refusal(pattern)
             XCTAssertEqual(refused.status, 400, "\(pattern.prefix(20)): \(refused.text)")
             XCTAssertEqual(refused.errorField, "steps[1].when.value", refused.text)

@@ -9,11 +9,12 @@
 // last of them; a step counts as finished (its dependents may start) once it was handed out,
 // and no step starts while one waits to be taken.
 //
-// A step's `when` is judged outside the lock on one queue of its own (`conditions`), never on the
-// thread that found the step ready (an event loop, when the chain starts or a hit answers), nor
-// on the global queues that deadlines and deliveries run on: a condition costs time linear in
-// what it reads (patterns are RE2's; ChainPattern bounds each search and what one chain's
-// searches cost in all), and the chain's deadline stops it between pattern searches.
+// A step's `when` that searches a pattern is judged outside the lock on one queue of its own
+// (`conditions`), never on the thread that found the step ready (an event loop, when the chain
+// starts or a hit answers), nor on the global queues that deadlines and deliveries run on: a
+// search costs time linear in its text (RE2; ChainPattern bounds each search and what one
+// chain's searches cost in all), and the chain's deadline stops it between searches. A
+// condition without a pattern is judged at once: it only compares values it reads.
 //
 // Memory: a result is kept only as far as later steps and the output read it (the paths in
 // `plan.readPaths`), only until the last step that reads it has started, and counted by its
@@ -25,7 +26,7 @@
 // threads; the engine, the delivery and `onFinish` are called outside the lock, `onFinish`
 // once, last.
 
-import Dispatch
+public import Dispatch
 import Foundation
 public import LarderCore
 import LarderSync
@@ -88,9 +89,11 @@ public final class ChainRun: Sendable {
     private let deadline = Locked<Deadline?>(nil)
     private let delivery = Locked<ItemDelivery?>(nil)
 
-    /// Where conditions are judged: one at a time, on a thread of their own, so that however
-    /// long a chain's searches take, no deadline or delivery waits for a thread behind them.
-    private static let conditions = DispatchQueue(label: "larder.chain-conditions", qos: .utility)
+    /// Where patterns are compiled and conditions that search them judged: one at a time, on a
+    /// thread of their own, so that however long they take, no event loop, deadline or delivery
+    /// waits behind them, and chains without patterns are not slowed. Conditions without a
+    /// pattern are judged where the step is found ready, as cheap as the comparisons they make.
+    public static let conditions = DispatchQueue(label: "larder.chain-conditions", qos: .utility)
 
     /// Largest rendered step request: what a reference expansion may grow a request to.
     public static let maxRenderedRequestBytes = 1 << 20
@@ -196,10 +199,12 @@ public final class ChainRun: Sendable {
                     guard dependencies.allSatisfy({ state.states[$0] == .finished }) else { continue }
                     if dependencies.contains(where: { state.outcomes[$0]?.state == .skipped }) {
                         holds = false
-                    } else if let condition = step.when {
+                    } else if let condition = step.when, condition.hasPatterns {
                         state.states[index] = .deciding
                         decisions.append(.judge(index, condition, state.documents))
                         continue
+                    } else if let condition = step.when {
+                        holds = condition.holds(in: state.documents)
                     } else {
                         holds = true
                     }

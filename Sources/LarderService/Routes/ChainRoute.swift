@@ -8,6 +8,16 @@ import LarderHTTP
 import LarderRE2
 import LarderSync
 
+/// Checks a plan's patterns for their bounds without compiling them (ChainRoute.handle).
+private struct UncompiledPatterns: TextPatternCompiler {
+    struct Uncompiled: TextPattern {
+        var programSize: Int { 0 }
+        func isFound(in text: String) -> Bool { false }
+    }
+
+    func compile(_ source: String) throws(TextPatternRefusal) -> any TextPattern { Uncompiled() }
+}
+
 struct ChainRoute: Sendable {
     let engine: FetchEngine
     let upstreams: [String: NamedUpstream]
@@ -22,16 +32,32 @@ struct ChainRoute: Sendable {
 
     func handle(_ routeRequest: RouteRequest) throws(LarderError) -> RouteAnswer? {
         let request = routeRequest.http
-        let receivedAt = routeRequest.receivedAt
         if request.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
-        let plan: ChainPlan
-        if case .chain(let known)? = memo.lookup(request.body) {
-            plan = known
-        } else {
-            plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps, patterns: RE2Compiler())
-            // Compiled patterns take far more than the bytes the memo counts: compiled again.
-            if !plan.hasPatterns { memo.insert(request.body) { .chain(plan) } }
+        if case .chain(let known)? = memo.lookup(request.body) { return run(known, for: routeRequest) }
+        // Checked here without compiling its patterns: RE2 builds Unicode classes at a cost its
+        // memory bound does not see (`(?i)[\pL\PL]` takes half a millisecond), so a chain that has
+        // any is compiled, parsed again, where its conditions are judged, off the event loop.
+        let unchecked = try ChainPlan.parse(json: request.body, maxSteps: maxSteps, patterns: UncompiledPatterns())
+        guard unchecked.hasPatterns else {
+            memo.insert(request.body) { .chain(unchecked) }
+            return run(unchecked, for: routeRequest)
         }
+        let maxSteps = self.maxSteps
+        ChainRun.conditions.async {
+            do throws(LarderError) {
+                // Not remembered: compiled patterns take far more than the bytes the memo counts.
+                let plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps, patterns: RE2Compiler())
+                if let answer = run(plan, for: routeRequest) { routeRequest.respond(answer) }
+            } catch {
+                routeRequest.respond(RouteAnswer(error: error))
+            }
+        }
+        return nil
+    }
+
+    /// Runs `plan`: its answer now, or nil when it is given later through `routeRequest`.
+    private func run(_ plan: ChainPlan, for routeRequest: RouteRequest) -> RouteAnswer? {
+        let receivedAt = routeRequest.receivedAt
         let upstreams = self.upstreams
         let clock = self.clock
         let ids = plan.steps.map(\.id)
