@@ -112,6 +112,34 @@ final class ChainSafetyTests: IntegrationTestCase {
         XCTAssertEqual(origin.count(base + "/b"), 2)
     }
 
+    /// A chain that waited on that queue past its `timeoutMs` does not start.
+    func testTheTimeAChainWaitsForItsPatternsIsPartOfItsTimeout() throws {
+        let larder = try startLarder()
+        let base = uniquePath()
+        let held = DispatchSemaphore(value: 0)
+        let holding = DispatchSemaphore(value: 0)
+        ChainRun.conditions.async {
+            holding.signal()
+            held.wait()
+        }
+        holding.wait()
+        let waiting = try TestConnection(port: larder.port)
+        let body: [String: Any] = [
+            "steps": [["id": "a", "request": ["url": url(base + "/a")], "when": ["path": "input.x", "op": "matches", "value": "y"]]],
+            "input": ["x": "y"], "timeoutMs": 1000
+        ]
+        try waiting.sendAll(
+            Array("POST /chain HTTP/1.1\r\nHost: 127.0.0.1\r\n".utf8) + Self.contentLength(try JSONSerialization.data(withJSONObject: body))
+        )
+        XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200, "the request is in, its chain waits")
+        clock.advance(by: 2)
+        held.signal()
+        let answer = try waiting.readResponse(method: "POST")
+        XCTAssertEqual(answer.status, 504, answer.text)
+        XCTAssertEqual(answer.errorCode, "upstream_timeout")
+        XCTAssertEqual(origin.count(base + "/a"), 0)
+    }
+
     private static func contentLength(_ body: Data) -> [UInt8] {
         Array("Content-Length: \(body.count)\r\n\r\n".utf8) + Array(body)
     }

@@ -43,10 +43,17 @@ struct ChainRoute: Sendable {
             return run(unchecked, for: routeRequest)
         }
         let maxSteps = self.maxSteps
+        let clock = self.clock
         ChainRun.conditions.async {
             do throws(LarderError) {
                 // Not remembered: compiled patterns take far more than the bytes the memo counts.
-                let plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps, patterns: RE2Compiler())
+                var plan = try ChainPlan.parse(json: request.body, maxSteps: maxSteps, patterns: RE2Compiler())
+                // The time it waited here is the chain's too.
+                let waited = Int((clock.now() - routeRequest.receivedAt) * 1000)
+                guard waited < plan.timeoutMs else {
+                    throw LarderError(.upstreamTimeout, "the chain did not start within its \(plan.timeoutMs) ms")
+                }
+                plan.timeoutMs -= waited
                 if let answer = run(plan, for: routeRequest) { routeRequest.respond(answer) }
             } catch {
                 routeRequest.respond(RouteAnswer(error: error))
