@@ -35,6 +35,11 @@ public struct UpstreamURL: Sendable, Equatable {
         guard let rawHost = parts.host, !rawHost.isEmpty else {
             throw .invalid(field, "has no host")
         }
+        // libcurl maps a non-ASCII (or percent-encoded) name by IDNA, so `１２７.0.0.1` and
+        // `²7.0.0.1` would reach hosts other than the one the access rules and the key see.
+        guard rawHost.utf8.allSatisfy({ $0 < 0x80 && $0 != UInt8(ascii: "%") }) else {
+            throw .invalid(field, "the host must be ASCII: write an international name in its punycode form (xn--…)")
+        }
         guard !parts.hasCredentials else {
             throw .invalid(field, "credentials in the URL are not accepted; send an Authorization header")
         }

@@ -348,3 +348,21 @@ final class BrowserRequestRulesTests: XCTestCase {
         XCTAssertNil(proxied, "the proxy checks the Host alone")
     }
 }
+
+/// An upstream URL's host is the ASCII one libcurl connects to: what URL parsing maps by IDNA
+/// (fullwidth and superscript digits, compatibility letters) is checked and keyed as mapped, and
+/// what stays non-ASCII or percent-encoded is refused, so no rule sees a host other than curl's.
+final class UpstreamHostTests: XCTestCase {
+    func testAHostIsCheckedAsTheASCIIHostItReachesOrRefused() throws {
+        let mapped = ["http://１２７.0.0.1:9000/x": "127.0.0.1", "http://²7.0.0.1/": "27.0.0.1", "http://ⅼocalhost/": "localhost"]
+        for (url, host) in mapped {
+            XCTAssertEqual(try UpstreamURL(parsing: url).host, host, url)
+        }
+        for url in ["http://bücher.example/", "http://%31%32%37.0.0.1/"] {
+            XCTAssertThrowsError(try UpstreamURL(parsing: url), url) { error in
+                XCTAssertEqual((error as? LarderError)?.field, "url", url)
+            }
+        }
+        XCTAssertEqual(try? UpstreamURL(parsing: "http://xn--bcher-kva.example/").host, "xn--bcher-kva.example", "punycode passes")
+    }
+}
