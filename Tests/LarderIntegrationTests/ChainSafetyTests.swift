@@ -81,13 +81,7 @@ final class ChainSafetyTests: IntegrationTestCase {
     func testPatternWorkWaitsOnItsOwnQueueAndNothingElseDoes() throws {
         let larder = try startLarder()
         let base = uniquePath()
-        let held = DispatchSemaphore(value: 0)
-        let holding = DispatchSemaphore(value: 0)
-        ChainRun.conditions.async {
-            holding.signal()
-            held.wait()
-        }
-        holding.wait()
+        let held = holdPatternQueue()
         func twoSteps(_ condition: [String: Any]) -> [String: Any] {
             [
                 "steps": [
@@ -99,11 +93,7 @@ final class ChainSafetyTests: IntegrationTestCase {
         let compared = try chain(try larder.connection(), twoSteps(["path": "a.status", "op": "eq", "value": 200]))
         XCTAssertEqual(compared.json["ok"] as? Bool, true, compared.text)
         XCTAssertEqual(origin.count(base + "/b"), 1, "judged at once, not behind the held queue")
-        let patterned = try TestConnection(port: larder.port)
-        try patterned.sendAll(
-            Array("POST /chain HTTP/1.1\r\nHost: 127.0.0.1\r\n".utf8)
-                + Self.contentLength(
-                    try JSONSerialization.data(withJSONObject: twoSteps(["path": "a.body.path", "op": "matches", "value": "/a$"]))))
+        let patterned = try send(twoSteps(["path": "a.body.path", "op": "matches", "value": "/a$"]), to: larder)
         XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200, "the loops go on")
         XCTAssertEqual(origin.count(base + "/a"), 1, "the patterned chain has not started: it is compiled on the held queue")
         held.signal()
@@ -116,21 +106,12 @@ final class ChainSafetyTests: IntegrationTestCase {
     func testTheTimeAChainWaitsForItsPatternsIsPartOfItsTimeout() throws {
         let larder = try startLarder()
         let base = uniquePath()
-        let held = DispatchSemaphore(value: 0)
-        let holding = DispatchSemaphore(value: 0)
-        ChainRun.conditions.async {
-            holding.signal()
-            held.wait()
-        }
-        holding.wait()
-        let waiting = try TestConnection(port: larder.port)
+        let held = holdPatternQueue()
         let body: [String: Any] = [
             "steps": [["id": "a", "request": ["url": url(base + "/a")], "when": ["path": "input.x", "op": "matches", "value": "y"]]],
             "input": ["x": "y"], "timeoutMs": 1000
         ]
-        try waiting.sendAll(
-            Array("POST /chain HTTP/1.1\r\nHost: 127.0.0.1\r\n".utf8) + Self.contentLength(try JSONSerialization.data(withJSONObject: body))
-        )
+        let waiting = try send(body, to: larder)
         XCTAssertEqual(try larder.connection().request("GET", "/healthz").status, 200, "the request is in, its chain waits")
         clock.advance(by: 2)
         held.signal()
@@ -140,8 +121,26 @@ final class ChainSafetyTests: IntegrationTestCase {
         XCTAssertEqual(origin.count(base + "/a"), 0)
     }
 
-    private static func contentLength(_ body: Data) -> [UInt8] {
-        Array("Content-Length: \(body.count)\r\n\r\n".utf8) + Array(body)
+    /// Blocks the queue patterns are compiled and searched on until the semaphore returned is
+    /// signalled.
+    private func holdPatternQueue() -> DispatchSemaphore {
+        let held = DispatchSemaphore(value: 0)
+        let holding = DispatchSemaphore(value: 0)
+        ChainRun.conditions.async {
+            holding.signal()
+            held.wait()
+        }
+        holding.wait()
+        return held
+    }
+
+    /// POSTs a chain without waiting for its answer; the connection to read it from.
+    private func send(_ body: [String: Any], to larder: RunningLarder) throws -> TestConnection {
+        let connection = try TestConnection(port: larder.port)
+        let bytes = try JSONSerialization.data(withJSONObject: body)
+        try connection.sendAll(
+            Array("POST /chain HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(bytes.count)\r\n\r\n".utf8) + Array(bytes))
+        return connection
     }
 
     func testPatternsAreBoundedAndWrittenInRE2() throws {
