@@ -141,7 +141,10 @@ let package = Package(
         // LarderServiceTesting: a real Larder on a loopback port (the harness), the origins it
         // fetches from, the client that talks to it and a redis-server of the test's own; apart,
         // so that unit tests do not depend on the whole service.
-        .target(name: "LarderTesting", dependencies: ["LarderEngine", "LarderCore", "LarderSync"], path: "Tests/LarderTesting"),
+        .target(
+            name: "LarderTesting",
+            dependencies: ["LarderEngine", "LarderCore", "LarderSync", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/LarderTesting"),
         .target(
             name: "LarderServiceTesting",
             dependencies: [
@@ -159,6 +162,14 @@ let package = Package(
         .testTarget(
             name: "LarderEngineTests",
             dependencies: ["LarderEngine", "LarderCore", "LarderSync", "LarderTesting", .product(name: "Logging", package: "swift-log")]
+        ),
+        // The cache's semantics (freshness, revalidation, stale answers, Vary, coalescing,
+        // policies, validation, the shared cache's rules) through the engine harness
+        // (LarderTesting's EngineTestCase): no sockets, a clock moved by hand, every test on the
+        // memory store and on SQLite.
+        .testTarget(
+            name: "LarderSemanticsTests",
+            dependencies: ["LarderEngine", "LarderCore", "LarderSQLite", "LarderSync", "LarderTesting"]
         ),
         .testTarget(
             name: "LarderSQLiteTests",

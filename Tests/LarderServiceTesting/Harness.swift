@@ -7,7 +7,7 @@ import LarderEngine
 import LarderHTTP
 import LarderService
 import LarderSync
-import LarderTesting
+@_exported import LarderTesting
 import Logging
 import XCTest
 

@@ -1,0 +1,226 @@
+// The engine harness: the cache's decisions tested without sockets. Each test gets a
+// FetchEngine over a store of its own, a ScriptedOrigin as its upstream and a ManualClock, and
+// talks to it as a client talks to /fetch (a request spec in, the JSON envelope out) or to the
+// reverse proxy (a shared cache's request in, the response and its cache report out).
+//
+// A test body in `onEachStore { … }` runs once on each store `stores` names (the memory store
+// by default; a subclass adds SQLite on a temporary file), as Hummingbird runs one body against
+// its router and a live server: a failure names the store it happened on.
+
+import Foundation
+public import LarderCore
+public import LarderEngine
+import LarderSync
+import Logging
+public import XCTest
+
+/// A store the engine's tests run on: how to make one in a directory of the test's own, and
+/// how to let go of it.
+public struct StoreUnderTest: Sendable {
+    public let name: String
+    public let make: @Sendable (_ directory: URL) throws -> (store: any CacheStore, close: @Sendable () -> Void)
+
+    public init(name: String, make: @escaping @Sendable (URL) throws -> (store: any CacheStore, close: @Sendable () -> Void)) {
+        self.name = name
+        self.make = make
+    }
+
+    public static let memory = StoreUnderTest(name: "memory") { _ in (MemoryCacheStore(), {}) }
+}
+
+/// What the engine answered a proxied request: the response as the route gets it.
+public struct ProxyAnswer: Sendable {
+    public let answer: CacheAnswer
+    public var served: ServedResponse? {
+        if case .served(let served) = answer { return served }
+        return nil
+    }
+    public var status: Int? { served?.status }
+    public var outcome: CacheOutcome? { served?.report.outcome }
+    public var stored: Bool? { served?.report.stored }
+    public var text: String { served.map { String(decoding: $0.body, as: UTF8.self) } ?? "" }
+    public var error: LarderError? {
+        if case .failed(let error) = answer { return error }
+        return nil
+    }
+    /// The first value of the response field `name`.
+    public func header(_ name: String) -> String? { served?.headers.first(named: name.lowercased()) }
+}
+
+/// A request whose answer comes later (its origin request is held).
+public final class PendingResponse: Sendable {
+    private let answer = Locked<TestResponse?>(nil)
+    private let done = DispatchSemaphore(value: 0)
+
+    func deliver(_ response: TestResponse) {
+        answer.withLock { $0 = response }
+        done.signal()
+    }
+
+    /// Whether the answer has come.
+    public var isAnswered: Bool { answer.withLock { $0 != nil } }
+
+    /// The answer, once it comes (nil after `timeout` seconds without one).
+    public func wait(timeout: Double = 10) -> TestResponse? {
+        guard done.wait(timeout: .now() + timeout) == .success else { return nil }
+        done.signal()
+        return answer.withLock { $0 }
+    }
+}
+
+open class EngineTestCase: XCTestCase {
+    /// The stores every test of the class runs on, one after the other.
+    open class var stores: [StoreUnderTest] { [.memory] }
+
+    public private(set) var clock: ManualClock!
+    public private(set) var origin: ScriptedOrigin!
+    public private(set) var engine: FetchEngine!
+    public private(set) var store: (any CacheStore)!
+    /// The store the running body uses.
+    public private(set) var storeName = ""
+    /// The test's own directory (for a store's files), removed after the test.
+    public private(set) var directory: URL!
+    public let keys = CacheKeyBuilder(secret: Array(repeating: 7, count: 32))
+    private var closeStore: @Sendable () -> Void = {}
+
+    /// Runs `body` once on each store `stores` names, each time with an engine, an origin, a
+    /// clock and a store of its own; a failure names the store it happened on.
+    public func onEachStore(_ body: () throws -> Void) throws {
+        for store in Self.stores {
+            try setUp(store)
+            defer { tearDownStore() }
+            try body()
+        }
+    }
+
+    private func setUp(_ under: StoreUnderTest) throws {
+        clock = ManualClock()
+        origin = ScriptedOrigin(clock: clock)
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-engine-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let made = try under.make(directory)
+        store = made.store
+        closeStore = made.close
+        storeName = under.name
+        engine = makeEngine(limits: FetchEngine.Limits())
+    }
+
+    private func tearDownStore() {
+        engine = nil
+        store = nil
+        closeStore()
+        closeStore = {}
+        if let directory { try? FileManager.default.removeItem(at: directory) }
+        storeName = ""
+    }
+
+    override open func recordFailure(withDescription description: String, inFile filePath: String, atLine lineNumber: Int, expected: Bool) {
+        let store = storeName.isEmpty ? "" : "[\(storeName) store] "
+        super.recordFailure(withDescription: store + description, inFile: filePath, atLine: lineNumber, expected: expected)
+    }
+
+    /// An engine over the test's store and origin, with `limits`.
+    public func makeEngine(limits: FetchEngine.Limits) -> FetchEngine {
+        FetchEngine(store: store, upstream: origin, keys: keys, clock: clock.clock, limits: limits, logger: Logger(label: "engine-test"))
+    }
+
+    /// Replaces the engine with one over the same store: what a restart keeps.
+    public func restartEngine(limits: FetchEngine.Limits = FetchEngine.Limits()) {
+        engine = makeEngine(limits: limits)
+    }
+
+    /// The origin's URL for `path` with `query`.
+    public func url(_ path: String, _ query: String = "") -> String {
+        ScriptedOrigin.base + path + (query.isEmpty ? "" : "?" + query)
+    }
+
+    /// A path no other test uses.
+    public func uniquePath(_ name: String = #function) -> String {
+        "/" + name.filter { $0.isLetter || $0.isNumber } + "-" + UUID().uuidString.prefix(8)
+    }
+
+    /// What POST /fetch answers `spec` with: the envelope, or the error (status and JSON body).
+    public func fetch(_ spec: [String: Any], file: StaticString = #filePath, line: UInt = #line) -> TestResponse {
+        guard let response = fetchLater(spec).wait() else {
+            XCTFail("no answer within 10 s (is the origin holding it?)", file: file, line: line)
+            return TestResponse(status: 0, headers: [:], body: [])
+        }
+        return response
+    }
+
+    /// Sends `spec` as POST /fetch does and returns at once; the answer comes when the origin
+    /// answers (a held request, when the test releases it).
+    public func fetchLater(_ spec: [String: Any]) -> PendingResponse {
+        let pending = PendingResponse()
+        let request: FetchRequest
+        do {
+            let body = try JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])
+            request = try FetchRequest.parse(json: Array(body))
+        } catch let error as LarderError {
+            pending.deliver(Self.render(.failed(error)))
+            return pending
+        } catch {
+            XCTFail("unencodable spec: \(error)")
+            pending.deliver(TestResponse(status: 0, headers: [:], body: []))
+            return pending
+        }
+        let prepared = engine.prepare(request)
+        if request.method == .head, let fromGet = engine.storedGet(for: request) {
+            pending.deliver(Self.render(fromGet))
+            return pending
+        }
+        if let immediate = engine.fetch(prepared, reply: { pending.deliver(Self.render($0)) }) {
+            pending.deliver(Self.render(immediate))
+        }
+        return pending
+    }
+
+    /// The answer as /fetch renders it: 200 with the envelope and X-Cache, or the error.
+    public static func render(_ answer: CacheAnswer) -> TestResponse {
+        switch answer {
+        case .failed(let error):
+            return TestResponse(status: error.status, headers: ["content-type": "application/json"], body: error.jsonBody)
+        case .served(let served):
+            let body = Envelope.render(
+                status: served.status, headersJSON: served.headersJSON, body: served.body,
+                kind: served.bodyKind, cache: served.report, totalMs: 0, upstreamMs: served.upstreamMs)
+            return TestResponse(
+                status: 200, headers: ["content-type": "application/json", "x-cache": served.report.outcome.headerValue], body: body)
+        }
+    }
+
+    /// A request to the reverse proxy for `target` on the origin (named `origin`), as the proxy
+    /// route hands it to the engine: a shared cache's request (RFC 9111 §3.5), credentials not
+    /// in the key, in the proxy's namespace.
+    public func proxy(
+        _ target: String, method: HTTPMethod = .get, headers: [(String, String)] = [], body: [UInt8]? = nil,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws -> ProxyAnswer {
+        var options = CacheOptions()
+        options.namespace = FetchRequest.reservedNamespacePrefix + "origin"
+        let request = FetchRequest(
+            method: method, url: try UpstreamURL(parsing: ScriptedOrigin.base + target), headers: headers.map { HeaderField($0.0, $0.1) },
+            body: body, cache: options, shared: true)
+        let answer = Locked<CacheAnswer?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        if method == .head, let fromGet = engine.storedGet(for: request, keepingBody: true) {
+            return ProxyAnswer(answer: fromGet)
+        }
+        var forwarded = request
+        if method == .head { forwarded.cache.policy = .noStore }
+        if let immediate = engine.fetch(
+            engine.prepare(forwarded),
+            reply: { result in
+                answer.withLock { $0 = result }
+                done.signal()
+            })
+        {
+            return ProxyAnswer(answer: immediate)
+        }
+        guard done.wait(timeout: .now() + 10) == .success, let answered = answer.withLock({ $0 }) else {
+            XCTFail("no answer within 10 s", file: file, line: line)
+            return ProxyAnswer(answer: .failed(LarderError(.cancelled, "no answer")))
+        }
+        return ProxyAnswer(answer: answered)
+    }
+}
