@@ -12,9 +12,10 @@ class SemanticsTestCase: EngineTestCase {
 }
 
 extension StoreUnderTest {
-    static let sqlite = StoreUnderTest(name: "sqlite") { directory in
+    static let sqlite = StoreUnderTest(name: "sqlite", persistent: true) { directory, settings in
         let logger = Logger(label: "engine-test")
-        let database = try SQLiteCacheStore(path: directory.appendingPathComponent("cache.sqlite").path, logger: logger)
+        let database = try SQLiteCacheStore(
+            path: directory.appendingPathComponent("cache.sqlite").path, maxVariants: settings.maxVariants, logger: logger)
         let tier = MemoryTier(backing: database, capacityBytes: 16 << 20)
         database.onEntryDropped { [weak tier] primaryKey in tier?.forget(primaryKey) }
         return (tier, { database.close() })

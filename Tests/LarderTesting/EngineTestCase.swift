@@ -17,15 +17,29 @@ public import XCTest
 /// A store the engine's tests run on: how to make one in a directory of the test's own, and
 /// how to let go of it.
 public struct StoreUnderTest: Sendable {
+    public typealias Made = (store: any CacheStore, close: @Sendable () -> Void)
     public let name: String
-    public let make: @Sendable (_ directory: URL) throws -> (store: any CacheStore, close: @Sendable () -> Void)
+    /// Whether what it holds outlives it (`reopenStore`).
+    public let persistent: Bool
+    /// Makes the store in `directory` (made again there by `reopenStore`).
+    public let make: @Sendable (_ directory: URL, _ settings: StoreSettings) throws -> Made
 
-    public init(name: String, make: @escaping @Sendable (URL) throws -> (store: any CacheStore, close: @Sendable () -> Void)) {
+    public init(name: String, persistent: Bool, make: @escaping @Sendable (URL, StoreSettings) throws -> Made) {
         self.name = name
+        self.persistent = persistent
         self.make = make
     }
 
-    public static let memory = StoreUnderTest(name: "memory") { _ in (MemoryCacheStore(), {}) }
+    public static let memory = StoreUnderTest(name: "memory", persistent: false) { _, settings in
+        (MemoryCacheStore(maxVariants: settings.maxVariants), {})
+    }
+}
+
+/// What a test may set about its store, as a deployment sets it.
+public struct StoreSettings: Sendable {
+    /// Variants kept per key (`maxVariants`).
+    public var maxVariants = 16
+    public init() {}
 }
 
 /// What the engine answered a proxied request: the response as the route gets it.
@@ -82,11 +96,15 @@ open class EngineTestCase: XCTestCase {
     public private(set) var directory: URL!
     public let keys = CacheKeyBuilder(secret: Array(repeating: 7, count: 32))
     private var closeStore: @Sendable () -> Void = {}
+    private var current = StoreUnderTest.memory
+    /// The settings stores are made with; set before `onEachStore`.
+    public var storeSettings = StoreSettings()
 
     /// Runs `body` once on each store `stores` names, each time with an engine, an origin, a
     /// clock and a store of its own; a failure names the store it happened on.
-    public func onEachStore(_ body: () throws -> Void) throws {
-        for store in Self.stores {
+    /// `persistent`: only on the stores whose entries outlive them (a test of `reopenStore`).
+    public func onEachStore(persistent: Bool = false, _ body: () throws -> Void) throws {
+        for store in Self.stores where store.persistent || !persistent {
             try setUp(store)
             defer { tearDownStore() }
             try body()
@@ -98,11 +116,24 @@ open class EngineTestCase: XCTestCase {
         origin = ScriptedOrigin(clock: clock)
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-engine-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let made = try under.make(directory)
+        current = under
+        let made = try under.make(directory, storeSettings)
         store = made.store
         closeStore = made.close
         storeName = under.name
         engine = makeEngine(limits: FetchEngine.Limits())
+    }
+
+    /// Closes the store and opens it again from its files, with a new engine over it: what a
+    /// restart of the service keeps (`onEachStore(persistent: true)`).
+    public func reopenStore(limits: FetchEngine.Limits = FetchEngine.Limits()) throws {
+        engine = nil
+        store = nil
+        closeStore()
+        let made = try current.make(directory, storeSettings)
+        store = made.store
+        closeStore = made.close
+        engine = makeEngine(limits: limits)
     }
 
     private func tearDownStore() {
