@@ -220,15 +220,16 @@ open class EngineTestCase: XCTestCase {
         }
     }
 
-    /// A request to the reverse proxy for `target` on the origin (named `origin`), as the proxy
-    /// route hands it to the engine: a shared cache's request (RFC 9111 §3.5), credentials not
-    /// in the key, in the proxy's namespace.
+    /// A request to the reverse proxy for `target` on the origin, as the proxy route hands it to
+    /// the engine: a shared cache's request (RFC 9111 §3.5), credentials not in the key, in the
+    /// namespace of the named upstream `upstream` (whose `staleOnError` is `staleOnError`).
     public func proxy(
         _ target: String, method: HTTPMethod = .get, headers: [(String, String)] = [], body: [UInt8]? = nil,
-        file: StaticString = #filePath, line: UInt = #line
+        upstream: String = "origin", staleOnError: Double? = nil, file: StaticString = #filePath, line: UInt = #line
     ) throws -> ProxyAnswer {
         var options = CacheOptions()
-        options.namespace = FetchRequest.reservedNamespacePrefix + "origin"
+        options.namespace = FetchRequest.reservedNamespacePrefix + upstream
+        options.staleOnError = staleOnError
         let request = FetchRequest(
             method: method, url: try UpstreamURL(parsing: ScriptedOrigin.base + target), headers: headers.map { HeaderField($0.0, $0.1) },
             body: body, cache: options, shared: true)

@@ -20,6 +20,7 @@ public final class ScriptedOrigin: Upstream {
     private let log = Locked<[String: [RecordedRequest]]>([:])
     private let held = Locked<[String: Held]>([:])
     private let failures = Locked<[String: LarderError]>([:])
+    private let down = Atomic<Bool>(false)
     private let changed = Condition()
 
     public init(clock: ManualClock) { self.clock = clock }
@@ -57,11 +58,21 @@ public final class ScriptedOrigin: Upstream {
         for complete in completions { complete() }
     }
 
-    /// From now on requests of `path` fail with `error`, as an unreachable origin's do; nil: they
-    /// are answered again.
+    /// Holds the requests of `path` that ask to be held (`hold=gate`) again, after a release.
+    public func hold(_ path: String) {
+        held.withLock { $0[path, default: Held()].released = false }
+    }
+
+    /// From now on requests of `path` fail with `error` (nil: they are answered again).
     public func fail(_ path: String, with error: LarderError?) {
         failures.withLock { $0[path] = error }
     }
+
+    /// The origin goes down: every request fails as libcurl's do when nothing listens.
+    public func stop() { down.store(true, ordering: .relaxed) }
+
+    /// The origin answers again.
+    public func restart() { down.store(false, ordering: .relaxed) }
 
     public func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
         let target = Self.target(of: request.url)
@@ -74,16 +85,20 @@ public final class ScriptedOrigin: Upstream {
             return log[path]!.count
         }
         defer { changed.broadcast() }
-        if let error = failures.withLock({ $0[path] }) {
-            completion(.failure(error))
-            return
-        }
         let now = clock.now
         let answer = OriginScript.answer(to: recorded, n: n, date: now)
-        let response = UpstreamResponse(
-            status: answer.status, headers: answer.headers.map { HeaderField($0.name, $0.value) },
-            body: request.method == .head ? [] : answer.body, requestTime: now, responseTime: now)
-        let complete: @Sendable () -> Void = { completion(.success(response)) }
+        let result: Result<UpstreamResponse, LarderError>
+        if down.load(ordering: .relaxed) {
+            result = .failure(LarderError(.upstreamUnreachable, "origin.test: connection refused"))
+        } else if let error = failures.withLock({ $0[path] }) {
+            result = .failure(error)
+        } else {
+            result = .success(
+                UpstreamResponse(
+                    status: answer.status, headers: answer.headers.map { HeaderField($0.name, $0.value) },
+                    body: request.method == .head ? [] : answer.body, requestTime: now, responseTime: now))
+        }
+        let complete: @Sendable () -> Void = { completion(result) }
         guard let hold = answer.hold else { return complete() }
         let threshold = Int(hold)
         let release = held.withLock { held -> [@Sendable () -> Void]? in
