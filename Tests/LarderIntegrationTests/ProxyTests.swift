@@ -73,27 +73,6 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(hit.headers["x-end"], "2")
     }
 
-    func testAuthorizationIsSharedOnlyWhenTheResponseAllowsIt() throws {
-        let larder = try startProxy()
-        let client = try larder.connection()
-        let plain = uniquePath("plain")
-        _ = try client.request("GET", "/proxy/origin\(plain)?cc=max-age%3D60", headers: ["Authorization": "Bearer a"])
-        let again = try client.request("GET", "/proxy/origin\(plain)?cc=max-age%3D60", headers: ["Authorization": "Bearer a"])
-        XCTAssertTrue(again.headers["cache-status"]?.contains("fwd=uri-miss") ?? false, "§3.5: not stored")
-        XCTAssertEqual(origin.count("/base\(plain)"), 2)
-
-        let shared = uniquePath("public")
-        _ = try client.request("GET", "/proxy/origin\(shared)?cc=public,max-age%3D60", headers: ["Authorization": "Bearer a"])
-        let other = try client.request("GET", "/proxy/origin\(shared)?cc=public,max-age%3D60", headers: ["Authorization": "Bearer b"])
-        XCTAssertTrue(other.headers["cache-status"]?.hasPrefix("larder; hit") ?? false, "public: shared across callers")
-        XCTAssertEqual(origin.count("/base\(shared)"), 1)
-
-        let privatePath = uniquePath("private")
-        _ = try client.request("GET", "/proxy/origin\(privatePath)?cc=private,max-age%3D60")
-        _ = try client.request("GET", "/proxy/origin\(privatePath)?cc=private,max-age%3D60")
-        XCTAssertEqual(origin.count("/base\(privatePath)"), 2, "a shared cache never stores private")
-    }
-
     func testHeadIsAnsweredFromAStoredGet() throws {
         let larder = try startProxy()
         let client = try larder.connection()
@@ -251,52 +230,6 @@ final class ProxyTests: IntegrationTestCase {
         XCTAssertEqual(origin.count("/base\(path)"), 0)
     }
 
-    func testSetCookieIsPassedOnButNeverStored() throws {
-        let larder = try startProxy()
-        let client = try larder.connection()
-        let path = uniquePath()
-        let target = "/proxy/origin\(path)?cc=public,max-age%3D60&cookie=1"
-        XCTAssertEqual(try client.request("GET", target).headers["set-cookie"], TestOrigin.cookie)
-        let hit = try client.request("GET", target)
-        XCTAssertTrue(hit.headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
-        XCTAssertNil(hit.headers["set-cookie"], "another caller never gets the cookie")
-    }
-
-    func testA304sSetCookieReachesTheCallerThatRevalidatedButIsNotStored() throws {
-        let larder = try startProxy()
-        let client = try larder.connection()
-        let path = uniquePath()
-        let target = "/proxy/origin\(path)?cc=max-age%3D10&etag=%22v1%22&cookie=1"
-        XCTAssertEqual(try client.request("GET", target).headers["set-cookie"], TestOrigin.cookie)
-        clock.advance(by: 20)
-        let revalidated = try client.request("GET", target)
-        XCTAssertTrue(revalidated.headers["cache-status"]?.contains("fwd-status=304") ?? false)
-        XCTAssertEqual(revalidated.headers["set-cookie"], TestOrigin.cookie, "the origin set it for this caller")
-        let hit = try client.request("GET", target)
-        XCTAssertTrue(hit.headers["cache-status"]?.hasPrefix("larder; hit") ?? false)
-        XCTAssertNil(hit.headers["set-cookie"])
-        XCTAssertEqual(origin.count("/base\(path)"), 2)
-    }
-
-    func testFieldsNamedByNoCacheOrPrivateAreNotStoredButTheRestIsReused() throws {
-        // RFC 9111 §5.2.2.4 and §5.2.2.7, qualified forms: only the listed fields are withheld.
-        let larder = try startProxy()
-        let client = try larder.connection()
-        for directive in ["no-cache", "private"] {
-            let path = uniquePath(directive)
-            let target =
-                "/proxy/origin\(path)?cc=max-age%3D60,%20\(directive)%3D%22X-Secret,%20X-Token%22&h=X-Secret:1&h=X-Token:2&h=X-Other:3"
-            let first = try client.request("GET", target)
-            XCTAssertEqual(first.headers["x-secret"], "1")
-            let hit = try client.request("GET", target)
-            XCTAssertTrue(hit.headers["cache-status"]?.hasPrefix("larder; hit") ?? false, directive)
-            XCTAssertNil(hit.headers["x-secret"], directive)
-            XCTAssertNil(hit.headers["x-token"], directive)
-            XCTAssertEqual(hit.headers["x-other"], "3", directive)
-            XCTAssertEqual(origin.count("/base\(path)"), 1, directive)
-        }
-    }
-
     func testCDNCacheControlWinsAndIsPassedOnForTheNextCache() throws {
         let larder = try startProxy()
         let client = try larder.connection()
@@ -320,17 +253,6 @@ final class ProxyTests: IntegrationTestCase {
         let hit = try client.request("GET", target)
         XCTAssertEqual(hit.headers["cache-status"], "larder; hit; ttl=100", "still used")
         XCTAssertNil(hit.headers["cdn-cache-control"])
-    }
-
-    func testAnInvalidCDNCacheControlIsIgnoredAsAWhole() throws {
-        // RFC 9213 §2.1: not a Structured Field Dictionary, so Cache-Control: no-store rules.
-        let larder = try startProxy()
-        let client = try larder.connection()
-        let path = uniquePath()
-        let target = "/proxy/origin\(path)?cc=no-store&h=CDN-Cache-Control:max-age%3D10000,%20%26%26%26"
-        XCTAssertEqual(try client.request("GET", target).headers["cache-status"], "larder; fwd=uri-miss; fwd-status=200")
-        XCTAssertEqual(try client.request("GET", target).headers["cache-status"], "larder; fwd=uri-miss; fwd-status=200")
-        XCTAssertEqual(origin.count("/base\(path)"), 2)
     }
 
     func testUpstreamFailureIsAJSONError() throws {
