@@ -2,8 +2,8 @@
 
 import Foundation
 import LarderCore
-import LarderTesting
 import LarderEngine
+import LarderTesting
 import XCTest
 
 final class StaleServingTests: SemanticsTestCase {
@@ -85,7 +85,9 @@ final class StaleServingTests: SemanticsTestCase {
             let path = uniquePath()
             // `status` is left out of the key, so both URLs share one entry.
             let healthy: [String: Any] = ["url": url(path), "cache": ["ttl": 10, "ignoreQuery": ["status"]]]
-            let failing: [String: Any] = ["url": url(path, "status=503"), "cache": ["ttl": 10, "staleIfError": 3600, "ignoreQuery": ["status"]]]
+            let failing: [String: Any] = [
+                "url": url(path, "status=503"), "cache": ["ttl": 10, "staleIfError": 3600, "ignoreQuery": ["status"]]
+            ]
             XCTAssertEqual(fetch(healthy).outcome, "miss")
             clock.advance(by: 20)
             let stale = fetch(failing)
@@ -120,7 +122,9 @@ final class StaleServingTests: SemanticsTestCase {
     func testMustRevalidateForbidsServingStale() throws {
         try onEachStore {
             let path = uniquePath()
-            let request: [String: Any] = ["url": url(path, "cc=max-age%3D10,must-revalidate,stale-while-revalidate%3D600,stale-if-error%3D600")]
+            let request: [String: Any] = [
+                "url": url(path, "cc=max-age%3D10,must-revalidate,stale-while-revalidate%3D600,stale-if-error%3D600")
+            ]
             XCTAssertEqual(fetch(request).outcome, "miss")
             clock.advance(by: 20)
             XCTAssertEqual(fetch(request).outcome, "miss", "no stale-while-revalidate")
