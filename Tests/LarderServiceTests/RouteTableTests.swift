@@ -6,7 +6,6 @@ import LarderCore
 import LarderEngine
 import LarderHTTP
 import LarderSQLite
-import LarderServiceTesting
 import LarderSync
 import Logging
 import XCTest
