@@ -177,6 +177,14 @@ let package = Package(
                 "LarderSQLite", "LarderEngine", "LarderCore", "LarderSync", "LarderTesting",
                 .product(name: "Crypto", package: "swift-crypto")
             ]),
+        // The service's parts made without a socket: the route table and router (requests built in
+        // memory), the configuration and its file, log lines, request memos, process metrics.
+        .testTarget(
+            name: "LarderServiceTests",
+            dependencies: [
+                "LarderService", "LarderServiceTesting", "LarderSQLite", "LarderHTTP", "LarderEngine", "LarderCore", "LarderSync",
+                .product(name: "Logging", package: "swift-log")
+            ]),
         // The executable's command line: `larder serve`'s options against the settings table and
         // the docs, parsed in process; the shell completion the built executable writes.
         .testTarget(

@@ -55,8 +55,9 @@ extension LarderService {
         guard configuration.tlsCertificatePath != nil || configuration.adminTLSCertificatePath != nil else { return }
         let certificates = try ListenerCertificates(configuration)
         for warning in certificates.warnings { logger.warning("\(warning)") }
+        let running = self.running
         let listeners: [(HTTPServer?, TLSIdentity?)] = [
-            (server, certificates.main), (proxyServer, certificates.main), (adminServer, certificates.admin)
+            (running?.server, certificates.main), (running?.proxyServer, certificates.main), (running?.adminServer, certificates.admin)
         ]
         for case (let server?, let identity?) in listeners where server.isTLS {
             do {

@@ -16,37 +16,20 @@ public import Logging
     import Glibc
 #endif
 
-public final class LarderService: @unchecked Sendable {
-    // @unchecked Sendable: the adapter references are set in `start` before the server
-    // accepts a request and cleared in `shutdown` after it stopped.
-
+/// The service: made with its configuration, then started (`start` builds every running part
+/// once, as a `Running`), reloaded, and shut down. Its parts are never changed in place: what a
+/// reload changes lives behind the locks made for it (the configuration, the router slot, the
+/// named upstreams), and the started service is one value that `start` sets and `shutdown`
+/// clears.
+public final class LarderService: Sendable {
     /// The running configuration: the one started with, then each reload's.
-    public var configuration: LarderConfiguration { running.withLock { $0 } }
-    private let running: Locked<LarderConfiguration>
+    public var configuration: LarderConfiguration { currentConfiguration.withLock { $0 } }
+    private let currentConfiguration: Locked<LarderConfiguration>
     let logger: Logger
-    private var store: (any OperatedStore)?
-    private var upstream: CurlUpstream?
-    private var warmJobs: WarmJobs?
-    private var engine: FetchEngine?
-    private(set) var server: HTTPServer?
-    private(set) var proxyServer: HTTPServer?
-    private(set) var adminServer: HTTPServer?
-    /// What a reload rebuilds the router from; set by `start`.
-    private var wiring: Wiring?
-
-    /// The parts of a running service a reload keeps, and the two places it changes: the router
-    /// every listener asks, and the named upstreams warm jobs resolve against.
-    private struct Wiring {
-        let engine: FetchEngine
-        let tier: MemoryTier
-        let store: any OperatedStore
-        let loop: LoopDetection
-        let metrics: LarderMetrics
-        let warmJobs: WarmJobs
-        let connections: @Sendable () -> [(name: String, open: Int, limit: Int)]
-        let routers: RouterSlot
-        let upstreams: Live<[String: NamedUpstream]>
-    }
+    /// The started service: nil before `start` and after `shutdown`.
+    private let started = Locked<Running?>(nil)
+    /// The started service's parts, if it is started.
+    var running: Running? { started.withLock { $0 } }
 
     /// A reload's account: the settings it applied and those whose new values wait for a restart.
     public struct ReloadReport: Sendable {
@@ -56,47 +39,42 @@ public final class LarderService: @unchecked Sendable {
 
     private static let curlInitialised: Void = CurlUpstream.globalInit()
 
-    private let clock: Clock
-
     /// `clock` drives cache ages and freshness (tests inject one); upstream deadlines always
     /// use the real clock.
+    private let clock: Clock
     /// Where spans go: `spans` when given (tests record them), else the OTLP exporter that
     /// `--otlp-endpoint` names; without either, spans are only ids.
     private let givenSpans: (any SpanRecorder)?
-    /// The spans of every request: `givenSpans`, or the exporter's.
-    private var spans: (any SpanRecorder)?
-    /// The OTLP exporter, flushed at shutdown.
-    private var spanExporter: (any SpanExporting)?
 
     public init(configuration: LarderConfiguration, logger: Logger, clock: Clock = .system, spans: (any SpanRecorder)? = nil) {
-        self.running = Locked(configuration)
+        self.currentConfiguration = Locked(configuration)
         self.logger = logger
         self.clock = clock
         self.givenSpans = spans
     }
 
     /// The port the server listens on (useful when configured as 0).
-    public var port: Int { server?.port ?? 0 }
+    public var port: Int { running?.server.port ?? 0 }
 
     /// Requests that joined another request's upstream fetch instead of sending their own.
-    public var coalescedCount: Int { engine?.coalescedCount ?? 0 }
+    public var coalescedCount: Int { running?.wiring.engine.coalescedCount ?? 0 }
 
     /// The most bytes of upstream bodies being received there ever were at once
     /// (`maxInflightBodyBytes` bounds it, but for one body); for tests.
-    public var peakInflightBodyBytes: Int { upstream?.peakInflightBodyBytes ?? 0 }
+    public var peakInflightBodyBytes: Int { running?.upstream.peakInflightBodyBytes ?? 0 }
 
     /// Waits until the SQLite store's writer is idle: what was acknowledged is committed, and the
     /// evictions and sweeps it started are done; for tests. Returns at once on other stores.
-    public func waitForIdleStoreWriter() { (store as? SQLiteCacheStore)?.waitForTrimming() }
+    public func waitForIdleStoreWriter() { (running?.wiring.store as? SQLiteCacheStore)?.waitForTrimming() }
 
     /// The most bytes the SQLite store held at once (right after a commit, before the eviction
     /// that follows it); 0 on other stores or without --max-bytes; for tests.
-    public var peakStoredBytes: Int { (store as? SQLiteCacheStore)?.peakUsedByteCount ?? 0 }
+    public var peakStoredBytes: Int { (running?.wiring.store as? SQLiteCacheStore)?.peakUsedByteCount ?? 0 }
 
     /// The proxy-root listener's port, when there is one.
-    public var proxyPort: Int? { proxyServer?.port }
+    public var proxyPort: Int? { running?.proxyServer?.port }
     /// The --admin-port listener's port (nil without one).
-    public var adminPort: Int? { adminServer?.port }
+    public var adminPort: Int? { running?.adminServer?.port }
 
     static func isLoopback(_ host: String) -> Bool {
         host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
@@ -115,8 +93,6 @@ public final class LarderService: @unchecked Sendable {
         let secret = try Self.secret(configuration)
         if let exposure = SecretFile.exposure(at: configuration.resolvedSecretPath) { logger.warning("\(exposure)") }
         let exporter = givenSpans == nil ? try SpanExport.exporter(endpoint: configuration.otlpEndpoint, logger: logger) : nil
-        spans = givenSpans ?? exporter
-        spanExporter = exporter
         let store = try openClaimedStore(secret: secret)
         // Filled by the listeners below as each binds, before it accepts: no upstream connection
         // may reach them, or a /fetch caller could drive this instance's own routes.
@@ -145,7 +121,7 @@ public final class LarderService: @unchecked Sendable {
         }
         let wiring = Wiring(
             engine: engine, tier: tier, store: store, loop: loop, metrics: metrics, warmJobs: warmJobs,
-            connections: connections, routers: RouterSlot(), upstreams: upstreams)
+            connections: connections, routers: RouterSlot(), upstreams: upstreams, spans: givenSpans ?? exporter)
         wiring.routers.set(makeRouter(configuration, wiring))
         warnIfAdminRoutesOpen(configuration)
         if configuration.browserRequestRules.acceptsAnyName {
@@ -176,15 +152,11 @@ public final class LarderService: @unchecked Sendable {
             throw error
         }
         warmJobs.resumeUnfinished()
-        self.wiring = wiring
-        self.warmJobs = warmJobs
-        self.engine = engine
-        self.store = store
-        self.upstream = upstream
-        self.server = servers.main
-        self.proxyServer = servers.proxy
-        self.adminServer = servers.admin
-        logListening(store: store)
+        let running = Running(
+            wiring: wiring, upstream: upstream, server: servers.main, proxyServer: servers.proxy, adminServer: servers.admin,
+            spanExporter: exporter)
+        started.withLock { $0 = running }
+        logListening(running)
         warnOfPlaintextTokens(adminListener: servers.admin ?? servers.main)
     }
 
@@ -283,7 +255,7 @@ public final class LarderService: @unchecked Sendable {
         return Router(
             engine: wiring.engine, clock: clock, logger: logger, configuration: configuration,
             upstreams: upstreamsByName, warmJobs: wiring.warmJobs, admin: admin, metrics: wiring.metrics,
-            health: wiring.store, loop: wiring.loop, spans: spans,
+            health: wiring.store, loop: wiring.loop, spans: wiring.spans,
             scrape: { [weak tier = wiring.tier] memoBytes in
                 let connections = connections()
                 return tier.map {
@@ -316,7 +288,7 @@ public final class LarderService: @unchecked Sendable {
     /// `proposed` is not valid, the configuration that would run (`proposed` with the running
     /// values of what takes a restart) is not, or a certificate cannot be used.
     public func reload(_ proposed: LarderConfiguration) throws -> ReloadReport {
-        guard let wiring else { throw ConfigurationError("the service is not running") }
+        guard let wiring = running?.wiring else { throw ConfigurationError("the service is not running") }
         let current = configuration
         let (new, kept) = try Setting.reload(to: proposed, running: current)
         var applied = Setting.all.filter { $0.isLive && $0.describe(current) != $0.describe(new) }.map(\.key)
@@ -330,7 +302,7 @@ public final class LarderService: @unchecked Sendable {
         wiring.engine.setLimits(Self.limits(new, loop: wiring.loop))
         wiring.upstreams.set(Self.upstreamsByName(new))
         wiring.routers.set(makeRouter(new, wiring))
-        running.withLock { $0 = new }
+        currentConfiguration.withLock { $0 = new }
         if new.adminToken != current.adminToken { warnIfAdminRoutesOpen(new) }
         if current.adminToken != nil, new.adminToken == nil {
             logger.warning("the reload removed the admin token: every /cache route is now open to whoever reaches \(new.host)")
@@ -408,16 +380,15 @@ public final class LarderService: @unchecked Sendable {
         return (server, proxyServer, adminServer)
     }
 
-    private func logListening(store: any OperatedStore) {
+    private func logListening(_ running: Running) {
         let storeDisplay =
-            (store as? RedisCacheStore).map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
+            (running.wiring.store as? RedisCacheStore).map { "store \($0.addressDisplay) (Redis, prefix \(configuration.storePrefix))" }
             ?? "database \(configuration.databasePath)"
-        let main = server.map { address(of: $0) } ?? "\(configuration.host):0"
-        logger.info("larder \(LarderVersion.string) listening on \(main), \(storeDisplay)")
-        if let proxyServer, let root = configuration.proxyRoot {
+        logger.info("larder \(LarderVersion.string) listening on \(address(of: running.server)), \(storeDisplay)")
+        if let proxyServer = running.proxyServer, let root = configuration.proxyRoot {
             logger.info("proxying every path to upstream '\(root)' on \(address(of: proxyServer))")
         }
-        if let adminServer {
+        if let adminServer = running.adminServer {
             logger.info("admin routes and metrics on \(address(of: adminServer))")
         }
     }
@@ -483,8 +454,8 @@ public final class LarderService: @unchecked Sendable {
     /// grace period), cancels the rest, resumes every suspended connection, stops the server and
     /// closes the database.
     public func shutdown() {
-        guard let server, let upstream, let store else { return }
-        let servers = [server] + [proxyServer, adminServer].compactMap { $0 }
+        guard let running else { return }
+        let servers = running.listeners
         for listener in servers { listener.stopAccepting() }
         logger.info("draining: new requests are answered 503 shutting_down")
         let deadline = Date().addingTimeInterval(configuration.shutdownGraceSeconds)
@@ -492,21 +463,15 @@ public final class LarderService: @unchecked Sendable {
             logger.warning("cancelling \(listener.pendingCount) requests still in flight")
         }
         // Jobs aborted from here on stay pending, to be taken up on the next start.
-        warmJobs?.stop()
-        upstream.shutdown()
+        running.wiring.warmJobs.stop()
+        running.upstream.shutdown()
         for listener in servers where !listener.waitForPending(timeout: 10) {
             logger.error("requests still unanswered after cancellation: answering them 503 shutting_down (streams cut short) and stopping")
         }
         for listener in servers { listener.stop() }
-        spanExporter?.shutdown(waitingAtMost: 5)
-        spanExporter = nil
-        store.close()
-        self.proxyServer = nil
-        self.adminServer = nil
-        self.server = nil
-        self.upstream = nil
-        self.warmJobs = nil
-        self.store = nil
+        running.spanExporter?.shutdown(waitingAtMost: 5)
+        running.wiring.store.close()
+        started.withLock { $0 = nil }
         logger.info("larder stopped")
     }
 }

@@ -108,6 +108,7 @@ extension SQLiteCacheStore: CacheAdministration {
         _ passes: ArraySlice<PurgePass>, after: Int64, priority: WorkPriority, total: PurgeResult,
         completion: @escaping @Sendable (PurgeResult) -> Void
     ) {
+        assertOnWriterQueue()
         var total = total
         guard !closed.load(ordering: .relaxed) else {
             total.failed = true

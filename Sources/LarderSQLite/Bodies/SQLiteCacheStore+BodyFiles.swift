@@ -33,6 +33,7 @@ extension SQLiteCacheStore {
 
     /// On the writer queue, after a commit: unlinks the files of deleted rows, then forgets them.
     func reapDeadFiles() {
+        assertOnWriterQueue()
         var names: [String] = []
         do {
             defer { statements.selectDeadFiles.reset() }
@@ -80,6 +81,7 @@ extension SQLiteCacheStore {
     }
 
     func removeDamaged(_ key: CacheKey, checksum: [UInt8]) {
+        assertOnWriterQueue()
         let statement = statements.deleteDamaged
         defer { statement.reset() }
         do {

@@ -274,6 +274,7 @@ extension SQLiteCacheStore {
     /// store opened over its limit, under load"). The slices' rows join the eviction backlog,
     /// deleted in paced background batches.
     func trimPolicyExcess() {
+        assertOnWriterQueue()
         guard let policy, !closed.load(ordering: .relaxed) else {
             trimming.trimmingPolicy = false
             return
@@ -307,6 +308,7 @@ extension SQLiteCacheStore {
     /// (`trimPolicyExcess`). In one turn, the writer, and every save and scrape behind it, would
     /// wait for all of them (docs/performance.md, "Eviction and the retention sweep under load").
     func deleteEvicted(_ keys: [PolicyKey]) {
+        assertOnWriterQueue()
         // A commit's own evictions (as misses come at capacity) keep pace with it, backlog or
         // not; the backlog goes only in its paced batches: a commit that also took a turn's share
         // of it, at the writer's priority, would keep scrapes waiting for seconds under readers.
@@ -317,6 +319,7 @@ extension SQLiteCacheStore {
     /// Queues evicted objects in the backlog and starts its paced batches, if they are not
     /// under way.
     private func addToBacklog(_ keys: [PolicyKey]) {
+        assertOnWriterQueue()
         guard !keys.isEmpty else { return }
         if trimming.evictionBacklog.isEmpty { trimming.backlogCeiling = usedBytes() }
         trimming.evictionBacklog += keys
@@ -329,6 +332,7 @@ extension SQLiteCacheStore {
     /// Up to `count` keys off the backlog (from its end: the order rows go in does not matter).
     /// It and `addToBacklog` are the backlog's only changes, and both set the reported count.
     private func takeFromBacklog(_ count: Int) -> [PolicyKey] {
+        assertOnWriterQueue()
         let taken = Array(trimming.evictionBacklog.suffix(count))
         trimming.evictionBacklog.removeLast(taken.count)
         counters.evictionBacklog.store(trimming.evictionBacklog.count, ordering: .relaxed)
@@ -339,6 +343,7 @@ extension SQLiteCacheStore {
     /// queues the next one after a pause as long as this turn took (as a purge's batches). At
     /// the end, the capacity check the backlog held back runs.
     private func deleteEvictionBacklog() {
+        assertOnWriterQueue()
         guard !closed.load(ordering: .relaxed), !trimming.evictionBacklog.isEmpty else {
             trimming.deletingBacklog = false
             if !closed.load(ordering: .relaxed) { enforceCapacity() }
@@ -350,6 +355,7 @@ extension SQLiteCacheStore {
     }
 
     private func deleteEvicted(_ keys: [PolicyKey], priority: WorkPriority) {
+        assertOnWriterQueue()
         guard let policy, !keys.isEmpty else { return }
         // Under the policy's lock: no save can take a key back between the check and the cancel.
         // A key taken back into memory only (held) still loses its rows: they are the old ones,
@@ -398,6 +404,7 @@ extension SQLiteCacheStore {
     /// failed or was shed is not forgotten: the policy counts it until it is evicted, erring on
     /// the side of the capacity, where a forgotten row would be one no one counts.
     func forgetInPolicy<Keys: Sequence>(_ primaryKeys: Keys) where Keys.Element == CacheKey {
+        assertOnWriterQueue()
         guard let policy else { return }
         let keys = Set(primaryKeys)
         guard !keys.isEmpty else { return }
@@ -436,6 +443,7 @@ extension SQLiteCacheStore {
     /// background priority (`yieldingToHits`): they go through every row of the table, and at
     /// the writer's priority they slow the hits of a restart under load (docs/performance.md).
     func restorePolicy(after rowid: Int64, upTo last: Int64, restored: Int = 0, started: ContinuousClock.Instant = .now) {
+        assertOnWriterQueue()
         guard let policy, !closed.load(ordering: .relaxed) else { return }
         let end = rowid + Self.restoreWindow
         // The capacity check leaves the excess held at opening to the policy from now on.

@@ -95,6 +95,7 @@ extension SQLiteCacheStore {
 
     /// Bytes held, from the usage table.
     func usedBytes() -> Int {
+        assertOnWriterQueue()
         defer { statements.selectUsedBytes.reset() }
         guard (try? statements.selectUsedBytes.step()) == true else { return 0 }
         return Int(statements.selectUsedBytes.int64(0))
@@ -121,6 +122,7 @@ extension SQLiteCacheStore {
     /// learns the rows of a store opened over `maxBytes`, the limit is what the store held then
     /// (a purge meanwhile lowers it).
     func enforceCapacity() {
+        assertOnWriterQueue()
         guard capacity.maxBytes < Int.max else { return }
         let used = usedBytes()
         if used > counters.peakUsedBytes.load(ordering: .relaxed) { counters.peakUsedBytes.store(used, ordering: .relaxed) }
@@ -142,6 +144,7 @@ extension SQLiteCacheStore {
     }
 
     private func evictBatch() {
+        assertOnWriterQueue()
         let started = DispatchTime.now().uptimeNanoseconds
         let used = usedBytes()
         guard !closed.load(ordering: .relaxed), let target = oldestRowsTarget(used: used),
@@ -168,6 +171,7 @@ extension SQLiteCacheStore {
     /// Evicts up to `evictionBatch` of the oldest rows, as many as free what `used` bytes are
     /// over `target`; returns how many went (0 when under it).
     private func evictOnce(_ priority: WorkPriority, from used: Int, downTo target: Int) -> Int {
+        assertOnWriterQueue()
         var pass = EvictionPass(usedBytes: used, downTo: target)
         guard pass.wantsMore else { return 0 }
         do {
@@ -233,6 +237,7 @@ extension SQLiteCacheStore {
     /// On the writer queue: removes expired entries in batches, each its own short writer turn
     /// (group commits go between them).
     private func sweep(now: Double) {
+        assertOnWriterQueue()
         guard !trimming.underWay, !closed.load(ordering: .relaxed) else { return }
         commitAllPending()
         trimming.underWay = true
@@ -241,6 +246,7 @@ extension SQLiteCacheStore {
 
     /// Proxy entries nothing can serve any more, through their index.
     private func sweepUnusable(now: Double) {
+        assertOnWriterQueue()
         let removed = deleteBatch(
             "SELECT rowid FROM entries WHERE unusable_at <= \(now - capacity.keepStaleFor) LIMIT \(Self.evictionBatch)", .background)
         counters.expiredRemovals.add(removed, ordering: .relaxed)
@@ -267,6 +273,7 @@ extension SQLiteCacheStore {
     /// per million (retention is counted in days). No index on stored_at: that would be one more
     /// B-tree on every write.
     private func sweepOld(writtenBefore: Double, now: Double, windowsLeft: Int) {
+        assertOnWriterQueue()
         let start = trimming.sweepCursor
         let end = start + Self.sweepWindow
         let removed = deleteBatch(
@@ -298,6 +305,7 @@ extension SQLiteCacheStore {
     func deleteRows(
         _ selection: String, _ priority: WorkPriority, bind: (SQLiteStatement) throws(SQLiteError) -> Void = { _ throws(SQLiteError) in }
     ) throws(SQLiteError) -> [RemovedRow] {
+        assertOnWriterQueue()
         let delete = try writer.prepare(
             "DELETE FROM entries WHERE rowid IN (\(selection)) RETURNING rowid, primary_key, \(Self.entryBytesSQL)")
         let removed = try writer.immediateTransaction { () throws(SQLiteError) in
@@ -321,6 +329,7 @@ extension SQLiteCacheStore {
     /// As `deleteRows`, for rows the store drops on its own: the tier above is told. Returns
     /// how many went.
     private func deleteBatch(_ selection: String, _ priority: WorkPriority) -> Int {
+        assertOnWriterQueue()
         let removed: [RemovedRow]
         do {
             removed = try deleteRows(selection, priority)
@@ -336,12 +345,14 @@ extension SQLiteCacheStore {
     /// Gives free pages back to the file system, a step at a time, each its own writer turn,
     /// unless steps are already under way (they go on until the free pages are gone).
     func vacuumStep() {
+        assertOnWriterQueue()
         guard !trimming.vacuuming else { return }
         trimming.vacuuming = true
         vacuumNextStep()
     }
 
     private func vacuumNextStep() {
+        assertOnWriterQueue()
         guard !closed.load(ordering: .relaxed), let free = try? writer.scalarInt("PRAGMA freelist_count"), free > 0 else {
             trimming.vacuuming = false
             return
@@ -370,7 +381,8 @@ extension SQLiteCacheStore {
     /// `work` on the writer queue's thread, or yielding to the hits (`yieldingToHits`) when
     /// nobody waits for it.
     func running<T, Failure: Error>(at priority: WorkPriority, _ work: @escaping () throws(Failure) -> T) throws(Failure) -> T {
-        switch priority {
+        assertOnWriterQueue()
+        return switch priority {
         case .writer: try work()
         case .background: try yieldingToHits(work)
         }
@@ -388,6 +400,7 @@ extension SQLiteCacheStore {
     /// connection stays the writer queue's alone: the queue waits, so nothing else uses it
     /// meanwhile.
     func yieldingToHits<T, Failure: Error>(_ work: @escaping () throws(Failure) -> T) throws(Failure) -> T {
+        assertOnWriterQueue()
         // Unchecked: the writer queue waits below, so `work` and `outcome` are never touched on
         // two threads at once. `work` is let go before the signal: what it holds (a statement
         // of the writer's connection) must not be released on this thread after the writer

@@ -187,8 +187,10 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
     /// Commits what is pending, closes the readers and lets go of the file. Idempotent.
     public func close() {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
-        trimming.sweepTimer?.cancel()
-        writerQueue.sync { commitUntilEmpty() }
+        writerQueue.sync {
+            trimming.sweepTimer?.cancel()
+            commitUntilEmpty()
+        }
         readers.close()
         files.openFiles.closeAll()
         keyFilterBuild.wait()

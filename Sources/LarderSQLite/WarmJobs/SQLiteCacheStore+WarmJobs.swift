@@ -132,6 +132,7 @@ extension SQLiteCacheStore: WarmJobStore {
 
     /// On the writer queue.
     private func deleteItems(of id: String) throws(SQLiteError) {
+        assertOnWriterQueue()
         let delete = try writer.prepare("DELETE FROM warm_items WHERE job_id = ?1")
         try delete.bind(1, id)
         _ = try delete.step()
@@ -140,6 +141,7 @@ extension SQLiteCacheStore: WarmJobStore {
 
     /// On the writer queue.
     private func saveJob(_ record: WarmJobRecord) throws(SQLiteError) {
+        assertOnWriterQueue()
         let upsert = try writer.prepare(
             """
             INSERT OR REPLACE INTO warm_jobs (id, state, total, done, failed, stored, bytes, bytes_expected, concurrency,

@@ -90,6 +90,7 @@ extension SQLiteCacheStore {
     /// entry per transaction, so one failing entry is dropped alone. Returns the group's size.
     @discardableResult
     func commitPending() -> Int {
+        assertOnWriterQueue()
         let byteLimit = PendingWrites.groupByteLimit(maxBytes: capacity.maxBytes, pendingByteLimit: Self.pendingByteLimit)
         let (batch, evictions, more) = pending.withLock { $0.takeGroup(entryLimit: Self.groupCommitLimit, byteLimit: byteLimit) }
         guard !batch.isEmpty else {
@@ -138,6 +139,7 @@ extension SQLiteCacheStore {
     /// (SQLITE_FULL, I/O errors), so `ROLLBACK TO` fails and the whole group is lost; a group
     /// that fails is written again one entry per transaction instead.
     private func commitGroup(_ writes: ArraySlice<PendingWrite>) -> GroupResult {
+        assertOnWriterQueue()
         try? step(statements.journalsInMemory)
         defer {
             writtenFiles.removeAll()
@@ -165,6 +167,7 @@ extension SQLiteCacheStore {
     /// a metrics scrape waiting as long as misses come faster than the writer commits them
     /// (docs/performance.md, "A store opened over its limit, under load").
     func commitAllPending() {
+        assertOnWriterQueue()
         var waiting = pending.withLock { $0.queue.count }
         // The first group takes the evictions queued too (with no write, a turn of its own).
         repeat {
@@ -179,6 +182,7 @@ extension SQLiteCacheStore {
     /// `close`, after which no save is taken (one that passed its check just before may still
     /// queue its write).
     func commitUntilEmpty() {
+        assertOnWriterQueue()
         while pending.withLock({ !$0.queue.isEmpty || !$0.evictions.isEmpty }) { commitPending() }
     }
 
@@ -241,6 +245,7 @@ extension SQLiteCacheStore {
     }
 
     private func insertRow(_ entry: StoredEntry) throws(SQLiteError) {
+        assertOnWriterQueue()
         // A large whole response goes to a file first; the row names it (parts stay inline:
         // the range fetcher cuts them in memory).
         var bodyFile: String?

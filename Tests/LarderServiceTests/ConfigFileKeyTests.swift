@@ -2,7 +2,6 @@
 // LarderConfiguration, and the fields no key sets are named here.
 
 import Foundation
-import LarderServiceTesting
 import XCTest
 
 @testable import LarderService
