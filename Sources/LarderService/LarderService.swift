@@ -78,6 +78,9 @@ public final class LarderService: @unchecked Sendable {
     /// The port the server listens on (useful when configured as 0).
     public var port: Int { server?.port ?? 0 }
 
+    /// Requests the main listener handed to the router so far, by event loop; for tests.
+    public var requestsPerLoop: [Int] { server?.requestsPerLoop ?? [] }
+
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { engine?.coalescedCount ?? 0 }
 
