@@ -96,6 +96,14 @@ public final class LarderService: @unchecked Sendable {
     /// that follows it); 0 on other stores or without --max-bytes; for tests.
     public var peakStoredBytes: Int { (store as? SQLiteCacheStore)?.peakUsedByteCount ?? 0 }
 
+    /// Saves the SQLite store slowed because its writer was behind; 0 on other stores; for tests.
+    public var throttledSaveCount: Int { (store as? SQLiteCacheStore)?.throttledSaves ?? 0 }
+
+    /// Runs `work` on the SQLite store's writer, which commits nothing until it returns: a test
+    /// holds the writer up with it, as a stalled disk would. Nothing happens on other stores;
+    /// for tests.
+    public func onStoreWriter(_ work: @escaping @Sendable () -> Void) { (store as? SQLiteCacheStore)?.onWriter(work) }
+
     /// The proxy-root listener's port, when there is one.
     public var proxyPort: Int? { proxyServer?.port }
     /// The --admin-port listener's port (nil without one).
