@@ -22,7 +22,8 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let slowResult = Locked<TestResponse?>(nil)
         let finished = Condition()
         let port = larder.port
-        let slowURL = url(slowPath, "delay=2000")
+        // Held at the origin until the test lets it go, after the hits.
+        let slowURL = url(slowPath, "hold=gate")
         Thread {
             let response = try? TestConnection(port: port).fetch(["url": slowURL])
             slowResult.withLock { $0 = response }
@@ -37,6 +38,7 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
             XCTAssertEqual(try client.fetch(["url": url(hotPath), "cache": ["ttl": 300]]).outcome, "hit")
         }
         XCTAssertFalse(slowDone.load(ordering: .sequentiallyConsistent), "hits were answered before the slow upstream finished")
+        origin.holds.release(slowPath)
         XCTAssertTrue(finished.wait(timeout: 10) { slowDone.load(ordering: .sequentiallyConsistent) })
         XCTAssertEqual(slowResult.withLock { $0?.json["status"] as? Int }, 200)
     }
