@@ -318,7 +318,8 @@ final class DiskFullTests: IntegrationTestCase {
             return try client.fetch(spec).cache["stored"] as? Bool == true
         }
         XCTAssertTrue(stored, "stores again once space is freed")
-        XCTAssertTrue(try eventually(timeout: 5) { try client.request("GET", "/healthz").json["storage"] as? String == "ok" }, "healthy again")
+        XCTAssertTrue(
+            try eventually(timeout: 5) { try client.request("GET", "/healthz").json["storage"] as? String == "ok" }, "healthy again")
         XCTAssertEqual(try client.request("GET", "/readyz").status, 200, "and ready")
         process.terminate()
         XCTAssertTrue(waitForExit(process))

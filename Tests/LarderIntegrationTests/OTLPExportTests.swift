@@ -47,7 +47,9 @@ final class OTLPExportTests: IntegrationTestCase {
             let spans = eventually(timeout: 20, every: 0.05) {
                 let text = (try? String(contentsOfFile: spansFile, encoding: .utf8)) ?? ""
                 return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-            } until: { $0.count >= 4 }
+            } until: {
+                $0.count >= 4
+            }
             func span(_ name: String) throws -> [String: Any] {
                 try XCTUnwrap(spans.first { $0["name"] as? String == name }, "no \(name) in \(spans.map { $0["name"] ?? "" })")
             }

@@ -90,9 +90,8 @@ final class PartialContentTests: IntegrationTestCase {
         // The whole is fetched in the background (it is small); await its arrival at the origin.
         eventually { requests(raw).count >= 2 } // the raw origin marks no arrival
         XCTAssertEqual(requests(raw).map(\.range), ["bytes=-5", nil])
-        let whole = try eventually({ try client.request("GET", "/proxy/files/small.txt", headers: ["Cache-Control": "only-if-cached"]) }) {
-            $0.status == 200
-        }
+        let cached = { try client.request("GET", "/proxy/files/small.txt", headers: ["Cache-Control": "only-if-cached"]) }
+        let whole = try eventually(cached, until: { $0.status == 200 })
         XCTAssertEqual(whole.status, 200)
         XCTAssertEqual(whole.body, body)
         XCTAssertEqual(raw.requests.count, 2)

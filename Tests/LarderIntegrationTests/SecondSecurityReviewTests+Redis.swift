@@ -119,7 +119,9 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
     func testAVersionMessageAloneChangesNothing() throws {
         let client = try startShared().connection()
         // Messages are heard once the instance has subscribed (a message before is lost).
-        try eventually { try redis.send(["PUBSUB", "NUMSUB", "larder:events"]) == .array([.bytes(Array("larder:events".utf8)), .integer(1)]) }
+        try eventually {
+            try redis.send(["PUBSUB", "NUMSUB", "larder:events"]) == .array([.bytes(Array("larder:events".utf8)), .integer(1)])
+        }
         // Anyone who can PUBLISH: the message names a version the store's hash does not hold.
         _ = try redis.send(["PUBLISH", "larder:events", "version 5 planted"])
         _ = try redis.send(["PUBLISH", "larder:events", "version 5 " + String(repeating: "n", count: 4000)])
@@ -127,7 +129,8 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         // once it is applied, the forged messages before it were handled too.
         _ = try redis.send(["HSET", "larder:nsv", "real", "4"])
         _ = try redis.send(["PUBLISH", "larder:events", "version 4 real"])
-        let listed = try eventually({ try client.request("GET", "/cache/namespaces").text }) { $0.contains(#""version":4"#) }
+        let namespaces = { try client.request("GET", "/cache/namespaces").text }
+        let listed = try eventually(namespaces, until: { $0.contains(#""version":4"#) })
         XCTAssertTrue(
             listed.contains(#""name":"real""#) && listed.contains(#""version":4"#), "a message the hash confirms is applied: \(listed)")
         XCTAssertFalse(listed.contains("planted") || listed.contains("nnnn"), listed)
