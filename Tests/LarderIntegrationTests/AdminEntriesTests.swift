@@ -296,8 +296,7 @@ final class AdminEntriesTests: IntegrationTestCase {
         XCTAssertEqual(origin.count("\(base)/a"), 3)
 
         // The retired entries are collected in the background (the pinned one too: it is under another version).
-        let deadline = Date().addingTimeInterval(10)
-        while try list(client, "namespace=pages").entries.count != 1, Date() < deadline { usleep(20_000) }
+        try eventually(every: 0.02) { try list(client, "namespace=pages").entries.count == 1 }
         XCTAssertEqual(try list(client, "namespace=pages").entries.first?["version"] as? Int, 1)
 
         let namespaces = try client.request("GET", "/cache/namespaces")

@@ -8,8 +8,6 @@ import LarderServiceTesting
 import LarderSync
 import XCTest
 
-@testable import LarderSQLite
-
 final class CapacityTests: IntegrationTestCase {
     func testTheDatabaseStaysUnderMaxBytesWhileThreeTimesThatIsFetched() throws {
         let maxBytes = 2 << 20
@@ -103,17 +101,15 @@ final class CapacityTests: IntegrationTestCase {
     }
 
     /// Issue 34: a storm of misses that outruns the writer keeps every response. The writer is
-    /// held up for a second and a half (another connection holds the database's write lock, as a
-    /// slow disk would) while 16 callers ask for 64 KiB responses one after another. Without a
-    /// throttle the uncommitted bytes pass 32 MiB within that time and later writes are shed.
-    /// Past 16 MiB uncommitted each caller now waits for its write, a quarter of a second at
-    /// most, so they grow by 4 MiB a second at most and stay under 32 MiB; once the writer moves
-    /// again everything is stored, and nothing was shed.
+    /// held up (as a stalled disk would hold it) while 16 callers ask for 64 KiB responses one
+    /// after another, until the throttle slowed them: past 16 MiB uncommitted, each caller waits
+    /// for its write, a quarter of a second at most, so the uncommitted bytes grow by 4 MiB a
+    /// second at most instead of passing the 32 MiB past which writes are shed. Then the writer
+    /// moves again: everything is stored, and nothing was shed.
     func testAMissStormThatOutrunsTheWriterIsSlowedNotShed() throws {
         let larder = try startLarder { configuration in
             configuration.memoryCapacityBytes = 0
         }
-        let client = try larder.connection()
         let base = uniquePath()
         let port = larder.port
         let callers = 16
@@ -121,24 +117,25 @@ final class CapacityTests: IntegrationTestCase {
         let size = 64 << 10
         let answered = Atomic<Int>(0)
         let target = url("\(base)/", "size=\(size)")
-        // Held for 1.5 s, and until the answers are past the throttle limit (20 MiB of them).
-        let databasePath = directory.appendingPathComponent("larder.sqlite").path
-        let holdUntil = (20 << 20) / size
-        let locked = DispatchSemaphore(value: 0)
-        let released = expectation(description: "writer released")
+        let service = larder.service
+        let writerHeld = DispatchSemaphore(value: 0)
+        let writerGoes = DispatchSemaphore(value: 0)
+        service.onStoreWriter {
+            writerHeld.signal()
+            writerGoes.wait()
+        }
+        XCTAssertEqual(writerHeld.wait(timeout: .now() + 10), .success, "the writer is held")
+        // Let go once the throttle slowed a save (or, without a throttle, once the storm is over).
+        let throttledWhileHeld = Atomic<Int>(0)
+        let letGo = DispatchSemaphore(value: 0)
         Thread {
-            guard let blocker = try? SQLiteConnection(path: databasePath), (try? blocker.execute("PRAGMA busy_timeout = 5000")) != nil,
-                (try? blocker.execute("BEGIN IMMEDIATE")) != nil
-            else { return XCTFail("cannot hold the write lock") }
-            locked.signal()
-            let heldFrom = Date()
-            // Let go before the store's busy timeout (5 s) in any case: a save refused then is lost.
-            func held() -> Double { Date().timeIntervalSince(heldFrom) }
-            while (answered.load(ordering: .acquiring) < holdUntil && held() < 4) || held() < 1.5 { usleep(1000) }
-            try? blocker.execute("ROLLBACK")
-            released.fulfill()
+            eventually(timeout: 120) {
+                service.throttledSaveCount > 0 || answered.load(ordering: .acquiring) == callers * each
+            }
+            throttledWhileHeld.store(service.throttledSaveCount, ordering: .releasing)
+            writerGoes.signal()
+            letGo.signal()
         }.start()
-        XCTAssertEqual(locked.wait(timeout: .now() + 10), .success)
         XCTAssertTrue(
             concurrently(callers, timeout: 120) { caller in
                 guard let connection = try? TestConnection(port: port) else { return }
@@ -149,9 +146,13 @@ final class CapacityTests: IntegrationTestCase {
                     if (try? connection.fetch(spec))?.status == 200 { answered.add(1, ordering: .releasing) }
                 }
             })
-        wait(for: [released], timeout: 10)
+        XCTAssertEqual(letGo.wait(timeout: .now() + 10), .success)
+        XCTAssertGreaterThan(throttledWhileHeld.load(ordering: .acquiring), 0, "the throttle slowed the callers while the writer was held")
         XCTAssertEqual(answered.load(ordering: .relaxed), callers * each)
         larder.service.waitForIdleStoreWriter()
+        // A connection of its own after the storm (one opened before would have sat idle through
+        // it, past the server's idle timeout on a slow machine).
+        let client = try larder.connection()
         let metrics = String(decoding: try client.request("GET", "/metrics").body, as: UTF8.self)
         XCTAssertTrue(metrics.contains("\nlarder_store_writes_shed_total 0\n"), "no write was shed")
         XCTAssertEqual(try storedStatistics(client)["entries"] as? Int, callers * each, "every response was stored")

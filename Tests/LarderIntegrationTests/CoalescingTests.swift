@@ -73,22 +73,29 @@ final class CoalescingTests: IntegrationTestCase {
                 XCTAssertEqual(response?.json["status"] as? Int, 200)
             })
         XCTAssertEqual(origin.count(path), 2)
+        XCTAssertEqual(larder.service.coalescedCount, 0)
         // The control (issue 35): the same two requests with one version share one upstream
-        // request, so the two above were two because their versions differ.
+        // request, so the two above were two because their versions differ. The origin answers
+        // once the second joined the first's fetch.
         let control = uniquePath()
-        let second = url(control, "delay=300")
-        XCTAssertTrue(
-            concurrently(2) { _ in
-                _ = try? TestConnection(port: port).fetch(["url": second, "cache": ["ttl": 60, "version": 1]])
-            })
+        let released = release([control], whenCoalesced: 1, on: larder.service)
+        let responses = concurrently(2, port: port, ["url": url(control, "hold=gate"), "cache": ["ttl": 60, "version": 1]])
+        XCTAssertTrue(released.waitForRelease(), "the second request joined the first's fetch")
+        XCTAssertEqual(responses.map { $0?.status }, [200, 200])
         XCTAssertEqual(origin.count(control), 1)
+        XCTAssertEqual(responses.filter { $0?.cache["coalesced"] as? Bool == true }.count, 1)
     }
 
     func testAnUpstreamFailureIsSharedWithTheWaiters() throws {
-        let larder = try startLarder()
+        let larder = try startLarder { $0.maxUpstreamBodyBytes = 1000 }
         let path = uniquePath()
-        let responses = concurrently(20, port: larder.port, ["url": url(path, "delay=3000"), "timeoutMs": 1500, "cache": ["ttl": 60]])
-        XCTAssertEqual(responses.compactMap { $0?.errorCode }, Array(repeating: "upstream_timeout", count: 20))
-        XCTAssertEqual(origin.count(path), 1)
+        // The origin answers once the 19 others joined the first request's fetch, with a body
+        // over --max-upstream-body-bytes: the fetch fails, and its failure is every waiter's.
+        let released = release([path], whenCoalesced: 19, on: larder.service)
+        let responses = concurrently(20, port: larder.port, ["url": url(path, "hold=gate&size=5000"), "cache": ["ttl": 60]])
+        XCTAssertTrue(released.waitForRelease(), "the requests overlapped")
+        XCTAssertEqual(responses.compactMap { $0?.errorCode }, Array(repeating: "upstream_too_large", count: 20))
+        XCTAssertEqual(origin.count(path), 1, "the waiters did not fetch on their own")
+        XCTAssertEqual(larder.service.coalescedCount, 19)
     }
 }

@@ -22,7 +22,8 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         let slowResult = Locked<TestResponse?>(nil)
         let finished = Condition()
         let port = larder.port
-        let slowURL = url(slowPath, "delay=2000")
+        // Held at the origin until the test lets it go, after the hits.
+        let slowURL = url(slowPath, "hold=gate")
         Thread {
             let response = try? TestConnection(port: port).fetch(["url": slowURL])
             slowResult.withLock { $0 = response }
@@ -31,12 +32,19 @@ final class ConcurrencyAndLifecycleTests: IntegrationTestCase {
         }.start()
         XCTAssertTrue(origin.waitForCount(slowPath, atLeast: 1), "the slow request reached the origin")
 
-        // While the slow request is suspended, hits on other connections are answered.
-        let client = try larder.connection()
-        for _ in 0..<20 {
+        // While the slow request is suspended, hits on other connections are answered, on every
+        // loop (the slow request's own too): connections are opened until each loop served some.
+        let before = larder.service.requestsPerLoop
+        func hitsPerLoop() -> [Int] { zip(larder.service.requestsPerLoop, before).map { $0 - $1 } }
+        var clients: [TestConnection] = []
+        while clients.count < 20 || hitsPerLoop().contains(0), clients.count < 64 {
+            let client = try larder.connection()
             XCTAssertEqual(try client.fetch(["url": url(hotPath), "cache": ["ttl": 300]]).outcome, "hit")
+            clients.append(client)
         }
+        XCTAssertFalse(hitsPerLoop().contains(0), "hits were answered on every loop: \(hitsPerLoop())")
         XCTAssertFalse(slowDone.load(ordering: .sequentiallyConsistent), "hits were answered before the slow upstream finished")
+        origin.holds.release(slowPath)
         XCTAssertTrue(finished.wait(timeout: 10) { slowDone.load(ordering: .sequentiallyConsistent) })
         XCTAssertEqual(slowResult.withLock { $0?.json["status"] as? Int }, 200)
     }

@@ -310,26 +310,16 @@ final class DiskFullTests: IntegrationTestCase {
         // Space comes back: storing resumes by itself.
         XCTAssertEqual(DiskFullTests.run("/usr/bin/prlimit", ["--pid", "\(process.processIdentifier)", "--fsize=\(original):"]), 0)
         XCTAssertEqual(try client.request("DELETE", "/cache?all=true").status, 200)
-        let deadline = Date().addingTimeInterval(15)
-        var stored = false
+        // A probe goes ahead every 2 s: no event to wait on.
         var attempt = 0
-        while !stored, Date() < deadline {
+        let stored = try eventually(timeout: 15, every: 0.1) {
             attempt += 1
-            stored =
-                try client.fetch(["url": url("\(base)/again-\(attempt)", "size=1000"), "cache": ["ttl": 600]]).cache["stored"] as? Bool
-                == true
-            if !stored { usleep(100_000) } // a probe goes ahead every 2 s: no event to wait on
+            let spec: [String: Any] = ["url": url("\(base)/again-\(attempt)", "size=1000"), "cache": ["ttl": 600]]
+            return try client.fetch(spec).cache["stored"] as? Bool == true
         }
         XCTAssertTrue(stored, "stores again once space is freed")
         XCTAssertTrue(
-            try {
-                let end = Date().addingTimeInterval(5)
-                while Date() < end {
-                    if try client.request("GET", "/healthz").json["storage"] as? String == "ok" { return true }
-                    usleep(20_000)
-                }
-                return false
-            }(), "healthy again")
+            try eventually(timeout: 5) { try client.request("GET", "/healthz").json["storage"] as? String == "ok" }, "healthy again")
         XCTAssertEqual(try client.request("GET", "/readyz").status, 200, "and ready")
         process.terminate()
         XCTAssertTrue(waitForExit(process))

@@ -94,16 +94,13 @@ final class FileChurnTests: IntegrationTestCase {
             let grown = fileSize()
             XCTAssertEqual(try writer.request("DELETE", "/cache?tag=\(tag)").json["removed"] as? Int, 300, tag)
             // The purge's vacuum steps give its pages back (awaited: the file's free pages, read
-            // from here), then a TRUNCATE checkpoint writes the WAL back and cuts the file to its
-            // new size. Larder's idle readers keep their snapshots until its next commit, so the
-            // WAL itself is usually left (busy): a short busy timeout.
+            // from here; no event marks the last step), then a TRUNCATE checkpoint writes the WAL
+            // back and cuts the file to its new size. Larder's idle readers keep their snapshots
+            // until its next commit, so the WAL itself is usually left (busy): a short busy timeout.
+            try eventually(timeout: 20, every: 0.05) { try python("print(c.execute('PRAGMA freelist_count').fetchone()[0])") == "0" }
             checkpoints.append(
                 try python(
                     """
-                    import time
-                    for _ in range(400):
-                        if c.execute('PRAGMA freelist_count').fetchone()[0] == 0: break
-                        time.sleep(0.05)
                     c.execute('PRAGMA busy_timeout = 200')
                     print(c.execute('PRAGMA freelist_count').fetchone()[0], *c.execute('PRAGMA wal_checkpoint(TRUNCATE)').fetchone())
                     """))

@@ -302,12 +302,6 @@ final class MetricsTests: IntegrationTestCase {
         XCTAssertEqual(try connections().open, (before.open ?? 0) + 3)
         // Closed connections leave the count once the server has seen them go.
         for client in held { client.closeSocket() }
-        let deadline = Date().addingTimeInterval(10)
-        var open = try connections().open
-        while open != before.open, Date() < deadline {
-            usleep(20_000)
-            open = try connections().open
-        }
-        XCTAssertEqual(open, before.open)
+        XCTAssertEqual(try eventually(every: 0.02, { try connections().open }) { $0 == before.open }, before.open)
     }
 }

@@ -44,13 +44,11 @@ final class OTLPExportTests: IntegrationTestCase {
             XCTAssertEqual(response.status, 200, response.text)
 
             // Spans go out in batches every half second: wait for all four.
-            var spans: [[String: Any]] = []
-            let deadline = Date().addingTimeInterval(20)
-            while Date() < deadline {
+            let spans = eventually(timeout: 20, every: 0.05) {
                 let text = (try? String(contentsOfFile: spansFile, encoding: .utf8)) ?? ""
-                spans = text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-                if spans.count >= 4 { break }
-                usleep(50_000)
+                return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            } until: {
+                $0.count >= 4
             }
             func span(_ name: String) throws -> [String: Any] {
                 try XCTUnwrap(spans.first { $0["name"] as? String == name }, "no \(name) in \(spans.map { $0["name"] ?? "" })")

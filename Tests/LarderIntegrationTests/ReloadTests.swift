@@ -101,8 +101,7 @@ final class ReloadTests: IntegrationTestCase {
             configured(&next, token: round % 2 == 0 ? firstToken : secondToken, apiKey: "k-\(round)", maxBatch: 2 + round % 3)
             _ = try larder.service.reload(next)
             let target = answered.load(ordering: .relaxed) + 8
-            let deadline = Date().addingTimeInterval(10)
-            while answered.load(ordering: .relaxed) < target, Date() < deadline { usleep(500) }
+            eventually(every: 0.0005) { answered.load(ordering: .relaxed) >= target }
         }
         stop.store(true, ordering: .relaxed)
         XCTAssertEqual(senders.wait(timeout: .now() + 30), .success)

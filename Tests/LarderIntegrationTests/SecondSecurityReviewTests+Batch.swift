@@ -144,18 +144,14 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         XCTAssertTrue(try leaver.readLine().hasPrefix("HTTP/1.1 200"), "the stream started")
         XCTAssertTrue(origin.waitForCount(base, atLeast: 4))
         func held() -> Int { glibcHeapInUse() - before }
-        func eventually(_ condition: () -> Bool) -> Bool {
-            let deadline = Date().addingTimeInterval(20)
-            while !condition(), Date() < deadline { usleep(10_000) } // no event marks an allocation or the last free
-            return condition()
-        }
         // Leave while the batch holds several answered items: one waits for the socket, the
         // others (fetched meanwhile) for it.
         func answered() -> Int {
             let stats = try? larder.connection().request("GET", "/cache/stats")
             return (stats?.json["sinceStart"] as? [String: Any])?["requests"] as? Int ?? 0
         }
-        XCTAssertTrue(eventually { answered() >= 4 })
+        // No event marks an allocation or the last free.
+        XCTAssertTrue(eventually(timeout: 20) { answered() >= 4 })
         if heapVisible { XCTAssertGreaterThan(held(), 24 << 20, "the batch holds its answered items") }
         leaver.closeSocket()
 
@@ -165,7 +161,7 @@ final class BatchAndChainReviewTests: IntegrationTestCase {
         XCTAssertEqual(after.json["ok"] as? Bool, true, after.text)
         XCTAssertLessThan(origin.count(base), 12, "the batch stopped fetching when its client left")
         // What the abandoned batch held is let go of: its run ends although nobody reads.
-        if heapVisible { XCTAssertTrue(eventually { held() < 8 << 20 }, "still held: \(held() >> 20) MiB") }
+        if heapVisible { XCTAssertTrue(eventually(timeout: 20) { held() < 8 << 20 }, "still held: \(held() >> 20) MiB") }
     }
 
     // MARK: 4. The answer's budget, and back-pressure

@@ -119,11 +119,8 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
     func testAVersionMessageAloneChangesNothing() throws {
         let client = try startShared().connection()
         // Messages are heard once the instance has subscribed (a message before is lost).
-        let subscribed = Date().addingTimeInterval(10)
-        while Date() < subscribed,
-            try redis.send(["PUBSUB", "NUMSUB", "larder:events"]) != .array([.bytes(Array("larder:events".utf8)), .integer(1)])
-        {
-            usleep(10_000)
+        try eventually {
+            try redis.send(["PUBSUB", "NUMSUB", "larder:events"]) == .array([.bytes(Array("larder:events".utf8)), .integer(1)])
         }
         // Anyone who can PUBLISH: the message names a version the store's hash does not hold.
         _ = try redis.send(["PUBLISH", "larder:events", "version 5 planted"])
@@ -132,13 +129,8 @@ final class SharedStoreSecurityTests: SharedStoreTestCase {
         // once it is applied, the forged messages before it were handled too.
         _ = try redis.send(["HSET", "larder:nsv", "real", "4"])
         _ = try redis.send(["PUBLISH", "larder:events", "version 4 real"])
-        let deadline = Date().addingTimeInterval(10)
-        var listed = ""
-        while Date() < deadline {
-            listed = try client.request("GET", "/cache/namespaces").text
-            if listed.contains(#""version":4"#) { break }
-            usleep(20_000)
-        }
+        let namespaces = { try client.request("GET", "/cache/namespaces").text }
+        let listed = try eventually(namespaces, until: { $0.contains(#""version":4"#) })
         XCTAssertTrue(
             listed.contains(#""name":"real""#) && listed.contains(#""version":4"#), "a message the hash confirms is applied: \(listed)")
         XCTAssertFalse(listed.contains("planted") || listed.contains("nnnn"), listed)

@@ -254,23 +254,50 @@ final class SecurityReviewTests: IntegrationTestCase {
     /// another loop frees must start them (seen: they waited until their deadline, 504).
     func testIssue12ASlotFreedOnOneLoopStartsTheRequestsWaitingOnAnother() throws {
         let larder = try startLarder { $0.maxUpstreamTransfers = 1 }
-        // Eight connections, so both loops have requests waiting; each request's own deadline
-        // (3 s) is far more than the eight 100 ms exchanges one after another need.
-        let statuses = slowFetchStatuses(port: larder.port, count: 8, delayMs: 100, timeoutMs: 3000)
-        XCTAssertEqual(statuses, Array(repeating: 200, count: 8))
-        XCTAssertEqual(origin.peakConcurrency, 1)
+        let base = uniquePath()
+        func path(_ index: Int) -> String { "\(base)-\(index)" }
+        // Each request for its own path, which the origin holds until the test lets it go: the
+        // first holds the one slot, the others wait for it. A connection goes to whichever loop
+        // accepts it first, so connections are opened (each request handed to the router before
+        // the next) until every loop has some: then a loop has requests waiting and no transfer
+        // of its own whose end would start them.
+        var clients: [TestConnection] = []
+        while clients.count < 8 || larder.service.requestsPerLoop.contains(0), clients.count < 64 {
+            let client = try TestConnection(port: larder.port)
+            try client.sendFetch(["url": url(path(clients.count), "hold=gate"), "timeoutMs": 20_000])
+            clients.append(client)
+            let sent = clients.count
+            XCTAssertTrue(eventually { larder.service.requestsPerLoop.reduce(0, +) == sent }, "request \(sent) reached the router")
+        }
+        let perLoop = larder.service.requestsPerLoop
+        XCTAssertEqual(perLoop.count, 2)
+        XCTAssertFalse(perLoop.contains(0), "every loop has requests waiting for the slot: \(perLoop)")
+        // One exchange at a time: the origin holds the one that has the slot; letting it go frees
+        // the slot, and the next request, on whichever loop it waits, reaches the origin.
+        let paths = clients.indices.map(path)
+        for step in 1...clients.count {
+            let reached = eventually { origin.totalCount == step && paths.contains { origin.holds.waiting($0) == 1 } }
+            guard reached else {
+                XCTFail("only \(origin.totalCount) of \(clients.count) requests reached the origin (requests per loop: \(perLoop))")
+                break
+            }
+            let held = paths.filter { origin.holds.waiting($0) > 0 }
+            XCTAssertEqual(held.count, 1, "one transfer at a time")
+            for path in held { origin.holds.release(path) }
+        }
+        let statuses = clients.map { (try? $0.readResponse(method: "POST"))?.status ?? -1 }
+        XCTAssertEqual(statuses, Array(repeating: 200, count: clients.count))
+        XCTAssertEqual(paths.map { origin.count($0) }, Array(repeating: 1, count: clients.count))
     }
 
     /// `count` /fetch calls at once, each on its own connection, each for its own URL that the
     /// origin answers after `delayMs`: their HTTP statuses (-1 for no answer).
-    private func slowFetchStatuses(port: Int, count: Int, delayMs: Int, timeoutMs: Int? = nil) -> [Int] {
+    private func slowFetchStatuses(port: Int, count: Int, delayMs: Int) -> [Int] {
         let statuses = Locked<[Int]>([])
         let base = url(uniquePath())
         XCTAssertTrue(
             concurrently(count) { index in
-                var spec: [String: Any] = ["url": "\(base)-\(index)?delay=\(delayMs)"]
-                if let timeoutMs { spec["timeoutMs"] = timeoutMs }
-                let status = (try? TestConnection(port: port).fetch(spec).status) ?? -1
+                let status = (try? TestConnection(port: port).fetch(["url": "\(base)-\(index)?delay=\(delayMs)"]).status) ?? -1
                 statuses.withLock { $0.append(status) }
             })
         return statuses.withLock { $0 }

@@ -40,8 +40,7 @@ final class ServerLifecycleTests: XCTestCase {
         let client = try TestConnection(port: server.port)
         for _ in 0..<20 { XCTAssertEqual(try client.request("GET", "/").status, 200) }
         // Completion runs just after the answer is sent: wait for it (there is no event to await).
-        let deadline = Date().addingTimeInterval(10)
-        while handler.alive > 0, Date() < deadline { usleep(5_000) }
+        eventually { handler.alive == 0 }
         XCTAssertEqual(handler.alive, 0, "every request's registered work was released")
     }
 
@@ -93,8 +92,7 @@ final class ServerLifecycleTests: XCTestCase {
             streamEnd.withLock { $0 = end }
             streamRead.signal()
         }
-        let deadline = Date().addingTimeInterval(10)
-        while server.suspendedCount < 2 || lines.withLock({ $0 }) != ["first"], Date() < deadline { usleep(5_000) }
+        eventually { server.suspendedCount >= 2 && lines.withLock({ $0 }) == ["first"] }
         XCTAssertEqual(server.suspendedCount, 2, "the request waits for its answer, the stream for its bytes")
 
         server.stopAccepting()

@@ -10,16 +10,6 @@ import LarderSync
 import XCTest
 
 final class SharedStoreTests: SharedStoreTestCase {
-    /// Polls `condition` (a cheap request) until it holds or 10 s pass.
-    private func eventually(_ condition: () throws -> Bool) rethrows -> Bool {
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            if try condition() { return true }
-            usleep(10_000)
-        }
-        return false
-    }
-
     func testAHitStoredByOneInstanceIsServedByAnother() throws {
         let first = try startShared().connection()
         let second = try startShared().connection()
@@ -373,10 +363,7 @@ final class RedisClusterTests: IntegrationTestCase {
         } while cursor != nil
         XCTAssertEqual(listed, 30, "the listing visits every master")
         XCTAssertEqual(try first.request("DELETE", "/cache?tag=all").json["removed"] as? Int, 30)
-        let deadline = Date().addingTimeInterval(10)
-        while ((try second.request("GET", "/cache/stats").json["memoryTier"] as? [String: Any])?["bytes"] as? Int) != 0, Date() < deadline {
-            usleep(10_000)
-        }
+        try eventually { (try second.request("GET", "/cache/stats").json["memoryTier"] as? [String: Any])?["bytes"] as? Int == 0 }
         XCTAssertEqual(try second.fetch(["url": url("\(base)/7"), "cache": ["ttl": 600]]).outcome, "miss", "forgotten by every instance")
     }
 

@@ -11,13 +11,17 @@ final class StaleServingTests: IntegrationTestCase {
         let larder = try startLarder()
         let client = try larder.connection()
         let path = uniquePath()
-        // The origin answers slowly, so the refresh is still in flight while the 20 requests
-        // arrive (generous, for loaded machines).
-        let request: [String: Any] = ["url": url(path, "cc=max-age%3D10,stale-while-revalidate%3D60&delay=1500")]
-        XCTAssertEqual(try client.fetch(request).outcome, "miss")
+        // The origin holds every request until the test answers it: the first one at once, the
+        // refresh only after the requests that must not wait for it.
+        let request: [String: Any] = ["url": url(path, "cc=max-age%3D10,stale-while-revalidate%3D60&hold=gate")]
+        try client.sendFetch(request)
+        XCTAssertTrue(origin.holds.waitForHeld(path, count: 1))
+        origin.holds.answerWaiting(path)
+        XCTAssertEqual(try client.readResponse(method: "POST").outcome, "miss")
         clock.advance(by: 30)
 
-        // 20 requests inside the window: all answered with the stale entry, one refresh.
+        // 20 requests inside the window: all answered with the stale entry while the one
+        // refresh waits at the origin.
         let port = larder.port
         let body = Array(try JSONSerialization.data(withJSONObject: request))
         let outcomes = Locked<[String]>([])
@@ -27,14 +31,19 @@ final class StaleServingTests: IntegrationTestCase {
                 outcomes.withLock { $0.append(response?.outcome ?? "error") }
             })
         XCTAssertEqual(outcomes.withLock { $0 }, Array(repeating: "stale", count: 20))
-        XCTAssertTrue(origin.waitForCount(path, atLeast: 2), "the background refresh reached the origin")
+        XCTAssertTrue(origin.holds.waitForHeld(path, count: 1), "the background refresh reached the origin")
+        XCTAssertEqual(origin.count(path), 2, "one background refresh")
 
-        // A request that allows no stale window either joins the refresh still in flight
-        // (coalescing) or finds it stored: both ways it gets the refreshed response, at once.
+        // A request that allows no stale window joins the refresh still in flight (coalescing),
+        // and gets the refreshed response when it lands.
         var noWindow = request
         noWindow["cache"] = ["staleWhileRevalidate": 0]
-        let latest = try client.fetch(noWindow)
+        try client.sendFetch(noWindow)
+        XCTAssertTrue(eventually { larder.service.coalescedCount == 1 }, "it joined the refresh")
+        origin.holds.release(path)
+        let latest = try client.readResponse(method: "POST")
         XCTAssertEqual(latest.outcome, "hit")
+        XCTAssertEqual(latest.cache["coalesced"] as? Bool, true)
         XCTAssertEqual(latest.originCount, 2)
         XCTAssertEqual(origin.count(path), 2, "exactly one background refresh")
     }

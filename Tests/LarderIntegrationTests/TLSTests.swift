@@ -352,7 +352,7 @@ final class TLSTests: IntegrationTestCase {
         XCTAssertEqual(try subject(port: server.port), "CN=larder-two")
         connection.closeSocket()
         // No event marks the daemon's end: the loop stops it in its next round.
-        XCTAssertTrue(Self.pollUntil { !server.hasRetiringDaemons }, "the old daemon still runs with no connection left")
+        XCTAssertTrue(eventually { !server.hasRetiringDaemons }, "the old daemon still runs with no connection left")
         XCTAssertEqual(try curl(["https://127.0.0.1:\(server.port)/"]).codes, ["200"])
 
         let plainServer = try startHTTPServer(handler: Answering())

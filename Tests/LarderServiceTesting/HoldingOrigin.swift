@@ -4,7 +4,8 @@
 //   hold=N      the origin answers no request of the path until N of them are waiting, then
 //               answers them all (and later ones at once)
 //   hold=gate   the origin answers no request of the path until the test calls `release(path)`
-//               (and later ones at once)
+//               (and later ones at once), or `answerWaiting(path)` (those held now; later ones
+//               are held again)
 //
 // A request held longer than `HeldRequests.limit` seconds is answered 503 "held too long", so a
 // test whose requests never overlap fails on its statuses instead of hanging.
@@ -67,6 +68,16 @@ public final class HeldRequests: Sendable {
         for answer in answers { answer() }
     }
 
+    /// Answers the requests of `path` held now; later ones are held as before (for a test that
+    /// lets one request through, then holds the next).
+    public func answerWaiting(_ path: String) {
+        let answers = paths.withLock { paths -> [@Sendable () -> Void] in
+            defer { paths[path]?.answers.removeAll() }
+            return Array(paths[path]?.answers.values ?? [:].values)
+        }
+        for answer in answers { answer() }
+    }
+
     /// Requests of `path` waiting now.
     public func waiting(_ path: String) -> Int { paths.withLock { $0[path]?.answers.count ?? 0 } }
 
@@ -82,25 +93,13 @@ extension HTTPServerResponse {
 }
 
 extension IntegrationTestCase {
-    /// Polls `condition` every 5 ms until it holds or `timeout` passes; for counters no event
-    /// marks (requests joining a flight). Returns whether it held.
-    @discardableResult
-    public static func pollUntil(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while !condition() {
-            guard Date() < deadline else { return false }
-            usleep(5_000)
-        }
-        return true
-    }
-
     /// Releases `paths` of the origin on another thread once `service` counts `joined` requests
     /// coalesced (waiting on another request's upstream fetch), or after 30 s without.
     public func release(_ paths: [String], whenCoalesced joined: Int, on service: LarderService) -> Release {
         let holds = origin.holds
         let release = Release()
         DispatchQueue.global().async {
-            let reached = Self.pollUntil(timeout: 30) { service.coalescedCount >= joined }
+            let reached = eventually(timeout: 30) { service.coalescedCount >= joined } // no event marks a request joining
             for path in paths { holds.release(path) }
             release.done(reached: reached)
         }

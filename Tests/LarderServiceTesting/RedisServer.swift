@@ -37,11 +37,8 @@ public final class RedisServer {
         process.standardError = FileHandle.nullDevice
         try process.run()
         // Ready when it answers PING.
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            if (try? command(["PING"])) == "+PONG" { return }
-            usleep(10_000)
-        }
+        let ready = eventually(every: 0.01) { (try? command(["PING"])) == "+PONG" }
+        if ready { return }
         stop()
         throw TestClientError(description: "redis-server did not start on port \(self.port)")
     }
@@ -190,16 +187,11 @@ public final class RedisClusterNodes {
     /// masters (after a master was stopped: until its replica has taken over).
     @discardableResult
     public func waitUntilHealthy(timeout: Double = 30) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            let healthy =
-                nodes.filter(\.isRunning).allSatisfy { node in
-                    (try? node.bulk(["CLUSTER", "INFO"]))?.contains("cluster_state:ok") == true
-                } && masters().count == 3
-            if healthy { return true }
-            usleep(100_000)
+        eventually(timeout: timeout, every: 0.1) {
+            nodes.filter(\.isRunning).allSatisfy { node in
+                (try? node.bulk(["CLUSTER", "INFO"]))?.contains("cluster_state:ok") == true
+            } && masters().count == 3
         }
-        return false
     }
 
     /// The nodes that are masters now.

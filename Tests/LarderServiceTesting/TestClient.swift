@@ -84,16 +84,31 @@ public final class TestConnection {
         _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
         rawHeaderLines: [UInt8] = [], host: String = "127.0.0.1"
     ) throws -> TestResponse {
+        try sendRequest(method, target, headers: headers, body: body, rawHeaderLines: rawHeaderLines, host: host)
+        return try readResponse(method: method)
+    }
+
+    /// Sends a request as `request` does, without reading its answer (`readResponse` reads it).
+    public func sendRequest(
+        _ method: String, _ target: String, headers: [String: String] = [:], body: [UInt8] = [],
+        rawHeaderLines: [UInt8] = [], host: String = "127.0.0.1"
+    ) throws {
         var head = "\(method) \(target) HTTP/1.1\r\nHost: \(host)\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if !body.isEmpty || method == "POST" { head += "Content-Length: \(body.count)\r\n" }
         try sendAll(Array(head.utf8) + rawHeaderLines + Array("\r\n".utf8) + body)
-        return try readResponse(method: method)
     }
 
     /// POST /fetch with a JSON object.
     public func fetch(_ object: [String: Any]) throws -> TestResponse {
-        try request(
+        try sendFetch(object)
+        return try readResponse(method: "POST")
+    }
+
+    /// Sends POST /fetch with a JSON object without reading its answer: for a request the test
+    /// keeps waiting while it does something else (`readResponse(method: "POST")` reads it).
+    public func sendFetch(_ object: [String: Any]) throws {
+        try sendRequest(
             "POST", "/fetch", headers: ["Content-Type": "application/json"],
             body: Array(try JSONSerialization.data(withJSONObject: object)))
     }

@@ -3,10 +3,6 @@
 
 import Foundation
 
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 extension IntegrationTestCase {
     /// POST /cache/warm with a JSON object.
     public func postWarmJob(_ client: TestConnection, _ object: [String: Any]) throws -> TestResponse {
@@ -20,12 +16,7 @@ extension IntegrationTestCase {
     public func awaitAnswer(
         _ port: Int, _ target: String, timeout: Double = 20, until predicate: (TestResponse) -> Bool
     ) throws -> TestResponse {
-        let deadline = Date().addingTimeInterval(timeout)
-        while true {
-            let answer = try TestConnection(port: port).request("GET", target)
-            if predicate(answer) || Date() > deadline { return answer }
-            usleep(20_000)
-        }
+        try eventually(timeout: timeout, every: 0.02, { try TestConnection(port: port).request("GET", target) }, until: predicate)
     }
 
     /// Polls the job until `predicate` holds for its state, or `timeout` seconds pass.

@@ -58,6 +58,8 @@ final class EventLoop: @unchecked Sendable {
     let recentResponses = RecentResponses()
     /// Its connections' header deadlines; its thread only.
     let headerDeadlines: HeaderDeadlines
+    /// Requests handed to the handler on this loop; for tests (which loops served them).
+    let dispatched = Atomic<Int>(0)
 
     init?(daemon: Daemon, index: Int, headerDeadlines: HeaderDeadlines, companion: (any EventLoopCompanion)? = nil) {
         let wake = larder_wake_descriptor()

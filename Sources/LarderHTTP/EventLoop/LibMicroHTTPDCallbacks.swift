@@ -90,6 +90,7 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
             pointer: connection, loop: server.loop(of: connection), suspensions: server.suspensions)
         context.dispatchedOn = handle
         server.inFlight.add(1, ordering: .relaxed)
+        handle.loop?.dispatched.add(1, ordering: .relaxed)
         let request = HTTPServerRequest(
             method: method.map { String(cString: $0) } ?? "GET",
             path: url.map { String(cString: $0) } ?? "/",

@@ -247,6 +247,8 @@ public final class HTTPServer: @unchecked Sendable {
     public var pendingCount: Int { inFlight.load(ordering: .relaxed) }
     /// Connections suspended now, waiting for an answer or a stream's next bytes.
     public var suspendedCount: Int { suspensions.count }
+    /// Requests handed to the handler so far, by event loop; for tests.
+    public var requestsPerLoop: [Int] { loops.map { $0.dispatched.load(ordering: .relaxed) } }
     /// Responses queued again to another connection instead of built anew; for tests.
     public var reusedResponseCount: Int { loops.reduce(0) { $0 + $1.recentResponses.reuses.load(ordering: .relaxed) } }
 

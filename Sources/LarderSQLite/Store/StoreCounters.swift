@@ -6,6 +6,8 @@ final class StoreCounters: Sendable {
     let groupCommits = Atomic<Int>(0)
     /// Saves not stored because too much was waiting for its commit.
     let shedWrites = Atomic<Int>(0)
+    /// Saves whose callers waited for their commit because the writer was behind.
+    let throttledSaves = Atomic<Int>(0)
     /// Entries evicted for capacity.
     let evictions = Atomic<Int>(0)
     /// Objects the policy evicted whose rows wait in the eviction backlog (set on the writer

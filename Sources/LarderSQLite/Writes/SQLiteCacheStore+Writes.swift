@@ -65,6 +65,7 @@ extension SQLiteCacheStore {
         if let waiter = admitted.waiter {
             // Stored either way (visible now, committed soon): the wait only slows the caller.
             if admitted.throttled {
+                counters.throttledSaves.add(1, ordering: .relaxed)
                 throttleDeadlines.asyncAfter(deadline: .now() + throttleWait) { waiter.answer(stored: true) }
             }
         } else {
@@ -78,6 +79,14 @@ extension SQLiteCacheStore {
     public func onEntryDropped(_ handler: @escaping @Sendable (CacheKey) -> Void) {
         droppedHandler.set(handler)
     }
+
+    /// Saves whose callers waited for their commit because the writer was behind
+    /// (`throttleByteLimit`); for tests.
+    public var throttledSaves: Int { counters.throttledSaves.load(ordering: .relaxed) }
+
+    /// Runs `work` on the writer's queue: the commits queued after it wait until it returns (a
+    /// test holds the writer up with it, as a stalled disk would); for tests.
+    public func onWriter(_ work: @escaping @Sendable () -> Void) { writerQueue.async(execute: work) }
 
     /// Group commits so far; for tests.
     public var groupCommits: Int { counters.groupCommits.load(ordering: .relaxed) }
