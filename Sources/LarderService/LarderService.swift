@@ -57,7 +57,7 @@ public final class LarderService: Sendable {
     public var port: Int { running?.server.port ?? 0 }
 
     /// Requests the main listener handed to the router so far, by event loop; for tests.
-    public var requestsPerLoop: [Int] { server?.requestsPerLoop ?? [] }
+    public var requestsPerLoop: [Int] { running?.server.requestsPerLoop ?? [] }
 
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { running?.wiring.engine.coalescedCount ?? 0 }
@@ -75,12 +75,12 @@ public final class LarderService: Sendable {
     public var peakStoredBytes: Int { (running?.wiring.store as? SQLiteCacheStore)?.peakUsedByteCount ?? 0 }
 
     /// Saves the SQLite store slowed because its writer was behind; 0 on other stores; for tests.
-    public var throttledSaveCount: Int { (store as? SQLiteCacheStore)?.throttledSaves ?? 0 }
+    public var throttledSaveCount: Int { (running?.wiring.store as? SQLiteCacheStore)?.throttledSaves ?? 0 }
 
     /// Runs `work` on the SQLite store's writer, which commits nothing until it returns: a test
     /// holds the writer up with it, as a stalled disk would. Nothing happens on other stores;
     /// for tests.
-    public func onStoreWriter(_ work: @escaping @Sendable () -> Void) { (store as? SQLiteCacheStore)?.onWriter(work) }
+    public func onStoreWriter(_ work: @escaping @Sendable () -> Void) { (running?.wiring.store as? SQLiteCacheStore)?.onWriter(work) }
 
     /// The proxy-root listener's port, when there is one.
     public var proxyPort: Int? { running?.proxyServer?.port }

@@ -135,7 +135,7 @@ final class StaleServingTests: SemanticsTestCase {
     }
 }
 
-/// `--stale-on-error` (issue 11): the deployment's own allowance to answer from the cache when
+/// `--stale-on-error`: the deployment's own allowance to answer from the cache when
 /// the origin is down, within what the response allows (RFC 9111 §4.2.4).
 final class StaleOnErrorTests: SemanticsTestCase {
     private var staleOnError: FetchEngine.Limits {
