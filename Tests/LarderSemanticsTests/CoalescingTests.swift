@@ -11,10 +11,10 @@ final class CoalescingTests: SemanticsTestCase {
         try onEachStore {
             let path = uniquePath()
             let pending = (0..<500).map { _ in fetchLater(["url": url(path, "hold=gate"), "cache": ["ttl": 300]]) }
-            XCTAssertEqual(origin.waiting(path), 1, "one upstream request")
+            XCTAssertEqual(origin.holds.waiting(path), 1, "one upstream request")
             XCTAssertEqual(engine.coalescedCount, 499, "the others joined it")
             XCTAssertFalse(pending.contains { $0.isAnswered })
-            origin.release(path)
+            origin.holds.release(path)
             let responses = pending.map { $0.wait() }
             XCTAssertEqual(responses.filter { $0?.status == 200 && $0?.json["status"] as? Int == 200 }.count, 500)
             XCTAssertEqual(origin.count(path), 1, "exactly one upstream request")
@@ -38,7 +38,7 @@ final class CoalescingTests: SemanticsTestCase {
             let pending = (0..<20).map { _ in fetchLater(["url": url(path, "hold=gate&cc=private")]) }
             XCTAssertEqual(engine.coalescedCount, 19, "the others wait on the first")
             XCTAssertEqual(origin.count(path), 1)
-            origin.release(path)
+            origin.holds.release(path)
             let responses = pending.map { $0.wait() }
             XCTAssertEqual(responses.filter { $0?.json["status"] as? Int == 200 }.count, 20)
             XCTAssertEqual(origin.count(path), 20, "a private response is not shared: each waiter fetched on its own")
@@ -52,17 +52,17 @@ final class CoalescingTests: SemanticsTestCase {
             let versions = [1, 2].map { version in
                 fetchLater(["url": url(path, "hold=gate"), "cache": ["ttl": 60, "version": version]])
             }
-            XCTAssertEqual(origin.waiting(path), 2, "each version asked the origin")
+            XCTAssertEqual(origin.holds.waiting(path), 2, "each version asked the origin")
             XCTAssertEqual(engine.coalescedCount, 0)
-            origin.release(path)
+            origin.holds.release(path)
             XCTAssertEqual(versions.map { $0.wait()?.json["status"] as? Int }, [200, 200])
 
             // The control: the same two requests with one version share one upstream request.
             let control = uniquePath()
             let same = (0..<2).map { _ in fetchLater(["url": url(control, "hold=gate"), "cache": ["ttl": 60, "version": 1]]) }
-            XCTAssertEqual(origin.waiting(control), 1)
+            XCTAssertEqual(origin.holds.waiting(control), 1)
             XCTAssertEqual(engine.coalescedCount, 1)
-            origin.release(control)
+            origin.holds.release(control)
             XCTAssertEqual(same.map { $0.wait()?.json["status"] as? Int }, [200, 200])
             XCTAssertEqual(origin.count(control), 1)
         }
@@ -74,7 +74,7 @@ final class CoalescingTests: SemanticsTestCase {
             origin.fail(path, with: LarderError(.upstreamTimeout, "no answer within 1500 ms"))
             let pending = (0..<20).map { _ in fetchLater(["url": url(path, "hold=gate"), "cache": ["ttl": 60]]) }
             XCTAssertEqual(engine.coalescedCount, 19)
-            origin.release(path)
+            origin.holds.release(path)
             XCTAssertEqual(pending.compactMap { $0.wait()?.errorCode }, Array(repeating: "upstream_timeout", count: 20))
             XCTAssertEqual(origin.count(path), 1)
         }

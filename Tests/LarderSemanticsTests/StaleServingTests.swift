@@ -11,16 +11,17 @@ final class StaleServingTests: SemanticsTestCase {
         try onEachStore {
             let path = uniquePath()
             let request: [String: Any] = ["url": url(path, "cc=max-age%3D10,stale-while-revalidate%3D60&hold=gate")]
-            origin.release(path)
-            XCTAssertEqual(fetch(request).outcome, "miss")
+            // The first request goes through; the origin holds the ones after it.
+            let first = fetchLater(request)
+            origin.holds.answerWaiting(path)
+            XCTAssertEqual(first.wait()?.outcome, "miss")
             clock.advance(by: 30)
 
             // The origin holds the refresh, so it is still in flight while 20 requests arrive
             // inside the window: all answered with the stale entry, one refresh.
-            origin.hold(path)
             let outcomes = (0..<20).map { _ in fetch(request).outcome }
             XCTAssertEqual(outcomes, Array(repeating: "stale", count: 20))
-            XCTAssertTrue(origin.waitForHeld(path, count: 1), "the background refresh reached the origin")
+            XCTAssertTrue(origin.holds.waitForHeld(path, count: 1), "the background refresh reached the origin")
             XCTAssertEqual(origin.count(path), 2)
 
             // A request that allows no stale window joins the refresh still in flight: it gets
@@ -29,7 +30,7 @@ final class StaleServingTests: SemanticsTestCase {
             noWindow["cache"] = ["staleWhileRevalidate": 0]
             let latest = fetchLater(noWindow)
             XCTAssertFalse(latest.isAnswered, "it waits for the refresh")
-            origin.release(path)
+            origin.holds.release(path)
             let refreshed = latest.wait()
             XCTAssertEqual(refreshed?.outcome, "hit")
             XCTAssertEqual(refreshed?.cache["coalesced"] as? Bool, true)

@@ -79,9 +79,9 @@ final class VaryTests: SemanticsTestCase {
             let pending = languages.map { language in
                 fetchLater(["url": url(path, query), "headers": ["Accept-Language": language]])
             }
-            XCTAssertTrue(origin.waitForHeld(path, count: 1))
+            XCTAssertTrue(origin.holds.waitForHeld(path, count: 1))
             XCTAssertEqual(engine.coalescedCount, 19, "all but the first wait on its flight")
-            origin.release(path)
+            origin.holds.release(path)
             let echoed = pending.map { echoedLanguage($0.wait()) }
             XCTAssertEqual(echoed, languages, "every caller got its own language")
             XCTAssertEqual(origin.count(path), 2, "the other language was fetched once for its waiters")

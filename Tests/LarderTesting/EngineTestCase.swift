@@ -61,13 +61,13 @@ public struct ProxyAnswer: Sendable {
     public func header(_ name: String) -> String? { served?.headers.first(named: name.lowercased()) }
 }
 
-/// A request whose answer comes later (its origin request is held).
-public final class PendingResponse: Sendable {
-    private let answer = Locked<TestResponse?>(nil)
+/// An answer that comes later (while the origin holds its request).
+public final class Pending<Value: Sendable>: Sendable {
+    private let answer = Locked<Value?>(nil)
     private let done = DispatchSemaphore(value: 0)
 
-    func deliver(_ response: TestResponse) {
-        answer.withLock { $0 = response }
+    func deliver(_ value: Value) {
+        answer.withLock { $0 = value }
         done.signal()
     }
 
@@ -75,7 +75,7 @@ public final class PendingResponse: Sendable {
     public var isAnswered: Bool { answer.withLock { $0 != nil } }
 
     /// The answer, once it comes (nil after `timeout` seconds without one).
-    public func wait(timeout: Double = 10) -> TestResponse? {
+    public func wait(timeout: Double = 10) -> Value? {
         guard done.wait(timeout: .now() + timeout) == .success else { return nil }
         done.signal()
         return answer.withLock { $0 }
@@ -181,8 +181,8 @@ open class EngineTestCase: XCTestCase {
 
     /// Sends `spec` as POST /fetch does and returns at once; the answer comes when the origin
     /// answers (a held request, when the test releases it).
-    public func fetchLater(_ spec: [String: Any]) -> PendingResponse {
-        let pending = PendingResponse()
+    public func fetchLater(_ spec: [String: Any]) -> Pending<TestResponse> {
+        let pending = Pending<TestResponse>()
         let request: FetchRequest
         do {
             let body = try JSONSerialization.data(withJSONObject: spec, options: [.sortedKeys])
@@ -195,15 +195,22 @@ open class EngineTestCase: XCTestCase {
             pending.deliver(TestResponse(status: 0, headers: [:], body: []))
             return pending
         }
-        let prepared = engine.prepare(request)
-        if request.method == .head, let fromGet = engine.storedGet(for: request) {
-            pending.deliver(Self.render(fromGet))
-            return pending
-        }
-        if let immediate = engine.fetch(prepared, reply: { pending.deliver(Self.render($0)) }) {
-            pending.deliver(Self.render(immediate))
-        }
+        send(request, keepingBody: false, storingHead: true) { pending.deliver(Self.render($0)) }
         return pending
+    }
+
+    /// Hands `request` to the engine as the routes do: a HEAD is answered from a stored GET when
+    /// there is one (its body kept when `keepingBody`), else sent on, and stored only when
+    /// `storingHead` (the proxy stores no HEAD response).
+    private func send(
+        _ request: FetchRequest, keepingBody: Bool, storingHead: Bool, reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) {
+        if request.method == .head, let fromGet = engine.storedGet(for: request, keepingBody: keepingBody) {
+            return reply(fromGet)
+        }
+        var request = request
+        if request.method == .head, !storingHead { request.cache.policy = .noStore }
+        if let immediate = engine.fetch(engine.prepare(request), reply: reply) { reply(immediate) }
     }
 
     /// The answer as /fetch renders it: 200 with the envelope and X-Cache, or the error.
@@ -233,24 +240,10 @@ open class EngineTestCase: XCTestCase {
         let request = FetchRequest(
             method: method, url: try UpstreamURL(parsing: ScriptedOrigin.base + target), headers: headers.map { HeaderField($0.0, $0.1) },
             body: body, cache: options, shared: true)
-        let answer = Locked<CacheAnswer?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        if method == .head, let fromGet = engine.storedGet(for: request, keepingBody: true) {
-            return ProxyAnswer(answer: fromGet)
-        }
-        var forwarded = request
-        if method == .head { forwarded.cache.policy = .noStore }
-        if let immediate = engine.fetch(
-            engine.prepare(forwarded),
-            reply: { result in
-                answer.withLock { $0 = result }
-                done.signal()
-            })
-        {
-            return ProxyAnswer(answer: immediate)
-        }
-        guard done.wait(timeout: .now() + 10) == .success, let answered = answer.withLock({ $0 }) else {
-            XCTFail("no answer within 10 s", file: file, line: line)
+        let pending = Pending<CacheAnswer>()
+        send(request, keepingBody: true, storingHead: false) { pending.deliver($0) }
+        guard let answered = pending.wait() else {
+            XCTFail("no answer within 10 s (is the origin holding it?)", file: file, line: line)
             return ProxyAnswer(answer: .failed(LarderError(.cancelled, "no answer")))
         }
         return ProxyAnswer(answer: answered)
