@@ -112,7 +112,9 @@ open class EngineTestCase: XCTestCase {
     }
 
     private func setUp(_ under: StoreUnderTest) throws {
-        clock = ManualClock()
+        // On a whole second: the origin's Date field (whole seconds) then reads the clock
+        // exactly, so apparent ages are whole and ttl figures exact.
+        clock = ManualClock(start: Date().timeIntervalSince1970.rounded(.down))
         origin = ScriptedOrigin(clock: clock)
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("larder-engine-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
