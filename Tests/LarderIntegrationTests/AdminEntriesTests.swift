@@ -321,6 +321,12 @@ final class AdminEntriesTests: IntegrationTestCase {
                 body: Array(body.utf8))
             XCTAssertEqual(refused.status, 400, body)
         }
+        // The path is decoded once: `%25` names a namespace with a `%` in it, not an encoding to undo again.
+        let percent = try restarted.request(
+            "POST", "/cache/namespaces/%60%25n%271/version", headers: ["Content-Type": "application/json"],
+            body: Array(#"{"bump":true}"#.utf8))
+        XCTAssertEqual(percent.status, 200, percent.text)
+        XCTAssertEqual(percent.json["namespace"] as? String, "`%n'1")
         // At the highest version, a bump conflicts with the namespace's state.
         XCTAssertEqual(
             try restarted.request(

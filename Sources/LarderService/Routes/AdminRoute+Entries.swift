@@ -232,9 +232,8 @@ extension AdminRoute {
 
     /// POST /cache/namespaces/{ns}/version
     func setVersion(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
-        guard let namespace = request.parameter.removingPercentEncoding else {
-            throw .invalid("namespace", "is not percent-encoded correctly")
-        }
+        // The route matches on the path libmicrohttpd already decoded: the parameter is the name.
+        let namespace = request.parameter
         guard !namespace.isEmpty, namespace.utf8.count <= 256 else { throw .invalid("namespace", "must be 1 to 256 bytes") }
         if request.http.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
         let fields = try JSONFields(try JSONFields.parseBody(request.http.body), path: "")
