@@ -21,33 +21,43 @@ public enum RFC3339Time {
                 scaled <= Double(earliestMilliseconds)
                 ? earliestMilliseconds : scaled >= Double(latestMilliseconds) ? latestMilliseconds : Int64(scaled)
         }
+        var out: [UInt8] = []
+        out.reserveCapacity(24)
+        append(milliseconds, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `milliseconds` since 1970 as `format` writes it, appended to `out` without making a
+    /// string (the access log writes one per request); clamped to years 0000–9999.
+    public static func append(_ milliseconds: Int64, to out: inout [UInt8]) {
+        let milliseconds = min(max(milliseconds, earliestMilliseconds), latestMilliseconds)
         let wholeSeconds = floorDivide(milliseconds, 1000)
         let millisecond = Int(milliseconds - wholeSeconds * 1000)
         let days = floorDivide(wholeSeconds, 86_400)
         let secondOfDay = Int(wholeSeconds - days * 86_400)
         let (year, month, day) = civil(fromDays: days)
-        var out = ""
-        out.reserveCapacity(24)
         func digits(_ value: Int, _ count: Int) {
-            var text = String(value)
-            while text.utf8.count < count { text = "0" + text }
-            out += text
+            var divisor = 1
+            for _ in 1..<count { divisor *= 10 }
+            while divisor > 0 {
+                out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
+                divisor /= 10
+            }
         }
         digits(year, 4)
-        out += "-"
+        out.append(UInt8(ascii: "-"))
         digits(month, 2)
-        out += "-"
+        out.append(UInt8(ascii: "-"))
         digits(day, 2)
-        out += "T"
+        out.append(UInt8(ascii: "T"))
         digits(secondOfDay / 3600, 2)
-        out += ":"
+        out.append(UInt8(ascii: ":"))
         digits(secondOfDay % 3600 / 60, 2)
-        out += ":"
+        out.append(UInt8(ascii: ":"))
         digits(secondOfDay % 60, 2)
-        out += "."
+        out.append(UInt8(ascii: "."))
         digits(millisecond, 3)
-        out += "Z"
-        return out
+        out.append(UInt8(ascii: "Z"))
     }
 
     /// An RFC 3339 date-time (§5.6): `YYYY-MM-DDTHH:MM:SS`, an optional fraction of any length,

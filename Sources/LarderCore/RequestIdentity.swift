@@ -21,6 +21,14 @@ public struct RequestIdentity: Sendable {
         }
     }
 
+    /// Appends the request id to `out`, as `id` writes it.
+    public func appendID(to out: inout [UInt8]) {
+        switch source {
+        case .caller(let id): out.append(contentsOf: id.utf8)
+        case .made(let value): withUnsafeBytes(of: value.bigEndian) { HexDigits.append($0, to: &out) }
+        }
+    }
+
     private enum IDSource: Sendable {
         case caller(String)
         case made(UInt64)
@@ -174,8 +182,17 @@ struct IdentityRandom: RandomNumberGenerator {
 
 /// Lower-case hex written straight into a string's storage: an id is made for every request, and
 /// building it through arrays and interpolation cost more than the rest of a hit's identity.
-enum HexDigits {
+public enum HexDigits {
     private static let digits: StaticString = "0123456789abcdef"
+
+    /// Appends two digits per byte of `bytes` to `out` (a log line's ids, without a string each).
+    public static func append(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
+        let table = digits.utf8Start
+        for byte in bytes {
+            out.append(table[Int(byte >> 4)])
+            out.append(table[Int(byte & 0x0F)])
+        }
+    }
 
     static func isLowerHex(_ byte: UInt8) -> Bool {
         (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(byte)

@@ -22,6 +22,9 @@ extension LarderService {
         let upstreams: Live<[String: NamedUpstream]>
         /// The spans of every request: the ones the service was given, or the OTLP exporter's.
         let spans: (any SpanRecorder)?
+        /// The access log's buffers and writer (used while --access-log is on; a reload turns it
+        /// on and off).
+        let accessLog: AccessLogWriter
     }
 
     /// A started service: what a reload rebuilds the router from, the upstream, the listeners

@@ -46,12 +46,23 @@ public final class LarderService: Sendable {
     /// `--otlp-endpoint` names; without either, spans are only ids.
     private let givenSpans: (any SpanRecorder)?
 
-    public init(configuration: LarderConfiguration, logger: Logger, clock: Clock = .system, spans: (any SpanRecorder)? = nil) {
+    /// Where access-log lines go; nil: standard error, in the configuration's format, at the
+    /// logger's level.
+    private let accessLogOutput: AccessLogOutput?
+
+    public init(
+        configuration: LarderConfiguration, logger: Logger, clock: Clock = .system, spans: (any SpanRecorder)? = nil,
+        accessLogOutput: AccessLogOutput? = nil
+    ) {
         self.currentConfiguration = Locked(configuration)
         self.logger = logger
         self.clock = clock
         self.givenSpans = spans
+        self.accessLogOutput = accessLogOutput
     }
+
+    /// Access-log lines dropped because their output was slower than the requests.
+    public var accessLogDropped: Int { running?.wiring.accessLog.dropped ?? 0 }
 
     /// The port the server listens on (useful when configured as 0).
     public var port: Int { running?.server.port ?? 0 }
@@ -132,7 +143,11 @@ public final class LarderService: Sendable {
         }
         let wiring = Wiring(
             engine: engine, tier: tier, store: store, loop: loop, metrics: metrics, warmJobs: warmJobs,
-            connections: connections, routers: RouterSlot(), upstreams: upstreams, spans: givenSpans ?? exporter)
+            connections: connections, routers: RouterSlot(), upstreams: upstreams, spans: givenSpans ?? exporter,
+            accessLog: AccessLogWriter(
+                output: accessLogOutput
+                    ?? .standardError(LogControl(level: logger.logLevel, format: configuration.resolvedLogFormat)),
+                shards: configuration.serverThreads))
         wiring.routers.set(makeRouter(configuration, wiring))
         warnIfAdminRoutesOpen(configuration)
         if configuration.browserRequestRules.acceptsAnyName {
@@ -143,7 +158,8 @@ public final class LarderService: Sendable {
                 """)
         }
         let servers = makeServers(
-            routers: wiring.routers, base: serverConfiguration(store: store, upstream: upstream), ownListeners: ownListeners,
+            routers: wiring.routers, base: serverConfiguration(store: store, upstream: upstream, accessLog: wiring.accessLog),
+            ownListeners: ownListeners,
             certificates: certificates)
         listeners.withLock { listeners in
             listeners = [("main", WeakServer(servers.main))]
@@ -158,6 +174,7 @@ public final class LarderService: Sendable {
             servers.proxy?.stop()
             servers.main.stop()
             upstream.shutdown()
+            wiring.accessLog.close()
             store.close()
             exporter?.shutdown(waitingAtMost: 1)
             throw error
@@ -263,14 +280,18 @@ public final class LarderService: Sendable {
             engine: wiring.engine, upstreams: upstreamsByName, store: wiring.store, tier: wiring.tier,
             traffic: wiring.engine.traffic, clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
         let (metrics, store, warmJobs, connections) = (wiring.metrics, wiring.store, wiring.warmJobs, wiring.connections)
+        let accessLog = wiring.accessLog
         return Router(
             engine: wiring.engine, clock: clock, logger: logger, configuration: configuration,
             upstreams: upstreamsByName, warmJobs: wiring.warmJobs, admin: admin, metrics: wiring.metrics,
+            accessLog: configuration.accessLog ? wiring.accessLog : nil,
             health: wiring.store, loop: wiring.loop, spans: wiring.spans,
             scrape: { [weak tier = wiring.tier] memoBytes in
                 let connections = connections()
                 return tier.map {
-                    metrics.scrape(store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes, listeners: connections)
+                    metrics.scrape(
+                        store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes, listeners: connections,
+                        accessLogDropped: accessLog.dropped)
                 } ?? []
             })
     }
@@ -323,7 +344,9 @@ public final class LarderService: Sendable {
 
     /// What every listener shares: host, threads, limits, timeouts, and the answers the server
     /// gives by itself.
-    private func serverConfiguration(store: any OperatedStore, upstream: CurlUpstream) -> HTTPServerConfiguration {
+    private func serverConfiguration(
+        store: any OperatedStore, upstream: CurlUpstream, accessLog: AccessLogWriter
+    ) -> HTTPServerConfiguration {
         var serverConfiguration = HTTPServerConfiguration()
         serverConfiguration.host = configuration.host
         serverConfiguration.port = configuration.port
@@ -350,10 +373,10 @@ public final class LarderService: Sendable {
             libraryLogger.notice("\(message)", metadata: ["source": "libmicrohttpd"])
         }
         if configuration.accessLog {
-            let logger = self.logger
             serverConfiguration.onReject = { method, path, status, _ in
-                let code = status == 501 ? "not_implemented" : "invalid_request"
-                logger.info("\(method) \(path.replacingOccurrences(of: " ", with: "%20")) \(status) \(code) -")
+                AccessLog.writeRefusal(
+                    method: method, path: path, status: status, code: status == 501 ? "not_implemented" : "invalid_request",
+                    to: accessLog)
             }
         }
         return serverConfiguration
@@ -480,6 +503,7 @@ public final class LarderService: Sendable {
             logger.error("requests still unanswered after cancellation: answering them 503 shutting_down (streams cut short) and stopping")
         }
         for listener in servers { listener.stop() }
+        running.wiring.accessLog.close()
         running.spanExporter?.shutdown(waitingAtMost: 5)
         running.wiring.store.close()
         started.withLock { $0 = nil }

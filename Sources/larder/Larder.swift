@@ -90,7 +90,7 @@ struct Serve: ParsableCommand {
         let logger = Logger(label: "larder")
 
         let memory = MemoryDiscipline()
-        let service = LarderService(configuration: configuration, logger: logger)
+        let service = LarderService(configuration: configuration, logger: logger, accessLogOutput: .standardError(logControl))
         do {
             try service.start()
         } catch {

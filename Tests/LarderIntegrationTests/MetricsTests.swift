@@ -75,6 +75,7 @@ final class MetricsTests: IntegrationTestCase {
         // How many misses the key filter answered depends on when its start-up build ended
         // (KeyFilterTests counts them); the counter is exported either way.
         XCTAssertNotNil(samples[#"larder_store_lookups_skipped_total{}"#])
+        XCTAssertEqual(samples[#"larder_access_log_dropped_total{}"#], 0)
         XCTAssertGreaterThan(samples[#"larder_memory_tier_bytes{}"#] ?? 0, 0)
         XCTAssertEqual(samples[#"larder_warm_jobs{state="running"}"#], 0)
         XCTAssertGreaterThan(samples[#"process_resident_memory_bytes{}"#] ?? 0, 1_048_576)

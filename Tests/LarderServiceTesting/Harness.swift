@@ -33,7 +33,14 @@ public final class RunningLarder {
             logger = Logger(label: "larder-test") { StreamLogHandler.standardError(label: $0) }
             logger.logLevel = .warning
         }
-        service = LarderService(configuration: configuration, logger: logger, clock: clock, spans: spans)
+        // Access lines go to `logLines` too, as Larder writes them (in text unless `logFormat` says).
+        let accessLogOutput = logLines.map { lines in
+            AccessLogOutput(control: LogControl(level: .info, format: logFormat ?? .text)) { bytes in
+                for line in bytes.split(separator: UInt8(ascii: "\n")) { lines.append(String(decoding: line, as: UTF8.self)) }
+            }
+        }
+        service = LarderService(
+            configuration: configuration, logger: logger, clock: clock, spans: spans, accessLogOutput: accessLogOutput)
         try service.start()
     }
 

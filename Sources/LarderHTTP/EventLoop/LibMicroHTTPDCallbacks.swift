@@ -98,7 +98,8 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
             headers: headers,
             body: body,
             bodyTooLarge: bodyTooLarge,
-            peer: larder_mhd_client_address(connection).flatMap(PeerAddress.init))
+            peer: larder_mhd_client_address(connection).flatMap(PeerAddress.init),
+            loop: handle.loop?.index ?? 0)
         if let response = server.handler.handle(request, responder: HTTPResponder(context: context, server: server)) {
             return queue(response, on: connection, server: server)
         }

@@ -21,14 +21,18 @@ public final class HTTPServerRequest: Sendable {
     /// The peer's address, kept as its bytes (no allocation per request) until the access log
     /// or a span asks for it as an `IPAddress`.
     private let peer: PeerAddress?
+    /// The index of the event loop that received it (0 for a request made elsewhere): what is
+    /// kept per loop (the access log's buffers) is found by it.
+    public let loop: Int
 
     /// The peer's address (for the access log and spans); nil when libmicrohttpd does not say.
     public var clientAddress: IPAddress? { peer?.address }
 
     public init(
         method: String, path: String, rawTarget: String, headers: [(name: String, value: String)],
-        body: [UInt8], bodyTooLarge: Bool, peer: PeerAddress? = nil
+        body: [UInt8], bodyTooLarge: Bool, peer: PeerAddress? = nil, loop: Int = 0
     ) {
+        self.loop = loop
         self.method = method
         self.path = path
         self.rawTarget = rawTarget

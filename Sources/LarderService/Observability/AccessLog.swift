@@ -1,44 +1,224 @@
 // One access-log line per request: the message says what a person scans for
 // (`POST /fetch 200 miss 2.45ms`), the fields say the rest (request id, trace, route, bytes,
 // client, upstream URL with --redact-query applied, key prefix), as `key=value` in text and as
-// members of the object in JSON (LogOutput). The path is the client's (percent-decoded by the
-// HTTP layer): the handler escapes its control characters (`/nope%0aFORGED` must not write a
-// second line), and its spaces are shown as %20 (a fake `key=value` must not follow one).
+// members of the object in JSON, exactly as LarderLogHandler writes other lines (LogOutput.swift).
+// The path is the client's (percent-decoded by the HTTP layer): its control characters are
+// escaped (`/nope%0aFORGED` must not write a second line), and in text its spaces are shown as
+// %20 (a fake `key=value` must not follow one).
+//
+// The line is written straight into the bytes of its loop's buffer (AccessLogWriter), field by
+// field in the order the handler sorts them: no metadata dictionary, no strings made per field.
 
 import LarderCore
 import LarderHTTP
 import Logging
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 enum AccessLog {
     /// The key digits logged, as `larder cache ls` prints them (`show` takes any unique prefix).
     static let keyPrefixLength = 16
 
-    static func write(
-        to logger: Logger, request: HTTPServerRequest, answer: RouteAnswer, status: Int, seconds: Double, route: String,
-        identity: RequestIdentity, redaction: QueryRedaction
-    ) {
-        let milliseconds = (seconds * 100_000).rounded() / 100
-        let said = answer.outcome?.rawValue ?? answer.errorCode ?? "-"
-        var fields: Logger.Metadata = [
-            "request_id": .string(identity.id),
-            "trace_id": .string(identity.span.context.traceID.description),
-            "span_id": .string(identity.span.context.spanID.description),
-            "route": .string(route),
-            "method": .string(request.method),
-            "path": .string(request.path),
-            "status": .stringConvertible(status),
-            "outcome": .string(said),
-            "duration_ms": .stringConvertible(milliseconds),
-            LarderLogHandler.inMessageKey: .array(["method", "path", "status", "outcome", "duration_ms"])
-        ]
-        if let bytes = bytes(of: answer.response) { fields["bytes"] = .stringConvertible(bytes) }
-        if let client = request.clientAddress { fields["client"] = .string(client.description) }
-        if let upstream = answer.upstream { fields["upstream"] = .string(redaction.apply(upstream.absoluteString)) }
-        if let key = answer.key { fields["key"] = .string(String(key.prefix(keyPrefixLength))) }
-        // The handler escapes control characters (text) or writes JSON; a space in the path is
-        // shown as %20 here, or `/x request_id=forged` would read as a field of the line.
-        let path = request.path.replacingOccurrences(of: " ", with: "%20")
-        logger.info("\(request.method) \(path) \(status) \(said) \(milliseconds)ms", metadata: fields)
+    /// What one request's line says.
+    struct Line {
+        let request: HTTPServerRequest
+        let answer: RouteAnswer
+        let status: Int
+        let seconds: Double
+        let route: String
+        let identity: RequestIdentity
+        let redaction: QueryRedaction
+    }
+
+    static func write(_ line: Line, to writer: AccessLogWriter) {
+        guard writer.isEnabled else { return }
+        let format = writer.format
+        writer.append(loop: line.request.loop) { out in
+            switch format {
+            case .text: appendText(line, to: &out)
+            case .json: appendJSON(line, to: &out)
+            }
+            out.append(UInt8(ascii: "\n"))
+        }
+    }
+
+    /// An access line for a request the HTTP layer refused before routing it (no fields).
+    static func writeRefusal(method: String, path: String, status: Int, code: String, to writer: AccessLogWriter) {
+        guard writer.isEnabled else { return }
+        let message = "\(method) \(path.replacingOccurrences(of: " ", with: "%20")) \(status) \(code) -"
+        writer.append(loop: 0) { appendNotice(message, level: .info, format: writer.format, to: &$0) }
+    }
+
+    /// A line of the access log's own (the writer's drop notices, refusals): time, level, message.
+    static func appendNotice(_ message: String, level: Logger.Level, format: LogFormat, to out: inout [UInt8]) {
+        switch format {
+        case .text:
+            appendTime(to: &out)
+            out.append(UInt8(ascii: " "))
+            out.append(contentsOf: level.rawValue.utf8)
+            out.append(UInt8(ascii: " "))
+            appendPrintable(message, to: &out)
+        case .json:
+            out.append(contentsOf: #"{"time":""#.utf8)
+            appendTime(to: &out)
+            out.append(contentsOf: #"","level":"#.utf8)
+            LarderLogHandler.appendLogString(level.rawValue, to: &out)
+            out.append(contentsOf: #","message":"#.utf8)
+            LarderLogHandler.appendLogString(message, to: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    // MARK: - Text
+
+    /// `time info METHOD PATH STATUS OUTCOME MSms` and the fields in key order.
+    private static func appendText(_ line: Line, to out: inout [UInt8]) {
+        appendTime(to: &out)
+        out.append(contentsOf: " info ".utf8)
+        appendPrintable(line.request.method, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendPrintable(line.request.path, spacesEncoded: true, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendDecimal(line.status, to: &out)
+        out.append(UInt8(ascii: " "))
+        appendPrintable(outcome(of: line.answer), to: &out)
+        out.append(UInt8(ascii: " "))
+        appendMilliseconds(line.seconds, to: &out)
+        out.append(contentsOf: "ms".utf8)
+        if let bytes = bytes(of: line.answer.response) {
+            out.append(contentsOf: " bytes=".utf8)
+            appendDecimal(bytes, to: &out)
+        }
+        if let client = line.request.clientAddress { appendTextField("client", client.description, to: &out) }
+        if let key = line.answer.key {
+            out.append(contentsOf: " key=".utf8)
+            out.append(contentsOf: key.utf8.prefix(keyPrefixLength))
+        }
+        out.append(contentsOf: " request_id=".utf8)
+        line.identity.appendID(to: &out)
+        appendTextField("route", line.route, to: &out)
+        let context = line.identity.span.context
+        out.append(contentsOf: " span_id=".utf8)
+        withUnsafeBytes(of: context.spanID.bytes) { HexDigits.append($0, to: &out) }
+        out.append(contentsOf: " trace_id=".utf8)
+        withUnsafeBytes(of: context.traceID.bytes) { HexDigits.append($0, to: &out) }
+        if let upstream = line.answer.upstream { appendTextField("upstream", line.redaction.apply(upstream.absoluteString), to: &out) }
+    }
+
+    /// ` name=value`: the value escaped, and quoted when it is empty or holds a space or a quote
+    /// (logfmt), as `LarderLogHandler.fieldsText` writes it.
+    private static func appendTextField(_ name: String, _ value: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: " "))
+        out.append(contentsOf: name.utf8)
+        out.append(UInt8(ascii: "="))
+        let start = out.count
+        appendPrintable(value, to: &out)
+        let written = out[start...]
+        guard written.isEmpty || written.contains(where: { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\"") }) else { return }
+        let quoted = Array(written)
+        out.removeSubrange(start...)
+        out.append(UInt8(ascii: "\""))
+        for byte in quoted {
+            if byte == UInt8(ascii: "\"") { out.append(UInt8(ascii: "\\")) }
+            out.append(byte)
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// `text` as `RequestFraming.printable` writes it; most text has nothing to escape and is
+    /// copied as it is.
+    private static func appendPrintable(_ text: String, spacesEncoded: Bool = false, to out: inout [UInt8]) {
+        if text.utf8.contains(where: RequestFraming.mayStartUnsafeCharacter) {
+            let escaped = RequestFraming.printable(text)
+            out.append(contentsOf: spacesEncoded ? escaped.replacingOccurrences(of: " ", with: "%20").utf8 : escaped.utf8)
+            return
+        }
+        guard spacesEncoded else { return out.append(contentsOf: text.utf8) }
+        for byte in text.utf8 {
+            if byte == UInt8(ascii: " ") {
+                out.append(contentsOf: "%20".utf8)
+            } else {
+                out.append(byte)
+            }
+        }
+    }
+
+    // MARK: - JSON
+
+    /// `{"time":…,"level":"info","message":…}` with the fields as members, in key order.
+    private static func appendJSON(_ line: Line, to out: inout [UInt8]) {
+        let said = outcome(of: line.answer)
+        out.append(contentsOf: #"{"time":""#.utf8)
+        appendTime(to: &out)
+        out.append(contentsOf: #"","level":"info","message":"#.utf8)
+        // The message is the text line's (the path with its spaces shown as %20), one string.
+        var message: [UInt8] = []
+        message.reserveCapacity(line.request.path.utf8.count + 48)
+        message.append(contentsOf: line.request.method.utf8)
+        message.append(UInt8(ascii: " "))
+        for byte in line.request.path.utf8 {
+            if byte == UInt8(ascii: " ") {
+                message.append(contentsOf: "%20".utf8)
+            } else {
+                message.append(byte)
+            }
+        }
+        message.append(UInt8(ascii: " "))
+        appendDecimal(line.status, to: &message)
+        message.append(UInt8(ascii: " "))
+        message.append(contentsOf: said.utf8)
+        message.append(UInt8(ascii: " "))
+        appendMilliseconds(line.seconds, to: &message)
+        message.append(contentsOf: "ms".utf8)
+        LarderLogHandler.appendLogString(String(decoding: message, as: UTF8.self), to: &out)
+        if let bytes = bytes(of: line.answer.response) {
+            out.append(contentsOf: #","bytes":"#.utf8)
+            appendDecimal(bytes, to: &out)
+        }
+        if let client = line.request.clientAddress { appendJSONMember("client", client.description, to: &out) }
+        out.append(contentsOf: #","duration_ms":"#.utf8)
+        appendMilliseconds(line.seconds, to: &out)
+        if let key = line.answer.key {
+            out.append(contentsOf: #","key":""#.utf8)
+            out.append(contentsOf: key.utf8.prefix(keyPrefixLength))
+            out.append(UInt8(ascii: "\""))
+        }
+        appendJSONMember("method", line.request.method, to: &out)
+        appendJSONMember("outcome", said, to: &out)
+        appendJSONMember("path", line.request.path, to: &out)
+        out.append(contentsOf: #","request_id":""#.utf8)
+        // Made ids are hex, and a caller's are checked to need no escaping (isWellFormedID).
+        line.identity.appendID(to: &out)
+        out.append(UInt8(ascii: "\""))
+        appendJSONMember("route", line.route, to: &out)
+        let context = line.identity.span.context
+        out.append(contentsOf: #","span_id":""#.utf8)
+        withUnsafeBytes(of: context.spanID.bytes) { HexDigits.append($0, to: &out) }
+        out.append(contentsOf: #"","status":"#.utf8)
+        appendDecimal(line.status, to: &out)
+        out.append(contentsOf: #","trace_id":""#.utf8)
+        withUnsafeBytes(of: context.traceID.bytes) { HexDigits.append($0, to: &out) }
+        out.append(UInt8(ascii: "\""))
+        if let upstream = line.answer.upstream {
+            appendJSONMember("upstream", line.redaction.apply(upstream.absoluteString), to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    private static func appendJSONMember(_ name: String, _ value: String, to out: inout [UInt8]) {
+        out.append(contentsOf: #",""#.utf8)
+        out.append(contentsOf: name.utf8)
+        out.append(contentsOf: #"":"#.utf8)
+        LarderLogHandler.appendLogString(value, to: &out)
+    }
+
+    // MARK: - Parts
+
+    private static func outcome(of answer: RouteAnswer) -> String {
+        answer.outcome?.rawValue ?? answer.errorCode ?? "-"
     }
 
     /// The body's length when it is known before it is sent (not for a stream).
@@ -46,5 +226,45 @@ enum AccessLog {
         if let file = response.file { return file.length }
         if response.stream != nil { return nil }
         return response.body.count
+    }
+
+    /// The wall-clock time as `YYYY-MM-DDTHH:MM:SS.mmmZ`, as other log lines carry it.
+    private static func appendTime(to out: inout [UInt8]) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        RFC3339Time.append(Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000, to: &out)
+    }
+
+    /// A duration in milliseconds rounded to two decimals, as Swift prints that Double
+    /// (`2.45`, `2.5`, `2.0`).
+    static func appendMilliseconds(_ seconds: Double, to out: inout [UInt8]) {
+        let scaled = (seconds * 100_000).rounded()
+        guard scaled.isFinite, abs(scaled) < 1e15 else { return out.append(contentsOf: "\(scaled / 100)".utf8) }
+        var hundredths = Int(scaled)
+        if hundredths < 0 {
+            out.append(UInt8(ascii: "-"))
+            hundredths = -hundredths
+        }
+        appendDecimal(hundredths / 100, to: &out)
+        out.append(UInt8(ascii: "."))
+        let fraction = hundredths % 100
+        out.append(UInt8(ascii: "0") + UInt8(fraction / 10))
+        if fraction % 10 != 0 { out.append(UInt8(ascii: "0") + UInt8(fraction % 10)) }
+    }
+
+    static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
+        guard value >= 0 else { return out.append(contentsOf: String(value).utf8) }
+        // 24 bytes hold Int.max's 19 digits.
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var remaining = value
+            var index = buffer.count
+            repeat {
+                index -= 1
+                buffer[index] = UInt8(ascii: "0") + UInt8(remaining % 10)
+                remaining /= 10
+            } while remaining > 0
+            out.append(contentsOf: buffer[index...])
+        }
     }
 }

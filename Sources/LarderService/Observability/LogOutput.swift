@@ -159,7 +159,7 @@ public struct LarderLogHandler: LogHandler {
 
     /// A JSON string as `JSONWriter` writes it, with the characters text lines escape for being
     /// line ends, terminal controls or bidirectional controls also escaped (`\u0085`, `\u2028`).
-    private static func appendLogString(_ text: String, to out: inout [UInt8]) {
+    static func appendLogString(_ text: String, to out: inout [UInt8]) {
         guard text.utf8.contains(where: { $0 >= 0x80 && RequestFraming.mayStartUnsafeCharacter($0) }) else {
             return JSONWriter.appendString(text, to: &out)
         }

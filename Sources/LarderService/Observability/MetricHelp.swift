@@ -27,6 +27,7 @@ enum MetricHelp {
         "larder_cache_expired_removals_total": "Entries removed by the retention sweep",
         "larder_store_errors_total": "Store operations that failed",
         "larder_store_writes_shed_total": "Responses answered but not stored because more than 32 MiB waited for its commit",
+        "larder_access_log_dropped_total": "Access-log lines dropped because standard error was read slower than requests came",
         "larder_store_lookups_skipped_total": "Lookups of keys never stored that the key filter answered without reading the database",
         "larder_store_rejected_entries_total": "Values read from a shared store that failed authentication or were malformed, removed",
         "larder_memory_tier_bytes": "Bytes the memory tier holds",

@@ -39,6 +39,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let upstreams = Locked<[String: UpstreamMetrics]>([:])
     private let reportedAdmission = Locked(AdmissionFigures())
     private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int, skipped: Int, rejected: Int)>((0, 0, 0, 0, 0, 0))
+    /// The access-log drops already added to larder_access_log_dropped_total.
+    private let reportedAccessLogDrops = Locked<Int>(0)
     /// The CPU seconds already added to process_cpu_seconds_total.
     private let reportedCPUSeconds = Locked<Double>(0)
     private let cpuSeconds: CoreMetrics.FloatingPointCounter
@@ -260,9 +262,14 @@ final class LarderMetrics: TrafficObserver, Sendable {
     /// router's request memos hold).
     func scrape(
         store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int,
-        listeners: [(name: String, open: Int, limit: Int)] = []
+        listeners: [(name: String, open: Int, limit: Int)] = [], accessLogDropped: Int = 0
     ) -> [UInt8] {
         let figures = store.figures
+        let newlyDropped = reportedAccessLogDrops.withLock { reported in
+            defer { reported = max(reported, accessLogDropped) }
+            return accessLogDropped - reported
+        }
+        counter("larder_access_log_dropped_total", []).increment(by: max(0, newlyDropped))
         for listener in listeners {
             gauge("larder_http_connections", [("listener", listener.name)]).record(listener.open)
             gauge("larder_http_connection_limit", [("listener", listener.name)]).record(listener.limit)

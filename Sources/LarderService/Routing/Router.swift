@@ -22,7 +22,8 @@ final class Router: Sendable {
 
     let clock: Clock
     let logger: Logger
-    let accessLog: Bool
+    /// Where the access log goes; nil when it is off.
+    let accessLog: AccessLogWriter?
     /// Where spans are exported (--otlp-endpoint); nil: spans are only ids.
     let spans: (any SpanRecorder)?
     /// --redact-query, applied to the upstream URLs the access log shows.
@@ -51,13 +52,13 @@ final class Router: Sendable {
     init(
         engine: FetchEngine, clock: Clock, logger: Logger, configuration: LarderConfiguration,
         upstreams: [String: NamedUpstream], warmJobs: WarmJobs, admin: AdminRoute,
-        metrics: LarderMetrics? = nil, health: (any StorageHealth)? = nil, loop: LoopDetection? = nil,
+        metrics: LarderMetrics? = nil, accessLog: AccessLogWriter? = nil, health: (any StorageHealth)? = nil, loop: LoopDetection? = nil,
         spans: (any SpanRecorder)? = nil,
         scrape: (@Sendable (_ memoBytes: Int) -> [UInt8])? = nil
     ) {
         self.clock = clock
         self.logger = logger
-        self.accessLog = configuration.accessLog
+        self.accessLog = accessLog
         self.spans = spans
         self.redaction = QueryRedaction(names: configuration.redactQuery)
         let budgets = RequestMemoBudgets(totalBytes: configuration.effectiveRequestMemoBytes)
@@ -193,10 +194,12 @@ final class Router: Sendable {
                 ServerSpan.attributes(request, answer: answer, status: response.status, httpRoute: httpRoute, identity: identity),
                 errorType: response.status >= 500 ? String(response.status) : nil)
         }
-        if accessLog {
+        if let accessLog {
             AccessLog.write(
-                to: logger, request: request, answer: answer, status: response.status, seconds: seconds, route: label,
-                identity: identity, redaction: redaction)
+                AccessLog.Line(
+                    request: request, answer: answer, status: response.status, seconds: seconds, route: label,
+                    identity: identity, redaction: redaction),
+                to: accessLog)
         }
         return response
     }
