@@ -47,7 +47,8 @@ public struct RequestIdentity: Sendable {
 
     /// The identity of a request with these header fields (names compared case-insensitively);
     /// its span is recorded by `recorder` when there is one (spans are exported).
-    public init(headers: [(name: String, value: String)], recorder: (any SpanRecorder)? = nil) {
+    /// `stream`: the event loop's index, whose own counter makes the ids (IdentityRandom).
+    public init(headers: [(name: String, value: String)], recorder: (any SpanRecorder)? = nil, stream: Int = 0) {
         var callerID: String?
         var traceParent: String?
         var traceState: [String] = []
@@ -64,11 +65,13 @@ public struct RequestIdentity: Sendable {
         }
         self.init(
             callerID: callerID, traceParent: traceParent, traceState: traceState.isEmpty ? nil : traceState.joined(separator: ","),
-            recorder: recorder)
+            recorder: recorder, stream: stream)
     }
 
-    public init(callerID: String?, traceParent: String?, traceState: String?, recorder: (any SpanRecorder)? = nil) {
-        var ids = IdentityRandom()
+    public init(
+        callerID: String?, traceParent: String?, traceState: String?, recorder: (any SpanRecorder)? = nil, stream: Int = 0
+    ) {
+        var ids = IdentityRandom(stream: stream)
         callerSentOne = callerID != nil || traceParent != nil
         source = callerID.flatMap { Self.isWellFormedID($0) ? IDSource.caller($0) : nil } ?? .made(ids.next())
         let parent = traceParent.flatMap(Self.parent(from:))
@@ -166,14 +169,36 @@ public struct RequestIdentity: Sendable {
 }
 
 /// Random enough for ids and unique within the process, without a system call per id: SplitMix64
-/// (Steele, Lea and Flood, OOPSLA 2014) over one counter every thread advances, seeded once from
-/// the system's generator. SplitMix64's mix is a bijection, so distinct counts give distinct ids.
-/// Not for secrets.
+/// (Steele, Lea and Flood, OOPSLA 2014) over a counter, seeded once from the system's generator.
+/// SplitMix64's mix is a bijection, so distinct counts give distinct ids. Not for secrets.
+///
+/// Each event loop advances a counter of its own (`stream`), on a cache line of its own: one
+/// counter every loop wrote made each request's id move that line between the cores. Stream `s`
+/// counts from `seed + s·2⁴⁸` steps, so streams meet only after 2⁴⁸ ids each.
 struct IdentityRandom: RandomNumberGenerator {
-    private static let counter = Atomic<UInt64>(UInt64.random(in: .min ... .max))
+    static let streamCount = 16
+    private static let gamma: UInt64 = 0x9E37_79B9_7F4A_7C15
+
+    /// A counter alone on its cache line (64 bytes).
+    private final class Stream: Sendable {
+        let counter: Atomic<UInt64>
+        private let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0)
+        init(_ start: UInt64) { counter = Atomic(start) }
+    }
+
+    private static let streams: [Stream] = {
+        let seed = UInt64.random(in: .min ... .max)
+        return (0..<streamCount).map { Stream(seed &+ (UInt64($0) << 48) &* gamma) }
+    }()
+
+    private let stream: Stream
+
+    init(stream: Int = 0) {
+        self.stream = Self.streams[stream % Self.streamCount]
+    }
 
     mutating func next() -> UInt64 {
-        var z = Self.counter.wrappingAdd(0x9E37_79B9_7F4A_7C15, ordering: .relaxed).newValue
+        var z = stream.counter.wrappingAdd(Self.gamma, ordering: .relaxed).newValue
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)

@@ -393,13 +393,17 @@ public final class LarderService: Sendable {
         var mainConfiguration = base
         mainConfiguration.onListening = registering("main")
         mainConfiguration.tls = certificates.main
-        let server = HTTPServer(configuration: mainConfiguration, handler: ListenerHandler(routers: routers, listener: .main))
+        let server = HTTPServer(
+            configuration: mainConfiguration,
+            handler: ListenerHandler(routers: routers, listener: .main, loops: configuration.serverThreads))
         var proxyServer: HTTPServer?
         if configuration.proxyRoot != nil {
             var proxyConfiguration = mainConfiguration
             proxyConfiguration.port = configuration.proxyPort
             proxyConfiguration.onListening = registering("proxy")
-            proxyServer = HTTPServer(configuration: proxyConfiguration, handler: ListenerHandler(routers: routers, listener: .proxyRoot))
+            proxyServer = HTTPServer(
+                configuration: proxyConfiguration,
+                handler: ListenerHandler(routers: routers, listener: .proxyRoot, loops: configuration.serverThreads))
         }
         var adminServer: HTTPServer?
         if let adminPort = configuration.adminPort {
@@ -409,7 +413,9 @@ public final class LarderService: Sendable {
             adminConfiguration.tls = certificates.admin
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
-            adminServer = HTTPServer(configuration: adminConfiguration, handler: ListenerHandler(routers: routers, listener: .admin))
+            adminServer = HTTPServer(
+                configuration: adminConfiguration,
+                handler: ListenerHandler(routers: routers, listener: .admin, loops: configuration.serverThreads))
         }
         return (server, proxyServer, adminServer)
     }

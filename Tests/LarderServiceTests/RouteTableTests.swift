@@ -173,6 +173,22 @@ final class RouteTableTests: XCTestCase {
 
     // MARK: - Support
 
+    /// A loop's kept router is the one last set: a reload reaches every loop at its next request.
+    func testEachLoopsKeptRouterFollowsEverySet() throws {
+        let slot = RouterSlot()
+        let (first, second) = (try makeRouter(), try makeRouter())
+        let copies = [RouterSlot.LoopCopy(), RouterSlot.LoopCopy()]
+        slot.set(first)
+        XCTAssertTrue(slot.router(keptIn: copies[0]) === first)
+        XCTAssertTrue(slot.router(keptIn: copies[0]) === first, "kept")
+        slot.set(second)
+        XCTAssertTrue(slot.router(keptIn: copies[0]) === second, "read again after a set")
+        XCTAssertTrue(slot.router(keptIn: copies[1]) === second)
+        slot.set(first)
+        XCTAssertTrue(slot.router(keptIn: copies[1]) === first)
+        XCTAssertTrue(slot.router === first)
+    }
+
     private func makeRouter(_ configuration: LarderConfiguration = LarderConfiguration(), loop: LoopDetection? = nil) throws -> Router {
         let clock = Clock { 1_000_000 }
         let logger = Logger(label: "route-table-tests")
