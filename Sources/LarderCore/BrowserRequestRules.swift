@@ -116,49 +116,70 @@ public struct BrowserRequestRules: Sendable, Equatable {
     }
 
     /// The lowercased name (without a trailing dot, IPv6 without brackets) and the port.
+    /// (On the bytes: every request's `Host` comes here, and Character-wise string operations
+    /// cost more than the rest of a hit's checks.)
     public static func split(authority: String) -> (name: String, port: Int?)? {
-        var text = Substring(authority.lowercasedASCII)
-        guard !text.isEmpty, !text.contains("/"), !text.contains("@") else { return nil }
-        var port: Int?
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]") else { return nil }
-            let rest = text[text.index(after: close)...]
-            if !rest.isEmpty {
-                guard rest.hasPrefix(":"), let number = Self.port(rest.dropFirst()) else { return nil }
-                port = number
+        var authority = authority
+        return authority.withUTF8 { bytes -> (name: String, port: Int?)? in
+            guard !bytes.isEmpty, !bytes.contains(UInt8(ascii: "/")), !bytes.contains(UInt8(ascii: "@")) else { return nil }
+            if bytes[0] == UInt8(ascii: "[") {
+                guard let close = bytes.firstIndex(of: UInt8(ascii: "]")) else { return nil }
+                var port: Int?
+                if close + 1 < bytes.count {
+                    guard bytes[close + 1] == UInt8(ascii: ":"), let number = Self.port(bytes[(close + 2)...]) else { return nil }
+                    port = number
+                }
+                return (lowercased(bytes[1..<close]), port)
             }
-            text = text[text.index(after: text.startIndex)..<close]
-            return (String(text), port)
+            var end = bytes.count
+            var port: Int?
+            if let colon = bytes.lastIndex(of: UInt8(ascii: ":")) {
+                guard let number = Self.port(bytes[(colon + 1)...]) else { return nil }
+                port = number
+                end = colon
+            }
+            if end > 0, bytes[end - 1] == UInt8(ascii: ".") { end -= 1 }
+            guard end > 0 else { return nil }
+            return (lowercased(bytes[0..<end]), port)
         }
-        if let colon = text.lastIndex(of: ":") {
-            guard let number = Self.port(text[text.index(after: colon)...]) else { return nil }
-            port = number
-            text = text[..<colon]
-        }
-        if text.hasSuffix(".") { text = text.dropLast() }
-        guard !text.isEmpty else { return nil }
-        return (String(text), port)
+    }
+
+    private static func lowercased(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> String {
+        String(decoding: bytes.lazy.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
     }
 
     /// A port: one to five ASCII digits (no sign), at most 65535.
-    private static func port(_ text: Substring) -> Int? {
-        guard (1...5).contains(text.utf8.count), text.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let number = Int(text),
-            number <= 65535
-        else { return nil }
-        return number
+    private static func port(_ digits: Slice<UnsafeBufferPointer<UInt8>>) -> Int? {
+        guard (1...5).contains(digits.count) else { return nil }
+        var number = 0
+        for byte in digits {
+            guard (0x30...0x39).contains(byte) else { return nil }
+            number = number * 10 + Int(byte - 0x30)
+        }
+        return number <= 65535 ? number : nil
     }
 
     /// For an IP literal, whether it is a loopback address (127.0.0.0/8, ::1); nil for a name.
     static func ipLiteralIsLoopback(_ name: String) -> Bool? {
-        if name.contains(":") { return name == "::1" || name == "0:0:0:0:0:0:0:1" }
-        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
-        // ASCII digits only: Unicode digits (`²`, fullwidth `１`) are no part of an address.
-        guard parts.count == 4,
-            parts.allSatisfy({
-                (1...3).contains($0.utf8.count) && $0.utf8.allSatisfy { (0x30...0x39).contains($0) } && Int($0) ?? 256 <= 255
-            })
-        else { return nil }
-        return parts[0] == "127"
+        if name.utf8.contains(UInt8(ascii: ":")) { return name == "::1" || name == "0:0:0:0:0:0:0:1" }
+        // Four parts of one to three ASCII digits, each at most 255: Unicode digits (`²`,
+        // fullwidth `１`) are no part of an address.
+        var (first, dots, value, digits) = (0, 0, 0, 0)
+        for byte in name.utf8 {
+            if byte == UInt8(ascii: ".") {
+                guard digits > 0, value <= 255, dots < 3 else { return nil }
+                if dots == 0 { first = value }
+                dots += 1
+                (value, digits) = (0, 0)
+            } else if (0x30...0x39).contains(byte), digits < 3 {
+                value = value * 10 + Int(byte - 0x30)
+                digits += 1
+            } else {
+                return nil
+            }
+        }
+        guard digits > 0, value <= 255, dots == 3 else { return nil }
+        return first == 127
     }
 }
 

@@ -290,12 +290,16 @@ final class BrowserRequestRulesTests: XCTestCase {
     }
 
     func testHostNamesThisServerOrALoopbackLiteral() {
-        for host in ["127.0.0.1", "127.9.9.9:80", "[::1]:8080", "localhost", "LOCALHOST:1", "larder.internal.", "a.b.cache.example"] {
+        for host in [
+            "127.0.0.1", "127.9.9.9:80", "[::1]:8080", "[::1]", "127.0.0.1.", "localhost", "LOCALHOST:1", "larder.internal.",
+            "a.b.cache.example", "Larder.Internal:8080"
+        ] {
             XCTAssertTrue(loopback.accepts(host: host), host)
         }
         for host in [
             "10.0.0.1", "cache.example", "evil.example", "larder.internal.evil", "[::1", "127.0.0.1:x", "", "a@127.0.0.1", "².0.0.1",
-            "１２７.0.0.1", "2130706433", "localhost:+80", "localhost:-1", "127.0.0.1:65536"
+            "１２７.0.0.1", "2130706433", "localhost:+80", "localhost:-1", "127.0.0.1:65536", "127.0.0", "127.0.0.256",
+            "127.0.0.1.1", "1270.0.0.1", "127..0.1", "[::1]x", "[::1]:", "127.0.0.1:", ".", ":80"
         ] {
             XCTAssertFalse(loopback.accepts(host: host), host)
         }
