@@ -37,12 +37,10 @@ public enum RFC3339Time {
         let secondOfDay = Int(wholeSeconds - days * 86_400)
         let (year, month, day) = civil(fromDays: days)
         func digits(_ value: Int, _ count: Int) {
-            var divisor = 1
-            for _ in 1..<count { divisor *= 10 }
-            while divisor > 0 {
-                out.append(UInt8(ascii: "0") + UInt8(value / divisor % 10))
-                divisor /= 10
-            }
+            if count == 4 { out.append(UInt8(ascii: "0") + UInt8(value / 1000 % 10)) }
+            if count >= 3 { out.append(UInt8(ascii: "0") + UInt8(value / 100 % 10)) }
+            out.append(UInt8(ascii: "0") + UInt8(value / 10 % 10))
+            out.append(UInt8(ascii: "0") + UInt8(value % 10))
         }
         digits(year, 4)
         out.append(UInt8(ascii: "-"))

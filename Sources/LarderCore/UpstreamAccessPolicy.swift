@@ -38,6 +38,17 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
         return []
     }
 
+    /// Appends `description`'s bytes to `out`; IPv4 without making a string.
+    public func appendDescription(to out: inout [UInt8]) {
+        guard bytes.count == 4 else { return out.append(contentsOf: description.utf8) }
+        for (index, byte) in bytes.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ".")) }
+            if byte >= 100 { out.append(UInt8(ascii: "0") + byte / 100) }
+            if byte >= 10 { out.append(UInt8(ascii: "0") + byte / 10 % 10) }
+            out.append(UInt8(ascii: "0") + byte % 10)
+        }
+    }
+
     public var description: String {
         if bytes.count == 4 { return bytes.map(String.init).joined(separator: ".") }
         return stride(from: 0, to: 16, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }

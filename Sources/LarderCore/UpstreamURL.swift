@@ -246,6 +246,16 @@ public struct UpstreamURL: Sendable, Equatable {
         for item in items { length += item.name.utf8.count + (item.value?.utf8.count ?? 0) + 2 }
         var out: [UInt8] = []
         out.reserveCapacity(length)
+        append(query: items, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends `absoluteString`'s bytes to `out` (the access log writes it into its line).
+    public func appendAbsoluteString(to out: inout [UInt8]) {
+        append(query: queryItems, to: &out)
+    }
+
+    private func append(query items: [QueryItem], to out: inout [UInt8]) {
         out.append(contentsOf: scheme.utf8)
         out.append(contentsOf: "://".utf8)
         out.append(contentsOf: host.utf8)
@@ -262,7 +272,6 @@ public struct UpstreamURL: Sendable, Equatable {
                 out.append(contentsOf: value.utf8)
             }
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     // MARK: - RFC 3986 normalisation

@@ -122,19 +122,31 @@ final class AccessLogTests: XCTestCase {
     }
 
     func testAFullBufferDropsCountsAndSaysSoWithoutBlocking() throws {
-        let (writer, lines) = writer(.text, shards: 1)
+        // The output stalls in its first write, as a full pipe would, until the gate opens.
+        let lines = LogLines()
+        let (entered, gate) = (DispatchSemaphore(value: 0), DispatchSemaphore(value: 0))
+        let stalled = Atomic<Bool>(false)
+        let output = AccessLogOutput(control: LogControl(level: .info, format: .text)) { bytes in
+            if !stalled.exchange(true, ordering: .relaxed) {
+                entered.signal()
+                gate.wait()
+            }
+            for line in bytes.split(separator: UInt8(ascii: "\n")) { lines.append(String(decoding: line, as: UTF8.self)) }
+        }
+        let writer = AccessLogWriter(output: output, shards: 1, interval: 0.001)
+        writer.append(loop: 0) { $0.append(contentsOf: "first\n".utf8) }
+        XCTAssertEqual(entered.wait(timeout: .now() + 10), .success, "the writer took the first line")
         let line = [UInt8](repeating: UInt8(ascii: "x"), count: 1023) + [UInt8(ascii: "\n")]
         let fits = AccessLogWriter.bufferLimit / line.count
+        // Returns although nothing can be written: the lines past the limit are dropped.
         for _ in 0..<(fits + 10) { writer.append(loop: 0) { $0.append(contentsOf: line) } }
-        XCTAssertEqual(lines.all.count, 0, "nothing written before the writer's turn")
-        writer.flush()
+        gate.signal()
+        writer.close()
         XCTAssertEqual(writer.dropped, 10)
-        XCTAssertEqual(lines.all.count, fits + 1)
+        XCTAssertEqual(lines.all.count, 1 + fits + 1)
+        XCTAssertEqual(lines.all.first, "first")
         let notice = try XCTUnwrap(lines.all.last)
         XCTAssertTrue(notice.contains(" warning the access log dropped 10 lines"), notice)
-        writer.append(loop: 0) { $0.append(contentsOf: line) }
-        writer.flush()
-        XCTAssertEqual(lines.all.count, fits + 2, "the emptied buffer takes lines again")
     }
 
     func testNoLineBelowTheLevel() {

@@ -92,28 +92,54 @@ enum AccessLog {
             out.append(contentsOf: " bytes=".utf8)
             appendDecimal(bytes, to: &out)
         }
-        if let client = line.request.clientAddress { appendTextField("client", client.description, to: &out) }
+        if let client = line.request.clientAddress { appendTextField("client", to: &out) { client.appendDescription(to: &$0) } }
         if let key = line.answer.key {
             out.append(contentsOf: " key=".utf8)
             out.append(contentsOf: key.utf8.prefix(keyPrefixLength))
         }
         out.append(contentsOf: " request_id=".utf8)
         line.identity.appendID(to: &out)
-        appendTextField("route", line.route, to: &out)
+        appendTextField("route", to: &out) { $0.append(contentsOf: line.route.utf8) }
         let context = line.identity.span.context
         out.append(contentsOf: " span_id=".utf8)
         withUnsafeBytes(of: context.spanID.bytes) { HexDigits.append($0, to: &out) }
         out.append(contentsOf: " trace_id=".utf8)
         withUnsafeBytes(of: context.traceID.bytes) { HexDigits.append($0, to: &out) }
-        if let upstream = line.answer.upstream { appendTextField("upstream", line.redaction.apply(upstream.absoluteString), to: &out) }
+        if let upstream = line.answer.upstream {
+            appendTextField("upstream", to: &out) { appendUpstream(upstream, redaction: line.redaction, to: &$0) }
+        }
     }
 
-    /// ` name=value`: the value escaped, and quoted when it is empty or holds a space or a quote
-    /// (logfmt), as `LarderLogHandler.fieldsText` writes it.
-    private static func appendTextField(_ name: String, _ value: String, to out: inout [UInt8]) {
+    /// The upstream URL with --redact-query applied; written as it is when it has no query.
+    private static func appendUpstream(_ upstream: UpstreamURL, redaction: QueryRedaction, to out: inout [UInt8]) {
+        guard upstream.queryItems.isEmpty || redaction.names.isEmpty else {
+            return out.append(contentsOf: redaction.apply(upstream.absoluteString).utf8)
+        }
+        upstream.appendAbsoluteString(to: &out)
+    }
+
+    /// ` name=value`, with the value `write` appends: most values need nothing more and stay as
+    /// written; one with a byte to escape, a space or a quote, or none, is written again as
+    /// `LarderLogHandler.fieldsText` writes it.
+    private static func appendTextField(_ name: StaticString, to out: inout [UInt8], _ write: (inout [UInt8]) -> Void) {
         out.append(UInt8(ascii: " "))
-        out.append(contentsOf: name.utf8)
+        out.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
         out.append(UInt8(ascii: "="))
+        let start = out.count
+        write(&out)
+        let needsMore =
+            out.count == start
+            || out[start...].contains {
+                RequestFraming.mayStartUnsafeCharacter($0) || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\"")
+            }
+        guard needsMore else { return }
+        let value = String(decoding: out[start...], as: UTF8.self)
+        out.removeSubrange(start...)
+        appendEscapedValue(value, to: &out)
+    }
+
+    /// A value escaped, and quoted when it is empty or holds a space or a quote (logfmt).
+    private static func appendEscapedValue(_ value: String, to out: inout [UInt8]) {
         let start = out.count
         appendPrintable(value, to: &out)
         let written = out[start...]
@@ -178,7 +204,11 @@ enum AccessLog {
             out.append(contentsOf: #","bytes":"#.utf8)
             appendDecimal(bytes, to: &out)
         }
-        if let client = line.request.clientAddress { appendJSONMember("client", client.description, to: &out) }
+        if let client = line.request.clientAddress {
+            out.append(contentsOf: #","client":""#.utf8)
+            client.appendDescription(to: &out) // digits, dots and colons: nothing to escape
+            out.append(UInt8(ascii: "\""))
+        }
         out.append(contentsOf: #","duration_ms":"#.utf8)
         appendMilliseconds(line.seconds, to: &out)
         if let key = line.answer.key {
