@@ -42,7 +42,9 @@ public struct BrowserRequestRules: Sendable, Equatable {
     public func refusal(
         method: String, headers: [(name: String, value: String)], hasBody: Bool, scheme: String, checks: Checks = .everything
     ) -> LarderError? {
-        var hosts: [String] = []
+        // One Host is the rule, more are refused: no array for the usual one.
+        var host: String?
+        var hostCount = 0
         var origins: [String] = []
         var fetchSites: [String] = []
         var contentType: String?
@@ -51,7 +53,8 @@ public struct BrowserRequestRules: Sendable, Equatable {
         for field in headers {
             let name = field.name
             if name.caseInsensitiveEquals("host") {
-                hosts.append(field.value.trimmed)
+                host = field.value.trimmed
+                hostCount += 1
             } else if name.caseInsensitiveEquals("origin") {
                 origins.append(field.value.trimmed)
                 fromBrowser = true
@@ -62,8 +65,7 @@ public struct BrowserRequestRules: Sendable, Equatable {
                 if name.caseInsensitiveEquals("sec-fetch-site") { fetchSites.append(field.value.trimmed.lowercasedASCII) }
             }
         }
-        guard hosts.count <= 1 else { return LarderError(.hostNotAllowed, "a request may carry one Host field") }
-        let host = hosts.first
+        guard hostCount <= 1 else { return LarderError(.hostNotAllowed, "a request may carry one Host field") }
         if let host, !accepts(host: host) {
             return LarderError(.hostNotAllowed, "this server does not answer to the Host given (see --server-name)")
         }
@@ -145,7 +147,9 @@ public struct BrowserRequestRules: Sendable, Equatable {
     }
 
     private static func lowercased(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> String {
-        String(decoding: bytes.lazy.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
+        let bytes = UnsafeBufferPointer(rebasing: bytes)
+        guard bytes.contains(where: { (0x41...0x5A).contains($0) }) else { return String(decoding: bytes, as: UTF8.self) }
+        return String(decoding: bytes.lazy.map { (0x41...0x5A).contains($0) ? $0 | 0x20 : $0 }, as: UTF8.self)
     }
 
     /// A port: one to five ASCII digits (no sign), at most 65535.
@@ -185,6 +189,8 @@ public struct BrowserRequestRules: Sendable, Equatable {
 
 extension String {
     fileprivate var trimmed: String {
+        let isBlank = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        guard let first = utf8.first, let last = utf8.last, isBlank(first) || isBlank(last) else { return self }
         var text = Substring(self)
         while text.first == " " || text.first == "\t" { text = text.dropFirst() }
         while text.last == " " || text.last == "\t" { text = text.dropLast() }

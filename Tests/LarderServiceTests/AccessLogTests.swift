@@ -108,7 +108,7 @@ final class AccessLogTests: XCTestCase {
         }
         let writer = AccessLogWriter(output: output, shards: 4, interval: 0.001)
         DispatchQueue.concurrentPerform(iterations: 4) { loop in
-            for index in 0..<500 { writer.append(loop: loop) { $0.append(contentsOf: "loop \(loop) line \(index)\n".utf8) } }
+            for index in 0..<500 { writer.append(loop: loop) { out, _ in out.append(contentsOf: "loop \(loop) line \(index)\n".utf8) } }
         }
         writer.close()
         let written = lines.all
@@ -117,7 +117,7 @@ final class AccessLogTests: XCTestCase {
             let own = written.filter { $0.hasPrefix("loop \(loop) ") }
             XCTAssertEqual(own, (0..<500).map { "loop \(loop) line \($0)" }, "a loop's lines whole and in order")
         }
-        writer.append(loop: 0) { $0.append(contentsOf: "after close\n".utf8) }
+        writer.append(loop: 0) { out, _ in out.append(contentsOf: "after close\n".utf8) }
         XCTAssertFalse(lines.all.contains("after close"), "nothing is written after close")
     }
 
@@ -134,12 +134,12 @@ final class AccessLogTests: XCTestCase {
             for line in bytes.split(separator: UInt8(ascii: "\n")) { lines.append(String(decoding: line, as: UTF8.self)) }
         }
         let writer = AccessLogWriter(output: output, shards: 1, interval: 0.001)
-        writer.append(loop: 0) { $0.append(contentsOf: "first\n".utf8) }
+        writer.append(loop: 0) { out, _ in out.append(contentsOf: "first\n".utf8) }
         XCTAssertEqual(entered.wait(timeout: .now() + 10), .success, "the writer took the first line")
         let line = [UInt8](repeating: UInt8(ascii: "x"), count: 1023) + [UInt8(ascii: "\n")]
         let fits = AccessLogWriter.bufferLimit / line.count
         // Returns although nothing can be written: the lines past the limit are dropped.
-        for _ in 0..<(fits + 10) { writer.append(loop: 0) { $0.append(contentsOf: line) } }
+        for _ in 0..<(fits + 10) { writer.append(loop: 0) { out, _ in out.append(contentsOf: line) } }
         gate.signal()
         writer.close()
         XCTAssertEqual(writer.dropped, 10)

@@ -27,10 +27,10 @@ final class RecentResponses {
     /// between their cores on every hot hit), read by others for tests.
     let reuses = Atomic<Int>(0)
 
-    /// Whether a response could be kept: a body of bytes (not a file, a stream or a HEAD's
-    /// announced length), small enough.
+    /// Whether a response could be kept: one that may repeat, with a body of bytes (not a file,
+    /// a stream or a HEAD's announced length), small enough.
     static func mayKeep(_ response: HTTPServerResponse) -> Bool {
-        response.stream == nil && response.file == nil && response.headContentLength == nil
+        !response.isUnique && response.stream == nil && response.file == nil && response.headContentLength == nil
             && response.body.count <= maxBodyBytes
     }
 

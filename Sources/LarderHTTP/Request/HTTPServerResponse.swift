@@ -10,6 +10,9 @@ public struct HTTPServerResponse: Sendable {
     /// For a HEAD answered without a body (the upstream's own HEAD response): the length a GET
     /// would have, sent as Content-Length instead of 0 (RFC 9110 §8.6).
     public var headContentLength: Int?
+    /// No later answer can be the same (it carries a span id of its own): the server does not
+    /// look for it among the responses it may send again, nor keep it (RecentResponses).
+    public var isUnique = false
     public init(
         status: Int, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
         stream: HTTPResponseStream? = nil, file: HTTPFileBody? = nil

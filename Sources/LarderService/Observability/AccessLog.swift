@@ -35,10 +35,10 @@ enum AccessLog {
     static func write(_ line: Line, to writer: AccessLogWriter) {
         guard writer.isEnabled else { return }
         let format = writer.format
-        writer.append(loop: line.request.loop) { out in
+        writer.append(loop: line.request.loop) { out, clock in
             switch format {
-            case .text: appendText(line, to: &out)
-            case .json: appendJSON(line, to: &out)
+            case .text: appendText(line, clock: &clock, to: &out)
+            case .json: appendJSON(line, clock: &clock, to: &out)
             }
             out.append(UInt8(ascii: "\n"))
         }
@@ -48,24 +48,26 @@ enum AccessLog {
     static func writeRefusal(method: String, path: String, status: Int, code: String, to writer: AccessLogWriter) {
         guard writer.isEnabled else { return }
         let message = "\(method) \(path.replacingOccurrences(of: " ", with: "%20")) \(status) \(code) -"
-        writer.append(loop: 0) { appendNotice(message, level: .info, format: writer.format, to: &$0) }
+        writer.append(loop: 0) { appendNotice(message, level: .info, format: writer.format, clock: &$1, to: &$0) }
     }
 
     /// A line of the access log's own (the writer's drop notices, refusals): time, level, message.
-    static func appendNotice(_ message: String, level: Logger.Level, format: LogFormat, to out: inout [UInt8]) {
+    static func appendNotice(
+        _ message: String, level: Logger.Level, format: LogFormat, clock: inout LineClock, to out: inout [UInt8]
+    ) {
         switch format {
         case .text:
-            appendTime(to: &out)
+            clock.append(to: &out)
             out.append(UInt8(ascii: " "))
-            out.append(contentsOf: level.rawValue.utf8)
+            out.appendUTF8(level.rawValue)
             out.append(UInt8(ascii: " "))
             appendPrintable(message, to: &out)
         case .json:
-            out.append(contentsOf: #"{"time":""#.utf8)
-            appendTime(to: &out)
-            out.append(contentsOf: #"","level":"#.utf8)
+            out.appendLiteral(#"{"time":""#)
+            clock.append(to: &out)
+            out.appendLiteral(#"","level":"#)
             LarderLogHandler.appendLogString(level.rawValue, to: &out)
-            out.append(contentsOf: #","message":"#.utf8)
+            out.appendLiteral(#","message":"#)
             LarderLogHandler.appendLogString(message, to: &out)
             out.append(UInt8(ascii: "}"))
         }
@@ -75,9 +77,9 @@ enum AccessLog {
     // MARK: - Text
 
     /// `time info METHOD PATH STATUS OUTCOME MSms` and the fields in key order.
-    private static func appendText(_ line: Line, to out: inout [UInt8]) {
-        appendTime(to: &out)
-        out.append(contentsOf: " info ".utf8)
+    private static func appendText(_ line: Line, clock: inout LineClock, to out: inout [UInt8]) {
+        clock.append(to: &out)
+        out.appendLiteral(" info ")
         appendPrintable(line.request.method, to: &out)
         out.append(UInt8(ascii: " "))
         appendPrintable(line.request.path, spacesEncoded: true, to: &out)
@@ -87,23 +89,23 @@ enum AccessLog {
         appendPrintable(outcome(of: line.answer), to: &out)
         out.append(UInt8(ascii: " "))
         appendMilliseconds(line.seconds, to: &out)
-        out.append(contentsOf: "ms".utf8)
+        out.appendLiteral("ms")
         if let bytes = bytes(of: line.answer.response) {
-            out.append(contentsOf: " bytes=".utf8)
+            out.appendLiteral(" bytes=")
             appendDecimal(bytes, to: &out)
         }
         if let client = line.request.clientAddress { appendTextField("client", to: &out) { client.appendDescription(to: &$0) } }
         if let key = line.answer.key {
-            out.append(contentsOf: " key=".utf8)
-            out.append(contentsOf: key.utf8.prefix(keyPrefixLength))
+            out.appendLiteral(" key=")
+            out.appendUTF8(key, prefix: keyPrefixLength)
         }
-        out.append(contentsOf: " request_id=".utf8)
+        out.appendLiteral(" request_id=")
         line.identity.appendID(to: &out)
-        appendTextField("route", to: &out) { $0.append(contentsOf: line.route.utf8) }
+        appendTextField("route", to: &out) { $0.appendUTF8(line.route) }
         let context = line.identity.span.context
-        out.append(contentsOf: " span_id=".utf8)
+        out.appendLiteral(" span_id=")
         withUnsafeBytes(of: context.spanID.bytes) { HexDigits.append($0, to: &out) }
-        out.append(contentsOf: " trace_id=".utf8)
+        out.appendLiteral(" trace_id=")
         withUnsafeBytes(of: context.traceID.bytes) { HexDigits.append($0, to: &out) }
         if let upstream = line.answer.upstream {
             appendTextField("upstream", to: &out) { appendUpstream(upstream, redaction: line.redaction, to: &$0) }
@@ -128,10 +130,7 @@ enum AccessLog {
         let start = out.count
         write(&out)
         let needsMore =
-            out.count == start
-            || out[start...].contains {
-                RequestFraming.mayStartUnsafeCharacter($0) || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\"")
-            }
+            out.count == start || out[start...].contains { mayNeedEscaping($0) || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\"") }
         guard needsMore else { return }
         let value = String(decoding: out[start...], as: UTF8.self)
         out.removeSubrange(start...)
@@ -157,37 +156,43 @@ enum AccessLog {
     /// `text` as `RequestFraming.printable` writes it; most text has nothing to escape and is
     /// copied as it is.
     private static func appendPrintable(_ text: String, spacesEncoded: Bool = false, to out: inout [UInt8]) {
-        if text.utf8.contains(where: RequestFraming.mayStartUnsafeCharacter) {
+        if text.utf8.contains(where: mayNeedEscaping) {
             let escaped = RequestFraming.printable(text)
             out.append(contentsOf: spacesEncoded ? escaped.replacingOccurrences(of: " ", with: "%20").utf8 : escaped.utf8)
             return
         }
-        guard spacesEncoded else { return out.append(contentsOf: text.utf8) }
+        guard spacesEncoded else { return out.appendUTF8(text) }
         for byte in text.utf8 {
             if byte == UInt8(ascii: " ") {
-                out.append(contentsOf: "%20".utf8)
+                out.appendLiteral("%20")
             } else {
                 out.append(byte)
             }
         }
     }
 
+    /// `RequestFraming.mayStartUnsafeCharacter`, here where the compiler can inline it into the
+    /// loops over every byte of a line.
+    @inline(__always) private static func mayNeedEscaping(_ byte: UInt8) -> Bool {
+        byte < 0x20 || byte == 0x7F || byte == UInt8(ascii: "\\") || byte == 0xC2 || byte == 0xD8 || byte == 0xE2
+    }
+
     // MARK: - JSON
 
     /// `{"time":…,"level":"info","message":…}` with the fields as members, in key order.
-    private static func appendJSON(_ line: Line, to out: inout [UInt8]) {
+    private static func appendJSON(_ line: Line, clock: inout LineClock, to out: inout [UInt8]) {
         let said = outcome(of: line.answer)
-        out.append(contentsOf: #"{"time":""#.utf8)
-        appendTime(to: &out)
-        out.append(contentsOf: #"","level":"info","message":"#.utf8)
+        out.appendLiteral(#"{"time":""#)
+        clock.append(to: &out)
+        out.appendLiteral(#"","level":"info","message":"#)
         // The message is the text line's (the path with its spaces shown as %20), one string.
         var message: [UInt8] = []
         message.reserveCapacity(line.request.path.utf8.count + 48)
-        message.append(contentsOf: line.request.method.utf8)
+        message.appendUTF8(line.request.method)
         message.append(UInt8(ascii: " "))
         for byte in line.request.path.utf8 {
             if byte == UInt8(ascii: " ") {
-                message.append(contentsOf: "%20".utf8)
+                message.appendLiteral("%20")
             } else {
                 message.append(byte)
             }
@@ -195,41 +200,41 @@ enum AccessLog {
         message.append(UInt8(ascii: " "))
         appendDecimal(line.status, to: &message)
         message.append(UInt8(ascii: " "))
-        message.append(contentsOf: said.utf8)
+        message.appendUTF8(said)
         message.append(UInt8(ascii: " "))
         appendMilliseconds(line.seconds, to: &message)
-        message.append(contentsOf: "ms".utf8)
+        message.appendLiteral("ms")
         LarderLogHandler.appendLogString(String(decoding: message, as: UTF8.self), to: &out)
         if let bytes = bytes(of: line.answer.response) {
-            out.append(contentsOf: #","bytes":"#.utf8)
+            out.appendLiteral(#","bytes":"#)
             appendDecimal(bytes, to: &out)
         }
         if let client = line.request.clientAddress {
-            out.append(contentsOf: #","client":""#.utf8)
+            out.appendLiteral(#","client":""#)
             client.appendDescription(to: &out) // digits, dots and colons: nothing to escape
             out.append(UInt8(ascii: "\""))
         }
-        out.append(contentsOf: #","duration_ms":"#.utf8)
+        out.appendLiteral(#","duration_ms":"#)
         appendMilliseconds(line.seconds, to: &out)
         if let key = line.answer.key {
-            out.append(contentsOf: #","key":""#.utf8)
-            out.append(contentsOf: key.utf8.prefix(keyPrefixLength))
+            out.appendLiteral(#","key":""#)
+            out.appendUTF8(key, prefix: keyPrefixLength)
             out.append(UInt8(ascii: "\""))
         }
         appendJSONMember("method", line.request.method, to: &out)
         appendJSONMember("outcome", said, to: &out)
         appendJSONMember("path", line.request.path, to: &out)
-        out.append(contentsOf: #","request_id":""#.utf8)
+        out.appendLiteral(#","request_id":""#)
         // Made ids are hex, and a caller's are checked to need no escaping (isWellFormedID).
         line.identity.appendID(to: &out)
         out.append(UInt8(ascii: "\""))
         appendJSONMember("route", line.route, to: &out)
         let context = line.identity.span.context
-        out.append(contentsOf: #","span_id":""#.utf8)
+        out.appendLiteral(#","span_id":""#)
         withUnsafeBytes(of: context.spanID.bytes) { HexDigits.append($0, to: &out) }
-        out.append(contentsOf: #"","status":"#.utf8)
+        out.appendLiteral(#"","status":"#)
         appendDecimal(line.status, to: &out)
-        out.append(contentsOf: #","trace_id":""#.utf8)
+        out.appendLiteral(#","trace_id":""#)
         withUnsafeBytes(of: context.traceID.bytes) { HexDigits.append($0, to: &out) }
         out.append(UInt8(ascii: "\""))
         if let upstream = line.answer.upstream {
@@ -239,9 +244,9 @@ enum AccessLog {
     }
 
     private static func appendJSONMember(_ name: String, _ value: String, to out: inout [UInt8]) {
-        out.append(contentsOf: #",""#.utf8)
-        out.append(contentsOf: name.utf8)
-        out.append(contentsOf: #"":"#.utf8)
+        out.appendLiteral(#",""#)
+        out.appendUTF8(name)
+        out.appendLiteral(#"":"#)
         LarderLogHandler.appendLogString(value, to: &out)
     }
 
@@ -258,18 +263,11 @@ enum AccessLog {
         return response.body.count
     }
 
-    /// The wall-clock time as `YYYY-MM-DDTHH:MM:SS.mmmZ`, as other log lines carry it.
-    private static func appendTime(to out: inout [UInt8]) {
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        RFC3339Time.append(Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000, to: &out)
-    }
-
     /// A duration in milliseconds rounded to two decimals, as Swift prints that Double
     /// (`2.45`, `2.5`, `2.0`).
     static func appendMilliseconds(_ seconds: Double, to out: inout [UInt8]) {
         let scaled = (seconds * 100_000).rounded()
-        guard scaled.isFinite, abs(scaled) < 1e15 else { return out.append(contentsOf: "\(scaled / 100)".utf8) }
+        guard scaled.isFinite, abs(scaled) < 1e15 else { return out.appendUTF8("\(scaled / 100)") }
         var hundredths = Int(scaled)
         if hundredths < 0 {
             out.append(UInt8(ascii: "-"))
@@ -296,5 +294,46 @@ enum AccessLog {
             } while remaining > 0
             out.append(contentsOf: buffer[index...])
         }
+    }
+}
+
+extension [UInt8] {
+    /// A literal's bytes, copied at once.
+    @inline(__always) mutating func appendLiteral(_ literal: StaticString) {
+        append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+    }
+
+    /// A string's bytes (its first `prefix`), copied at once when they are contiguous (as native
+    /// strings are).
+    @inline(__always) mutating func appendUTF8(_ text: String, prefix: Int = .max) {
+        if text.utf8.withContiguousStorageIfAvailable({ append(contentsOf: UnsafeBufferPointer(rebasing: $0.prefix(prefix))) }) == nil {
+            append(contentsOf: text.utf8.prefix(prefix))
+        }
+    }
+}
+
+/// The wall-clock time as log lines carry it (`YYYY-MM-DDTHH:MM:SS.mmmZ`), the date and the
+/// second written once a second: each loop's buffer keeps one, used under its lock.
+struct LineClock {
+    private var second: Int64 = .min
+    /// `YYYY-MM-DDTHH:MM:SS.` of `second`.
+    private var secondText: [UInt8] = []
+
+    mutating func append(to out: inout [UInt8]) {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        let milliseconds = Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+        if milliseconds / 1000 != second {
+            second = milliseconds / 1000
+            secondText.removeAll(keepingCapacity: true)
+            RFC3339Time.append(second * 1000, to: &secondText)
+            secondText.removeLast(4) // "000Z"
+        }
+        out.append(contentsOf: secondText)
+        let millisecond = Int(milliseconds % 1000)
+        out.append(UInt8(ascii: "0") + UInt8(millisecond / 100))
+        out.append(UInt8(ascii: "0") + UInt8(millisecond / 10 % 10))
+        out.append(UInt8(ascii: "0") + UInt8(millisecond % 10))
+        out.append(UInt8(ascii: "Z"))
     }
 }

@@ -12,7 +12,7 @@ import Dispatch
 import Foundation
 import LarderCore
 import LarderSync
-public import Logging
+import Logging
 
 #if canImport(Glibc)
     import Glibc
@@ -79,6 +79,7 @@ final class AccessLogWriter: Sendable {
         struct Pending {
             var bytes: [UInt8] = []
             var dropped = 0
+            var clock = LineClock()
         }
         let pending = Locked(Pending())
     }
@@ -112,8 +113,8 @@ final class AccessLogWriter: Sendable {
     var format: LogFormat { output.control.format }
 
     /// Appends the line `write` formats (with its newline) to loop `loop`'s buffer, or counts it
-    /// dropped when the buffer is full.
-    func append(loop: Int, _ write: (inout [UInt8]) -> Void) {
+    /// dropped when the buffer is full; `write` gets the buffer's clock for the line's time.
+    func append(loop: Int, _ write: (inout [UInt8], inout LineClock) -> Void) {
         let shard = shards[loop % shards.count]
         let wakeWriter = shard.pending.withLock { pending -> Bool in
             let before = pending.bytes.count
@@ -122,7 +123,7 @@ final class AccessLogWriter: Sendable {
                 return false
             }
             if pending.bytes.capacity == 0 { pending.bytes.reserveCapacity(64 << 10) }
-            write(&pending.bytes)
+            write(&pending.bytes, &pending.clock)
             return before < Self.wakeAt && pending.bytes.count >= Self.wakeAt
         }
         if wakeWriter { wake.signal() }
@@ -168,9 +169,10 @@ final class AccessLogWriter: Sendable {
             if dropped > 0 {
                 droppedTotal.add(dropped, ordering: .relaxed)
                 var line: [UInt8] = []
+                var clock = LineClock()
                 AccessLog.appendNotice(
                     "the access log dropped \(dropped) lines: its output was slower than the requests", level: .warning,
-                    format: format, to: &line)
+                    format: format, clock: &clock, to: &line)
                 line.withUnsafeBytes { output.write($0) }
             }
         }

@@ -183,6 +183,8 @@ final class Router: Sendable {
                 response.headers.removeAll { RequestIdentity.isIdentityField($0.name) }
             }
             response.headers.append(contentsOf: identity.responseFields)
+            // Its traceparent names a span made for this request.
+            response.isUnique = true
         }
         let seconds = clock.now() - receivedAt
         let label = route?.metricsRoute ?? LarderMetrics.route(for: request.path)
