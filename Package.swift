@@ -153,7 +153,8 @@ let package = Package(
             ],
             path: "Tests/LarderServiceTesting"),
 
-        .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore", "LarderRE2"]),
+        .testTarget(
+            name: "LarderCoreTests", dependencies: ["LarderCore", "LarderRE2", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "LarderFuzzTests", dependencies: ["LarderFuzzing"]),
         // The HTTP server's pure parts (request phases, hand-over, admission, header deadlines)
         // and responders made without a socket.

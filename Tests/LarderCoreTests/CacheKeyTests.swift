@@ -1,3 +1,5 @@
+import Crypto
+import Foundation
 import XCTest
 
 @testable import LarderCore
@@ -39,6 +41,22 @@ final class CacheKeyTests: XCTestCase {
         XCTAssertEqual(leading + "\u{E9}", leading + "e\u{301}")
         XCTAssertNotEqual(CacheKey(hex: leading + "\u{E9}"), CacheKey(hex: leading + "e\u{301}"))
         XCTAssertEqual(CacheKey(hex: leading + "\u{E9}"), CacheKey(hex: leading + "\u{E9}"))
+    }
+
+    /// Keys are HMAC-SHA256 under the secret, whatever computes them: a stored entry's key
+    /// must be found again.
+    func testKeysAreHMACSHA256OfTheSecret() {
+        for secretLength in [0, 1, 32, 63, 64, 65, 100] {
+            let secret = (0..<secretLength).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+            let builder = CacheKeyBuilder(secret: secret)
+            for messageLength in [0, 1, 55, 56, 63, 64, 65, 200, 1000] {
+                let message = (0..<messageLength).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
+                let expected = HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: secret))
+                XCTAssertEqual(
+                    builder.authenticationCodeForTesting(message), expected.map { String(format: "%02x", $0) }.joined(),
+                    "secret \(secretLength) bytes, message \(messageLength) bytes")
+            }
+        }
     }
 
     func testKeyIsHexSHA256Sized() throws {
