@@ -44,6 +44,8 @@ public struct RequestIdentity: Sendable {
     public let traceState: String?
     /// The caller sent an `X-Request-Id` or a `traceparent` (well-formed or not).
     public let callerSentOne: Bool
+    /// The event loop that received the request: what it counts goes to that loop's counters.
+    public let stream: Int
 
     /// The identity of a request with these header fields (names compared case-insensitively);
     /// its span is recorded by `recorder` when there is one (spans are exported).
@@ -72,6 +74,7 @@ public struct RequestIdentity: Sendable {
         callerID: String?, traceParent: String?, traceState: String?, recorder: (any SpanRecorder)? = nil, stream: Int = 0
     ) {
         var ids = IdentityRandom(stream: stream)
+        self.stream = stream
         callerSentOne = callerID != nil || traceParent != nil
         source = callerID.flatMap { Self.isWellFormedID($0) ? IDSource.caller($0) : nil } ?? .made(ids.next())
         let parent = traceParent.flatMap(Self.parent(from:))

@@ -1,15 +1,25 @@
 import LarderCore
 import LarderSync
 
-/// Answers counted since the process started, by outcome and by error code. A hit adds to
-/// one relaxed atomic: no lock on the hit path.
+/// Answers counted since the process started, by outcome and by error code. Each event loop
+/// counts into its own slot, alone on its cache lines (one counter every loop wrote moved its
+/// line between the cores on every hit); a snapshot sums them.
 public final class TrafficCounters: Sendable {
-    private let hits = Atomic<Int>(0)
-    private let misses = Atomic<Int>(0)
-    private let stale = Atomic<Int>(0)
-    private let bypassed = Atomic<Int>(0)
-    private let revalidated = Atomic<Int>(0)
-    private let coalesced = Atomic<Int>(0)
+    static let slotCount = 16
+
+    /// One loop's counts: relaxed atomics (an answer completed on another thread may add too),
+    /// padded to two cache lines of their own.
+    private final class Slot: Sendable {
+        let hits = Atomic<Int>(0)
+        let misses = Atomic<Int>(0)
+        let stale = Atomic<Int>(0)
+        let bypassed = Atomic<Int>(0)
+        let revalidated = Atomic<Int>(0)
+        let coalesced = Atomic<Int>(0)
+        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    }
+
+    private let slots: [Slot] = (0..<TrafficCounters.slotCount).map { _ in Slot() }
     private let errors = Locked<[String: Int]>([:])
     public let startedAt: Double
     /// Read without a lock on every answer: set once, before traffic.
@@ -26,25 +36,29 @@ public final class TrafficCounters: Sendable {
         observer?.exchanged(upstream: upstream, status: status, errorCode: errorCode, seconds: seconds)
     }
 
-    public func count(_ answer: CacheAnswer, namespace: String) {
+    /// Counts `answer` in the slot of loop `stream` (the request's `RequestIdentity.stream`).
+    public func count(_ answer: CacheAnswer, namespace: String, stream: Int = 0) {
         if let observer {
             switch answer {
             case .served(let served):
-                observer.answered(outcome: served.report.outcome, coalesced: served.report.coalesced, errorCode: nil, namespace: namespace)
+                observer.answered(
+                    outcome: served.report.outcome, coalesced: served.report.coalesced, errorCode: nil, namespace: namespace,
+                    stream: stream)
             case .failed(let error):
-                observer.answered(outcome: nil, coalesced: false, errorCode: error.code.rawValue, namespace: namespace)
+                observer.answered(outcome: nil, coalesced: false, errorCode: error.code.rawValue, namespace: namespace, stream: stream)
             }
         }
+        let slot = slots[stream % Self.slotCount]
         switch answer {
         case .served(let served):
             switch served.report.outcome {
-            case .hit: hits.add(1, ordering: .relaxed)
-            case .miss: misses.add(1, ordering: .relaxed)
-            case .stale: stale.add(1, ordering: .relaxed)
-            case .bypass: bypassed.add(1, ordering: .relaxed)
-            case .revalidated: revalidated.add(1, ordering: .relaxed)
+            case .hit: slot.hits.add(1, ordering: .relaxed)
+            case .miss: slot.misses.add(1, ordering: .relaxed)
+            case .stale: slot.stale.add(1, ordering: .relaxed)
+            case .bypass: slot.bypassed.add(1, ordering: .relaxed)
+            case .revalidated: slot.revalidated.add(1, ordering: .relaxed)
             }
-            if served.report.coalesced { coalesced.add(1, ordering: .relaxed) }
+            if served.report.coalesced { slot.coalesced.add(1, ordering: .relaxed) }
         case .failed(let error):
             errors.withLock { $0[error.code.rawValue, default: 0] += 1 }
         }
@@ -65,12 +79,14 @@ public final class TrafficCounters: Sendable {
 
     public func snapshot() -> Snapshot {
         var snapshot = Snapshot()
-        snapshot.hits = hits.load(ordering: .relaxed)
-        snapshot.misses = misses.load(ordering: .relaxed)
-        snapshot.stale = stale.load(ordering: .relaxed)
-        snapshot.bypassed = bypassed.load(ordering: .relaxed)
-        snapshot.revalidated = revalidated.load(ordering: .relaxed)
-        snapshot.coalesced = coalesced.load(ordering: .relaxed)
+        for slot in slots {
+            snapshot.hits += slot.hits.load(ordering: .relaxed)
+            snapshot.misses += slot.misses.load(ordering: .relaxed)
+            snapshot.stale += slot.stale.load(ordering: .relaxed)
+            snapshot.bypassed += slot.bypassed.load(ordering: .relaxed)
+            snapshot.revalidated += slot.revalidated.load(ordering: .relaxed)
+            snapshot.coalesced += slot.coalesced.load(ordering: .relaxed)
+        }
         snapshot.errors = errors.withLock { $0 }
         return snapshot
     }

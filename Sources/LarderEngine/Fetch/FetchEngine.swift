@@ -132,13 +132,14 @@ public final class FetchEngine: Sendable {
     {
         let traffic = self.traffic
         let namespace = prepared.request.cache.namespace
+        let stream = prepared.identity?.stream ?? 0
         return (
             { answer in
-                traffic.count(answer, namespace: namespace)
+                traffic.count(answer, namespace: namespace, stream: stream)
                 reply(answer)
             },
             { immediate in
-                if let immediate { traffic.count(immediate, namespace: namespace) }
+                if let immediate { traffic.count(immediate, namespace: namespace, stream: stream) }
                 return immediate
             }
         )

@@ -2,8 +2,9 @@ public import LarderCore
 
 /// Where answers and upstream exchanges are reported besides the counters (the metrics).
 public protocol TrafficObserver: Sendable {
-    /// One answer: its outcome (nil for a failure, then `errorCode`), the request's namespace.
-    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String)
+    /// One answer: its outcome (nil for a failure, then `errorCode`), the request's namespace,
+    /// the event loop that received the request (`RequestIdentity.stream`).
+    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String, stream: Int)
     /// One upstream exchange: `upstream` names it (a named upstream, or "fetch" for a URL),
     /// `status` its status (nil on failure, then `errorCode`), `seconds` its duration.
     func exchanged(upstream: String, status: Int?, errorCode: String?, seconds: Double)

@@ -1,9 +1,10 @@
 // GET /metrics: Prometheus text exposition, through swift-metrics with swift-prometheus.
 //
 // Each service has its own registry and factory (no global bootstrap, so several services can
-// run in one process, as the tests do). Metric objects are made once per label set and kept:
-// a request costs a dictionary read under a lock and the metric's own atomic or lock, never a
-// registry lookup. Label sets are bounded: routes and outcomes are fixed lists, statuses are
+// run in one process, as the tests do). Metric objects are made once per label set and kept.
+// A request's counts (requests by route and status, lookups by namespace and outcome) go to its
+// event loop's own tally and are added to the registry's counters when scraped; its duration is
+// recorded in the route's histogram (swift-prometheus's lock, shared by the loops). Label sets are bounded: routes and outcomes are fixed lists, statuses are
 // three digits, and namespaces past the first `namespaceLimit` seen are folded into `other`.
 // Counters whose labels are known in advance (the upstream error codes) are made at start, so
 // that each series is there at 0 before its first event (a rate() over a series that appears
@@ -110,7 +111,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         }
     }
 
-    // MARK: - Recording (the hot path: one lock, integer or short-string keys, no allocation)
+    // MARK: - Recording
 
     /// A route's metrics: its duration histogram, and its request counter per status (200 kept
     /// apart, made with the route: the hit path takes no lock to find it).
@@ -140,21 +141,15 @@ final class LarderMetrics: TrafficObserver, Sendable {
         routeMetrics[route] ?? routeMetrics["other"]!
     }
 
-    private func lookupCounters(for namespace: String) -> LookupCounters {
-        if let existing = lookups.withLock({ $0[namespace] }) { return existing }
-        let label = namespaceLabel(namespace)
-        return lookups.withLock { all in
-            if let existing = all[namespace] { return existing }
-            let made =
-                all[label]
-                ?? LookupCounters(
-                    byOutcome: Self.outcomeLabels.map { outcome in
-                        counter("larder_cache_lookups_total", [("outcome", outcome), ("namespace", label)])
-                    })
+    /// A namespace label's counters (a namespace's own name, or `other`), made the first time.
+    private func lookupCounters(forLabel label: String) -> LookupCounters {
+        lookups.withLock { all in
+            if let existing = all[label] { return existing }
+            let made = LookupCounters(
+                byOutcome: Self.outcomeLabels.map { outcome in
+                    counter("larder_cache_lookups_total", [("outcome", outcome), ("namespace", label)])
+                })
             all[label] = made
-            // Folded namespaces are remembered too (bounded: only up to the limit plus what
-            // maps to `other` is kept by name, and names past 10,000 are looked up each time).
-            if all.count < 10_000 { all[namespace] = made }
             return made
         }
     }
@@ -182,22 +177,72 @@ final class LarderMetrics: TrafficObserver, Sendable {
         }
     }
 
-    func requestFinished(route: String, status: Int, seconds: Double) {
-        let metrics = metrics(forRoute: route)
-        let requests =
-            status == 200
-            ? metrics.ok
-            : metrics.byStatus.withLock { byStatus in
-                if let existing = byStatus[status] { return existing }
-                let made = self.counter("larder_requests_total", [("route", route), ("status", String(status))])
-                byStatus[status] = made
-                return made
-            }
-        requests.increment()
-        metrics.duration.recordNanoseconds(Int64(max(0, seconds) * 1e9))
+    // MARK: - Counts kept per event loop
+
+    /// What one event loop's requests add to `larder_requests_total` and
+    /// `larder_cache_lookups_total`, kept by the loop and added to the registry's counters when
+    /// scraped: a request then writes only its own loop's memory (the loop's lock is taken by its
+    /// thread, and by a scrape). The duration histograms are still shared.
+    private final class LoopTally: Sendable {
+        struct Counts {
+            /// Requests answered, by route and status.
+            var requests: [RouteStatus: Int] = [:]
+            /// Lookups by namespace label, one count per outcome label (`outcomeLabels`).
+            var lookups: [String: [Int]] = [:]
+            /// The label of each namespace this loop saw (decided once, in the order namespaces
+            /// are first seen, by `namespaceLabel`); kept across scrapes, up to `labelsKept`.
+            var labels: [String: String] = [:]
+        }
+        let counts = Locked(Counts())
     }
 
-    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String) {
+    private struct RouteStatus: Hashable {
+        let route: String
+        let status: Int
+    }
+
+    static let loopTallies = 16
+    /// The namespace labels a loop remembers; past them it asks `namespaceLabel` each time.
+    static let labelsKept = 1024
+    private let tallies: [LoopTally] = (0..<LarderMetrics.loopTallies).map { _ in LoopTally() }
+
+    /// `loop`: the event loop that received the request (`HTTPServerRequest.loop`).
+    func requestFinished(route: String, status: Int, seconds: Double, loop: Int = 0) {
+        tallies[loop % Self.loopTallies].counts.withLock { $0.requests[RouteStatus(route: route, status: status), default: 0] += 1 }
+        metrics(forRoute: route).duration.recordNanoseconds(Int64(max(0, seconds) * 1e9))
+    }
+
+    /// The registry's counter for `route` and `status` (200 made with the route).
+    private func requestCounter(route: String, status: Int) -> CoreMetrics.Counter {
+        let metrics = metrics(forRoute: route)
+        guard status != 200 else { return metrics.ok }
+        return metrics.byStatus.withLock { byStatus in
+            if let existing = byStatus[status] { return existing }
+            let made = self.counter("larder_requests_total", [("route", route), ("status", String(status))])
+            byStatus[status] = made
+            return made
+        }
+    }
+
+    /// Adds what every loop counted since the last scrape to the registry's counters.
+    private func foldTallies() {
+        for tally in tallies {
+            let (requests, lookups) = tally.counts.withLock { counts in
+                defer {
+                    counts.requests = [:]
+                    counts.lookups = [:]
+                }
+                return (counts.requests, counts.lookups)
+            }
+            for (key, count) in requests { requestCounter(route: key.route, status: key.status).increment(by: count) }
+            for (label, byOutcome) in lookups {
+                let counters = lookupCounters(forLabel: label).byOutcome
+                for (index, count) in byOutcome.enumerated() where count > 0 { counters[index].increment(by: count) }
+            }
+        }
+    }
+
+    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String, stream: Int) {
         guard let outcome else { return }
         let index: Int
         if coalesced {
@@ -212,7 +257,16 @@ final class LarderMetrics: TrafficObserver, Sendable {
             case .revalidated: index = 4
             }
         }
-        lookupCounters(for: namespace).byOutcome[index].increment()
+        tallies[stream % Self.loopTallies].counts.withLock { counts in
+            let label: String
+            if let known = counts.labels[namespace] {
+                label = known
+            } else {
+                label = namespaceLabel(namespace)
+                if counts.labels.count < Self.labelsKept { counts.labels[namespace] = label }
+            }
+            counts.lookups[label, default: Array(repeating: 0, count: Self.outcomeLabels.count)][index] += 1
+        }
     }
 
     /// An upstream's metrics, found by its name alone: an exchange builds no label array and no
@@ -264,6 +318,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int,
         listeners: [(name: String, open: Int, limit: Int)] = [], accessLogDropped: Int = 0
     ) -> [UInt8] {
+        foldTallies()
         let figures = store.figures
         let newlyDropped = reportedAccessLogDrops.withLock { reported in
             defer { reported = max(reported, accessLogDropped) }

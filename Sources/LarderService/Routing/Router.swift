@@ -188,7 +188,7 @@ final class Router: Sendable {
         }
         let seconds = clock.now() - receivedAt
         let label = route?.metricsRoute ?? LarderMetrics.route(for: request.path)
-        metrics?.requestFinished(route: label, status: response.status, seconds: seconds)
+        metrics?.requestFinished(route: label, status: response.status, seconds: seconds, loop: request.loop)
         if identity.span.isRecorded {
             let httpRoute = route?.pattern.display
             identity.span.end(
