@@ -4,8 +4,9 @@
 // run in one process, as the tests do). Metric objects are made once per label set and kept.
 // A request's counts (requests by route and status, lookups by namespace and outcome) go to its
 // event loop's own tally and are added to the registry's counters when scraped; its duration is
-// recorded in the route's histogram (swift-prometheus's lock, shared by the loops). Label sets are bounded: routes and outcomes are fixed lists, statuses are
-// three digits, and namespaces past the first `namespaceLimit` seen are folded into `other`.
+// recorded in the route's histogram (swift-prometheus's lock, shared by the loops). Label sets
+// are bounded: routes and outcomes are fixed lists, statuses are three digits, and namespaces
+// past the first `namespaceLimit` seen are folded into `other`.
 // Counters whose labels are known in advance (the upstream error codes) are made at start, so
 // that each series is there at 0 before its first event (a rate() over a series that appears
 // only at its first increment misses that increment). What the database holds (entries, bytes,
