@@ -68,10 +68,11 @@ final class LarderMetrics: TrafficObserver, Sendable {
         self.startedAt = ProcessFigures.read()?.startTime ?? startedAt
         cpuSeconds = CoreMetrics.FloatingPointCounter(label: "process_cpu_seconds_total", dimensions: [], factory: factory)
         routeMetrics = Dictionary(
-            uniqueKeysWithValues: Self.routes.map { route in
+            uniqueKeysWithValues: Self.routes.enumerated().map { index, route in
                 (
                     route,
                     RouteMetrics(
+                        index: index,
                         duration: CoreMetrics.Timer(
                             label: "larder_request_duration_seconds", dimensions: [("route", route)],
                             factory: factory),
@@ -117,10 +118,13 @@ final class LarderMetrics: TrafficObserver, Sendable {
     /// A route's metrics: its duration histogram, and its request counter per status (200 kept
     /// apart, made with the route: the hit path takes no lock to find it).
     private final class RouteMetrics: Sendable {
+        /// Its place in `LarderMetrics.routes`: what the loops' tallies count it by.
+        let index: Int
         let duration: CoreMetrics.Timer
         let ok: CoreMetrics.Counter
         let byStatus = Locked<[Int: CoreMetrics.Counter]>([:])
-        init(duration: CoreMetrics.Timer, ok: CoreMetrics.Counter) {
+        init(index: Int, duration: CoreMetrics.Timer, ok: CoreMetrics.Counter) {
+            self.index = index
             self.duration = duration
             self.ok = ok
         }
@@ -186,31 +190,37 @@ final class LarderMetrics: TrafficObserver, Sendable {
     /// thread, and by a scrape). The duration histograms are still shared.
     private final class LoopTally: Sendable {
         struct Counts {
-            /// Requests answered, by route and status.
-            var requests: [RouteStatus: Int] = [:]
-            /// Lookups by namespace label, one count per outcome label (`outcomeLabels`).
-            var lookups: [String: [Int]] = [:]
-            /// The label of each namespace this loop saw (decided once, in the order namespaces
-            /// are first seen, by `namespaceLabel`); kept across scrapes, up to `labelsKept`.
-            var labels: [String: String] = [:]
+            /// Requests answered with 200, by route index; others by route index and status
+            /// (`index << 16 | status`).
+            var ok = [Int](repeating: 0, count: LarderMetrics.routes.count)
+            var otherStatuses: [Int: Int] = [:]
+            /// Lookups by namespace label (in `labelNames`' order), one count per outcome label.
+            var lookups: [[Int]] = []
+            /// Each namespace label this loop counted, in `lookups`' order, and each namespace's
+            /// place there (its label decided once, in the order namespaces are first seen, by
+            /// `namespaceLabel`); kept across scrapes, up to `labelsKept` namespaces.
+            var labelNames: [String] = []
+            var labelIndex: [String: Int] = [:]
         }
         let counts = Locked(Counts())
     }
 
-    private struct RouteStatus: Hashable {
-        let route: String
-        let status: Int
-    }
-
     static let loopTallies = 16
-    /// The namespace labels a loop remembers; past them it asks `namespaceLabel` each time.
+    /// The namespaces a loop remembers the label of; past them it asks `namespaceLabel` each time.
     static let labelsKept = 1024
     private let tallies: [LoopTally] = (0..<LarderMetrics.loopTallies).map { _ in LoopTally() }
 
     /// `loop`: the event loop that received the request (`HTTPServerRequest.loop`).
     func requestFinished(route: String, status: Int, seconds: Double, loop: Int = 0) {
-        tallies[loop % Self.loopTallies].counts.withLock { $0.requests[RouteStatus(route: route, status: status), default: 0] += 1 }
-        metrics(forRoute: route).duration.recordNanoseconds(Int64(max(0, seconds) * 1e9))
+        let metrics = metrics(forRoute: route)
+        tallies[loop % Self.loopTallies].counts.withLock { counts in
+            if status == 200 {
+                counts.ok[metrics.index] += 1
+            } else {
+                counts.otherStatuses[metrics.index << 16 | (status & 0xFFFF), default: 0] += 1
+            }
+        }
+        metrics.duration.recordNanoseconds(Int64(max(0, seconds) * 1e9))
     }
 
     /// The registry's counter for `route` and `status` (200 made with the route).
@@ -228,16 +238,22 @@ final class LarderMetrics: TrafficObserver, Sendable {
     /// Adds what every loop counted since the last scrape to the registry's counters.
     private func foldTallies() {
         for tally in tallies {
-            let (requests, lookups) = tally.counts.withLock { counts in
+            let (ok, otherStatuses, lookups, labelNames) = tally.counts.withLock { counts in
                 defer {
-                    counts.requests = [:]
-                    counts.lookups = [:]
+                    counts.ok = [Int](repeating: 0, count: Self.routes.count)
+                    counts.otherStatuses = [:]
+                    counts.lookups = counts.lookups.map { _ in [Int](repeating: 0, count: Self.outcomeLabels.count) }
                 }
-                return (counts.requests, counts.lookups)
+                return (counts.ok, counts.otherStatuses, counts.lookups, counts.labelNames)
             }
-            for (key, count) in requests { requestCounter(route: key.route, status: key.status).increment(by: count) }
-            for (label, byOutcome) in lookups {
-                let counters = lookupCounters(forLabel: label).byOutcome
+            for (index, count) in ok.enumerated() where count > 0 {
+                requestCounter(route: Self.routes[index], status: 200).increment(by: count)
+            }
+            for (key, count) in otherStatuses {
+                requestCounter(route: Self.routes[key >> 16], status: key & 0xFFFF).increment(by: count)
+            }
+            for (slot, byOutcome) in lookups.enumerated() {
+                let counters = lookupCounters(forLabel: labelNames[slot]).byOutcome
                 for (index, count) in byOutcome.enumerated() where count > 0 { counters[index].increment(by: count) }
             }
         }
@@ -259,14 +275,21 @@ final class LarderMetrics: TrafficObserver, Sendable {
             }
         }
         tallies[stream % Self.loopTallies].counts.withLock { counts in
-            let label: String
-            if let known = counts.labels[namespace] {
-                label = known
+            let slot: Int
+            if let known = counts.labelIndex[namespace] {
+                slot = known
             } else {
-                label = namespaceLabel(namespace)
-                if counts.labels.count < Self.labelsKept { counts.labels[namespace] = label }
+                let label = namespaceLabel(namespace)
+                if let existing = counts.labelNames.firstIndex(of: label) {
+                    slot = existing
+                } else {
+                    slot = counts.labelNames.count
+                    counts.labelNames.append(label)
+                    counts.lookups.append([Int](repeating: 0, count: Self.outcomeLabels.count))
+                }
+                if counts.labelIndex.count < Self.labelsKept { counts.labelIndex[namespace] = slot }
             }
-            counts.lookups[label, default: Array(repeating: 0, count: Self.outcomeLabels.count)][index] += 1
+            counts.lookups[slot][index] += 1
         }
     }
 
