@@ -123,12 +123,10 @@ public struct CacheKeyBuilder: Sendable {
         self.keyed = KeyedHMAC(secret: secret)
     }
 
-    private func authenticationCode(_ bytes: [UInt8]) -> String {
+    /// The secret's HMAC of `bytes`, as hex.
+    func authenticationCode(_ bytes: [UInt8]) -> String {
         Self.hex(bytes.withUnsafeBytes { keyed.code($0) })
     }
-
-    /// The key's HMAC of `bytes` as hex, for tests: the same as `HMAC<SHA256>`'s.
-    func authenticationCodeForTesting(_ bytes: [UInt8]) -> String { authenticationCode(bytes) }
 
     public struct Derived: Sendable {
         public let key: CacheKey

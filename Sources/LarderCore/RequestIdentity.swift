@@ -44,13 +44,14 @@ public struct RequestIdentity: Sendable {
     public let traceState: String?
     /// The caller sent an `X-Request-Id` or a `traceparent` (well-formed or not).
     public let callerSentOne: Bool
-    /// The event loop that received the request: what it counts goes to that loop's counters.
-    public let stream: Int
+    /// The index of the event loop that received the request (`LoopSlots`): the ids it makes and
+    /// the answers it counts use that loop's counters.
+    public let loop: Int
 
     /// The identity of a request with these header fields (names compared case-insensitively);
     /// its span is recorded by `recorder` when there is one (spans are exported).
-    /// `stream`: the event loop's index, whose own counter makes the ids (IdentityRandom).
-    public init(headers: [(name: String, value: String)], recorder: (any SpanRecorder)? = nil, stream: Int = 0) {
+    /// `loop`: the event loop's index, whose own counter makes the ids (IdentityRandom).
+    public init(headers: [(name: String, value: String)], recorder: (any SpanRecorder)? = nil, loop: Int = 0) {
         var callerID: String?
         var traceParent: String?
         var traceState: [String] = []
@@ -67,14 +68,14 @@ public struct RequestIdentity: Sendable {
         }
         self.init(
             callerID: callerID, traceParent: traceParent, traceState: traceState.isEmpty ? nil : traceState.joined(separator: ","),
-            recorder: recorder, stream: stream)
+            recorder: recorder, loop: loop)
     }
 
     public init(
-        callerID: String?, traceParent: String?, traceState: String?, recorder: (any SpanRecorder)? = nil, stream: Int = 0
+        callerID: String?, traceParent: String?, traceState: String?, recorder: (any SpanRecorder)? = nil, loop: Int = 0
     ) {
-        var ids = IdentityRandom(stream: stream)
-        self.stream = stream
+        var ids = IdentityRandom(loop: loop)
+        self.loop = loop
         callerSentOne = callerID != nil || traceParent != nil
         source = callerID.flatMap { Self.isWellFormedID($0) ? IDSource.caller($0) : nil } ?? .made(ids.next())
         let parent = traceParent.flatMap(Self.parent(from:))
@@ -175,33 +176,32 @@ public struct RequestIdentity: Sendable {
 /// (Steele, Lea and Flood, OOPSLA 2014) over a counter, seeded once from the system's generator.
 /// SplitMix64's mix is a bijection, so distinct counts give distinct ids. Not for secrets.
 ///
-/// Each event loop advances a counter of its own (`stream`), on a cache line of its own: one
-/// counter every loop wrote made each request's id move that line between the cores. Stream `s`
-/// counts from `seed + s·2⁴⁸` steps, so streams meet only after 2⁴⁸ ids each.
+/// Each event loop advances a counter of its own, on a cache line of its own: a counter every
+/// loop wrote would move its line between the cores on every request. Loop `l`'s counter starts
+/// `l·2⁴⁸` steps after the seed, so two loops' ids meet only after 2⁴⁸ ids each.
 struct IdentityRandom: RandomNumberGenerator {
-    static let streamCount = 16
     private static let gamma: UInt64 = 0x9E37_79B9_7F4A_7C15
 
-    /// A counter alone on its cache line (64 bytes).
-    private final class Stream: Sendable {
+    /// A loop's counter, alone on its cache line (64 bytes).
+    private final class LoopCounter: Sendable {
         let counter: Atomic<UInt64>
         private let padding: (UInt64, UInt64, UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0, 0, 0)
         init(_ start: UInt64) { counter = Atomic(start) }
     }
 
-    private static let streams: [Stream] = {
+    private static let counters: [LoopCounter] = {
         let seed = UInt64.random(in: .min ... .max)
-        return (0..<streamCount).map { Stream(seed &+ (UInt64($0) << 48) &* gamma) }
+        return (0..<LoopSlots.count).map { LoopCounter(seed &+ (UInt64($0) << 48) &* gamma) }
     }()
 
-    private let stream: Stream
+    private let counter: LoopCounter
 
-    init(stream: Int = 0) {
-        self.stream = Self.streams[stream % Self.streamCount]
+    init(loop: Int = 0) {
+        self.counter = Self.counters[LoopSlots.slot(of: loop)]
     }
 
     mutating func next() -> UInt64 {
-        var z = stream.counter.wrappingAdd(Self.gamma, ordering: .relaxed).newValue
+        var z = counter.counter.wrappingAdd(Self.gamma, ordering: .relaxed).newValue
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
@@ -257,4 +257,12 @@ public enum HexDigits {
             return 55
         }
     }
+}
+
+/// The per-loop counters (ids, traffic counts, metrics tallies) each event loop writes alone:
+/// `count` slots, a loop's index folded onto them (more loops than slots share).
+public enum LoopSlots {
+    public static let count = 16
+
+    @inline(__always) public static func slot(of loop: Int) -> Int { loop & (count - 1) }
 }

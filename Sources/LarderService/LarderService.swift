@@ -147,7 +147,7 @@ public final class LarderService: Sendable {
             accessLog: AccessLogWriter(
                 output: accessLogOutput
                     ?? .standardError(LogControl(level: logger.logLevel, format: configuration.resolvedLogFormat)),
-                shards: configuration.serverThreads))
+                shards: 3 * configuration.serverThreads))
         wiring.routers.set(makeRouter(configuration, wiring))
         warnIfAdminRoutesOpen(configuration)
         if configuration.browserRequestRules.acceptsAnyName {
@@ -390,20 +390,24 @@ public final class LarderService: Sendable {
         func registering(_ name: String) -> @Sendable (IPAddress, Int) -> Void {
             { address, port in ownListeners.add(ListenerEndpoint(name: name, address: address, port: port)) }
         }
+        // Each listener's loops are numbered on from the one before (main, proxy-root, admin), so
+        // what is kept per loop (LoopSlots, the access log's buffers) is not shared between them.
+        let threads = base.threads
         var mainConfiguration = base
         mainConfiguration.onListening = registering("main")
         mainConfiguration.tls = certificates.main
         let server = HTTPServer(
             configuration: mainConfiguration,
-            handler: ListenerHandler(routers: routers, listener: .main, loops: configuration.serverThreads))
+            handler: ListenerHandler(routers: routers, listener: .main, loops: 0..<threads))
         var proxyServer: HTTPServer?
         if configuration.proxyRoot != nil {
             var proxyConfiguration = mainConfiguration
             proxyConfiguration.port = configuration.proxyPort
             proxyConfiguration.onListening = registering("proxy")
+            proxyConfiguration.firstLoopIndex = threads
             proxyServer = HTTPServer(
                 configuration: proxyConfiguration,
-                handler: ListenerHandler(routers: routers, listener: .proxyRoot, loops: configuration.serverThreads))
+                handler: ListenerHandler(routers: routers, listener: .proxyRoot, loops: threads..<2 * threads))
         }
         var adminServer: HTTPServer?
         if let adminPort = configuration.adminPort {
@@ -413,9 +417,10 @@ public final class LarderService: Sendable {
             adminConfiguration.tls = certificates.admin
             // Admin requests that fetch (warm jobs) go through the upstream's own thread.
             adminConfiguration.loopCompanion = nil
+            adminConfiguration.firstLoopIndex = 2 * threads
             adminServer = HTTPServer(
                 configuration: adminConfiguration,
-                handler: ListenerHandler(routers: routers, listener: .admin, loops: configuration.serverThreads))
+                handler: ListenerHandler(routers: routers, listener: .admin, loops: 2 * threads..<3 * threads))
         }
         return (server, proxyServer, adminServer)
     }

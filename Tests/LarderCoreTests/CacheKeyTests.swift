@@ -53,7 +53,7 @@ final class CacheKeyTests: XCTestCase {
                 let message = (0..<messageLength).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 5) }
                 let expected = HMAC<SHA256>.authenticationCode(for: message, using: SymmetricKey(data: secret))
                 XCTAssertEqual(
-                    builder.authenticationCodeForTesting(message), expected.map { String(format: "%02x", $0) }.joined(),
+                    builder.authenticationCode(message), expected.map { String(format: "%02x", $0) }.joined(),
                     "secret \(secretLength) bytes, message \(messageLength) bytes")
             }
         }

@@ -10,7 +10,7 @@ import XCTest
 /// Records the upstream exchanges the engine reports (what the metrics count per upstream).
 final class ExchangeLog: TrafficObserver {
     let exchanges = Locked<[(upstream: String, status: Int?)]>([])
-    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String, stream: Int) {}
+    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String, loop: Int) {}
     func exchanged(upstream: String, status: Int?, errorCode: String?, seconds: Double) {
         exchanges.withLock { $0.append((upstream, status)) }
     }

@@ -38,7 +38,7 @@ final class AccessLogTests: XCTestCase {
             redaction: QueryRedaction(names: []))
     }
 
-    /// What LarderLogHandler writes for the same line, as the access log once wrote it through swift-log.
+    /// What LarderLogHandler writes for the same fields through swift-log, as Larder's other lines are written.
     private func handlerLine(_ line: AccessLog.Line, format: LogFormat) -> String {
         let written = LogLines()
         let logger = Logger(label: "test") { _ in

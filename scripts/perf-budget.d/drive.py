@@ -3,9 +3,10 @@
     drive.py PID PROXY_PORT MAIN_PORT ORIGIN SCENARIO COUNT
 
 Each scenario first makes what it measures (stores the entries its hits read, warms what the
-measured requests must find warm), then zeroes callgrind's counters, turns instrumentation on,
-sends COUNT requests on one keep-alive connection, checks each answer is what the scenario
-measures (a hit is a hit), dumps the counters and prints the instructions per request.
+measured requests must find warm, and checks a warm request is a hit), then zeroes callgrind's
+counters, turns instrumentation on, sends COUNT requests on one keep-alive connection (checking
+those of the first-sight, miss and batch scenarios are what they measure), and dumps the
+counters; scripts/perf-budget divides the dump's total by COUNT.
 """
 
 import http.client

@@ -2,11 +2,9 @@ import LarderCore
 import LarderSync
 
 /// Answers counted since the process started, by outcome and by error code. Each event loop
-/// counts into its own slot, alone on its cache lines (one counter every loop wrote moved its
-/// line between the cores on every hit); a snapshot sums them.
+/// counts into its own slot (`LoopSlots`), alone on its cache lines: a counter every loop wrote
+/// would move its line between the cores on every hit. A snapshot sums the slots.
 public final class TrafficCounters: Sendable {
-    static let slotCount = 16
-
     /// One loop's counts: relaxed atomics (an answer completed on another thread may add too),
     /// padded to two cache lines of their own.
     private final class Slot: Sendable {
@@ -19,7 +17,7 @@ public final class TrafficCounters: Sendable {
         private let padding: (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     }
 
-    private let slots: [Slot] = (0..<TrafficCounters.slotCount).map { _ in Slot() }
+    private let slots: [Slot] = (0..<LoopSlots.count).map { _ in Slot() }
     private let errors = Locked<[String: Int]>([:])
     public let startedAt: Double
     /// Read without a lock on every answer: set once, before traffic.
@@ -36,19 +34,19 @@ public final class TrafficCounters: Sendable {
         observer?.exchanged(upstream: upstream, status: status, errorCode: errorCode, seconds: seconds)
     }
 
-    /// Counts `answer` in the slot of loop `stream` (the request's `RequestIdentity.stream`).
-    public func count(_ answer: CacheAnswer, namespace: String, stream: Int = 0) {
+    /// Counts `answer` in the slot of the event loop `loop` (the request's `RequestIdentity.loop`).
+    public func count(_ answer: CacheAnswer, namespace: String, loop: Int = 0) {
         if let observer {
             switch answer {
             case .served(let served):
                 observer.answered(
                     outcome: served.report.outcome, coalesced: served.report.coalesced, errorCode: nil, namespace: namespace,
-                    stream: stream)
+                    loop: loop)
             case .failed(let error):
-                observer.answered(outcome: nil, coalesced: false, errorCode: error.code.rawValue, namespace: namespace, stream: stream)
+                observer.answered(outcome: nil, coalesced: false, errorCode: error.code.rawValue, namespace: namespace, loop: loop)
             }
         }
-        let slot = slots[stream % Self.slotCount]
+        let slot = slots[LoopSlots.slot(of: loop)]
         switch answer {
         case .served(let served):
             switch served.report.outcome {

@@ -39,7 +39,7 @@ extension FetchEngine {
             PreparedFetch(request: probe, derived: prepared.derived, identity: prepared.identity), mayCoalesce: false, cancellation: nil
         ) { _ in }
         guard let answer, case .served = answer else { return nil }
-        traffic.count(answer, namespace: request.cache.namespace, stream: prepared.identity?.stream ?? 0)
+        traffic.count(answer, namespace: request.cache.namespace, loop: prepared.identity?.loop ?? 0)
         return answer
     }
 

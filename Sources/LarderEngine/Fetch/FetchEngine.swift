@@ -132,14 +132,14 @@ public final class FetchEngine: Sendable {
     {
         let traffic = self.traffic
         let namespace = prepared.request.cache.namespace
-        let stream = prepared.identity?.stream ?? 0
+        let loop = prepared.identity?.loop ?? 0
         return (
             { answer in
-                traffic.count(answer, namespace: namespace, stream: stream)
+                traffic.count(answer, namespace: namespace, loop: loop)
                 reply(answer)
             },
             { immediate in
-                if let immediate { traffic.count(immediate, namespace: namespace, stream: stream) }
+                if let immediate { traffic.count(immediate, namespace: namespace, loop: loop) }
                 return immediate
             }
         )

@@ -99,7 +99,7 @@ let accessHandler: MHD_AccessHandlerCallback = { serverPointer, connection, url,
             body: body,
             bodyTooLarge: bodyTooLarge,
             peer: larder_mhd_client_address(connection).flatMap(PeerAddress.init),
-            loop: handle.loop?.index ?? 0)
+            loop: server.configuration.firstLoopIndex + (handle.loop?.index ?? 0))
         if let response = server.handler.handle(request, responder: HTTPResponder(context: context, server: server)) {
             return queue(response, on: connection, server: server)
         }

@@ -21,8 +21,9 @@ public final class HTTPServerRequest: Sendable {
     /// The peer's address, kept as its bytes (no allocation per request) until the access log
     /// or a span asks for it as an `IPAddress`.
     private let peer: PeerAddress?
-    /// The index of the event loop that received it (0 for a request made elsewhere): what is
-    /// kept per loop (the access log's buffers) is found by it.
+    /// The index of the event loop that received it, unique in the process
+    /// (`HTTPServerConfiguration.firstLoopIndex` and on; 0 for a request made elsewhere): what is
+    /// kept per loop (the access log's buffers, the per-loop counters) is found by it.
     public let loop: Int
 
     /// The peer's address (for the access log and spans); nil when libmicrohttpd does not say.

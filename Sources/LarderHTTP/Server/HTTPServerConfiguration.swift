@@ -8,6 +8,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var port: Int = 8080
     /// Event loops, each a thread (at least 1; see HTTPServer).
     public var threads: Int = 2
+    /// The index a request of this server's first loop carries (`HTTPServerRequest.loop`); the
+    /// others follow. Servers of one process number their loops apart.
+    public var firstLoopIndex = 0
     /// Idle keep-alive connections are closed after this many seconds.
     public var connectionTimeoutSeconds: Int = 60
     /// A new connection whose first header section is not complete this many seconds after it

@@ -215,7 +215,12 @@ enum AccessLog {
             out.append(UInt8(ascii: "\""))
         }
         out.appendLiteral(#","duration_ms":"#)
-        appendMilliseconds(line.seconds, to: &out)
+        if line.seconds.isFinite {
+            appendMilliseconds(line.seconds, to: &out)
+        } else {
+            // Not a JSON number: written as a string, as LarderLogHandler writes one.
+            LarderLogHandler.appendLogString("\(line.seconds)", to: &out)
+        }
         if let key = line.answer.key {
             out.appendLiteral(#","key":""#)
             out.appendUTF8(key, prefix: keyPrefixLength)

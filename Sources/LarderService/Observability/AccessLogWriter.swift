@@ -1,12 +1,14 @@
 // Where access-log lines go: formatted by the thread that answered the request into a buffer of
 // its event loop's own, and written by one background thread in batches. A hit then costs its
-// line's formatting (no allocation, no system call, no lock another loop takes), and a slow
-// reader of standard error (a full pipe, a stalled collector) never holds an event loop: a full
-// buffer drops the line, counts it, and the writer says how many it lost
+// line's formatting (no system call, no lock another loop takes; a text line makes no string),
+// and a slow reader of standard error (a full pipe, a stalled collector) never holds an event
+// loop: a full buffer drops the line, counts it, and the writer says how many it lost
 // (`larder_access_log_dropped_total` and a warning line).
 //
 // Lines reach the output at most `interval` after they were formatted, or sooner when a buffer
-// fills past a quarter; shutdown writes what is left. A kill -9 loses at most that interval.
+// fills past a quarter; shutdown writes what is left (waiting at most `closeTimeout` for an
+// output that does not take it). A kill -9 loses the lines not yet written: those of the last
+// interval while the output keeps up.
 
 import Dispatch
 import Foundation
@@ -91,6 +93,11 @@ final class AccessLogWriter: Sendable {
     private let stopping = Atomic<Bool>(false)
     private let ended = DispatchSemaphore(value: 0)
     private let droppedTotal = Atomic<Int>(0)
+    /// One flush at a time: the writer's turns and `flush()` would otherwise write one buffer's
+    /// batches out of order.
+    private let flushing = Locked(())
+    /// How long `close` waits for the writer to hand the last lines to the output.
+    static let closeTimeout = 5.0
 
     /// `shards`: one buffer per event loop (a request's line goes to its loop's).
     init(output: AccessLogOutput, shards: Int, interval: Double = 0.05) {
@@ -135,11 +142,12 @@ final class AccessLogWriter: Sendable {
         flush(into: &spare)
     }
 
-    /// Stops the writer after it wrote out what the buffers hold.
+    /// Stops the writer after it wrote out what the buffers hold, or after `closeTimeout` when
+    /// the output does not take them (a pipe nobody reads must not hold up shutdown).
     func close() {
         guard !stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
         wake.signal()
-        ended.wait()
+        _ = ended.wait(timeout: .now() + Self.closeTimeout)
     }
 
     private func run() {
@@ -155,6 +163,10 @@ final class AccessLogWriter: Sendable {
     /// Swaps each buffer for `spare` (kept empty with its capacity, so neither side allocates
     /// again) and writes what it held.
     private func flush(into spare: inout [UInt8]) {
+        flushing.withLock { _ in flushShards(into: &spare) }
+    }
+
+    private func flushShards(into spare: inout [UInt8]) {
         for shard in shards {
             var dropped = 0
             shard.pending.withLock { pending in

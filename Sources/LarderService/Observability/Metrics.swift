@@ -115,8 +115,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     // MARK: - Recording
 
-    /// A route's metrics: its duration histogram, and its request counter per status (200 kept
-    /// apart, made with the route: the hit path takes no lock to find it).
+    /// A route's metrics: its duration histogram, and its request counter per status (200 made
+    /// with the route), to which a scrape adds the loops' tallies.
     private final class RouteMetrics: Sendable {
         /// Its place in `LarderMetrics.routes`: what the loops' tallies count it by.
         let index: Int
@@ -185,9 +185,10 @@ final class LarderMetrics: TrafficObserver, Sendable {
     // MARK: - Counts kept per event loop
 
     /// What one event loop's requests add to `larder_requests_total` and
-    /// `larder_cache_lookups_total`, kept by the loop and added to the registry's counters when
-    /// scraped: a request then writes only its own loop's memory (the loop's lock is taken by its
-    /// thread, and by a scrape). The duration histograms are still shared.
+    /// `larder_cache_lookups_total`, kept by the loop (`LoopSlots`) and added to the registry's
+    /// counters when scraped: a hit writes only its own loop's memory. The lock is nearly always
+    /// its loop's thread's alone; an answer completed on another thread and a scrape take it too.
+    /// The duration histograms are shared.
     private final class LoopTally: Sendable {
         struct Counts {
             /// Requests answered with 200, by route index; others by route index and status
@@ -205,15 +206,14 @@ final class LarderMetrics: TrafficObserver, Sendable {
         let counts = Locked(Counts())
     }
 
-    static let loopTallies = 16
     /// The namespaces a loop remembers the label of; past them it asks `namespaceLabel` each time.
     static let labelsKept = 1024
-    private let tallies: [LoopTally] = (0..<LarderMetrics.loopTallies).map { _ in LoopTally() }
+    private let tallies: [LoopTally] = (0..<LoopSlots.count).map { _ in LoopTally() }
 
     /// `loop`: the event loop that received the request (`HTTPServerRequest.loop`).
     func requestFinished(route: String, status: Int, seconds: Double, loop: Int = 0) {
         let metrics = metrics(forRoute: route)
-        tallies[loop % Self.loopTallies].counts.withLock { counts in
+        tallies[LoopSlots.slot(of: loop)].counts.withLock { counts in
             if status == 200 {
                 counts.ok[metrics.index] += 1
             } else {
@@ -259,7 +259,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         }
     }
 
-    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String, stream: Int) {
+    func answered(outcome: CacheOutcome?, coalesced: Bool, errorCode: String?, namespace: String, loop: Int) {
         guard let outcome else { return }
         let index: Int
         if coalesced {
@@ -274,7 +274,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
             case .revalidated: index = 4
             }
         }
-        tallies[stream % Self.loopTallies].counts.withLock { counts in
+        tallies[LoopSlots.slot(of: loop)].counts.withLock { counts in
             let slot: Int
             if let known = counts.labelIndex[namespace] {
                 slot = known

@@ -5,7 +5,8 @@
 // Each event loop keeps the router it last used with the slot's generation at that time, and
 // takes the slot's lock only when a reload changed the generation: a request reads one shared
 // counter and writes nothing another loop reads (a lock taken by every request of every loop
-// kept its cache line moving between the cores).
+// would move its cache line between the cores). A loop's copy is weak: a router a reload
+// replaced goes once its last request is answered, whether or not that loop sees another.
 
 import LarderHTTP
 import LarderSync
@@ -14,17 +15,20 @@ struct ListenerHandler: HTTPRequestHandler {
     let routers: RouterSlot
     let listener: Router.Listener
     /// One per event loop of the listener, each used only on its loop's thread.
-    private let loops: [RouterSlot.LoopCopy]
+    private let copies: [RouterSlot.LoopCopy]
+    /// The listener's loops' indices (`HTTPServerRequest.loop`).
+    private let loops: Range<Int>
 
-    init(routers: RouterSlot, listener: Router.Listener, loops: Int) {
+    init(routers: RouterSlot, listener: Router.Listener, loops: Range<Int>) {
         self.routers = routers
         self.listener = listener
-        self.loops = (0..<max(1, loops)).map { _ in RouterSlot.LoopCopy() }
+        self.loops = loops
+        self.copies = loops.map { _ in RouterSlot.LoopCopy() }
     }
 
     /// Called on the thread of the loop that received the request (LibMicroHTTPDCallbacks).
     func handle(_ request: HTTPServerRequest, responder: HTTPResponder) -> HTTPServerResponse? {
-        let router = request.loop < loops.count ? routers.router(keptIn: loops[request.loop]) : routers.router
+        let router = loops.contains(request.loop) ? routers.router(keptIn: copies[request.loop - loops.lowerBound]) : routers.router
         return router.respond(to: request, on: listener, responder: responder)
     }
 }
@@ -39,7 +43,7 @@ final class RouterSlot: Sendable {
     /// Sendable: each copy is read and written by one loop's thread only.
     final class LoopCopy: @unchecked Sendable {
         fileprivate var generation = -1
-        fileprivate var router: Router?
+        fileprivate weak var router: Router?
     }
 
     func set(_ router: Router) {
@@ -53,15 +57,16 @@ final class RouterSlot: Sendable {
         return router
     }
 
-    /// The current router as `copy` keeps it, read again only when a `set` came after the copy
-    /// was made (a copy read at generation N holds N's router or a later one).
+    /// The current router as `copy` keeps it, read again when a `set` came after the copy was
+    /// made (a copy read at generation N holds N's router or a later one), or when the router it
+    /// held is gone.
     func router(keptIn copy: LoopCopy) -> Router {
         let current = generation.load(ordering: .acquiring)
-        if copy.generation != current || copy.router == nil {
-            copy.router = router
-            copy.generation = current
-        }
-        return copy.router!
+        if copy.generation == current, let kept = copy.router { return kept }
+        let router = self.router
+        copy.router = router
+        copy.generation = current
+        return router
     }
 }
 

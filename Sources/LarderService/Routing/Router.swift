@@ -110,7 +110,7 @@ final class Router: Sendable {
     /// Answers `request` now, or returns nil and answers later through `responder`.
     func respond(to request: HTTPServerRequest, on listener: Listener, responder: any RouteResponder) -> HTTPServerResponse? {
         let receivedAt = clock.now()
-        let identity = RequestIdentity(headers: request.headers, recorder: spans, stream: request.loop)
+        let identity = RequestIdentity(headers: request.headers, recorder: spans, loop: request.loop)
         func answer(_ answer: RouteAnswer) -> HTTPServerResponse {
             finish(request, answer, receivedAt, identity, route: nil, returnIdentity: true)
         }
