@@ -149,6 +149,33 @@ final class AccessLogTests: XCTestCase {
         XCTAssertTrue(notice.contains(" warning the access log dropped 10 lines"), notice)
     }
 
+    /// Through a pipe, lines go in writes of at most PIPE_BUF bytes cut at line ends: every byte
+    /// arrives, in order, a line longer than PIPE_BUF included.
+    func testEveryLineReachesAPipeAsWritten() throws {
+        var ends: [Int32] = [0, 0]
+        XCTAssertEqual(pipe(&ends), 0)
+        let (readEnd, writeEnd) = (ends[0], ends[1])
+        let output = AccessLogOutput.descriptor(writeEnd, control: LogControl(level: .info, format: .text))
+        let lines = (0..<3000).map { "line \($0) " + String(repeating: "x", count: $0 == 1500 ? 10_000 : $0 % 300) }
+        let bytes = Array(lines.map { $0 + "\n" }.joined().utf8)
+        let received = Locked<[UInt8]>([])
+        let reader = Thread {
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while true {
+                let count = read(readEnd, &buffer, buffer.count)
+                guard count > 0 else { return }
+                received.withLock { $0.append(contentsOf: buffer[0..<count]) }
+            }
+        }
+        reader.start()
+        bytes.withUnsafeBytes { output.write($0) }
+        close(writeEnd)
+        XCTAssertTrue(eventually(timeout: 10) { received.withLock { $0.count } == bytes.count })
+        close(readEnd)
+        let got = received.withLock { String(decoding: $0, as: UTF8.self) }.split(separator: "\n").map(String.init)
+        XCTAssertEqual(got, lines)
+    }
+
     func testNoLineBelowTheLevel() {
         let (writer, lines) = writer(.text, level: .warning)
         AccessLog.write(line(path: "/quiet"), to: writer)

@@ -32,12 +32,17 @@ public struct AccessLogOutput: Sendable {
         self.write = write
     }
 
-    /// Standard error. To a pipe or a socket, lines go in writes of at most PIPE_BUF bytes cut at
-    /// line ends: a pipe keeps such a write whole, so other threads' log lines cannot land inside
-    /// an access line.
+    /// Standard error.
     public static func standardError(_ control: LogControl) -> AccessLogOutput {
+        descriptor(2, control: control)
+    }
+
+    /// An open file descriptor. To a pipe or a socket, lines go in writes of at most PIPE_BUF
+    /// bytes cut at line ends: a pipe keeps such a write whole, so other threads' log lines
+    /// cannot land inside an access line.
+    static func descriptor(_ descriptor: Int32, control: LogControl) -> AccessLogOutput {
         var status = stat()
-        let whole = fstat(2, &status) == 0 && (status.st_mode & S_IFMT) == S_IFREG
+        let whole = fstat(descriptor, &status) == 0 && (status.st_mode & S_IFMT) == S_IFREG
         let chunk = whole ? Int.max : Int(PIPE_BUF)
         return AccessLogOutput(control: control) { lines in
             var start = 0
@@ -49,22 +54,8 @@ public struct AccessLogOutput: Sendable {
                     while end > start, lines[end - 1] != UInt8(ascii: "\n") { end -= 1 }
                     if end == start { end = lines[start...].firstIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? lines.count }
                 }
-                writeAll(UnsafeRawBufferPointer(rebasing: lines[start..<end]), to: 2)
+                LarderLogHandler.writeAll(UnsafeRawBufferPointer(rebasing: lines[start..<end]), to: descriptor)
                 start = end
-            }
-        }
-    }
-
-    private static func writeAll(_ bytes: UnsafeRawBufferPointer, to descriptor: Int32) {
-        var offset = 0
-        while offset < bytes.count {
-            let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-            if written > 0 {
-                offset += written
-            } else if written < 0, errno == EINTR {
-                continue
-            } else {
-                return
             }
         }
     }

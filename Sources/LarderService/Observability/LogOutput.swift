@@ -184,17 +184,21 @@ public struct LarderLogHandler: LogHandler {
     public static let standardError: @Sendable (String) -> Void = { line in
         var bytes = Array(line.utf8)
         bytes.append(UInt8(ascii: "\n"))
-        bytes.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let written = Glibc.write(2, buffer.baseAddress! + offset, buffer.count - offset)
-                if written > 0 {
-                    offset += written
-                } else if written < 0, errno == EINTR {
-                    continue
-                } else {
-                    return
-                }
+        bytes.withUnsafeBytes { writeAll($0, to: 2) }
+    }
+
+    /// Writes all of `bytes` to `descriptor`, again after a partial write or an interrupted one;
+    /// gives up on an error (a log line has nowhere else to go).
+    static func writeAll(_ bytes: UnsafeRawBufferPointer, to descriptor: Int32) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = Glibc.write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+            if written > 0 {
+                offset += written
+            } else if written < 0, errno == EINTR {
+                continue
+            } else {
+                return
             }
         }
     }
