@@ -69,7 +69,7 @@ final class RequestMemo: Sendable {
     /// per request, a fixed share for its objects and derived keys. RequestMemoTests measures
     /// the heap against this estimate for small, typical and long bodies.
     static func cost(keyBytes: Int, _ value: Value) -> Int {
-        4 * keyBytes + 1280 * value.requestCount
+        4 * keyBytes + 1344 * value.requestCount
     }
 
     /// Whether a request is remembered only when seen a second time (see the top of the file).
