@@ -15,6 +15,10 @@
 //   `Content-Type: application/json`: a page can send text/plain without a CORS preflight.
 //   Non-browser clients are not asked: `curl -d` sends a form type and no Origin.
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 public struct BrowserRequestRules: Sendable, Equatable {
     /// `--server-name`: lowercased names, `*.example.com` for any name under example.com.
     public let serverNames: [String]
@@ -164,8 +168,14 @@ public struct BrowserRequestRules: Sendable, Equatable {
     }
 
     /// For an IP literal, whether it is a loopback address (127.0.0.0/8, ::1); nil for a name.
+    /// A name with a colon is an IPv6 literal only when it is a valid address (RFC 4291 §2.2):
+    /// otherwise `a:b` would pass as a literal and skip the --server-name check.
     static func ipLiteralIsLoopback(_ name: String) -> Bool? {
-        if name.utf8.contains(UInt8(ascii: ":")) { return name == "::1" || name == "0:0:0:0:0:0:0:1" }
+        if name.utf8.contains(UInt8(ascii: ":")) {
+            var address = in6_addr()
+            guard inet_pton(AF_INET6, name, &address) == 1 else { return nil }
+            return withUnsafeBytes(of: &address) { bytes in bytes.dropLast().allSatisfy { $0 == 0 } && bytes.last == 1 }
+        }
         // Four parts of one to three ASCII digits, each at most 255: Unicode digits (`²`,
         // fullwidth `１`) are no part of an address.
         var (first, dots, value, digits) = (0, 0, 0, 0)

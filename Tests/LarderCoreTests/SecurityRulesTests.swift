@@ -307,7 +307,13 @@ final class BrowserRequestRulesTests: XCTestCase {
         XCTAssertTrue(wide.acceptsAnyName)
         XCTAssertTrue(wide.accepts(host: "10.0.0.1:8080"))
         XCTAssertTrue(wide.accepts(host: "larder.svc"), "nothing configured beyond loopback: any name")
-        XCTAssertFalse(BrowserRequestRules(serverNames: ["larder.svc"], boundToLoopback: false).accepts(host: "evil.example"))
+        let named = BrowserRequestRules(serverNames: ["larder.svc"], boundToLoopback: false)
+        XCTAssertFalse(named.accepts(host: "evil.example"))
+        // Only a valid IPv6 address is a literal: a name with colons is matched as names are.
+        for host in ["a:b:80", "[a:x]", "[evil.example]", "[::1::2]"] { XCTAssertFalse(named.accepts(host: host), host) }
+        XCTAssertTrue(named.accepts(host: "[2001:db8::1]:8080"), "an address, not bound to loopback")
+        XCTAssertTrue(loopback.accepts(host: "[0:0::1]"), "::1 written another way")
+        XCTAssertFalse(loopback.accepts(host: "[::2]"))
     }
 
     func testAnOriginIsTheRequestsOwnByItsHostAndPort() {
