@@ -200,15 +200,10 @@ public struct CacheKeyBuilder: Sendable {
     private static func appendField(_ name: StaticString, _ value: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         out.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
         out.append(UInt8(ascii: "="))
-        appendDecimal(value.count, to: &out)
+        DecimalDigits.append(value.count, to: &out)
         out.append(UInt8(ascii: ":"))
         out.append(contentsOf: value)
         out.append(UInt8(ascii: "\n"))
-    }
-
-    private static func appendDecimal(_ number: Int, to out: inout [UInt8]) {
-        if number >= 10 { appendDecimal(number / 10, to: &out) }
-        out.append(UInt8(ascii: "0") + UInt8(number % 10))
     }
 
     static func hex<Digest: ContiguousBytes>(_ digest: Digest) -> String {

@@ -50,7 +50,11 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String {
-        if bytes.count == 4 { return bytes.map(String.init).joined(separator: ".") }
+        if bytes.count == 4 {
+            var out: [UInt8] = []
+            appendDescription(to: &out)
+            return String(decoding: out, as: UTF8.self)
+        }
         return stride(from: 0, to: 16, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
             .joined(separator: ":")
     }

@@ -84,7 +84,7 @@ enum AccessLog {
         out.append(UInt8(ascii: " "))
         appendPrintable(line.request.path, spacesEncoded: true, to: &out)
         out.append(UInt8(ascii: " "))
-        appendDecimal(line.status, to: &out)
+        DecimalDigits.append(line.status, to: &out)
         out.append(UInt8(ascii: " "))
         appendPrintable(outcome(of: line.answer), to: &out)
         out.append(UInt8(ascii: " "))
@@ -92,7 +92,7 @@ enum AccessLog {
         out.appendLiteral("ms")
         if let bytes = bytes(of: line.answer.response) {
             out.appendLiteral(" bytes=")
-            appendDecimal(bytes, to: &out)
+            DecimalDigits.append(bytes, to: &out)
         }
         if let client = line.request.clientAddress { appendTextField("client", to: &out) { client.appendDescription(to: &$0) } }
         if let key = line.answer.key {
@@ -130,7 +130,8 @@ enum AccessLog {
         let start = out.count
         write(&out)
         let needsMore =
-            out.count == start || out[start...].contains { mayNeedEscaping($0) || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\"") }
+            out.count == start
+            || out[start...].contains { RequestFraming.mayStartUnsafeCharacter($0) || $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\"") }
         guard needsMore else { return }
         let value = String(decoding: out[start...], as: UTF8.self)
         out.removeSubrange(start...)
@@ -156,7 +157,7 @@ enum AccessLog {
     /// `text` as `RequestFraming.printable` writes it; most text has nothing to escape and is
     /// copied as it is.
     private static func appendPrintable(_ text: String, spacesEncoded: Bool = false, to out: inout [UInt8]) {
-        if text.utf8.contains(where: mayNeedEscaping) {
+        if text.utf8.contains(where: RequestFraming.mayStartUnsafeCharacter) {
             let escaped = RequestFraming.printable(text)
             out.append(contentsOf: spacesEncoded ? escaped.replacingOccurrences(of: " ", with: "%20").utf8 : escaped.utf8)
             return
@@ -169,12 +170,6 @@ enum AccessLog {
                 out.append(byte)
             }
         }
-    }
-
-    /// `RequestFraming.mayStartUnsafeCharacter`, here where the compiler can inline it into the
-    /// loops over every byte of a line.
-    @inline(__always) private static func mayNeedEscaping(_ byte: UInt8) -> Bool {
-        byte < 0x20 || byte == 0x7F || byte == UInt8(ascii: "\\") || byte == 0xC2 || byte == 0xD8 || byte == 0xE2
     }
 
     // MARK: - JSON
@@ -198,7 +193,7 @@ enum AccessLog {
             }
         }
         message.append(UInt8(ascii: " "))
-        appendDecimal(line.status, to: &message)
+        DecimalDigits.append(line.status, to: &message)
         message.append(UInt8(ascii: " "))
         message.appendUTF8(said)
         message.append(UInt8(ascii: " "))
@@ -207,7 +202,7 @@ enum AccessLog {
         LarderLogHandler.appendLogString(String(decoding: message, as: UTF8.self), to: &out)
         if let bytes = bytes(of: line.answer.response) {
             out.appendLiteral(#","bytes":"#)
-            appendDecimal(bytes, to: &out)
+            DecimalDigits.append(bytes, to: &out)
         }
         if let client = line.request.clientAddress {
             out.appendLiteral(#","client":""#)
@@ -238,7 +233,7 @@ enum AccessLog {
         out.appendLiteral(#","span_id":""#)
         withUnsafeBytes(of: context.spanID.bytes) { HexDigits.append($0, to: &out) }
         out.appendLiteral(#"","status":"#)
-        appendDecimal(line.status, to: &out)
+        DecimalDigits.append(line.status, to: &out)
         out.appendLiteral(#","trace_id":""#)
         withUnsafeBytes(of: context.traceID.bytes) { HexDigits.append($0, to: &out) }
         out.append(UInt8(ascii: "\""))
@@ -278,27 +273,11 @@ enum AccessLog {
             out.append(UInt8(ascii: "-"))
             hundredths = -hundredths
         }
-        appendDecimal(hundredths / 100, to: &out)
+        DecimalDigits.append(hundredths / 100, to: &out)
         out.append(UInt8(ascii: "."))
         let fraction = hundredths % 100
         out.append(UInt8(ascii: "0") + UInt8(fraction / 10))
         if fraction % 10 != 0 { out.append(UInt8(ascii: "0") + UInt8(fraction % 10)) }
-    }
-
-    static func appendDecimal(_ value: Int, to out: inout [UInt8]) {
-        guard value >= 0 else { return out.append(contentsOf: String(value).utf8) }
-        // 24 bytes hold Int.max's 19 digits.
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var remaining = value
-            var index = buffer.count
-            repeat {
-                index -= 1
-                buffer[index] = UInt8(ascii: "0") + UInt8(remaining % 10)
-                remaining /= 10
-            } while remaining > 0
-            out.append(contentsOf: buffer[index...])
-        }
     }
 }
 
