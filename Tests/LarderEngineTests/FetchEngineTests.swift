@@ -174,6 +174,90 @@ final class FetchEngineTests: XCTestCase {
         XCTAssertEqual(upstream.sent.withLock { $0.count }, 1)
     }
 
+    /// An upstream that answers when the test says so, keeping each request (its transfer's
+    /// cancellation included).
+    private final class HeldRequestsUpstream: Upstream {
+        let sent = Locked<[(request: UpstreamRequest, complete: @Sendable (Result<UpstreamResponse, LarderError>) -> Void)]>([])
+        func send(_ request: UpstreamRequest, completion: @escaping @Sendable (Result<UpstreamResponse, LarderError>) -> Void) {
+            sent.withLock { $0.append((request, completion)) }
+        }
+    }
+
+    /// Answers recorded in order, from `fetch`'s return or its reply.
+    private final class Answers: Sendable {
+        let all = Locked<[CacheAnswer]>([])
+        var reply: @Sendable (CacheAnswer) -> Void { { [self] answer in all.withLock { $0.append(answer) } } }
+        func take(_ immediate: CacheAnswer?) { if let immediate { reply(immediate) } }
+        var codes: [String] {
+            all.withLock { $0 }.map { answer in
+                switch answer {
+                case .served(let served): return String(decoding: served.body, as: UTF8.self)
+                case .failed(let error): return error.code.rawValue
+                }
+            }
+        }
+    }
+
+    func testALookupAnswersAHitAndHandsAMissOnWithoutSendingIt() throws {
+        let upstream = HeldRequestsUpstream()
+        let engine = engine(store: MemoryCacheStore(), upstream: upstream)
+        let prepared = engine.prepare(FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item")))
+        guard case .miss(let miss) = engine.lookup(prepared) else { return XCTFail("nothing is stored: a miss") }
+        XCTAssertEqual(miss.key, prepared.derived.key)
+        XCTAssertEqual(upstream.sent.withLock { $0.count }, 0, "a lookup never goes upstream")
+        let answers = Answers()
+        answers.take(engine.send(miss, reply: answers.reply))
+        upstream.sent.withLock { $0 }[0].complete(
+            .success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "stored")))
+        XCTAssertEqual(answers.codes, ["stored"])
+        guard case .answered(.served(let served)) = engine.lookup(prepared) else { return XCTFail("stored: a hit") }
+        XCTAssertEqual(served.report.outcome, .hit)
+        XCTAssertEqual(engine.traffic.snapshot().hits, 1, "a hit is counted by the lookup")
+        XCTAssertEqual(upstream.sent.withLock { $0.count }, 1)
+    }
+
+    func testALeaderThatGivesUpAloneIsAnsweredCancelledOnceAndItsTransferAborted() throws {
+        let upstream = HeldRequestsUpstream()
+        let engine = engine(store: MemoryCacheStore(), upstream: upstream)
+        let prepared = engine.prepare(FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item")))
+        let cancellation = Cancellation()
+        let answers = Answers()
+        answers.take(engine.fetch(prepared, cancellation: cancellation, reply: answers.reply))
+        let sent = upstream.sent.withLock { $0 }
+        XCTAssertEqual(sent.count, 1)
+        cancellation.cancel()
+        XCTAssertEqual(answers.codes, ["cancelled"])
+        XCTAssertEqual(sent[0].request.cancellation?.isCancelled, true, "nobody waits: the transfer is aborted")
+        // The transfer's late end is not a second answer.
+        sent[0].complete(.failure(LarderError(.cancelled, "aborted")))
+        cancellation.cancel()
+        XCTAssertEqual(answers.codes, ["cancelled"])
+    }
+
+    func testALeaderThatGivesUpLeavesTheTransferToItsWaitersAndAWaiterThatGivesUpLeavesTheFlight() throws {
+        let upstream = HeldRequestsUpstream()
+        let engine = engine(store: MemoryCacheStore(), upstream: upstream)
+        let prepared = engine.prepare(FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item")))
+        let (leader, staying, leaving) = (Answers(), Answers(), Answers())
+        let leaderGivesUp = Cancellation()
+        let waiterGivesUp = Cancellation()
+        leader.take(engine.fetch(prepared, cancellation: leaderGivesUp, reply: leader.reply))
+        staying.take(engine.fetch(prepared, reply: staying.reply))
+        leaving.take(engine.fetch(prepared, cancellation: waiterGivesUp, reply: leaving.reply))
+        let sent = upstream.sent.withLock { $0 }
+        XCTAssertEqual(sent.count, 1, "three callers, one origin request")
+        waiterGivesUp.cancel()
+        leaderGivesUp.cancel()
+        XCTAssertEqual(leader.codes, ["cancelled"])
+        XCTAssertEqual(leaving.codes, ["cancelled"])
+        XCTAssertEqual(sent[0].request.cancellation?.isCancelled, false, "a caller still waits: the transfer goes on")
+        sent[0].complete(.success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "shared")))
+        XCTAssertEqual(staying.codes, ["shared"])
+        XCTAssertEqual(leader.codes, ["cancelled"], "the leader's answer was its cancellation")
+        XCTAssertEqual(leaving.codes, ["cancelled"], "the waiter left before the landing")
+        XCTAssertEqual(upstream.sent.withLock { $0.count }, 1)
+    }
+
     func testHitsAreCounted() throws {
         let store = MemoryCacheStore()
         let upstream = ScriptedUpstream { _, _ in .success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "x")) }

@@ -5,14 +5,11 @@
 import LarderCore
 
 extension FetchEngine {
-    /// Claims the cross-instance lead for `flight`'s key; true when this instance leads (send
+    /// Claims the cross-instance lead for `run`'s flight; true when this instance leads (send
     /// upstream now). Otherwise the flight waits until the leader is done, then answers from the
     /// stored entry, or tries to lead itself (the leader died, or stored nothing usable).
-    func claimShared(
-        _ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken,
-        cancellation: Cancellation?, reply: @escaping @Sendable (CacheAnswer) -> Void,
-        using shared: any SharedFlights, attempt: Int = 1
-    ) -> Bool {
+    func claimShared(_ run: RunningMiss, cancellation: Cancellation?, using shared: any SharedFlights, attempt: Int = 1) -> Bool {
+        let prepared = run.prepared
         let lease = Double(prepared.request.timeoutMs) / 1000 + 2
         return shared.claim(prepared.derived.key, forSeconds: lease) { [self] in
             let options = prepared.request.cache
@@ -20,16 +17,12 @@ extension FetchEngine {
             if let found = freshlyStored(prepared) {
                 store.recordHit(found.key, at: now)
                 let answer = serve(found, outcome: .hit, options: options, now: now, coalesced: true)
-                return land(flight, with: .stored(found)) { reply(answer) }
+                return land(run.flight, with: .stored(found)) { run.answer(answer) }
             }
-            if attempt < 3,
-                !claimShared(
-                    prepared, outcome: outcome, fallback: fallback, flight: flight, cancellation: cancellation,
-                    reply: reply, using: shared, attempt: attempt + 1)
-            {
+            if attempt < 3, !claimShared(run, cancellation: cancellation, using: shared, attempt: attempt + 1) {
                 return
             }
-            sendUpstream(prepared, outcome: outcome, fallback: fallback, flight: flight, cancellation: cancellation, reply: reply)
+            sendUpstream(run, cancellation: cancellation)
         }
     }
 
@@ -51,8 +44,7 @@ extension FetchEngine {
     func refreshInBackground(_ prepared: PreparedFetch) {
         let key = FlightKey(key: prepared.derived.key, version: prepared.request.cache.version)
         guard let flight = flights.lead(key) else { return }
-        let fallback = variant(for: prepared)
-        sendUpstream(prepared, outcome: .miss, fallback: fallback, flight: flight) { _ in }
+        sendUpstream(RunningMiss(prepared, outcome: .miss, fallback: variant(for: prepared), flight: flight) { _ in })
     }
 
     /// How the leading request of a flight ended, for the requests waiting on it.

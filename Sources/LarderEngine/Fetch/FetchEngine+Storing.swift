@@ -8,10 +8,10 @@ import Logging
 extension FetchEngine {
     /// Answers `prepared` with `response` (sent at `sentAt`), storing it when the rules allow,
     /// invalidating what an unsafe method changed, then lands `flight`.
-    func complete(
-        _ prepared: PreparedFetch, outcome: CacheOutcome, response: UpstreamResponse, sentAt: Double,
-        flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void
-    ) {
+    func complete(_ run: RunningMiss, response: UpstreamResponse, sentAt: Double) {
+        let prepared = run.prepared
+        let outcome = run.outcome
+        let flight = run.flight
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -35,8 +35,8 @@ extension FetchEngine {
             // unsafe method changed at the origin still invalidates (RFC 9111 §4.4).
             let error = CacheAnswer.failed(LarderError(.validationFailed, failure))
             let stale = invalidatedURLs(request: request, response: response)
-            guard !stale.isEmpty else { return land(flight, with: .notShareable) { reply(error) } }
-            return store.invalidate(urlKeys: stale) { [self] _ in land(flight, with: .notShareable) { reply(error) } }
+            guard !stale.isEmpty else { return land(flight, with: .notShareable) { run.answer(error) } }
+            return store.invalidate(urlKeys: stale) { [self] _ in land(flight, with: .notShareable) { run.answer(error) } }
         }
         switch decision {
         case .refuse(let reason):
@@ -53,7 +53,7 @@ extension FetchEngine {
                 lastModified: response.headers.first(named: "last-modified"))
             let stale = invalidatedURLs(request: request, response: response)
             guard !stale.isEmpty else {
-                return land(flight, with: .notShareable) { reply(.served(served)) }
+                return land(flight, with: .notShareable) { run.answer(.served(served)) }
             }
             // The answer waits for the invalidation, so the caller's next read sees it.
             store.invalidate(urlKeys: stale) { [self] removed in
@@ -63,9 +63,9 @@ extension FetchEngine {
                         request: request, response: response, kind: kind,
                         arrivedAt: arrivedAt, sentAt: sentAt)
                 else {
-                    return land(flight, with: .notShareable) { reply(.served(served)) }
+                    return land(flight, with: .notShareable) { run.answer(.served(served)) }
                 }
-                store.save(asGet) { [self] _ in land(flight, with: .notShareable) { reply(.served(served)) } }
+                store.save(asGet) { [self] _ in land(flight, with: .notShareable) { run.answer(.served(served)) } }
             }
         case .store(let stored):
             let entry = self.entry(storing: response, for: request, derived: derived, kind: kind, stored: stored, at: arrivedAt)
@@ -81,7 +81,7 @@ extension FetchEngine {
                     ServedResponse(
                         status: response.status, headersJSON: liveHeaders, headers: response.headers, body: response.body,
                         bodyKind: kind, report: report, upstreamMs: upstreamMs, etag: entry.etag, lastModified: entry.lastModified))
-                land(flight, with: saved ? .stored(entry) : .unstored(entry)) { reply(answer) }
+                land(flight, with: saved ? .stored(entry) : .unstored(entry)) { run.answer(answer) }
             }
         }
     }

@@ -8,27 +8,26 @@ import LarderCore
 import Logging
 
 extension FetchEngine {
-    /// Sends the request upstream; stores and answers with the response. `fallback` is the
-    /// stale entry that may answer instead of an upstream failure (stale-if-error).
-    func sendUpstream(
-        _ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FlightToken?,
-        conditional: Bool = true, cancellation: Cancellation? = nil,
-        reply: @escaping @Sendable (CacheAnswer) -> Void
-    ) {
-        let request = prepared.request
-        let validating = conditional ? Self.revalidating(fallback, for: request) : nil
-        var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating), identity: prepared.identity)
+    /// Sends `run`'s request upstream; stores and answers with the response. Its fallback is
+    /// revalidated when `conditional` allows (RFC 9111 §4.3.1), and may answer instead of an
+    /// upstream failure (stale-if-error).
+    func sendUpstream(_ run: RunningMiss, conditional: Bool = true, cancellation: Cancellation? = nil) {
+        let request = run.request
+        let validating = conditional ? Self.revalidating(run.fallback, for: request) : nil
+        var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating), identity: run.prepared.identity)
         if let cancellation {
             // The leader's caller gave up: abort the transfer unless others wait on it. Removing
             // the flight under the lock means nobody can join it after that decision.
             let transfer = Cancellation()
             upstreamRequest.cancellation = transfer
             cancellation.onCancel { [self] in
-                let abort = flight.map(flights.abandon) ?? true
-                if abort { transfer.cancel() }
-                reply(.failed(Self.cancelledError))
+                run.giveUp { givingUp in
+                    guard givingUp == .abandonFlight else { return }
+                    if run.flight.map(flights.abandon) ?? true { transfer.cancel() }
+                }
             }
         }
+        run.sent(conditional: validating != nil)
         let sentAt = clock.now()
         exchange(upstreamRequest, for: request) { [self] result in
             // Completions arrive on an upstream driver's thread, which runs other transfers too;
@@ -36,14 +35,10 @@ extension FetchEngine {
             // held up behind them.
             if case .success(let response) = result, response.body.count > Self.offloadBodyBytes {
                 DispatchQueue.global(qos: .userInitiated).async { [self] in
-                    received(
-                        result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
-                        validating: validating, sentAt: sentAt, reply: reply)
+                    received(result, run: run, validating: validating, sentAt: sentAt)
                 }
             } else {
-                received(
-                    result, prepared: prepared, outcome: outcome, fallback: fallback, flight: flight,
-                    validating: validating, sentAt: sentAt, reply: reply)
+                received(result, run: run, validating: validating, sentAt: sentAt)
             }
         }
     }
@@ -158,43 +153,34 @@ extension FetchEngine {
     /// Bodies larger than this are handled off the upstream's thread.
     static let offloadBodyBytes = 256 << 10
 
-    private func received(
-        _ result: Result<UpstreamResponse, LarderError>, prepared: PreparedFetch, outcome: CacheOutcome,
-        fallback: StoredEntry?, flight: FlightToken?, validating: StoredEntry?, sentAt: Double,
-        reply: @escaping @Sendable (CacheAnswer) -> Void
-    ) {
-        let request = prepared.request
-        if case .success(let response) = result, response.status == 304, let validating {
-            return revalidated(
-                prepared, entry: validating, notModified: response, sentAt: sentAt, flight: flight,
-                reply: reply)
-        }
+    private func received(_ result: Result<UpstreamResponse, LarderError>, run: RunningMiss, validating: StoredEntry?, sentAt: Double) {
+        let request = run.request
         switch result {
         case .failure(let error):
-            let answer = staleOnError(fallback, request: request, error: error.code.rawValue) ?? .failed(error)
-            land(flight, with: .failed(error)) { reply(answer) }
+            let answer = staleOnError(run.fallback, request: request, error: error.code.rawValue) ?? .failed(error)
+            land(run.flight, with: .failed(error)) { run.answer(answer) }
         case .success(let response):
+            if run.received(status: response.status) == .revalidate, let validating {
+                return revalidated(run, entry: validating, notModified: response, sentAt: sentAt)
+            }
             if CacheRules.isServerError(response.status),
                 let stale = staleOnError(
-                    fallback, request: request,
+                    run.fallback, request: request,
                     error: "upstream_status_\(response.status)")
             {
-                land(flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { reply(stale) }
+                land(run.flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { run.answer(stale) }
                 return
             }
-            complete(
-                prepared, outcome: outcome, response: response, sentAt: sentAt,
-                flight: flight, reply: reply)
+            complete(run, response: response, sentAt: sentAt)
         }
     }
 
     /// A 304 confirmed `entry`: update its headers and freshness from the 304 (RFC 9111
     /// §4.3.4), store it, and serve the stored body. If the entry vanished meanwhile (purged,
     /// damaged), there is no body to serve: ask again without conditions.
-    private func revalidated(
-        _ prepared: PreparedFetch, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double,
-        flight: FlightToken?, reply: @escaping @Sendable (CacheAnswer) -> Void
-    ) {
+    private func revalidated(_ run: RunningMiss, entry: StoredEntry, notModified: UpstreamResponse, sentAt: Double) {
+        let prepared = run.prepared
+        let flight = run.flight
         let options = prepared.request.cache
         guard
             let current = store.lookup(entry.primaryKey).first(where: { $0.key == entry.key })
@@ -204,12 +190,10 @@ extension FetchEngine {
             logger.debug(
                 "304 for an entry that is gone; fetching in full",
                 metadata: ["key": "\(entry.key)", "request_id": "\(prepared.identity?.id ?? "-")"])
-            return sendUpstream(
-                prepared, outcome: .miss, fallback: nil, flight: flight,
-                conditional: false, reply: reply)
+            return sendUpstream(run, conditional: false)
         }
         if let validation = prepared.request.validation, let failure = validation.failure(status: current.status, body: current.body) {
-            return land(flight, with: .notShareable) { reply(.failed(LarderError(.validationFailed, failure))) }
+            return land(flight, with: .notShareable) { run.answer(.failed(LarderError(.validationFailed, failure))) }
         }
         let now = clock.now()
         let headers = ResponseHeaders.updated(current.headerFields, with: notModified.headers)
@@ -229,7 +213,7 @@ extension FetchEngine {
                     status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
                     body: current.body, bodyKind: current.bodyKind, report: report, upstreamMs: upstreamMs,
                     etag: headers.first(named: "etag"), lastModified: headers.first(named: "last-modified")))
-            return land(flight, with: .notShareable) { reply(answer) }
+            return land(flight, with: .notShareable) { run.answer(answer) }
         }
         var update = current
         update.headersJSON = ResponseHeaders.renderJSON(
@@ -252,7 +236,7 @@ extension FetchEngine {
                     body: refreshed.body,
                     bodyKind: refreshed.bodyKind, report: report, upstreamMs: upstreamMs, etag: refreshed.etag,
                     lastModified: refreshed.lastModified))
-            land(flight, with: saved ? .stored(refreshed) : .notShareable) { reply(answer) }
+            land(flight, with: saved ? .stored(refreshed) : .notShareable) { run.answer(answer) }
         }
     }
 

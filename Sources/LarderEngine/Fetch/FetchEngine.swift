@@ -104,12 +104,15 @@ public final class FetchEngine: Sendable {
         fetch(prepare(request), reply: reply)
     }
 
+    /// `lookup`, then `send` for a miss.
     public func fetch(
         _ prepared: PreparedFetch,
         reply: @escaping @Sendable (CacheAnswer) -> Void
     ) -> CacheAnswer? {
-        let (counted, count) = counting(prepared, reply)
-        return count(fetch(prepared, mayCoalesce: true, cancellation: nil, reply: counted))
+        switch lookup(prepared) {
+        case .answered(let answer): return answer
+        case .miss(let miss): return send(miss, reply: reply)
+        }
     }
 
     /// As `fetch`, and `cancellation` abandons the request: it is answered `cancelled` at once,
@@ -120,11 +123,37 @@ public final class FetchEngine: Sendable {
         reply: @escaping @Sendable (CacheAnswer) -> Void
     ) -> CacheAnswer? {
         if cancellation.isCancelled { return .failed(Self.cancelledError) }
-        let (counted, count) = counting(prepared, reply)
-        return count(fetch(prepared, mayCoalesce: true, cancellation: cancellation, reply: ReplyOnce(counted).callAsFunction))
+        switch lookup(prepared) {
+        case .answered(let answer): return answer
+        case .miss(let miss): return send(miss, cancellation: cancellation, reply: reply)
+        }
     }
 
     static let cancelledError = LarderError(.cancelled, "the request was cancelled")
+
+    /// What the cache makes of a request before anything goes upstream: the answer it gives at
+    /// once (counted here), or a miss for `send`. The caller builds its reply only for a miss,
+    /// so a hit allocates no reply, counting or once-only closure (Varnish's order: hash, look
+    /// up, and build the backend request only in `vcl_miss`).
+    public func lookup(_ prepared: PreparedFetch) -> Lookup {
+        let found = look(namespaces.resolving(prepared))
+        if case .answered(let answer) = found {
+            traffic.count(answer, namespace: prepared.request.cache.namespace, loop: prepared.identity?.loop ?? 0)
+        }
+        return found
+    }
+
+    /// Sends a miss on: returns the answer when one can be given at once (a flight that just
+    /// landed, a stored part); otherwise nil, and `reply` is called exactly once, later, from
+    /// another thread. With `cancellation`, as `fetch(_:cancellation:reply:)`.
+    public func send(
+        _ miss: Miss, cancellation: Cancellation? = nil,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) -> CacheAnswer? {
+        if let cancellation, cancellation.isCancelled { return .failed(Self.cancelledError) }
+        let (counted, count) = counting(miss.prepared, reply)
+        return count(send(miss, mayCoalesce: true, cancellation: cancellation, reply: counted))
+    }
 
     /// `reply` counting its answer in `traffic`, and the same for an answer given at once.
     private func counting(_ prepared: PreparedFetch, _ reply: @escaping @Sendable (CacheAnswer) -> Void)
@@ -145,11 +174,21 @@ public final class FetchEngine: Sendable {
         )
     }
 
+    /// Lookup and send without counting (the callers count): coalesced waiters that ask again
+    /// on their own, and the cache-only probes.
     func fetch(
         _ prepared: PreparedFetch, mayCoalesce: Bool, cancellation: Cancellation?,
         reply: @escaping @Sendable (CacheAnswer) -> Void
     ) -> CacheAnswer? {
-        let prepared = namespaces.resolving(prepared)
+        switch look(namespaces.resolving(prepared)) {
+        case .answered(let answer): return answer
+        case .miss(let miss): return send(miss, mayCoalesce: mayCoalesce, cancellation: cancellation, reply: reply)
+        }
+    }
+
+    /// The lookup and the decision (RFC 9111 §4): serve what is stored, fail a cache-only
+    /// request, or a miss. `prepared`'s namespace version is resolved.
+    private func look(_ prepared: PreparedFetch) -> Lookup {
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -171,56 +210,72 @@ public final class FetchEngine: Sendable {
         case .serve(let fresh):
             guard let entry else { preconditionFailure("serve decided without an entry") }
             store.recordHit(entry.key, at: now)
-            return serve(entry, outcome: fresh ? .hit : .stale, options: options, now: now)
+            return .answered(serve(entry, outcome: fresh ? .hit : .stale, options: options, now: now))
         case .serveStaleAndRefresh:
             guard let entry else { preconditionFailure("serve decided without an entry") }
             store.recordHit(entry.key, at: now)
             refreshInBackground(prepared)
-            return serve(entry, outcome: .stale, options: options, now: now)
+            return .answered(serve(entry, outcome: .stale, options: options, now: now))
         case .failNotCached:
-            return .failed(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only"))
+            return .answered(.failed(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only")))
         case .fetch:
             // Nothing whole is stored but a part is (RFC 9111 §3.4): ask only for the rest.
-            if hasPart, found == nil, request.shared, request.method == .get {
-                return ranges.fetch(prepared, range: nil, reply: reply)
-            }
+            let partOnly = hasPart && found == nil && request.shared && request.method == .get
+            let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
+            return .miss(Miss(prepared: prepared, outcome: outcome, fallback: entry, partOnly: partOnly))
         }
+    }
 
-        let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
+    /// The miss path: coalescing with other requests for the key (here and, with a shared
+    /// store, on other instances), then the upstream request.
+    private func send(
+        _ miss: Miss, mayCoalesce: Bool, cancellation: Cancellation?,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
+    ) -> CacheAnswer? {
+        let prepared = miss.prepared
+        if miss.partOnly { return ranges.fetch(prepared, range: nil, reply: reply) }
+        let options = prepared.request.cache
+        let outcome = miss.outcome
         // Coalescing: concurrent misses on one key wait for the first one's upstream request
         // (not for reload, which asks for a fetch of its own, nor for bypass).
         var leading: FlightToken?
         if mayCoalesce, outcome == .miss, options.policy != .reload {
-            let key = FlightKey(key: derived.key, version: options.version)
-            switch flights.join(key, as: Waiter(prepared: prepared, reply: reply)) {
+            let key = FlightKey(key: prepared.derived.key, version: options.version)
+            // A waiter that may give up answers through a miss of its own, so that the first of
+            // its flight's landing and its cancellation answers it, and only that one.
+            let waiting = cancellation.map { _ in
+                RunningMiss(prepared, outcome: outcome, fallback: miss.fallback, flight: nil, leading: false, reply: reply)
+            }
+            switch flights.join(key, as: Waiter(prepared: prepared, reply: waiting.map { $0.answer } ?? reply)) {
             case .waiting(let waiter):
                 // A cancelled waiter leaves the flight; the flight goes on for the others.
-                cancellation?.onCancel { [self] in
-                    flights.leave(key, waiter: waiter)
-                    reply(.failed(Self.cancelledError))
+                if let cancellation, let waiting {
+                    cancellation.onCancel { [self] in
+                        waiting.giveUp { if $0 == .leaveFlight { flights.leave(key, waiter: waiter) } }
+                    }
                 }
                 return nil
             case .leading(let token):
                 leading = token
             }
-            // A flight for this key may have landed between the lookup above and taking the
-            // lead (its entry is stored before its flight ends): answer from that entry.
-            if let landed = freshlyStored(prepared), let leading {
+        }
+        let run = RunningMiss(prepared, outcome: outcome, fallback: miss.fallback, flight: leading, reply: reply)
+        if let leading {
+            // A flight for this key may have landed between the lookup and taking the lead (its
+            // entry is stored before its flight ends): answer from that entry.
+            if let landed = freshlyStored(prepared) {
+                let now = clock.now()
                 store.recordHit(landed.key, at: now)
                 let answer = serve(landed, outcome: .hit, options: options, now: now, coalesced: true)
-                land(leading, with: .stored(landed)) { reply(answer) }
+                land(leading, with: .stored(landed)) { run.answer(answer) }
                 return nil
             }
             // Across instances: one leads, the others wait for its entry (a shared store).
-            if let shared = sharedFlights, let leading,
-                !claimShared(
-                    prepared, outcome: outcome, fallback: entry, flight: leading,
-                    cancellation: cancellation, reply: reply, using: shared)
-            {
+            if let shared = sharedFlights, !claimShared(run, cancellation: cancellation, using: shared) {
                 return nil
             }
         }
-        sendUpstream(prepared, outcome: outcome, fallback: entry, flight: leading, cancellation: cancellation, reply: reply)
+        sendUpstream(run, cancellation: cancellation)
         return nil
     }
 

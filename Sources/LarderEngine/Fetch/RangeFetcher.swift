@@ -104,7 +104,8 @@ public struct RangeFetcher: Sendable {
             case .success(let response):
                 // A whole response (the upstream ignored Range, or If-Range failed): stored and
                 // answered as any miss; the route cuts the range from it.
-                engine.complete(prepared, outcome: .miss, response: response, sentAt: sentAt, flight: nil, reply: reply)
+                engine.complete(
+                    RunningMiss(prepared, outcome: .miss, fallback: nil, flight: nil, reply: reply), response: response, sentAt: sentAt)
             }
         }
     }
@@ -136,7 +137,8 @@ public struct RangeFetcher: Sendable {
                     headers: response.headers.filter {
                         !$0.name.caseInsensitiveEquals("content-range") && !$0.name.caseInsensitiveEquals("content-length")
                     }, body: Array(body.prefix(part.total)), requestTime: response.requestTime, responseTime: response.responseTime)
-                return engine.complete(prepared, outcome: .miss, response: whole, sentAt: sentAt, flight: nil, reply: reply)
+                return engine.complete(
+                    RunningMiss(prepared, outcome: .miss, fallback: nil, flight: nil, reply: reply), response: whole, sentAt: sentAt)
             }
             var combined = response
             combined.body = body

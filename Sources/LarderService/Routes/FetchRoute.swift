@@ -24,11 +24,16 @@ struct FetchRoute: Sendable {
         if prepared.request.method == .head, let fromGet = engine.storedGet(for: prepared.request) {
             return envelope(fromGet, receivedAt: request.receivedAt).about(prepared)
         }
-        let identified = prepared.identified(request.identity)
-        let immediate = engine.fetch(identified) { [self] answer in
-            request.respond(envelope(answer, receivedAt: request.receivedAt).about(prepared))
+        // The reply is built only for a miss: a hit is answered here.
+        switch engine.lookup(prepared.identified(request.identity)) {
+        case .answered(let answer):
+            return envelope(answer, receivedAt: request.receivedAt).about(prepared)
+        case .miss(let miss):
+            let immediate = engine.send(miss) { [self] answer in
+                request.respond(envelope(answer, receivedAt: request.receivedAt).about(prepared))
+            }
+            return immediate.map { envelope($0, receivedAt: request.receivedAt).about(prepared) }
         }
-        return immediate.map { envelope($0, receivedAt: request.receivedAt).about(prepared) }
     }
 
     private func envelope(_ answer: CacheAnswer, receivedAt: Double) -> RouteAnswer {

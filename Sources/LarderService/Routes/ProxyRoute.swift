@@ -158,10 +158,16 @@ struct ProxyRoute: Sendable {
     private func answer(_ prepared: PreparedFetch, method: HTTPMethod, request routeRequest: RouteRequest) -> RouteAnswer? {
         let request = routeRequest.http
         let withheld = withheld
-        let immediate = engine.fetch(prepared) { answer in
-            routeRequest.respond(Self.deliver(answer, method: method, request: request, withheld: withheld).about(prepared))
+        // The reply is built only for a miss: a hit is answered here.
+        switch engine.lookup(prepared) {
+        case .answered(let answer):
+            return Self.deliver(answer, method: method, request: request, withheld: withheld).about(prepared)
+        case .miss(let miss):
+            let immediate = engine.send(miss) { answer in
+                routeRequest.respond(Self.deliver(answer, method: method, request: request, withheld: withheld).about(prepared))
+            }
+            return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld).about(prepared) }
         }
-        return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld).about(prepared) }
     }
 
     private static func deliver(
