@@ -40,7 +40,26 @@ public enum CacheOutcome: String, Sendable, CaseIterable {
     case hit, miss, stale, bypass, revalidated
 
     /// The `X-Cache` header value.
-    public var headerValue: String { rawValue.uppercased() }
+    public var headerValue: String {
+        switch self {
+        case .hit: "HIT"
+        case .miss: "MISS"
+        case .stale: "STALE"
+        case .bypass: "BYPASS"
+        case .revalidated: "REVALIDATED"
+        }
+    }
+
+    /// The raw value as a literal, for writers of bytes.
+    public var literal: StaticString {
+        switch self {
+        case .hit: "hit"
+        case .miss: "miss"
+        case .stale: "stale"
+        case .bypass: "bypass"
+        case .revalidated: "revalidated"
+        }
+    }
 }
 
 public struct CacheReport: Sendable, Equatable {
@@ -179,7 +198,9 @@ public enum Envelope {
         cache: CacheReport, totalMs: Double, upstreamMs: Double?
     ) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(body.count * (kind == .json ? 1 : 2) + headersJSON.count + 256)
+        // The fixed members, the key and the timing take under 256 bytes; a text body grows by
+        // its escapes, a binary one by a third.
+        out.reserveCapacity(body.count * (kind == .json ? 1 : 2) + headersJSON.count + (cache.upstreamError?.utf8.count ?? 0) + 256)
         out.append(UInt8(ascii: "{"))
         appendMembers(
             status: status, headersJSON: headersJSON, body: body, kind: kind, cache: cache, totalMs: totalMs,
@@ -195,42 +216,41 @@ public enum Envelope {
         cache: CacheReport, totalMs: Double, upstreamMs: Double?, to out: inout [UInt8]
     ) {
         appendResponse(status: status, headersJSON: headersJSON, body: body, kind: kind, to: &out)
-        out.append(contentsOf: #","cache":{"outcome":""#.utf8)
-        out.append(contentsOf: cache.outcome.rawValue.utf8)
-        out.append(contentsOf: #"","key":""#.utf8)
-        out.append(contentsOf: cache.key.hex.utf8)
-        out.append(contentsOf: #"","age":"#.utf8)
-        out.append(contentsOf: String(WholeSeconds.of(cache.age, rounding: .down)).utf8)
-        out.append(contentsOf: #","ttl":"#.utf8)
+        out.appendLiteral(#","cache":{"outcome":""#)
+        out.appendLiteral(cache.outcome.literal)
+        out.appendLiteral(#"","key":""#)
+        out.appendUTF8(cache.key.hex)
+        out.appendLiteral(#"","age":"#)
+        DecimalDigits.append(WholeSeconds.of(cache.age, rounding: .down), to: &out)
+        out.appendLiteral(#","ttl":"#)
         if let ttl = cache.ttl {
             // Rounded up, as age is rounded down: the two add up to the lifetime.
-            out.append(contentsOf: String(WholeSeconds.of(ttl, rounding: .up)).utf8)
+            DecimalDigits.append(WholeSeconds.of(ttl, rounding: .up), to: &out)
         } else {
-            out.append(contentsOf: "null".utf8)
+            out.appendLiteral("null")
         }
-        out.append(contentsOf: #","version":"#.utf8)
-        out.append(contentsOf: String(cache.version).utf8)
-        out.append(contentsOf: #","stored":"#.utf8)
-        out.append(contentsOf: (cache.stored ? "true" : "false").utf8)
+        out.appendLiteral(#","version":"#)
+        DecimalDigits.append(Int(cache.version), to: &out)
+        out.appendLiteral(cache.stored ? #","stored":true"# : #","stored":false"#)
         if let reason = cache.notStoredBecause {
-            out.append(contentsOf: #","notStoredBecause":""#.utf8)
-            out.append(contentsOf: reason.rawValue.utf8)
+            out.appendLiteral(#","notStoredBecause":""#)
+            out.appendUTF8(reason.rawValue)
             out.append(UInt8(ascii: "\""))
         }
         if cache.coalesced {
-            out.append(contentsOf: #","coalesced":true"#.utf8)
+            out.appendLiteral(#","coalesced":true"#)
         }
         if let upstreamError = cache.upstreamError {
-            out.append(contentsOf: #","upstreamError":"#.utf8)
+            out.appendLiteral(#","upstreamError":"#)
             JSONWriter.appendString(upstreamError, to: &out)
         }
-        out.append(contentsOf: #"},"timing":{"totalMs":"#.utf8)
+        out.appendLiteral(#"},"timing":{"totalMs":"#)
         JSONWriter.appendMilliseconds(totalMs, to: &out)
-        out.append(contentsOf: #","upstreamMs":"#.utf8)
+        out.appendLiteral(#","upstreamMs":"#)
         if let upstreamMs {
             JSONWriter.appendMilliseconds(upstreamMs, to: &out)
         } else {
-            out.append(contentsOf: "null".utf8)
+            out.appendLiteral("null")
         }
         out.append(UInt8(ascii: "}"))
     }
@@ -238,20 +258,20 @@ public enum Envelope {
     /// `"status":…,"headers":{…},"body"|"bodyText"|"bodyBase64":…` (no braces): the response as
     /// /fetch and the admin API show it.
     public static func appendResponse(status: Int, headersJSON: [UInt8], body: [UInt8], kind: BodyKind, to out: inout [UInt8]) {
-        out.append(contentsOf: #""status":"#.utf8)
-        out.append(contentsOf: String(status).utf8)
-        out.append(contentsOf: #","headers":"#.utf8)
+        out.appendLiteral(#""status":"#)
+        DecimalDigits.append(status, to: &out)
+        out.appendLiteral(#","headers":"#)
         out.append(contentsOf: headersJSON)
         switch kind {
         case .json:
-            out.append(contentsOf: #","body":"#.utf8)
+            out.appendLiteral(#","body":"#)
             out.append(contentsOf: body)
         case .text:
-            out.append(contentsOf: #","bodyText":""#.utf8)
+            out.appendLiteral(#","bodyText":""#)
             body.withUnsafeBufferPointer { JSONWriter.appendEscaped($0, to: &out) }
             out.append(UInt8(ascii: "\""))
         case .binary:
-            out.append(contentsOf: #","bodyBase64":""#.utf8)
+            out.appendLiteral(#","bodyBase64":""#)
             out.append(contentsOf: Data(body).base64EncodedString().utf8)
             out.append(UInt8(ascii: "\""))
         }

@@ -120,7 +120,23 @@ public enum JSONWriter {
     /// Renders milliseconds with at most three decimals (timing fields).
     public static func appendMilliseconds(_ value: Double, to out: inout [UInt8]) {
         let thousandths = (value * 1000).rounded()
-        appendNumber(thousandths / 1000, to: &out)
+        // What `appendNumber` writes for these values, without formatting a Double: below a
+        // billion milliseconds a number of thousandths has exactly one shortest form, its
+        // digits with the trailing zeros of the fraction dropped.
+        guard thousandths >= 0, thousandths < 1e12 else { return appendNumber(thousandths / 1000, to: &out) }
+        let whole = Int(thousandths)
+        DecimalDigits.append(whole / 1000, to: &out)
+        var fraction = whole % 1000
+        guard fraction > 0 else { return }
+        out.append(UInt8(ascii: "."))
+        var digits = 3
+        while fraction % 10 == 0 {
+            fraction /= 10
+            digits -= 1
+        }
+        if digits == 3, fraction < 100 { out.append(UInt8(ascii: "0")) }
+        if digits >= 2, fraction < 10 { out.append(UInt8(ascii: "0")) }
+        DecimalDigits.append(fraction, to: &out)
     }
 }
 

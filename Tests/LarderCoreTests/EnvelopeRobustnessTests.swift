@@ -39,4 +39,27 @@ final class EnvelopeRobustnessTests: XCTestCase {
             XCTAssertEqual(String(decoding: out, as: UTF8.self), "null")
         }
     }
+
+    /// Timing fields are written without formatting a Double; the text is the one a Double's
+    /// shortest form gives (what JSON readers and the docs' examples show).
+    func testMillisecondsAreWrittenAsTheirShortestNumberOfThousandths() {
+        func reference(_ value: Double) -> String {
+            let thousandths = (value * 1000).rounded() / 1000
+            if thousandths.rounded() == thousandths, abs(thousandths) < 9.0e15 { return String(Int64(thousandths)) }
+            return String(thousandths)
+        }
+        var generator = SystemRandomNumberGenerator()
+        var values: [Double] = [
+            0, -0.0, 0.0004, 0.0005, 0.001, 0.01, 0.1, 0.5, 1, 1.05, 1.005, 10.25, 999.999, 1e9 - 0.001, 1e9, 1e12, -3.5, .nan
+        ]
+        values += (0..<3_000).map { Double($0) / 1000 }
+        values += (0..<3_000).map { _ in Double.random(in: 0..<1e9, using: &generator) }
+        values += (0..<300).map { _ in Double.random(in: 0..<1e6, using: &generator).rounded() / 1000 }
+        for value in values {
+            var out: [UInt8] = []
+            JSONWriter.appendMilliseconds(value, to: &out)
+            let expected = value.isFinite ? reference(value) : "null"
+            XCTAssertEqual(String(decoding: out, as: UTF8.self), expected, "\(value)")
+        }
+    }
 }

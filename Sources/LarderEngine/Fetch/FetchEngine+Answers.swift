@@ -15,7 +15,7 @@ extension FetchEngine {
             upstreamError: upstreamError)
         return .served(
             ServedResponse(
-                status: entry.status, headersJSON: entry.headersJSON, headers: entry.headerFields, body: entry.body,
+                status: entry.status, headersJSON: entry.headersJSON, headers: entry.keptHeaderFields ?? [], body: entry.body,
                 bodyKind: entry.bodyKind, report: report, upstreamMs: nil, etag: entry.etag,
                 lastModified: entry.lastModified, openedBody: entry.openedBody))
     }

@@ -6,7 +6,8 @@ public struct ServedResponse: Sendable {
     /// Left empty for the proxy's fresh upstream responses (shared requests), which send `headers`.
     public var headersJSON: [UInt8]
     /// The header fields: the upstream's own when the response came from it just now (Set-Cookie
-    /// included), the stored ones otherwise.
+    /// included), the stored ones otherwise: for the proxy's entries, which keep them parsed;
+    /// empty for /fetch's, answered with `headersJSON` (StoredEntry.headerFields).
     public var headers: [HeaderField]
     public var body: [UInt8]
     public var bodyKind: BodyKind

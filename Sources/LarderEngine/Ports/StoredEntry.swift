@@ -19,7 +19,8 @@ public struct StoredEntry: Sendable, Equatable {
         var urlKey: String
         var status: Int
         var headersJSON: [UInt8]
-        var headerFields: [HeaderField]
+        /// Kept for the proxy's entries (see `headerFields`); nil for the others.
+        var headerFields: [HeaderField]?
         var body: [UInt8]
         var bodyKind: BodyKind
         var freshness: EntryFreshness
@@ -88,19 +89,30 @@ public struct StoredEntry: Sendable, Equatable {
         set { change { $0.status = newValue } }
     }
     /// The response headers as a JSON object, pre-rendered (names lower-cased, no Set-Cookie).
-    /// Setting it parses the fields again.
+    /// Setting it parses the kept fields again.
     public var headersJSON: [UInt8] {
         get { storage.fields.headersJSON }
         set {
-            let fields = ResponseHeaders.parseJSON(newValue)
+            let fields = Self.keepsFields(namespace) ? ResponseHeaders.parseJSON(newValue) : nil
             change {
                 $0.headersJSON = newValue
                 $0.headerFields = fields
             }
         }
     }
-    /// The same headers as fields, parsed once (the proxy sends them on every hit).
-    public var headerFields: [HeaderField] { storage.fields.headerFields }
+    /// The same headers as fields. An entry of the proxy's keeps them, parsed once: the proxy
+    /// sends them on every hit. Any other entry is answered with `headersJSON` as stored (the
+    /// /fetch envelope embeds it), so its fields are parsed only when asked for (a 304 that
+    /// updates them), and a row read from a store costs no parse.
+    public var headerFields: [HeaderField] { storage.fields.headerFields ?? ResponseHeaders.parseJSON(storage.fields.headersJSON) }
+
+    /// The fields when the entry keeps them parsed (the proxy's entries); nil otherwise.
+    public var keptHeaderFields: [HeaderField]? { storage.fields.headerFields }
+
+    /// Whether entries of `namespace` keep their fields parsed: the proxy's namespaces.
+    static func keepsFields(_ namespace: String) -> Bool {
+        namespace.hasPrefix(FetchRequest.reservedNamespacePrefix)
+    }
     public var body: [UInt8] {
         get { storage.fields.body }
         set { change { $0.body = newValue } }
@@ -168,8 +180,9 @@ public struct StoredEntry: Sendable, Equatable {
             Fields(
                 key: key, primaryKey: primaryKey ?? key, varyNames: varyNames, variantFingerprint: variantFingerprint,
                 namespace: namespace, method: method, url: url, urlKey: urlKey ?? url, status: status, headersJSON: headersJSON,
-                // Given when the caller has them (a new entry: ResponseHeaders.rendered), else parsed.
-                headerFields: headerFields ?? ResponseHeaders.parseJSON(headersJSON),
+                // Given when the caller has them (a new entry: ResponseHeaders.rendered), else
+                // parsed for the proxy's entries.
+                headerFields: headerFields ?? (Self.keepsFields(namespace) ? ResponseHeaders.parseJSON(headersJSON) : nil),
                 body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
                 etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: [], keepRequested: false))
     }
@@ -202,8 +215,10 @@ extension StoredEntry {
         total += sensitiveFingerprint.map(string) ?? 0
         total += (etag.map(string) ?? 0) + (lastModified.map(string) ?? 0)
         if let bodyFile { total += string(bodyFile.path) + buffer(bodyFile.checksum.capacity) }
-        total += buffer(headerFields.capacity * 32)
-        for field in headerFields { total += string(field.name) + string(field.value) }
+        if let headerFields = storage.fields.headerFields {
+            total += buffer(headerFields.capacity * 32)
+            for field in headerFields { total += string(field.name) + string(field.value) }
+        }
         return total
     }
 

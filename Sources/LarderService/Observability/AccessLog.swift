@@ -281,21 +281,6 @@ enum AccessLog {
     }
 }
 
-extension [UInt8] {
-    /// A literal's bytes, copied at once.
-    @inline(__always) mutating func appendLiteral(_ literal: StaticString) {
-        append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
-    }
-
-    /// A string's bytes (its first `prefix`), copied at once when they are contiguous (as native
-    /// strings are).
-    @inline(__always) mutating func appendUTF8(_ text: String, prefix: Int = .max) {
-        if text.utf8.withContiguousStorageIfAvailable({ append(contentsOf: UnsafeBufferPointer(rebasing: $0.prefix(prefix))) }) == nil {
-            append(contentsOf: text.utf8.prefix(prefix))
-        }
-    }
-}
-
 /// The wall-clock time as log lines carry it (`YYYY-MM-DDTHH:MM:SS.mmmZ`), the date and the
 /// second written once a second: each loop's buffer keeps one, used under its lock.
 struct LineClock {

@@ -16,23 +16,30 @@ struct RouteRequest: Sendable {
     /// Its id and trace context: sent upstream with every request made for it, logged, returned.
     let identity: RequestIdentity
     private let responder: any RouteResponder
-    private let finish: @Sendable (RouteAnswer) -> HTTPServerResponse
+    /// What finishes an answer given later, as the router finishes one returned at once: held
+    /// as values rather than a closure, which every request would allocate and most (hits,
+    /// errors) never call.
+    private let router: Router
+    private let route: Route
+    private let returnIdentity: Bool
 
     init(
         _ http: HTTPServerRequest, parameter: String, receivedAt: Double, identity: RequestIdentity,
-        responder: any RouteResponder, finish: @escaping @Sendable (RouteAnswer) -> HTTPServerResponse
+        responder: any RouteResponder, router: Router, route: Route, returnIdentity: Bool
     ) {
         self.http = http
         self.parameter = parameter
         self.receivedAt = receivedAt
         self.identity = identity
         self.responder = responder
-        self.finish = finish
+        self.router = router
+        self.route = route
+        self.returnIdentity = returnIdentity
     }
 
     /// Answers a request whose handler returned nil; exactly once.
     func respond(_ answer: RouteAnswer) {
-        responder.respond(finish(answer))
+        responder.respond(router.finish(http, answer, receivedAt, identity, route: route, returnIdentity: returnIdentity))
     }
 
     func respond(_ response: HTTPServerResponse) {

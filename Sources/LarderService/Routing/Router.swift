@@ -145,10 +145,8 @@ final class Router: Sendable {
         }
         let returnIdentity = route.identityInAnswer == .always || identity.callerSentOne
         let routeRequest = RouteRequest(
-            request, parameter: parameter, receivedAt: receivedAt, identity: identity, responder: responder
-        ) { [self] later in
-            finish(request, later, receivedAt, identity, route: route, returnIdentity: returnIdentity)
-        }
+            request, parameter: parameter, receivedAt: receivedAt, identity: identity, responder: responder,
+            router: self, route: route, returnIdentity: returnIdentity)
         do {
             return try route.handler(routeRequest).map {
                 finish(request, $0, receivedAt, identity, route: route, returnIdentity: returnIdentity)
@@ -172,7 +170,7 @@ final class Router: Sendable {
 
     /// The access-log line, the request metrics and the request's id and trace of every answer,
     /// given now or later.
-    private func finish(
+    func finish(
         _ request: HTTPServerRequest, _ answer: RouteAnswer, _ receivedAt: Double, _ identity: RequestIdentity,
         route: Route?, returnIdentity: Bool
     ) -> HTTPServerResponse {
