@@ -22,7 +22,10 @@ final class RecentResponses {
     static let capacity = 4
     static let maxBodyBytes = 64 << 10
     static let keptNanoseconds: UInt64 = 2_000_000_000
-    private var kept: [Kept] = []
+    /// A ring of `capacity` slots, `next` the one written next (the oldest once full): keeping a
+    /// response replaces one slot, with no array shifted or filtered.
+    private var kept: [Kept?] = Array(repeating: nil, count: capacity)
+    private var next = 0
     /// Responses queued again; this loop's own count (a count shared by the loops would move
     /// between their cores on every hot hit), read by others for tests.
     let reuses = Atomic<Int>(0)
@@ -36,12 +39,15 @@ final class RecentResponses {
 
     /// A kept response that is `response`, if any (kept no longer than `keptNanoseconds`).
     func find(_ response: HTTPServerResponse, now: UInt64) -> OpaquePointer? {
-        for candidate in kept.reversed()
-        where candidate.answer.status == response.status
-            && candidate.answer.headers.count == response.headers.count
-            && now &- candidate.keptAt < Self.keptNanoseconds
-            && Self.sameStorage(candidate.answer.body, response.body)
-        {
+        // Newest first.
+        for step in 1...Self.capacity {
+            guard let candidate = kept[(next - step + Self.capacity) % Self.capacity] else { continue }
+            guard
+                candidate.answer.status == response.status
+                    && candidate.answer.headers.count == response.headers.count
+                    && now &- candidate.keptAt < Self.keptNanoseconds
+                    && Self.sameStorage(candidate.answer.body, response.body)
+            else { continue }
             let sameFields = zip(candidate.answer.headers, response.headers).allSatisfy { $0.name == $1.name && $0.value == $1.value }
             if sameFields {
                 reuses.add(1, ordering: .relaxed)
@@ -54,13 +60,14 @@ final class RecentResponses {
     /// Keeps `mhdResponse` (this reference to it) for `response`, letting go of the oldest and
     /// of those kept too long.
     func keep(_ response: HTTPServerResponse, _ mhdResponse: OpaquePointer, now: UInt64) {
-        kept.removeAll { old in
-            guard now &- old.keptAt >= Self.keptNanoseconds else { return false }
+        for index in kept.indices {
+            guard let old = kept[index], now &- old.keptAt >= Self.keptNanoseconds else { continue }
             MHD_destroy_response(old.response)
-            return true
+            kept[index] = nil
         }
-        if kept.count >= Self.capacity { MHD_destroy_response(kept.removeFirst().response) }
-        kept.append(Kept(answer: response, response: mhdResponse, keptAt: now))
+        if let oldest = kept[next] { MHD_destroy_response(oldest.response) }
+        kept[next] = Kept(answer: response, response: mhdResponse, keptAt: now)
+        next = (next + 1) % Self.capacity
     }
 
     private static func sameStorage(_ a: [UInt8], _ b: [UInt8]) -> Bool {
@@ -68,6 +75,6 @@ final class RecentResponses {
     }
 
     deinit {
-        for old in kept { MHD_destroy_response(old.response) }
+        for old in kept.compactMap({ $0 }) { MHD_destroy_response(old.response) }
     }
 }

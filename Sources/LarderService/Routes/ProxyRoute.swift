@@ -84,14 +84,14 @@ struct ProxyRoute: Sendable {
         var memoKey: [UInt8] = []
         if method == .get, request.body.isEmpty {
             memoKey.reserveCapacity(256)
-            for part in [name, target] {
-                memoKey.append(contentsOf: part.utf8)
-                memoKey.append(0)
-            }
+            memoKey.appendUTF8(name)
+            memoKey.append(0)
+            memoKey.appendUTF8(target)
+            memoKey.append(0)
             for header in request.headers where !RequestIdentity.isIdentityField(header.name) {
-                memoKey.append(contentsOf: header.name.utf8)
+                memoKey.appendUTF8(header.name)
                 memoKey.append(0)
-                memoKey.append(contentsOf: header.value.utf8)
+                memoKey.appendUTF8(header.value)
                 memoKey.append(0)
             }
             if case .fetch(let prepared)? = memo.lookup(memoKey) {
