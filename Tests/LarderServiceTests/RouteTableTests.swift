@@ -173,6 +173,31 @@ final class RouteTableTests: XCTestCase {
 
     // MARK: - Support
 
+    /// The table tries only the patterns that can match a path's first segment; it picks what
+    /// trying every pattern in order picks, for paths of every route, their neighbours, and
+    /// paths no route has (the proxy's raw targets included).
+    func testTheSegmentIndexPicksWhatTryingEveryPatternPicks() throws {
+        let table = try makeRouter().table
+        var paths = Self.allowByPattern.map(\.pattern).map { $0.replacingOccurrences(of: "{id}", with: "j1") }
+        paths += ["/", "", "*", "//", "/fetch/", "/fetchx", "/fet", "/cache", "/cache/", "/cachex", "/cache/entries/", "/cache/entries/abc"]
+        paths += ["/cache/namespaces/a/version", "/cache/namespaces//version", "/cache/nope", "/cache/console/", "/metrics/x"]
+        paths += ["/proxy", "/proxy/", "/proxy/api/items", "/proxy/api", "/proxyx/api/", "/healthz/", "/x/y/z"]
+        // The path is the target's path decoded: the server gives both.
+        var requests = paths.flatMap { [($0, $0), ($0, $0 + "?q=1")] }
+        requests += [("/proxy/api/raw/path", "/proxy/api/raw%2Fpath"), ("/proxy/api/", "/pro%78y/api/"), ("//proxy/api/", "/%2Fproxy/api/")]
+        var checked = 0
+        for (path, rawTarget) in requests {
+            let indexed = table.match(path: path, rawTarget: rawTarget)
+            let tried = table.matchTryingEvery(path: path, rawTarget: rawTarget)
+            XCTAssertEqual(indexed?.parameter, tried?.parameter, "\(path) \(rawTarget)")
+            XCTAssertEqual(indexed?.routes.first?.pattern, tried?.routes.first?.pattern, "\(path) \(rawTarget)")
+            if tried != nil { checked += 1 }
+        }
+        XCTAssertGreaterThan(checked, requests.count / 2, "most requests match some route")
+        XCTAssertEqual(table.match(path: "/proxy/api/items", rawTarget: "/proxy/api/items?x=1")?.parameter, "api/items?x=1")
+        XCTAssertNil(table.match(path: "/nothing", rawTarget: "/nothing"))
+    }
+
     /// A loop's kept router is the one last set: a reload reaches every loop at its next request.
     func testEachLoopsKeptRouterFollowsEverySet() throws {
         let slot = RouterSlot()

@@ -112,6 +112,41 @@ enum RoutePattern: Sendable, Equatable {
         }
     }
 
+    /// The first path segments of every path this pattern matches; nil when it does not fix
+    /// one (it matches every path, or its prefix ends inside the first segment: `/fet` would
+    /// match `/fetch` and `/fetter`). The proxy's pattern is matched on the raw target: a target
+    /// starting with `/proxy/` is a path starting with it, as `/`, `p`, … are never encoded.
+    var firstSegments: [Substring]? {
+        switch self {
+        case .exact(let paths):
+            let segments = paths.map(Self.firstSegment(of:))
+            return segments.contains(nil) ? nil : segments.compactMap { $0 }
+        case .parameter(let prefix, _), .enclosed(let prefix, _, _), .targetPrefix(let prefix):
+            return Self.closedFirstSegment(of: prefix).map { [$0] }
+        case .area(let area):
+            // The area itself, or a path under it: its first segment ends where the area's does.
+            return Self.firstSegment(of: area).map { [$0] }
+        case .any:
+            return nil
+        }
+    }
+
+    /// The path's first segment: what lies between its leading `/` and the next `/` or the end
+    /// ("" for `/`); nil for a path that does not start with `/`.
+    static func firstSegment(of path: String) -> Substring? {
+        guard path.utf8.first == UInt8(ascii: "/") else { return nil }
+        let rest = path.utf8.dropFirst()
+        let end = rest.firstIndex(of: UInt8(ascii: "/")) ?? rest.endIndex
+        return path[rest.startIndex..<end]
+    }
+
+    /// The prefix's first segment when the prefix goes past it (a `/` closes it), so that every
+    /// path with the prefix has that first segment; nil otherwise.
+    private static func closedFirstSegment(of prefix: String) -> Substring? {
+        guard prefix.utf8.first == UInt8(ascii: "/"), prefix.utf8.dropFirst().contains(UInt8(ascii: "/")) else { return nil }
+        return firstSegment(of: prefix)
+    }
+
     /// How the 405 message names it.
     var display: String {
         switch self {

@@ -10,6 +10,13 @@ struct RouteTable: Sendable {
     /// The routes grouped by pattern, in the order each pattern first appears: matched per
     /// request without building the group again.
     private let groups: [(pattern: RoutePattern, routes: [Route])]
+    /// For each first path segment a pattern fixes (`fetch` for `/fetch`, `cache` for
+    /// `/cache/entries/{key}`), the groups a path with that segment can match, in table order:
+    /// a request tries those instead of every pattern in turn (the proxy's pattern is the
+    /// table's last). `unfixed` are the groups whose patterns fix no segment (a path that
+    /// starts no segment of the index tries only those).
+    private let bySegment: [Substring: [Int]]
+    private let unfixed: [Int]
 
     init(_ routes: [Route]) {
         self.routes = routes
@@ -18,10 +25,31 @@ struct RouteTable: Sendable {
             groups.append((route.pattern, routes.filter { $0.pattern == route.pattern }))
         }
         self.groups = groups
+        var fixed: [Substring: Set<Int>] = [:]
+        var unfixed: [Int] = []
+        for (index, group) in groups.enumerated() {
+            guard let segments = group.pattern.firstSegments else {
+                unfixed.append(index)
+                continue
+            }
+            for segment in segments { fixed[segment, default: []].insert(index) }
+        }
+        self.unfixed = unfixed
+        self.bySegment = fixed.mapValues { ($0.union(unfixed)).sorted() }
     }
 
     /// The routes declared with the first pattern matching the request, and what it captured.
     func match(path: String, rawTarget: String) -> (routes: [Route], parameter: String)? {
+        let candidates = RoutePattern.firstSegment(of: path).flatMap { bySegment[$0] } ?? unfixed
+        for index in candidates {
+            let group = groups[index]
+            if let parameter = group.pattern.match(path: path, rawTarget: rawTarget) { return (group.routes, parameter) }
+        }
+        return nil
+    }
+
+    /// `match` by trying every pattern in turn: what the index must agree with (RouteTableTests).
+    func matchTryingEvery(path: String, rawTarget: String) -> (routes: [Route], parameter: String)? {
         for group in groups {
             if let parameter = group.pattern.match(path: path, rawTarget: rawTarget) { return (group.routes, parameter) }
         }
