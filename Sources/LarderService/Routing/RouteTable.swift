@@ -10,13 +10,11 @@ struct RouteTable: Sendable {
     /// The routes grouped by pattern, in the order each pattern first appears: matched per
     /// request without building the group again.
     private let groups: [(pattern: RoutePattern, routes: [Route])]
-    /// For each first path segment a pattern fixes (`fetch` for `/fetch`, `cache` for
-    /// `/cache/entries/{key}`), the groups a path with that segment can match, in table order:
-    /// a request tries those instead of every pattern in turn (the proxy's pattern is the
-    /// table's last). `unfixed` are the groups whose patterns fix no segment (a path that
-    /// starts no segment of the index tries only those).
-    private let bySegment: [Substring: [Int]]
-    private let unfixed: [Int]
+    /// For each group, the first path segments its pattern fixes (`fetch` for `/fetch`, `cache`
+    /// for `/cache/entries/{key}`), nil when it fixes none: a request skips the patterns whose
+    /// segments are not its own after comparing a few bytes, instead of trying each (the
+    /// proxy's pattern is the table's last).
+    private let segments: [[[UInt8]]?]
 
     init(_ routes: [Route]) {
         self.routes = routes
@@ -25,27 +23,25 @@ struct RouteTable: Sendable {
             groups.append((route.pattern, routes.filter { $0.pattern == route.pattern }))
         }
         self.groups = groups
-        var fixed: [Substring: Set<Int>] = [:]
-        var unfixed: [Int] = []
-        for (index, group) in groups.enumerated() {
-            guard let segments = group.pattern.firstSegments else {
-                unfixed.append(index)
-                continue
-            }
-            for segment in segments { fixed[segment, default: []].insert(index) }
-        }
-        self.unfixed = unfixed
-        self.bySegment = fixed.mapValues { ($0.union(unfixed)).sorted() }
+        self.segments = groups.map { group in group.pattern.firstSegments.map { $0.map { Array($0.utf8) } } }
     }
 
     /// The routes declared with the first pattern matching the request, and what it captured.
     func match(path: String, rawTarget: String) -> (routes: [Route], parameter: String)? {
-        let candidates = RoutePattern.firstSegment(of: path).flatMap { bySegment[$0] } ?? unfixed
-        for index in candidates {
-            let group = groups[index]
-            if let parameter = group.pattern.match(path: path, rawTarget: rawTarget) { return (group.routes, parameter) }
+        let found = path.utf8.withContiguousStorageIfAvailable { bytes -> (routes: [Route], parameter: String)? in
+            // The first segment: after the leading `/`, up to the next `/` or the end.
+            guard bytes.first == UInt8(ascii: "/") else { return matchTryingEvery(path: path, rawTarget: rawTarget) }
+            let rest = UnsafeBufferPointer(rebasing: bytes[1...])
+            let segment = UnsafeBufferPointer(rebasing: rest[..<(rest.firstIndex(of: UInt8(ascii: "/")) ?? rest.endIndex)])
+            for (index, group) in groups.enumerated() {
+                if let fixed = segments[index], !fixed.contains(where: { $0.count == segment.count && $0.elementsEqual(segment) }) {
+                    continue
+                }
+                if let parameter = group.pattern.match(path: path, rawTarget: rawTarget) { return (group.routes, parameter) }
+            }
+            return nil
         }
-        return nil
+        return found ?? matchTryingEvery(path: path, rawTarget: rawTarget)
     }
 
     /// `match` by trying every pattern in turn: what the index must agree with (RouteTableTests).
