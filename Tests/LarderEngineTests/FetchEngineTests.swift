@@ -89,6 +89,35 @@ final class FetchEngineTests: XCTestCase {
         XCTAssertEqual(upstream.requests.withLock { $0.count }, 3)
     }
 
+    /// The entry a 304 confirmed was purged meanwhile: the refetch's failure is answered as it
+    /// is, never with the purged entry, whatever stale-if-error it allowed.
+    func testAPurgedEntryNeverAnswersTheRefetchAfterA304() throws {
+        let store = MemoryCacheStore()
+        let request = FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item"))
+        let key = CacheKeyBuilder(secret: Array(repeating: 1, count: 32)).derive(for: request).key
+        let upstream = ScriptedUpstream { _, index in
+            switch index {
+            case 0:
+                return .success(
+                    ScriptedUpstream.response(
+                        200, [("ETag", "\"a\""), ("Cache-Control", "max-age=10, stale-if-error=600"), ("Content-Type", "text/plain")],
+                        body: "purged"))
+            case 1:
+                store.remove(key)
+                return .success(ScriptedUpstream.response(304, [("ETag", "\"a\"")]))
+            default:
+                return .success(ScriptedUpstream.response(503, [("Content-Type", "text/plain")], body: "unavailable"))
+            }
+        }
+        let engine = engine(store: store, upstream: upstream)
+        XCTAssertEqual(fetch(engine, request)["bodyText"] as? String, "purged")
+        now.advance(by: 20)
+        let refetched = fetch(engine, request)
+        XCTAssertEqual(refetched["status"] as? Int, 503)
+        XCTAssertEqual(refetched["bodyText"] as? String, "unavailable")
+        XCTAssertEqual(upstream.requests.withLock { $0.count }, 3)
+    }
+
     func testRevalidationFollowsTheNewFreshnessFromThe304() throws {
         let store = MemoryCacheStore()
         let upstream = ScriptedUpstream { _, index in

@@ -42,7 +42,7 @@ final class MissProgressTests: XCTestCase {
         XCTAssertEqual(miss.received(status: 304), .revalidate)
         miss.send(conditional: false)
         XCTAssertEqual(miss.stage, .sent(conditional: false))
-        // Even a 304 now is an answer of its own, never a second revalidation.
+        // A 304 to the unconditional request is an answer of its own, never a second revalidation.
         XCTAssertEqual(miss.received(status: 304), .store)
         XCTAssertTrue(miss.land())
     }

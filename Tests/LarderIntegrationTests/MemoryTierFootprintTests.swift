@@ -21,8 +21,9 @@ final class MemoryTierFootprintTests: XCTestCase {
     private let keys = CacheKeyBuilder(secret: Array(repeating: 9, count: 32))
 
     /// An entry shaped like one the engine builds from an upstream response (or reads back from
-    /// SQLite): an HMAC key, a URL and its normalised form, typical response headers.
-    private func entry(_ index: Int, bodyBytes: Int, inFile: Bool) throws -> StoredEntry {
+    /// SQLite): an HMAC key, a URL and its normalised form, typical response headers (kept
+    /// parsed too in the proxy's namespaces).
+    private func entry(_ index: Int, bodyBytes: Int, inFile: Bool, namespace: String) throws -> StoredEntry {
         let url = "https://api.example.test/v1/catalogue/items/\(index).json?fields=name,price"
         let request = try FetchRequest.parse(json: Array(#"{"url":"\#(url)"}"#.utf8))
         let key = keys.derive(for: request).key
@@ -38,7 +39,7 @@ final class MemoryTierFootprintTests: XCTestCase {
                 HeaderField("Server", "origin/1.\(index % 1)")
             ], dropCookies: true)
         var entry = StoredEntry.fixture(
-            key.hex, namespace: "", url: url, urlKey: String(url.dropLast(18)), headersJSON: json, headerFields: fields,
+            key.hex, namespace: namespace, url: url, urlKey: String(url.dropLast(18)), headersJSON: json, headerFields: fields,
             body: inFile ? [] : [UInt8](repeating: UInt8(index & 0x7f), count: bodyBytes), bodyKind: .binary,
             freshness: EntryFreshness(storedAt: 1, freshnessLifetime: 3600, version: 0), etag: "\"\(index)-5f1c2a9e\"",
             lastModified: "\(date)")
@@ -56,7 +57,10 @@ final class MemoryTierFootprintTests: XCTestCase {
         let visible = glibcHeapInUse() >= probe.count
         withExtendedLifetime(probe) {}
         guard visible else { throw skipOrFail("glibc's heap is not the one in use") }
-        for (bodyBytes, inFile) in [(1_024, false), (0, false), (65_536, true), (8_000, false)] {
+        let proxy = FetchRequest.reservedNamespacePrefix + "api"
+        for (bodyBytes, inFile, namespace) in [
+            (1_024, false, ""), (0, false, ""), (65_536, true, ""), (8_000, false, ""), (1_024, false, proxy), (0, false, proxy)
+        ] {
             let count = 5_000
             var least = Int.max
             var estimated = 0
@@ -64,15 +68,13 @@ final class MemoryTierFootprintTests: XCTestCase {
             for _ in 0..<3 {
                 let tier = MemoryTier(backing: NullStore(), capacityBytes: Int.max / 2)
                 let before = glibcHeapInUse()
-                for index in 0..<count { tier.save(try entry(index, bodyBytes: bodyBytes, inFile: inFile)) { _ in } }
+                for index in 0..<count { tier.save(try entry(index, bodyBytes: bodyBytes, inFile: inFile, namespace: namespace)) { _ in } }
                 least = min(least, glibcHeapInUse() - before)
                 estimated = tier.bytes
                 withExtendedLifetime(tier) {}
             }
-            print(
-                "memory tier: \(count) entries, body \(bodyBytes) B\(inFile ? " in a file" : ""): "
-                    + "estimated \(estimated / count) B each, heap \(least / count) B each"
-            )
+            let shape = "body \(bodyBytes) B\(inFile ? " in a file" : "")\(namespace.isEmpty ? "" : " in \(namespace)")"
+            print("memory tier: \(count) entries, \(shape): estimated \(estimated / count) B each, heap \(least / count) B each")
             XCTAssertGreaterThanOrEqual(estimated, least, "the estimate must not be below what the heap holds")
             XCTAssertLessThanOrEqual(Double(estimated), 1.25 * Double(least), "the estimate should be near the heap's figure")
         }
@@ -82,7 +84,7 @@ final class MemoryTierFootprintTests: XCTestCase {
         // 16 shards of 64 KiB each; 4,000 entries of about 1.5 KiB offered, far more than fits.
         let capacity = 1 << 20
         let tier = MemoryTier(backing: NullStore(), capacityBytes: capacity)
-        for index in 0..<4_000 { tier.save(try entry(index, bodyBytes: 1_024, inFile: false)) { _ in } }
+        for index in 0..<4_000 { tier.save(try entry(index, bodyBytes: 1_024, inFile: false, namespace: "")) { _ in } }
         // With keys spread over 10 of 16 shards, the tier could fill only 10/16 of its budget.
         XCTAssertGreaterThan(tier.bytes, capacity * 9 / 10, "every shard fills to its share")
         XCTAssertLessThanOrEqual(tier.bytes, capacity)

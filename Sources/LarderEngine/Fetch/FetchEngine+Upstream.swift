@@ -9,11 +9,14 @@ import Logging
 
 extension FetchEngine {
     /// Sends `run`'s request upstream; stores and answers with the response. Its fallback is
-    /// revalidated when `conditional` allows (RFC 9111 §4.3.1), and may answer instead of an
-    /// upstream failure (stale-if-error).
-    func sendUpstream(_ run: RunningMiss, conditional: Bool = true, cancellation: Cancellation? = nil) {
+    /// revalidated (RFC 9111 §4.3.1), and may answer instead of an upstream failure
+    /// (stale-if-error); with `fallbackGone` (a 304 confirmed an entry that is gone, purged or
+    /// damaged) there is none: the request goes without conditions, and a failure is answered
+    /// as it is.
+    func sendUpstream(_ run: RunningMiss, fallbackGone: Bool = false, cancellation: Cancellation? = nil) {
         let request = run.request
-        let validating = conditional ? Self.revalidating(run.fallback, for: request) : nil
+        let fallback = fallbackGone ? nil : run.fallback
+        let validating = Self.revalidating(fallback, for: request)
         var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating), identity: run.prepared.identity)
         if let cancellation {
             // The leader's caller gave up: abort the transfer unless others wait on it. Removing
@@ -35,10 +38,10 @@ extension FetchEngine {
             // held up behind them.
             if case .success(let response) = result, response.body.count > Self.offloadBodyBytes {
                 DispatchQueue.global(qos: .userInitiated).async { [self] in
-                    received(result, run: run, validating: validating, sentAt: sentAt)
+                    received(result, run: run, fallback: fallback, validating: validating, sentAt: sentAt)
                 }
             } else {
-                received(result, run: run, validating: validating, sentAt: sentAt)
+                received(result, run: run, fallback: fallback, validating: validating, sentAt: sentAt)
             }
         }
     }
@@ -153,11 +156,14 @@ extension FetchEngine {
     /// Bodies larger than this are handled off the upstream's thread.
     static let offloadBodyBytes = 256 << 10
 
-    private func received(_ result: Result<UpstreamResponse, LarderError>, run: RunningMiss, validating: StoredEntry?, sentAt: Double) {
+    private func received(
+        _ result: Result<UpstreamResponse, LarderError>, run: RunningMiss, fallback: StoredEntry?, validating: StoredEntry?,
+        sentAt: Double
+    ) {
         let request = run.request
         switch result {
         case .failure(let error):
-            let answer = staleOnError(run.fallback, request: request, error: error.code.rawValue) ?? .failed(error)
+            let answer = staleOnError(fallback, request: request, error: error.code.rawValue) ?? .failed(error)
             land(run.flight, with: .failed(error)) { run.answer(answer) }
         case .success(let response):
             if run.received(status: response.status) == .revalidate, let validating {
@@ -165,7 +171,7 @@ extension FetchEngine {
             }
             if CacheRules.isServerError(response.status),
                 let stale = staleOnError(
-                    run.fallback, request: request,
+                    fallback, request: request,
                     error: "upstream_status_\(response.status)")
             {
                 land(run.flight, with: .failed(LarderError(.upstreamError, "upstream answered \(response.status)"))) { run.answer(stale) }
@@ -190,7 +196,7 @@ extension FetchEngine {
             logger.debug(
                 "304 for an entry that is gone; fetching in full",
                 metadata: ["key": "\(entry.key)", "request_id": "\(prepared.identity?.id ?? "-")"])
-            return sendUpstream(run, conditional: false)
+            return sendUpstream(run, fallbackGone: true)
         }
         if let validation = prepared.request.validation, let failure = validation.failure(status: current.status, body: current.body) {
             return land(flight, with: .notShareable) { run.answer(.failed(LarderError(.validationFailed, failure))) }

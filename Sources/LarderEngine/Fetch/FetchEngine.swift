@@ -131,10 +131,10 @@ public final class FetchEngine: Sendable {
 
     static let cancelledError = LarderError(.cancelled, "the request was cancelled")
 
-    /// What the cache makes of a request before anything goes upstream: the answer it gives at
-    /// once (counted here), or a miss for `send`. The caller builds its reply only for a miss,
-    /// so a hit allocates no reply, counting or once-only closure (Varnish's order: hash, look
-    /// up, and build the backend request only in `vcl_miss`).
+    /// What the cache makes of a request before it goes upstream: the answer it gives at once
+    /// (counted here; a stale one may start a background refresh), or a miss for `send`. The
+    /// caller builds its reply only for a miss, so a hit allocates no reply or counting closure
+    /// (Varnish's order: hash, look up, and build the backend request only in `vcl_miss`).
     public func lookup(_ prepared: PreparedFetch) -> Lookup {
         let found = look(namespaces.resolving(prepared))
         if case .answered(let answer) = found {

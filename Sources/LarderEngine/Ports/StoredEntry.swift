@@ -180,9 +180,9 @@ public struct StoredEntry: Sendable, Equatable {
             Fields(
                 key: key, primaryKey: primaryKey ?? key, varyNames: varyNames, variantFingerprint: variantFingerprint,
                 namespace: namespace, method: method, url: url, urlKey: urlKey ?? url, status: status, headersJSON: headersJSON,
-                // Given when the caller has them (a new entry: ResponseHeaders.rendered), else
-                // parsed for the proxy's entries.
-                headerFields: headerFields ?? (Self.keepsFields(namespace) ? ResponseHeaders.parseJSON(headersJSON) : nil),
+                // Kept for the proxy's entries only: given when the caller has them (a new
+                // entry: ResponseHeaders.rendered), else parsed.
+                headerFields: Self.keepsFields(namespace) ? headerFields ?? ResponseHeaders.parseJSON(headersJSON) : nil,
                 body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
                 etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: [], keepRequested: false))
     }
@@ -225,7 +225,7 @@ extension StoredEntry {
     /// The struct in its one-element array, its storage object (fields and object header), and
     /// a memory-tier slot (dictionary room, the CLOCK ring); set so the estimate is a few per cent
     /// above the heap's figure (the test's shapes).
-    static let fixedResidentBytes = MemoryLayout<StoredEntry>.stride + MemoryLayout<Fields>.stride + 16 + 192
+    static let fixedResidentBytes = MemoryLayout<StoredEntry>.stride + MemoryLayout<Fields>.stride + 16 + 240
 
     /// Whether this entry may answer a request with these fields (RFC 9111 §4.1).
     public func matches(_ request: [HeaderField], keys: CacheKeyBuilder) -> Bool {

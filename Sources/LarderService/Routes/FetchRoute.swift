@@ -45,7 +45,9 @@ struct FetchRoute: Sendable {
             let body = Envelope.render(
                 status: served.status, headersJSON: served.headersJSON, body: served.body,
                 kind: served.bodyKind, cache: served.report, totalMs: totalMs, upstreamMs: served.upstreamMs)
-            let headers: [(name: String, value: String)] = [("Content-Type", "application/json"), ("X-Cache", served.report.outcome.headerValue)]
+            let headers: [(name: String, value: String)] = [
+                ("Content-Type", "application/json"), ("X-Cache", served.report.outcome.headerValue)
+            ]
             return RouteAnswer(HTTPServerResponse(status: 200, headers: headers, body: body), outcome: served.report.outcome)
         }
     }

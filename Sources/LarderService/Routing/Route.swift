@@ -115,7 +115,8 @@ enum RoutePattern: Sendable, Equatable {
     /// The first path segments of every path this pattern matches; nil when it does not fix
     /// one (it matches every path, or its prefix ends inside the first segment: `/fet` would
     /// match `/fetch` and `/fetter`). The proxy's pattern is matched on the raw target: a target
-    /// starting with `/proxy/` is a path starting with it, as `/`, `p`, … are never encoded.
+    /// starting with `/proxy/` is a path starting with it, as decoding leaves literal
+    /// characters as they are.
     var firstSegments: [Substring]? {
         switch self {
         case .exact(let paths):
