@@ -263,6 +263,37 @@ final class FetchEngineTests: XCTestCase {
         XCTAssertEqual(answers.codes, ["cancelled"])
     }
 
+    /// A 304 confirmed an entry that is gone: the refetch is the caller's transfer too, aborted
+    /// when the caller gives up (nobody else waits on it).
+    func testACallerThatGivesUpDuringTheRefetchAfterA304AbortsIt() throws {
+        let store = MemoryCacheStore()
+        let upstream = HeldRequestsUpstream()
+        let engine = engine(store: store, upstream: upstream)
+        let prepared = engine.prepare(FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item")))
+        let stored = Answers()
+        stored.take(engine.fetch(prepared, reply: stored.reply))
+        upstream.sent.withLock { $0 }[0].complete(
+            .success(ScriptedUpstream.response(200, [("ETag", "\"a\""), ("Cache-Control", "max-age=10")], body: "first")))
+        XCTAssertEqual(stored.codes, ["first"])
+        now.advance(by: 20)
+
+        let cancellation = Cancellation()
+        let answers = Answers()
+        answers.take(engine.fetch(prepared, cancellation: cancellation, reply: answers.reply))
+        let conditional = upstream.sent.withLock { $0 }[1]
+        XCTAssertEqual(conditional.request.headers.values("if-none-match"), ["\"a\""])
+        store.remove(prepared.derived.key)
+        conditional.complete(.success(ScriptedUpstream.response(304, [("ETag", "\"a\"")])))
+        let sent = upstream.sent.withLock { $0 }
+        XCTAssertEqual(sent.count, 3, "the entry is gone: asked again without conditions")
+        XCTAssertEqual(sent[2].request.headers.values("if-none-match"), [])
+        cancellation.cancel()
+        XCTAssertEqual(answers.codes, ["cancelled"])
+        XCTAssertEqual(sent[2].request.cancellation?.isCancelled, true, "nobody waits: the refetch is aborted")
+        sent[2].complete(.failure(LarderError(.cancelled, "aborted")))
+        XCTAssertEqual(answers.codes, ["cancelled"])
+    }
+
     func testALeaderThatGivesUpLeavesTheTransferToItsWaitersAndAWaiterThatGivesUpLeavesTheFlight() throws {
         let upstream = HeldRequestsUpstream()
         let engine = engine(store: MemoryCacheStore(), upstream: upstream)

@@ -8,7 +8,7 @@ extension FetchEngine {
     /// Claims the cross-instance lead for `run`'s flight; true when this instance leads (send
     /// upstream now). Otherwise the flight waits until the leader is done, then answers from the
     /// stored entry, or tries to lead itself (the leader died, or stored nothing usable).
-    func claimShared(_ run: RunningMiss, cancellation: Cancellation?, using shared: any SharedFlights, attempt: Int = 1) -> Bool {
+    func claimShared(_ run: RunningMiss, using shared: any SharedFlights, attempt: Int = 1) -> Bool {
         let prepared = run.prepared
         let lease = Double(prepared.request.timeoutMs) / 1000 + 2
         return shared.claim(prepared.derived.key, forSeconds: lease) { [self] in
@@ -19,10 +19,10 @@ extension FetchEngine {
                 let answer = serve(found, outcome: .hit, options: options, now: now, coalesced: true)
                 return land(run.flight, with: .stored(found)) { run.answer(answer) }
             }
-            if attempt < 3, !claimShared(run, cancellation: cancellation, using: shared, attempt: attempt + 1) {
+            if attempt < 3, !claimShared(run, using: shared, attempt: attempt + 1) {
                 return
             }
-            sendUpstream(run, cancellation: cancellation)
+            sendUpstream(run)
         }
     }
 

@@ -13,19 +13,21 @@ extension FetchEngine {
     /// (stale-if-error); with `fallbackGone` (a 304 confirmed an entry that is gone, purged or
     /// damaged) there is none: the request goes without conditions, and a failure is answered
     /// as it is.
-    func sendUpstream(_ run: RunningMiss, fallbackGone: Bool = false, cancellation: Cancellation? = nil) {
+    func sendUpstream(_ run: RunningMiss, fallbackGone: Bool = false) {
         let request = run.request
         let fallback = fallbackGone ? nil : run.fallback
         let validating = Self.revalidating(fallback, for: request)
         var upstreamRequest = upstreamRequest(for: request, .whole(revalidating: validating), identity: run.prepared.identity)
-        if let cancellation {
+        if let cancellation = run.cancellation {
             // The leader's caller gave up: abort the transfer unless others wait on it. Removing
-            // the flight under the lock means nobody can join it after that decision.
+            // the flight under the lock means nobody can join it after that decision. Each
+            // transfer sent for the miss (a refetch after a 304 too) has its handler; the caller
+            // may have given up before this one was registered (it then runs at once).
             let transfer = Cancellation()
             upstreamRequest.cancellation = transfer
             cancellation.onCancel { [self] in
                 run.giveUp { givingUp in
-                    guard givingUp == .abandonFlight else { return }
+                    guard givingUp == .abandonFlight || (givingUp == .nothing && run.callerGaveUp) else { return }
                     if run.flight.map(flights.abandon) ?? true { transfer.cancel() }
                 }
             }
@@ -196,6 +198,11 @@ extension FetchEngine {
             logger.debug(
                 "304 for an entry that is gone; fetching in full",
                 metadata: ["key": "\(entry.key)", "request_id": "\(prepared.identity?.id ?? "-")"])
+            // Asked again only for someone: a caller that gave up, with nobody waiting on its
+            // flight, leaves nothing to ask for.
+            if run.callerGaveUp, run.flight.map(flights.abandon) ?? true {
+                return land(flight, with: .notShareable) {}
+            }
             return sendUpstream(run, fallbackGone: true)
         }
         if let validation = prepared.request.validation, let failure = validation.failure(status: current.status, body: current.body) {

@@ -243,8 +243,9 @@ public final class FetchEngine: Sendable {
             let key = FlightKey(key: prepared.derived.key, version: options.version)
             // A waiter that may give up answers through a miss of its own, so that the first of
             // its flight's landing and its cancellation answers it, and only that one.
-            let waiting = cancellation.map { _ in
-                RunningMiss(prepared, outcome: outcome, fallback: miss.fallback, flight: nil, leading: false, reply: reply)
+            let waiting = cancellation.map {
+                RunningMiss(
+                    prepared, outcome: outcome, fallback: miss.fallback, flight: nil, cancellation: $0, leading: false, reply: reply)
             }
             switch flights.join(key, as: Waiter(prepared: prepared, reply: waiting.map { $0.answer } ?? reply)) {
             case .waiting(let waiter):
@@ -259,7 +260,8 @@ public final class FetchEngine: Sendable {
                 leading = token
             }
         }
-        let run = RunningMiss(prepared, outcome: outcome, fallback: miss.fallback, flight: leading, reply: reply)
+        let run = RunningMiss(
+            prepared, outcome: outcome, fallback: miss.fallback, flight: leading, cancellation: cancellation, reply: reply)
         if let leading {
             // A flight for this key may have landed between the lookup and taking the lead (its
             // entry is stored before its flight ends): answer from that entry.
@@ -271,11 +273,11 @@ public final class FetchEngine: Sendable {
                 return nil
             }
             // Across instances: one leads, the others wait for its entry (a shared store).
-            if let shared = sharedFlights, !claimShared(run, cancellation: cancellation, using: shared) {
+            if let shared = sharedFlights, !claimShared(run, using: shared) {
                 return nil
             }
         }
-        sendUpstream(run, cancellation: cancellation)
+        sendUpstream(run)
         return nil
     }
 

@@ -47,7 +47,7 @@ struct MissProgress: Equatable, Sendable {
         case leaveFlight
         /// A leader abandons its flight: the transfer is aborted unless others wait on it.
         case abandonFlight
-        /// Nothing: the caller had its answer, or the miss has landed.
+        /// Nothing new: the caller had its answer, or had given up already.
         case nothing
     }
 

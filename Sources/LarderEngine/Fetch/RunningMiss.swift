@@ -13,6 +13,9 @@ final class RunningMiss: Sendable {
     let fallback: StoredEntry?
     /// The flight this miss leads; nil for one that coalesces with nobody.
     let flight: FetchEngine.FlightToken?
+    /// How its caller gives up; nil when it cannot. Every transfer sent for the miss is aborted
+    /// on it, unless others wait on the flight.
+    let cancellation: Cancellation?
     private let progress: Locked<MissProgress>
     /// Let go of once the caller is answered: whatever still holds this miss (a transfer going
     /// on for others, a cancellation handler) must not keep the caller's work alive.
@@ -20,12 +23,13 @@ final class RunningMiss: Sendable {
 
     init(
         _ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FetchEngine.FlightToken?,
-        leading: Bool = true, reply: @escaping @Sendable (CacheAnswer) -> Void
+        cancellation: Cancellation? = nil, leading: Bool = true, reply: @escaping @Sendable (CacheAnswer) -> Void
     ) {
         self.prepared = prepared
         self.outcome = outcome
         self.fallback = fallback
         self.flight = flight
+        self.cancellation = cancellation
         self.progress = Locked(MissProgress(leading: leading))
         self.reply.set(reply)
     }
@@ -39,6 +43,11 @@ final class RunningMiss: Sendable {
 
     func received(status: Int) -> MissProgress.Received {
         progress.withLock { $0.received(status: status) }
+    }
+
+    /// Whether the caller gave up before it had an answer.
+    var callerGaveUp: Bool {
+        progress.withLock { $0.caller == .gaveUp }
     }
 
     /// Answers the caller, unless it had its answer (it gave up).
