@@ -294,6 +294,26 @@ final class FetchEngineTests: XCTestCase {
         XCTAssertEqual(answers.codes, ["cancelled"])
     }
 
+    /// A miss that is over keeps nothing alive through its caller's cancellation, which the
+    /// caller may keep as long as it likes (a batch keeps its items' until the batch ends).
+    func testAFinishedMissIsNotKeptByItsCallersCancellation() throws {
+        let upstream = HeldRequestsUpstream()
+        let engine = engine(store: MemoryCacheStore(), upstream: upstream)
+        let prepared = engine.prepare(FetchRequest(url: try UpstreamURL(parsing: "http://origin.test/item")))
+        let answers = Answers()
+        weak var held: Cancellation?
+        do {
+            let cancellation = Cancellation()
+            held = cancellation
+            answers.take(engine.fetch(prepared, cancellation: cancellation, reply: answers.reply))
+            upstream.sent.withLock { $0 }[0].complete(
+                .success(ScriptedUpstream.response(200, [("Cache-Control", "max-age=60")], body: "stored")))
+            upstream.sent.withLock { $0.removeAll() }
+        }
+        XCTAssertEqual(answers.codes, ["stored"])
+        XCTAssertNil(held, "the cancellation and the miss its handler would act on are freed")
+    }
+
     func testALeaderThatGivesUpLeavesTheTransferToItsWaitersAndAWaiterThatGivesUpLeavesTheFlight() throws {
         let upstream = HeldRequestsUpstream()
         let engine = engine(store: MemoryCacheStore(), upstream: upstream)

@@ -25,7 +25,10 @@ extension FetchEngine {
             // may have given up before this one was registered (it then runs at once).
             let transfer = Cancellation()
             upstreamRequest.cancellation = transfer
-            cancellation.onCancel { [self] in
+            // Weakly: the caller's cancellation outlives the miss (and `run` holds it); a miss
+            // that is over has nothing to abort.
+            cancellation.onCancel { [self, weak run] in
+                guard let run else { return }
                 run.giveUp { givingUp in
                     guard givingUp == .abandonFlight || (givingUp == .nothing && run.callerGaveUp) else { return }
                     if run.flight.map(flights.abandon) ?? true { transfer.cancel() }

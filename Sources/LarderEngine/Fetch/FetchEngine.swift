@@ -251,8 +251,9 @@ public final class FetchEngine: Sendable {
             case .waiting(let waiter):
                 // A cancelled waiter leaves the flight; the flight goes on for the others.
                 if let cancellation, let waiting {
-                    cancellation.onCancel { [self] in
-                        waiting.giveUp { if $0 == .leaveFlight { flights.leave(key, waiter: waiter) } }
+                    // Weakly, as for a leader (sendUpstream): a waiter answered is over.
+                    cancellation.onCancel { [self, weak waiting] in
+                        waiting?.giveUp { if $0 == .leaveFlight { flights.leave(key, waiter: waiter) } }
                     }
                 }
                 return nil
