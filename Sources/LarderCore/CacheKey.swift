@@ -198,7 +198,7 @@ public struct CacheKeyBuilder: Sendable {
 
     /// `name=<n>:value\n`, the length in decimal.
     private static func appendField(_ name: StaticString, _ value: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
-        out.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+        out.appendLiteral(name)
         out.append(UInt8(ascii: "="))
         DecimalDigits.append(value.count, to: &out)
         out.append(UInt8(ascii: ":"))

@@ -208,26 +208,6 @@ struct IdentityRandom: RandomNumberGenerator {
     }
 }
 
-/// Decimal digits appended to bytes without making a string (`String(Int)` per number cost
-/// more than the rest of a key's encoding, and of an access line's numbers).
-public enum DecimalDigits {
-    public static func append(_ value: Int, to out: inout [UInt8]) {
-        guard value >= 0 else { return out.append(contentsOf: String(value).utf8) }
-        // 24 bytes hold Int.max's 19 digits.
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            var remaining = value
-            var index = buffer.count
-            repeat {
-                index -= 1
-                buffer[index] = UInt8(ascii: "0") + UInt8(remaining % 10)
-                remaining /= 10
-            } while remaining > 0
-            out.append(contentsOf: buffer[index...])
-        }
-    }
-}
-
 /// Lower-case hex written straight into a string's storage: an id is made for every request, and
 /// building it through arrays and interpolation cost more than the rest of a hit's identity.
 public enum HexDigits {

@@ -29,9 +29,8 @@ extension FetchEngine {
             // that is over has nothing to abort.
             cancellation.onCancel { [self, weak run] in
                 guard let run else { return }
-                run.giveUp { givingUp in
-                    guard givingUp == .abandonFlight || (givingUp == .nothing && run.callerGaveUp) else { return }
-                    if run.flight.map(flights.abandon) ?? true { transfer.cancel() }
+                run.giveUp { _ in
+                    if run.callerGaveUp, abandonsFlight(of: run) { transfer.cancel() }
                 }
             }
         }
@@ -49,6 +48,12 @@ extension FetchEngine {
                 received(result, run: run, fallback: fallback, validating: validating, sentAt: sentAt)
             }
         }
+    }
+
+    /// Ends `run`'s flight when nobody waits on it (FlightTable.abandon); true when nobody does
+    /// (or it leads none), so that its transfer may stop.
+    func abandonsFlight(of run: RunningMiss) -> Bool {
+        run.flight.map(flights.abandon) ?? true
     }
 
     /// What the engine asks the upstream for, besides the caller's own request.
@@ -203,7 +208,7 @@ extension FetchEngine {
                 metadata: ["key": "\(entry.key)", "request_id": "\(prepared.identity?.id ?? "-")"])
             // Asked again only for someone: a caller that gave up, with nobody waiting on its
             // flight, leaves nothing to ask for.
-            if run.callerGaveUp, run.flight.map(flights.abandon) ?? true {
+            if run.callerGaveUp, abandonsFlight(of: run) {
                 return land(flight, with: .notShareable) {}
             }
             return sendUpstream(run, fallbackGone: true)

@@ -15,6 +15,9 @@ struct RouteTable: Sendable {
     /// segments are not its own after comparing a few bytes, instead of trying each (the
     /// proxy's pattern is the table's last).
     private let segments: [[[UInt8]]?]
+    /// Some pattern fixes a segment (not so on the proxy-root listener, whose one pattern takes
+    /// every path): otherwise the path's segment is not looked for.
+    private let anySegmentFixed: Bool
 
     init(_ routes: [Route]) {
         self.routes = routes
@@ -24,10 +27,12 @@ struct RouteTable: Sendable {
         }
         self.groups = groups
         self.segments = groups.map { group in group.pattern.firstSegments.map { $0.map { Array($0.utf8) } } }
+        self.anySegmentFixed = segments.contains { $0 != nil }
     }
 
     /// The routes declared with the first pattern matching the request, and what it captured.
     func match(path: String, rawTarget: String) -> (routes: [Route], parameter: String)? {
+        guard anySegmentFixed else { return matchTryingEvery(path: path, rawTarget: rawTarget) }
         let found = path.utf8.withContiguousStorageIfAvailable { bytes -> (routes: [Route], parameter: String)? in
             // The first segment: after the leading `/`, up to the next `/` or the end.
             guard bytes.first == UInt8(ascii: "/") else { return matchTryingEvery(path: path, rawTarget: rawTarget) }
