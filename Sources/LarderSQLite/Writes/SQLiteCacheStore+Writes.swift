@@ -15,10 +15,13 @@ extension SQLiteCacheStore {
     static let pendingLimits = PendingLimits(throttle: throttleByteLimit, shed: pendingByteLimit)
     /// Entries per group commit at most (a bound on one transaction's length).
     static let groupCommitLimit = 512
-    /// How long the first save of a group waits for others to join it: long enough for company,
-    /// short enough that the commit's CPU burst stays short (a client thread woken on the writer's
-    /// core waits for it). Under load commits run back to back anyway.
-    static let groupCommitDelayMs = 1
+    /// How long the first save of a group waits for others to join it. Nobody waits for a
+    /// commit, and a commit's system calls (a lock and unlock of the WAL and of each reader's
+    /// snapshot, a header page and the pages every insert shares) are paid once a group: at one
+    /// connection a 5-ms wait makes a miss cost about a quarter fewer system calls and a tenth
+    /// less CPU than a 1-ms wait (docs/performance.md, "Write-behind group commits"), and its
+    /// commit's burst stays well under a millisecond. Under load commits run back to back anyway.
+    static let groupCommitDelayMs = 5
 
     /// Makes `entry` visible to lookups and calls back at once, on the caller's thread; the
     /// writer commits it soon after. When too much is uncommitted it calls back at once with
