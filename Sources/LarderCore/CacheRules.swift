@@ -51,6 +51,11 @@ public struct EntryFreshness: Sendable, Equatable {
     /// response's own freshness. Only the admin side reads it (`expiresAt`: listings, the
     /// `expired` filter, retention): a lookup judges freshness by its own request's ttl.
     public var storedTTL: Double?
+    /// Whether a caller's `ttl` judges this entry's freshness: for 2xx answers only. An error or
+    /// a redirect is stored under its own freshness or a negative-caching lifetime, and a
+    /// caller's ttl (an hour for the object it asks for) never keeps a 404 or a 502 that long.
+    /// Not stored: the entry's status decides it (StoredEntry).
+    public var judgedByCallerTTL = true
 
     public init(
         storedAt: Double, freshnessLifetime: Double, version: Int64, staleWhileRevalidate: Double = 0,
@@ -84,22 +89,25 @@ public struct EntryFreshness: Sendable, Equatable {
     /// (YTKNetwork's cacheTimeInSeconds); otherwise HTTP's current_age (RFC 9111 §4.2.3),
     /// which also counts the age the response already had when it arrived.
     public func age(now: Double, ttl: Double?) -> Double {
-        ttl == nil ? initialAge + residentTime(now: now) : residentTime(now: now)
+        applied(ttl) == nil ? initialAge + residentTime(now: now) : residentTime(now: now)
     }
 
     /// Seconds of freshness left under `ttl` when given, else the stored lifetime.
     public func remaining(now: Double, ttl: Double?) -> Double {
-        max(0, (ttl ?? freshnessLifetime) - age(now: now, ttl: ttl))
+        max(0, (applied(ttl) ?? freshnessLifetime) - age(now: now, ttl: ttl))
     }
 
     public func isFresh(now: Double, ttl: Double?) -> Bool {
-        age(now: now, ttl: ttl) < (ttl ?? freshnessLifetime)
+        age(now: now, ttl: ttl) < (applied(ttl) ?? freshnessLifetime)
     }
 
     /// Seconds past freshness (0 while fresh).
     public func staleness(now: Double, ttl: Double?) -> Double {
-        max(0, age(now: now, ttl: ttl) - (ttl ?? freshnessLifetime))
+        max(0, age(now: now, ttl: ttl) - (applied(ttl) ?? freshnessLifetime))
     }
+
+    /// The caller's ttl when it judges this entry (`judgedByCallerTTL`).
+    @inline(__always) private func applied(_ ttl: Double?) -> Double? { judgedByCallerTTL ? ttl : nil }
 }
 
 /// Caller-chosen windows for serving stale entries; nil = the response's directive.
@@ -244,7 +252,7 @@ public enum CacheRules {
         if policy == .noStore { return .refuse(.policyNoStore) }
         if directives.noStore { return .refuse(.requestNoStore) }
         guard isCacheable(method: method, ttl: ttl) else { return .refuse(.methodNotCacheable) }
-        let cacheControl = effectiveCacheControl(headers)
+        let cacheControl = effectiveCacheControl(headers, targeted: inputs.targetedFields)
         // §5.2.2.3 must-understand: store only if the status code's caching rules are
         // understood — and then no-store, sent for caches that do not, is overridden.
         let mustUnderstand = cacheControl.has("must-understand")
@@ -266,14 +274,22 @@ public enum CacheRules {
         if cacheControl.hasUnqualified("private"), !inputs.partitioned { return .refuse(.responsePrivate) }
         // §4.1: `Vary: *` never matches a later request, so storing it would be useless.
         if Vary.names(in: headers) == nil { return .refuse(.responseVaries) }
-        let freshness = freshnessLifetime(status: status, cacheControl: cacheControl, headers: headers, receivedAt: inputs.responseTime)
+        var freshness = freshnessLifetime(status: status, cacheControl: cacheControl, headers: headers, receivedAt: inputs.responseTime)
+        // Negative caching: a lifetime the operator or caller chose for this status, when the
+        // response gives none of its own (a heuristic one included: the chosen one is meant).
+        var negative = false
+        if freshness.source != .explicit, let lifetime = inputs.negativeTTL.lifetime(for: status) {
+            freshness = (lifetime, .explicit)
+            negative = true
+        }
         // 2xx is stored (206 partial content only once ranges are handled). Other final
         // statuses only when the response itself makes them fresh (§3: explicitly or
-        // heuristically cacheable) and the caller did not impose a ttl (a ttl never keeps errors).
+        // heuristically cacheable) and the caller did not impose a ttl (a ttl never keeps errors),
+        // or when a negative-caching lifetime applies.
         let storable: Bool
         switch status {
         case 200...299: storable = status != 206 || inputs.partial // a 206 only as a stored part (§3.4)
-        case 300...599: storable = ttl == nil && status != 304 && freshness.seconds > 0
+        case 300...599: storable = (ttl == nil || negative) && status != 304 && freshness.seconds > 0
         default: storable = false // 1xx interim responses are never stored
         }
         guard storable else { return .refuse(.statusNotCacheable) }
@@ -293,7 +309,8 @@ public enum CacheRules {
                 mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")
                     || cacheControl.hasUnqualified("no-cache") || (shared && cacheControl.has("s-maxage")),
                 initialAge: initialAge(headers: headers, requestTime: inputs.requestTime, responseTime: inputs.responseTime),
-                ttl: ttl,
+                // A caller's ttl is the lifetime of 2xx answers only (EntryFreshness.judgedByCallerTTL).
+                ttl: (200...299).contains(status) ? ttl : nil,
                 withheldFields: cacheControl.fieldsNotToStore))
     }
 
@@ -302,11 +319,11 @@ public enum CacheRules {
     /// (`contentLocationIsTarget`); it is then stored as that URI's GET response.
     public static func postResponseAnswersGet(
         status: Int, headers: [HeaderField], contentLocationIsTarget: Bool,
-        receivedAt: Double
+        receivedAt: Double, targeted: [String] = defaultTargetedFields
     ) -> Bool {
         guard contentLocationIsTarget, (200...299).contains(status), status != 206 else { return false }
         let freshness = freshnessLifetime(
-            status: status, cacheControl: effectiveCacheControl(headers), headers: headers,
+            status: status, cacheControl: effectiveCacheControl(headers, targeted: targeted), headers: headers,
             receivedAt: receivedAt)
         return freshness.source == .explicit && freshness.seconds > 0
     }
@@ -324,17 +341,26 @@ public enum CacheRules {
         return headers.filter { !excluded.contains($0.name.lowercasedASCII) }
     }
 
-    /// RFC 9213: Larder is a shared cache, so a valid `CDN-Cache-Control` replaces
-    /// `Cache-Control` (and `Expires`) for its decisions. It is not passed downstream.
-    public static func effectiveCacheControl(_ headers: [HeaderField]) -> CacheControl {
-        targetedCacheControl(headers) ?? CacheControl(headers.values("cache-control"))
+    /// The targeted fields Larder reads (RFC 9213 §2.2), in order of precedence: its own, then the
+    /// one every CDN reads. Lower-case; `--targeted-cache-control` replaces the list.
+    public static let defaultTargetedFields = ["larder-cache-control", "cdn-cache-control"]
+
+    /// RFC 9213: Larder is a shared cache, so the first of `targeted` that is present and valid
+    /// replaces `Cache-Control` (and `Expires`) for its decisions.
+    public static func effectiveCacheControl(_ headers: [HeaderField], targeted: [String] = defaultTargetedFields) -> CacheControl {
+        targetedCacheControl(headers, targeted: targeted) ?? CacheControl(headers.values("cache-control"))
     }
 
-    /// `CDN-Cache-Control` when present and a valid Structured Field; an invalid one is
-    /// ignored entirely (RFC 9213 §2.1), so `Cache-Control` applies.
-    public static func targetedCacheControl(_ headers: [HeaderField]) -> CacheControl? {
-        let values = headers.values("cdn-cache-control")
-        return values.isEmpty ? nil : CacheControl(structuredField: values.joined(separator: ", "))
+    /// The first of `targeted` (lower-case names) present as a valid Structured Field; an
+    /// invalid one is ignored entirely and the next is tried (RFC 9213 §2.1, §2.2), so
+    /// `Cache-Control` applies when none is valid.
+    public static func targetedCacheControl(_ headers: [HeaderField], targeted: [String] = defaultTargetedFields) -> CacheControl? {
+        for name in targeted {
+            let values = headers.values(name)
+            guard !values.isEmpty else { continue }
+            if let parsed = CacheControl(structuredField: values.joined(separator: ", ")) { return parsed }
+        }
+        return nil
     }
 
     public enum FreshnessSource: Sendable, Equatable {

@@ -44,6 +44,9 @@ public struct CacheOptions: Sendable, Equatable {
     /// Seconds past freshness a stored response may answer an upstream failure by the
     /// deployment's choice (a named upstream's `cache.staleOnError`); nil = the global setting.
     public var staleOnError: Double?
+    /// Lifetimes for answers of these statuses without explicit freshness (`cache.negativeTtl`,
+    /// over a named upstream's); the deployment's `--negative-ttl` fills the statuses left out.
+    public var negativeTTL = NegativeTTL()
     public init() {}
 
     public var staleWindows: StaleWindows { StaleWindows(whileRevalidate: staleWhileRevalidate, ifError: staleIfError) }
@@ -113,7 +116,7 @@ extension FetchRequest {
     ]
     public static let knownCacheFields = [
         "policy", "ttl", "version", "sensitive", "ignoreQuery", "namespace",
-        "staleWhileRevalidate", "staleIfError", "tags"
+        "staleWhileRevalidate", "staleIfError", "tags", "negativeTtl"
     ]
 
     /// Namespaces of this prefix belong to the proxy route (`proxy:NAME`): a /fetch caller who
@@ -258,6 +261,7 @@ private struct CacheReader {
         options.versionExplicit = defaults.version != nil
         options.tags = defaults.tags
         options.staleOnError = defaults.staleOnError
+        options.negativeTTL = defaults.negativeTTL
         guard let fields else { return options }
         if let policy = try fields.string("policy") {
             guard let parsed = CachePolicy(rawValue: policy) else {
@@ -287,6 +291,9 @@ private struct CacheReader {
         }
         options.staleWhileRevalidate = try fields.number("staleWhileRevalidate")
         options.staleIfError = try fields.number("staleIfError")
+        if let negative = try fields.typed("negativeTtl") {
+            options.negativeTTL = options.negativeTTL.overridden(by: try NegativeTTL.parse(negative, field: name("negativeTtl")))
+        }
         options.sensitive = fields.value("sensitive")
         options.ignoreQuery = Set(try fields.strings("ignoreQuery") ?? [])
         if let namespace = try fields.string("namespace") {

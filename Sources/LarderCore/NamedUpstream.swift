@@ -12,6 +12,8 @@ public struct CacheDefaults: Sendable, Equatable {
     public var staleOnError: Double?
     /// Tags every entry stored through this upstream carries.
     public var tags: [String] = []
+    /// Negative-caching lifetimes by status, over `--negative-ttl`'s (NegativeTTL).
+    public var negativeTTL = NegativeTTL()
     public init(policy: CachePolicy? = nil, ttl: Double? = nil, version: Int64? = nil, namespace: String? = nil) {
         self.policy = policy
         self.ttl = ttl

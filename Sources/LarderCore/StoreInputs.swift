@@ -25,6 +25,10 @@ public struct StoreInputs: Sendable, Equatable {
     public var shared: Bool
     /// A 206 kept as a stored part (§3.4); a 206 is stored only so.
     public var partial: Bool
+    /// The targeted Cache-Control fields read, in order (RFC 9213 §2.2; lower-case).
+    public var targetedFields: [String] = CacheRules.defaultTargetedFields
+    /// Lifetimes for statuses whose answers carry no explicit freshness (negative caching).
+    public var negativeTTL = NegativeTTL()
 
     public init(
         policy: CachePolicy, method: HTTPMethod, ttl: Double?, partitioned: Bool,

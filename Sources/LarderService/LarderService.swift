@@ -248,6 +248,8 @@ public final class LarderService: Sendable {
         limits.staleOnError = configuration.staleOnErrorSeconds
         limits.rangeFetchOver = configuration.rangeFetchOverBytes
         limits.tagHeaders = configuration.tagHeaders
+        limits.targetedFields = configuration.targetedCacheControl
+        limits.negativeTTL = configuration.negativeTTL
         limits.redaction = QueryRedaction(names: configuration.redactQuery)
         limits.loopToken = loop.token
         return limits

@@ -277,6 +277,9 @@ struct UpstreamSettings: ParsableArguments {
     @Option(setting: "rangeFetchOver") var rangeFetchOver: Int?
     @Option(setting: "staleOnError") var staleOnError: Double?
     @Flag(setting: "stripTargetedCacheControl") var stripTargetedCacheControl = false
+    @Option(setting: "targetedCacheControl") var targetedCacheControl: [String] = []
+    @Flag(setting: "passOwnCacheControl") var passOwnCacheControl = false
+    @Option(setting: "negativeTtl") var negativeTtl: [String] = []
 }
 
 struct SafetySettings: ParsableArguments {

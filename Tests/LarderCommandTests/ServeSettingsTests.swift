@@ -6,6 +6,7 @@
 
 import ArgumentParser
 import Foundation
+import LarderCore
 import LarderService
 import XCTest
 
@@ -123,7 +124,7 @@ final class ServeSettingsTests: XCTestCase {
     /// the same way, and each setting changes its field.
     func testTheCommandLineTheEnvironmentAndTheFileSetTheSameField() throws {
         let defaults = fields(LarderConfiguration())
-        let candidates = ["7", "90s", "2MiB", "rename", "pass-through", "sample-value", "sample=http://127.0.0.1:9/"]
+        let candidates = ["7", "90s", "2MiB", "rename", "pass-through", "sample-value", "sample=http://127.0.0.1:9/", "404=30s"]
         for setting in Setting.all {
             var agreed = 0
             for candidate in setting.form == .flag ? [""] : candidates {
@@ -136,9 +137,13 @@ final class ServeSettingsTests: XCTestCase {
                 case .repeated:
                     arguments = ["--\(setting.option)", candidate]
                     let parts = candidate.split(separator: "=", maxSplits: 1)
-                    document =
-                        setting.key == "upstreams" && parts.count == 2
-                        ? "\(setting.key): [{name: \(parts[0]), baseUrl: \"\(parts[1])\"}]" : "\(setting.key): [\"\(candidate)\"]"
+                    if setting.key == "negativeTtl", parts.count == 2 {
+                        document = "\(setting.key): {\(parts[0]): \(parts[1])}"
+                    } else {
+                        document =
+                            setting.key == "upstreams" && parts.count == 2
+                            ? "\(setting.key): [{name: \(parts[0]), baseUrl: \"\(parts[1])\"}]" : "\(setting.key): [\"\(candidate)\"]"
+                    }
                 case .flag:
                     let on = setting.defaultText == "off"
                     arguments = [on ? "--\(setting.option)" : "--no-\(setting.option)"]
@@ -195,6 +200,23 @@ final class ServeSettingsTests: XCTestCase {
         XCTAssertEqual(given.tagHeaders, ["x-tag"])
         XCTAssertEqual(given.redactQuery, ["Secret"])
         XCTAssertEqual(given.allowHosts, ["*.example.com"])
+    }
+
+    func testNegativeLifetimesAndTargetedFieldsOnTheCommandLine() throws {
+        let given = try configuration([
+            "--negative-ttl", "404=30s", "--negative-ttl", "502=5", "--negative-ttl", "404=1m", "--targeted-cache-control", "Edge-Control",
+            "--pass-own-cache-control"
+        ])
+        XCTAssertEqual(given.negativeTTL, NegativeTTL([404: 60, 502: 5]), "a status given twice takes the last")
+        XCTAssertEqual(given.targetedCacheControl, ["edge-control"])
+        XCTAssertTrue(given.passOwnCacheControl)
+        XCTAssertEqual(try configuration(["--targeted-cache-control", "none"]).targetedCacheControl, [])
+        XCTAssertEqual(LarderConfiguration().targetedCacheControl, ["larder-cache-control", "cdn-cache-control"])
+        for bad in ["404", "404=soon", "200=5s", "4o4=5s", "404=-5"] {
+            XCTAssertThrowsError(try configuration(["--negative-ttl", bad]), bad) {
+                XCTAssertTrue("\($0)".contains("--negative-ttl"), "\($0)")
+            }
+        }
     }
 
     func testTheEnvironmentsEmptyValues() throws {

@@ -478,3 +478,97 @@ final class AccessPolicyTests: XCTestCase {
         XCTAssertNil(UpstreamAccessPolicy().refusal(forHost: "anything.test"))
     }
 }
+
+final class TargetedAndNegativeCachingTests: XCTestCase {
+    private func inputs(
+        status: Int, headers: [(String, String)] = [], ttl: Double? = nil, negative: [Int: Double] = [:]
+    ) -> StoreInputs {
+        var inputs = StoreInputs(
+            policy: .useProtocol, method: .get, ttl: ttl, partitioned: false, status: status,
+            headers: headers.map { HeaderField($0.0, $0.1) }, bodySize: 1, maxBodySize: 10, requestTime: 0, responseTime: 0)
+        inputs.negativeTTL = NegativeTTL(negative)
+        return inputs
+    }
+
+    func testTheFirstValidTargetedFieldWins() {
+        let headers = [
+            HeaderField("Larder-Cache-Control", "max-age=300"), HeaderField("CDN-Cache-Control", "max-age=100"),
+            HeaderField("Cache-Control", "max-age=10")
+        ]
+        XCTAssertEqual(CacheRules.effectiveCacheControl(headers).seconds("max-age"), .value(300), "Larder's own field first")
+        XCTAssertEqual(
+            CacheRules.effectiveCacheControl(headers, targeted: ["cdn-cache-control"]).seconds("max-age"), .value(100),
+            "a list without it ignores it")
+        XCTAssertEqual(CacheRules.effectiveCacheControl(headers, targeted: []).seconds("max-age"), .value(10))
+        // RFC 9213 §2.2: an invalid field is skipped for the next one in the list.
+        let invalid = [HeaderField("Larder-Cache-Control", "max-age=300, &&&")] + headers.dropFirst()
+        XCTAssertEqual(CacheRules.effectiveCacheControl(invalid).seconds("max-age"), .value(100))
+        // Its directives decide storing too: no-store for Larder alone.
+        let own = [HeaderField("Larder-Cache-Control", "no-store"), HeaderField("Cache-Control", "public, max-age=600")]
+        var decision = inputs(status: 200)
+        decision.headers = own
+        XCTAssertEqual(CacheRules.store(decision), .refuse(.responseNoStore))
+        decision.targetedFields = []
+        XCTAssertEqual(CacheRules.store(decision), .store(StoredFreshness(lifetime: 600)))
+    }
+
+    func testNegativeLifetimesApplyOnlyWithoutExplicitFreshness() {
+        XCTAssertEqual(CacheRules.store(inputs(status: 404)), .refuse(.statusNotCacheable), "none set: RFC 9111 alone")
+        XCTAssertEqual(CacheRules.store(inputs(status: 404, negative: [404: 30])), .store(StoredFreshness(lifetime: 30)))
+        XCTAssertEqual(CacheRules.store(inputs(status: 502, negative: [502: 5])), .store(StoredFreshness(lifetime: 5)))
+        XCTAssertEqual(CacheRules.store(inputs(status: 503, negative: [502: 5])), .refuse(.statusNotCacheable), "by status")
+        XCTAssertEqual(CacheRules.store(inputs(status: 404, negative: [404: 0])), .refuse(.statusNotCacheable), "0 is off")
+        // The response's own explicit freshness wins, whatever it is…
+        XCTAssertEqual(
+            CacheRules.store(inputs(status: 404, headers: [("Cache-Control", "max-age=5")], negative: [404: 30])),
+            .store(StoredFreshness(lifetime: 5)))
+        XCTAssertEqual(
+            CacheRules.store(inputs(status: 404, headers: [("Cache-Control", "max-age=0")], negative: [404: 30])),
+            .refuse(.statusNotCacheable))
+        // …a heuristic one does not: the lifetime chosen is meant.
+        let lastModified = [("Date", "Sun, 06 Nov 1994 08:49:37 GMT"), ("Last-Modified", "Sun, 06 Nov 1994 07:49:37 GMT")]
+        XCTAssertEqual(
+            CacheRules.store(inputs(status: 404, headers: lastModified, negative: [404: 30])), .store(StoredFreshness(lifetime: 30)))
+        // The refusals still refuse.
+        XCTAssertEqual(
+            CacheRules.store(inputs(status: 404, headers: [("Cache-Control", "no-store")], negative: [404: 30])),
+            .refuse(.responseNoStore))
+        XCTAssertEqual(
+            CacheRules.store(inputs(status: 404, headers: [("Cache-Control", "private")], negative: [404: 30])),
+            .refuse(.responsePrivate))
+        // A caller's ttl keeps no error, but a negative lifetime given with it does, under its own lifetime.
+        XCTAssertEqual(CacheRules.store(inputs(status: 404, ttl: 3600)), .refuse(.statusNotCacheable))
+        XCTAssertEqual(CacheRules.store(inputs(status: 404, ttl: 3600, negative: [404: 30])), .store(StoredFreshness(lifetime: 30)))
+    }
+
+    func testACallersTTLJudgesOnlySuccessfulEntries() {
+        var entry = EntryFreshness(storedAt: 1000, freshnessLifetime: 30, version: 0)
+        XCTAssertTrue(entry.isFresh(now: 1100, ttl: 3600))
+        entry.judgedByCallerTTL = false
+        XCTAssertFalse(entry.isFresh(now: 1100, ttl: 3600), "a 404 kept 30 s is not kept an hour for a caller's ttl")
+        XCTAssertTrue(entry.isFresh(now: 1029, ttl: 3600))
+        XCTAssertEqual(entry.remaining(now: 1010, ttl: 3600), 20)
+    }
+
+    func testNegativeLifetimesOverrideStatusByStatus() throws {
+        let deployment = NegativeTTL([404: 30, 502: 5])
+        let upstream = NegativeTTL([404: 0, 500: 2])
+        XCTAssertEqual(deployment.overridden(by: upstream), NegativeTTL([404: 0, 500: 2, 502: 5]))
+        XCTAssertNil(deployment.overridden(by: upstream).lifetime(for: 404))
+        XCTAssertEqual(deployment.overridden(by: NegativeTTL()), deployment)
+
+        let parsed = try NegativeTTL.parse(.object(["404": .number(30), "502": .number(JSONNumber("2.5")!)]), field: "cache.negativeTtl")
+        XCTAssertEqual(parsed, NegativeTTL([404: 30, 502: 2.5]))
+        for (member, field) in [
+            ("200", "cache.negativeTtl.200"), ("304", "cache.negativeTtl.304"), ("4044", "cache.negativeTtl.4044"),
+            ("abc", "cache.negativeTtl.abc")
+        ] {
+            XCTAssertThrowsError(try NegativeTTL.parse(.object([member: .number(5)]), field: "cache.negativeTtl")) { error in
+                XCTAssertEqual((error as? LarderError)?.field, field)
+            }
+        }
+        XCTAssertThrowsError(try NegativeTTL.parse(.object(["404": .number(-1)]), field: "cache.negativeTtl"))
+        XCTAssertThrowsError(try NegativeTTL.parse(.object(["404": .string("30s")]), field: "cache.negativeTtl"))
+        XCTAssertThrowsError(try NegativeTTL.parse(.array([]), field: "cache.negativeTtl"))
+    }
+}

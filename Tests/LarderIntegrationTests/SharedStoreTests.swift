@@ -28,6 +28,30 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(try again.request("GET", "/proxy/origin\(path)/p?cc=max-age%3D600").headers["cache-status"]?.contains("hit"), true)
     }
 
+    func testANegativelyCachedErrorIsSharedAndKeepsItsOwnLifetime() throws {
+        let configure: (inout LarderConfiguration) -> Void = {
+            $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)]
+            $0.negativeTTL = NegativeTTL([404: 30])
+        }
+        let first = try startShared(configure).connection()
+        let second = try startShared(configure).connection()
+        let path = uniquePath()
+        XCTAssertEqual(
+            try first.request("GET", "/proxy/origin\(path)?status=404").headers["cache-status"]?.contains("stored; ttl=30"), true)
+        let hit = try second.request("GET", "/proxy/origin\(path)?status=404")
+        XCTAssertEqual(hit.status, 404)
+        XCTAssertEqual(hit.headers["cache-status"], "larder; hit; ttl=30")
+        // Read back from Redis, a caller's ttl still does not judge it.
+        let fetched: [String: Any] = ["url": url(path + "/f", "status=404"), "cache": ["ttl": 3600, "negativeTtl": ["404": 10]]]
+        XCTAssertEqual(try first.fetch(fetched).cache["stored"] as? Bool, true)
+        clock.advance(by: 9)
+        XCTAssertEqual(try second.fetch(fetched).outcome, "hit")
+        clock.advance(by: 2)
+        XCTAssertEqual(try second.fetch(fetched).outcome, "miss")
+        XCTAssertEqual(origin.count(path), 1)
+        XCTAssertEqual(origin.count(path + "/f"), 2)
+    }
+
     func testPurgesAndNamespaceVersionsReachEveryInstancesMemoryTier() throws {
         let first = try startShared().connection()
         let second = try startShared().connection()

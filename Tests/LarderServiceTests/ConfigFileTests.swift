@@ -80,6 +80,45 @@ final class ConfigFileTests: XCTestCase {
         XCTAssertEqual(configuration.upstreams.map(\.name), ["a"])
     }
 
+    func testNegativeLifetimesByStatusInYAMLAndJSON() throws {
+        var configuration = LarderConfiguration()
+        let yaml = """
+            negativeTtl: {404: 30s, 502: 5}
+            targetedCacheControl: [Edge-Control, CDN-Cache-Control]
+            upstreams:
+              - name: api
+                baseUrl: http://127.0.0.1:9/
+                cache: {negativeTtl: {404: 0, 503: 1m}}
+            """
+        try ConfigFile.apply(try write(yaml), to: &configuration)
+        XCTAssertEqual(configuration.negativeTTL, NegativeTTL([404: 30, 502: 5]))
+        XCTAssertEqual(configuration.targetedCacheControl, ["edge-control", "cdn-cache-control"])
+        XCTAssertEqual(configuration.upstreams.first?.cache.negativeTTL, NegativeTTL([404: 0, 503: 60]))
+        XCTAssertEqual(Setting.named("negativeTtl").describe(configuration), "404=30s, 502=5s")
+        var fromJSON = LarderConfiguration()
+        try ConfigFile.apply(text: #"{"negativeTtl": {"404": "2m"}}"#, source: "test", to: &fromJSON)
+        XCTAssertEqual(fromJSON.negativeTTL, NegativeTTL([404: 120]))
+        for (text, expected) in [
+            ("negativeTtl: {200: 30s}", "negativeTtl.200: status 200 is not 300–599"),
+            ("negativeTtl: {304: 30s}", "negativeTtl.304"),
+            ("negativeTtl: {404: soon}", "negativeTtl.404: must be a duration"),
+            ("negativeTtl: {abc: 5}", "negativeTtl.abc: is not a status code"),
+            ("negativeTtl: [404]", "negativeTtl: must be a mapping"),
+            ("upstreams: [{name: a, baseUrl: 'http://x', cache: {negativeTtl: {404: -1}}}]", "upstreams[0].cache.negativeTtl.404"),
+            ("targetedCacheControl: [Cache-Control]", "other than Cache-Control")
+        ] {
+            var configuration = LarderConfiguration()
+            XCTAssertThrowsError(
+                try {
+                    try ConfigFile.apply(try write(text), to: &configuration)
+                    try configuration.validate()
+                }(), text
+            ) {
+                XCTAssertTrue("\($0)".contains(expected), "\($0) should mention \(expected)")
+            }
+        }
+    }
+
     func testErrorsNameTheFileTheKeyAndTheReason() throws {
         let cases: [(String, String)] = [
             ("prot: 80", "prot: unknown key"),

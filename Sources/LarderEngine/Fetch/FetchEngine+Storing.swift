@@ -99,7 +99,7 @@ extension FetchEngine {
             CacheRules.postResponseAnswersGet(
                 status: response.status, headers: response.headers,
                 contentLocationIsTarget: target.keyString() == request.url.keyString(),
-                receivedAt: arrivedAt)
+                receivedAt: arrivedAt, targeted: limits.targetedFields)
         else { return nil }
         var get = request
         get.method = .get
@@ -120,11 +120,15 @@ extension FetchEngine {
         _ request: FetchRequest, partitioned: Bool, status: Int, headers: [HeaderField], bodySize: Int,
         sentAt: Double, arrivedAt: Double
     ) -> StoreInputs {
-        StoreInputs(
+        let limits = limits
+        var inputs = StoreInputs(
             policy: request.cache.policy, method: request.method, ttl: request.cache.ttl, partitioned: partitioned,
             status: status, headers: headers, bodySize: bodySize, maxBodySize: limits.maxStoredBodyBytes,
             requestTime: sentAt, responseTime: arrivedAt, directives: request.directives,
             sharedWithCredentials: request.shared && request.hasCredentials, shared: request.shared)
+        inputs.targetedFields = limits.targetedFields
+        inputs.negativeTTL = limits.negativeTTL.overridden(by: request.cache.negativeTTL)
+        return inputs
     }
 
     /// The entry that keeps `response` for `request` under `derived`, stored at `time`: a

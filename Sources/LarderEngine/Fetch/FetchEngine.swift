@@ -31,6 +31,11 @@ public final class FetchEngine: Sendable {
         public var loopToken: String?
         /// Response fields whose values tag a stored entry (lower-case; CacheTags).
         public var tagHeaders: [String] = CacheTags.defaultHeaderNames
+        /// The targeted Cache-Control fields read, in order (`--targeted-cache-control`).
+        public var targetedFields: [String] = CacheRules.defaultTargetedFields
+        /// Negative-caching lifetimes by status (`--negative-ttl`); a named upstream's and a
+        /// request's replace them status by status.
+        public var negativeTTL = NegativeTTL()
         public init() {}
     }
 

@@ -86,7 +86,12 @@ public struct StoredEntry: Sendable, Equatable {
     }
     public var status: Int {
         get { storage.fields.status }
-        set { change { $0.status = newValue } }
+        set {
+            change {
+                $0.status = newValue
+                $0.freshness.judgedByCallerTTL = (200...299).contains(newValue)
+            }
+        }
     }
     /// The response headers as a JSON object, pre-rendered (names lower-cased, no Set-Cookie).
     /// Setting it parses the kept fields again.
@@ -121,9 +126,15 @@ public struct StoredEntry: Sendable, Equatable {
         get { storage.fields.bodyKind }
         set { change { $0.bodyKind = newValue } }
     }
+    /// Whether a caller's ttl judges it follows the status (EntryFreshness.judgedByCallerTTL).
     public var freshness: EntryFreshness {
         get { storage.fields.freshness }
-        set { change { $0.freshness = newValue } }
+        set {
+            change {
+                $0.freshness = newValue
+                $0.freshness.judgedByCallerTTL = (200...299).contains($0.status)
+            }
+        }
     }
     public var sensitiveFingerprint: String? {
         get { storage.fields.sensitiveFingerprint }
@@ -185,6 +196,7 @@ public struct StoredEntry: Sendable, Equatable {
                 headerFields: Self.keepsFields(namespace) ? headerFields ?? ResponseHeaders.parseJSON(headersJSON) : nil,
                 body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
                 etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: [], keepRequested: false))
+        storage.fields.freshness.judgedByCallerTTL = (200...299).contains(status)
     }
 }
 

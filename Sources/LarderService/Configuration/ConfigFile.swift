@@ -323,6 +323,8 @@ public enum ConfigFile {
             try reader.either(raw, key, first, or: second)
         }
         func upstreams() throws(ConfigurationError) -> [NamedUpstream] { try reader.upstreams(raw, key) }
+        /// Negative-caching lifetimes: a mapping of statuses to durations.
+        func negativeTTLs() throws(ConfigurationError) -> NegativeTTL { try reader.negativeTTLs(raw, key) }
     }
 
     fileprivate struct Reader {
@@ -362,6 +364,22 @@ public enum ConfigFile {
             return seconds
         }
 
+        /// `{404: 30s, 502: 5}`: statuses (YAML reads them as numbers, JSON as strings) to durations.
+        func negativeTTLs(_ value: Any, _ key: String) throws(ConfigurationError) -> NegativeTTL {
+            guard let map = value as? [AnyHashable: Any] else {
+                throw error(key, "must be a mapping of statuses to durations, like {404: 30s}")
+            }
+            var seconds: [Int: Double] = [:]
+            for (name, item) in map {
+                let text = (name.base as? Int).map(String.init) ?? (name.base as? String) ?? "\(name)"
+                guard let status = Int(text) else { throw error("\(key).\(text)", "is not a status code") }
+                let lifetime = try duration(item, "\(key).\(text)")
+                if let refusal = NegativeTTL.refusal(status: status, seconds: lifetime) { throw error("\(key).\(text)", refusal) }
+                seconds[status] = lifetime
+            }
+            return NegativeTTL(seconds)
+        }
+
         func size(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {
             if let count = value as? Int, count >= 0 { return count }
             if let text = value as? String, let count = Quantity.bytes(text) { return count }
@@ -387,7 +405,9 @@ public enum ConfigFile {
             if let value = map["query"] { upstream.query = try scalarMap(value, "\(key).query") }
             if let value = map["cache"] {
                 guard let cache = value as? [String: Any] else { throw error("\(key).cache", "must be a mapping") }
-                try rejectUnknown(cache, known: ["ttl", "version", "policy", "namespace", "staleOnError", "tags"], at: "\(key).cache")
+                try rejectUnknown(
+                    cache, known: ["ttl", "version", "policy", "namespace", "staleOnError", "tags", "negativeTtl"], at: "\(key).cache")
+                if let value = cache["negativeTtl"] { upstream.cache.negativeTTL = try negativeTTLs(value, "\(key).cache.negativeTtl") }
                 if let value = cache["tags"] { upstream.cache.tags = try strings(value, "\(key).cache.tags") }
                 if let value = cache["staleOnError"] { upstream.cache.staleOnError = try number(value, "\(key).cache.staleOnError") }
                 if let value = cache["ttl"] { upstream.cache.ttl = try number(value, "\(key).cache.ttl") }

@@ -47,6 +47,13 @@ public struct LarderConfiguration: Sendable {
     /// The proxy removes CDN-Cache-Control from the responses it passes on: for deployments where
     /// Larder is the last (CDN-class) cache before clients. By default it is passed on (RFC 9213).
     public var stripTargetedCacheControl = false
+    /// The targeted Cache-Control fields Larder reads, first valid wins (RFC 9213 §2.2; lower-case).
+    public var targetedCacheControl: [String] = CacheRules.defaultTargetedFields
+    /// Pass Larder's own targeted fields (all of `targetedCacheControl` but CDN-Cache-Control) on
+    /// to the proxy's clients; by default they are removed, being meant for this cache alone.
+    public var passOwnCacheControl = false
+    /// Negative-caching lifetimes by status (`--negative-ttl 404=30s`).
+    public var negativeTTL = NegativeTTL()
     /// Seconds past freshness a stored response answers when the upstream cannot be reached,
     /// times out or answers 500/502/503/504 (RFC 9111 §4.2.4), unless the response forbids
     /// serving stale; 0 = off (only stale-if-error). Named upstreams may set their own.
@@ -237,6 +244,9 @@ public struct LarderConfiguration: Sendable {
         }
         for name in tagHeaders where !HTTPToken.isValidName(name) {
             throw ConfigurationError("tag header '\(name)' is not a valid header name")
+        }
+        for name in targetedCacheControl where !HTTPToken.isValidName(name) || name == "cache-control" {
+            throw ConfigurationError("targeted cache-control field '\(name)' is not a valid header name other than Cache-Control")
         }
         if let adminPort {
             guard (0...65535).contains(adminPort) else { throw ConfigurationError("admin port \(adminPort) is out of range 0–65535") }

@@ -118,7 +118,25 @@ extension Setting {
                     "Seconds past freshness a stored response answers when the upstream is down or fails; 0 = off"),
                 .flag(
                     "stripTargetedCacheControl", \.stripTargetedCacheControl,
-                    "Remove CDN-Cache-Control from proxied responses, where Larder is the last cache (otherwise it is passed on)")
+                    "Remove CDN-Cache-Control from proxied responses, where Larder is the last cache (otherwise it is passed on)"),
+                .list(
+                    "targetedCacheControl", \.targetedCacheControl, option: "targeted-cache-control", noneWord: true, lowercased: true,
+                    """
+                    Response field whose directives Larder follows instead of Cache-Control and Expires (RFC 9213), the first \
+                    present and valid in the order given; 'none' for Cache-Control alone
+                    """),
+                .flag(
+                    "passOwnCacheControl", \.passOwnCacheControl,
+                    """
+                    Pass the targeted fields other than CDN-Cache-Control (Larder-Cache-Control by default) on to proxy clients; \
+                    otherwise they are removed
+                    """),
+                .negativeTTLs(
+                    "negativeTtl", \.negativeTTL, option: "negative-ttl",
+                    """
+                    STATUS=DURATION: keep answers of that status (300–599 but 304) that carry no freshness of their own for \
+                    DURATION (negative caching, e.g. 404=30s); 0 turns a status off
+                    """)
             ]),
         section(
             .safety,

@@ -72,7 +72,8 @@ public struct Setting: Sendable {
     public static let liveKeys: Set<String> = [
         "upstreams", "adminToken", "metricsToken", "logFormat", "logLevel", "accessLog", "staleOnError", "tagHeaders",
         "redactQuery", "maxBodyBytes", "maxObjectBytes", "rangeFetchOver", "maxBatch", "maxChainSteps", "maxBatchBytes",
-        "stripTargetedCacheControl", "readyWhileDegraded", "shutdownGrace", "serverNames"
+        "stripTargetedCacheControl", "readyWhileDegraded", "shutdownGrace", "serverNames", "targetedCacheControl",
+        "passOwnCacheControl", "negativeTtl"
     ]
 
     /// The keys of the settings a reload could not apply because their values changed, with the
@@ -219,6 +220,11 @@ extension Array: SettingField {
     var settingValue: [Element]? { self }
 }
 
+extension NegativeTTL: SettingField {
+    init(settingValue: NegativeTTL) { self = settingValue }
+    var settingValue: NegativeTTL? { self }
+}
+
 // The kinds of setting: how a value of each is read from every source and shown as a default.
 extension Setting {
     typealias Field<Value> = WritableKeyPath<LarderConfiguration, Value> & Sendable
@@ -319,6 +325,32 @@ extension Setting {
                 guard let given else { return nil }
                 guard given == first || given == second else { throw ConfigurationError("--\(option) must be \(first) or \(second)") }
                 return given == second
+            })
+    }
+
+    /// Negative-caching lifetimes by status: in the file a mapping like `{404: 30s, 502: 5s}`; on
+    /// the command line a repeatable `--option STATUS=DURATION`, each replacing that status's.
+    static func negativeTTLs(_ key: String, _ field: Field<NegativeTTL>, option: String, _ summary: String) -> Setting {
+        Setting(
+            key, field, option: option, form: .repeated, unset: nil, summary: summary,
+            show: { $0.isEmpty ? "none" : $0.description(duration: Self.durationText) },
+            file: { value throws(ConfigurationError) in try value.negativeTTLs() },
+            commandLine: { (given: [String], option, current) throws(ConfigurationError) in
+                guard !given.isEmpty else { return nil }
+                guard given != ["none"] else { return NegativeTTL() }
+                var seconds = current.seconds
+                for entry in given {
+                    guard let equals = entry.firstIndex(of: "="), let status = Int(entry[..<equals]),
+                        let lifetime = Quantity.seconds(String(entry[entry.index(after: equals)...]))
+                    else {
+                        throw ConfigurationError("--\(option) '\(entry)' is not STATUS=DURATION (e.g. 404=30s)")
+                    }
+                    if let refusal = NegativeTTL.refusal(status: status, seconds: lifetime) {
+                        throw ConfigurationError("--\(option) '\(entry)': \(refusal)")
+                    }
+                    seconds[status] = lifetime
+                }
+                return NegativeTTL(seconds)
             })
     }
 

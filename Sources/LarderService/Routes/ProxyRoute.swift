@@ -27,11 +27,11 @@ struct ProxyRoute: Sendable {
     /// Response fields never passed on (besides hop-by-hop), lower-case: see `withheldFields`.
     let withheld: FieldNames
 
-    init(engine: FetchEngine, upstreams: [String: NamedUpstream], memo: RequestMemo, stripTargeted: Bool, tagHeaders: [String]) {
+    init(engine: FetchEngine, upstreams: [String: NamedUpstream], memo: RequestMemo, withheld: Set<String>) {
         self.engine = engine
         self.upstreams = upstreams
         self.memo = memo
-        self.withheld = FieldNames(Self.withheldFields(stripTargeted: stripTargeted, tagHeaders: tagHeaders))
+        self.withheld = FieldNames(withheld)
     }
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself. (The
@@ -55,12 +55,17 @@ struct ProxyRoute: Sendable {
     ])
     /// Response fields never passed on (besides hop-by-hop): the server sets its own framing and
     /// its own Age; the fields tags are read from (Surrogate-Key, Cache-Tag: they are for this
-    /// cache, as a CDN keeps them); with `stripTargeted`, CDN-Cache-Control too (RFC 9213 §2.1:
-    /// a targeted field is for every cache of its class in the chain, so by default it goes on).
-    static func withheldFields(stripTargeted: Bool, tagHeaders: [String]) -> Set<String> {
+    /// cache, as a CDN keeps them); the targeted fields for Larder alone (Larder-Cache-Control:
+    /// every targeted field but CDN-Cache-Control) unless `passOwnCacheControl`; with
+    /// `stripTargetedCacheControl`, CDN-Cache-Control too (RFC 9213 §2.1: it is for every cache
+    /// of its class in the chain, so by default it goes on).
+    static func withheldFields(_ configuration: LarderConfiguration) -> Set<String> {
         var fields: Set<String> = ["content-length", "age"]
-        if stripTargeted { fields.insert("cdn-cache-control") }
-        fields.formUnion(tagHeaders.map { $0.lowercased() })
+        if configuration.stripTargetedCacheControl { fields.insert("cdn-cache-control") }
+        if !configuration.passOwnCacheControl {
+            fields.formUnion(configuration.targetedCacheControl.filter { $0 != "cdn-cache-control" })
+        }
+        fields.formUnion(configuration.tagHeaders.map { $0.lowercased() })
         return fields
     }
 
@@ -213,6 +218,7 @@ struct ProxyRoute: Sendable {
         options.namespace = FetchRequest.reservedNamespacePrefix + upstream.name
         options.staleOnError = upstream.cache.staleOnError
         options.tags = upstream.cache.tags
+        options.negativeTTL = upstream.cache.negativeTTL
         var forwarded = FetchRequest(
             method: method, url: url, headers: headers, body: request.body.isEmpty ? nil : request.body,
             cache: options, shared: true)

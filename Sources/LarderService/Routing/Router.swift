@@ -65,7 +65,7 @@ final class Router: Sendable {
         let fetch = FetchRoute(engine: engine, upstreams: upstreams, clock: clock, memo: RequestMemo(budgetBytes: budgets.fetch))
         let proxy = ProxyRoute(
             engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: budgets.proxy),
-            stripTargeted: configuration.stripTargetedCacheControl, tagHeaders: configuration.tagHeaders)
+            withheld: ProxyRoute.withheldFields(configuration))
         let batch = BatchRoute(
             engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch,
             maxAnswerBytes: configuration.maxBatchBytes,
