@@ -250,6 +250,7 @@ public final class LarderService: Sendable {
         limits.tagHeaders = configuration.tagHeaders
         limits.targetedFields = configuration.targetedCacheControl
         limits.negativeTTL = configuration.negativeTTL
+        limits.uncacheableMemory = configuration.uncacheableMemorySeconds
         limits.redaction = QueryRedaction(names: configuration.redactQuery)
         limits.loopToken = loop.token
         return limits
@@ -282,7 +283,7 @@ public final class LarderService: Sendable {
             engine: wiring.engine, upstreams: upstreamsByName, store: wiring.store, tier: wiring.tier,
             traffic: wiring.engine.traffic, clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
         let (metrics, store, warmJobs, connections) = (wiring.metrics, wiring.store, wiring.warmJobs, wiring.connections)
-        let accessLog = wiring.accessLog
+        let (accessLog, engine) = (wiring.accessLog, wiring.engine)
         return Router(
             engine: wiring.engine, clock: clock, logger: logger, configuration: configuration,
             upstreams: upstreamsByName, warmJobs: wiring.warmJobs, admin: admin, metrics: wiring.metrics,
@@ -293,7 +294,7 @@ public final class LarderService: Sendable {
                 return tier.map {
                     metrics.scrape(
                         store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes, listeners: connections,
-                        accessLogDropped: accessLog.dropped)
+                        accessLogDropped: accessLog.dropped, uncacheable: engine.uncacheableFigures)
                 } ?? []
             })
     }

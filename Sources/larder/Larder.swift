@@ -280,6 +280,7 @@ struct UpstreamSettings: ParsableArguments {
     @Option(setting: "targetedCacheControl") var targetedCacheControl: [String] = []
     @Flag(setting: "passOwnCacheControl") var passOwnCacheControl = false
     @Option(setting: "negativeTtl") var negativeTtl: [String] = []
+    @Option(setting: "uncacheableMemory") var uncacheableMemory: String?
 }
 
 struct SafetySettings: ParsableArguments {

@@ -1,6 +1,7 @@
 // Request coalescing: concurrent misses on one key share one upstream request.
 
 import Foundation
+import LarderCore
 import LarderServiceTesting
 import LarderSync
 import XCTest
@@ -59,6 +60,72 @@ final class CoalescingTests: IntegrationTestCase {
         XCTAssertEqual(responses.filter { $0?.json["status"] as? Int == 200 }.count, 20)
         XCTAssertEqual(origin.count(path), 20, "a private response is not shared")
         XCTAssertTrue(responses.allSatisfy { $0?.cache["coalesced"] == nil })
+    }
+
+    /// A metric's value from /metrics (a family without labels), nil when absent.
+    private func metric(_ name: String, _ larder: RunningLarder) throws -> Double? {
+        let text = try larder.connection().request("GET", "/metrics").text
+        return text.split(separator: "\n").first { $0.hasPrefix(name + " ") || $0.hasPrefix(name + "{} ") }
+            .flatMap { $0.split(separator: " ").last.flatMap { Double($0) } }
+    }
+
+    func testAURLRememberedUncacheableIsFetchedAtOnceAndInParallel() throws {
+        let larder = try startLarder()
+        let port = larder.port
+        let path = uniquePath()
+        let remembered = url(path, "cc=private&hold=10")
+        // The first answer is private: the key is remembered as uncacheable.
+        XCTAssertEqual(try larder.connection().fetch(["url": url(path, "cc=private"), "cache": ["ignoreQuery": ["hold"]]]).outcome, "miss")
+        // Ten at once: the origin answers only once all ten reach it, so none waited on another.
+        XCTAssertTrue(
+            concurrently(10) { _ in
+                let response = try? TestConnection(port: port).fetch(["url": remembered, "cache": ["ignoreQuery": ["hold"]]])
+                XCTAssertEqual(response?.json["status"] as? Int, 200, response?.text ?? "no answer")
+            })
+        XCTAssertEqual(origin.count(path), 11)
+        XCTAssertEqual(larder.service.coalescedCount, 0)
+        XCTAssertEqual(try metric("larder_uncacheable_passes_total", larder), 10)
+        XCTAssertEqual(try metric("larder_uncacheable_keys", larder), 1)
+
+        // A cacheable answer for the key ends it; then a hit.
+        let client = try larder.connection()
+        let cacheable: [String: Any] = ["url": url(path, "cc=max-age%3D60"), "cache": ["ignoreQuery": ["hold", "cc"]]]
+        _ = try client.fetch(["url": url(path, "cc=private"), "cache": ["ignoreQuery": ["hold", "cc"]]])
+        XCTAssertEqual(try metric("larder_uncacheable_keys", larder), 2)
+        XCTAssertEqual(try client.fetch(cacheable).cache["stored"] as? Bool, true)
+        XCTAssertEqual(try metric("larder_uncacheable_keys", larder), 1)
+        XCTAssertEqual(try client.fetch(cacheable).outcome, "hit")
+
+        // Through the proxy too: each of ten at once goes straight to the origin.
+        let proxy = try startLarder { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
+        let target = "/proxy/origin\(path)/p?cc=private"
+        XCTAssertEqual(try proxy.connection().request("GET", target).status, 200)
+        let proxyPort = proxy.port
+        XCTAssertTrue(concurrently(10) { _ in XCTAssertEqual(try? TestConnection(port: proxyPort).request("GET", target).status, 200) })
+        XCTAssertEqual(origin.count(path + "/p"), 11)
+        XCTAssertEqual(proxy.service.coalescedCount, 0)
+        XCTAssertEqual(try metric("larder_uncacheable_passes_total", proxy), 10)
+    }
+
+    func testOnlyTheResponsesOwnReasonsAreRemembered() throws {
+        let larder = try startLarder { $0.uncacheableMemorySeconds = 30 }
+        let client = try larder.connection()
+        let path = uniquePath()
+        _ = try client.fetch(["url": url(path + "/a", "status=503")])
+        _ = try client.fetch(["url": url(path + "/b"), "cache": ["policy": "no-store"]])
+        _ = try client.fetch(["url": url(path + "/c"), "headers": ["Cache-Control": "no-store"]])
+        XCTAssertEqual(try metric("larder_uncacheable_keys", larder), 0, "a 5xx passes, and the caller's no-store is its own")
+        _ = try client.fetch(["url": url(path + "/d", "cc=no-store")])
+        _ = try client.fetch(["url": url(path + "/e", "status=403")])
+        XCTAssertEqual(try metric("larder_uncacheable_keys", larder), 2)
+        // Remembered for the time set, then coalescing again.
+        clock.advance(by: 31)
+        _ = try client.fetch(["url": url(path + "/d", "cc=no-store")])
+        XCTAssertEqual(try metric("larder_uncacheable_passes_total", larder), 0, "lapsed: not sent straight")
+
+        let off = try startLarder { $0.uncacheableMemorySeconds = 0 }
+        _ = try off.connection().fetch(["url": url(path + "/f", "cc=private")])
+        XCTAssertEqual(try metric("larder_uncacheable_keys", off), 0)
     }
 
     func testDifferentVersionsDoNotCoalesce() throws {

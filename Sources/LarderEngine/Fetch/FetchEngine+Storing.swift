@@ -38,6 +38,7 @@ extension FetchEngine {
             guard !stale.isEmpty else { return land(flight, with: .notShareable) { run.answer(error) } }
             return store.invalidate(urlKeys: stale) { [self] _ in land(flight, with: .notShareable) { run.answer(error) } }
         }
+        noteCacheability(of: prepared, decision: decision, status: response.status, at: arrivedAt)
         switch decision {
         case .refuse(let reason):
             logger.debug(
@@ -83,6 +84,30 @@ extension FetchEngine {
                         bodyKind: kind, report: report, upstreamMs: upstreamMs, etag: entry.etag, lastModified: entry.lastModified))
                 land(flight, with: saved ? .stored(entry) : .unstored(entry)) { run.answer(answer) }
             }
+        }
+    }
+
+    /// Remembers `prepared`'s key as uncacheable when its answer was refused for a reason of the
+    /// response's own, and forgets it when the answer was stored (UncacheableMemory). The
+    /// caller's choices (no-store, a policy, credentials) say nothing of the key; neither does a
+    /// 5xx, a passing state of the origin, whose misses keep coalescing.
+    private func noteCacheability(of prepared: PreparedFetch, decision: StoreDecision, status: Int, at now: Double) {
+        let key = prepared.derived.key
+        switch decision {
+        case .store:
+            uncacheable.withLock { if $0.memory.count > 0 { $0.memory.forget(key) } }
+        case .refuse(let reason):
+            let seconds = limits.uncacheableMemory
+            guard seconds > 0, prepared.request.method == .get, Self.isTheResponses(reason, status: status) else { return }
+            uncacheable.withLock { $0.memory.remember(key, until: now + seconds) }
+        }
+    }
+
+    private static func isTheResponses(_ refusal: StoreRefusal, status: Int) -> Bool {
+        switch refusal {
+        case .responseNoStore, .responsePrivate, .responseVaries, .objectTooLarge: true
+        case .statusNotCacheable: status < 500
+        case .policyNoStore, .requestNoStore, .methodNotCacheable, .authorizedRequest: false
         }
     }
 

@@ -36,6 +36,9 @@ public final class FetchEngine: Sendable {
         /// Negative-caching lifetimes by status (`--negative-ttl`); a named upstream's and a
         /// request's replace them status by status.
         public var negativeTTL = NegativeTTL()
+        /// Seconds a key whose answer could not be stored is remembered, its misses then sent
+        /// upstream at once instead of coalescing (`--uncacheable-memory`; 0: off).
+        public var uncacheableMemory: Double = 120
         public init() {}
     }
 
@@ -59,6 +62,11 @@ public final class FetchEngine: Sendable {
     public let namespaces: NamespaceVersions
     /// Concurrent misses on one key wait on the first one's upstream request.
     let flights = FlightTable<FlightKey, Waiter>()
+    /// Keys whose last answer was uncacheable (UncacheableMemory), and the misses sent straight
+    /// upstream because of it. Touched on misses only.
+    let uncacheable = Locked((memory: UncacheableMemory<CacheKey>(capacity: FetchEngine.uncacheableKeys), passes: 0))
+    /// Keys remembered as uncacheable at most: about 1.5 MB.
+    public static let uncacheableKeys = 10_000
 
     /// Requests coalesce when they share the key and the version (the version decides whether
     /// a stored entry may be served, so it is part of what is being waited for).
@@ -244,7 +252,7 @@ public final class FetchEngine: Sendable {
         // Coalescing: concurrent misses on one key wait for the first one's upstream request
         // (not for reload, which asks for a fetch of its own, nor for bypass).
         var leading: FlightToken?
-        if mayCoalesce, outcome == .miss, options.policy != .reload {
+        if mayCoalesce, outcome == .miss, options.policy != .reload, !passesStraight(prepared.derived.key) {
             let key = FlightKey(key: prepared.derived.key, version: options.version)
             // A waiter that may give up answers through a miss of its own, so that the first of
             // its flight's landing and its cancellation answers it, and only that one.
@@ -293,4 +301,19 @@ public final class FetchEngine: Sendable {
 
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { flights.joinedCount }
+
+    /// Misses sent upstream at once because their key's last answer was uncacheable, and the
+    /// keys remembered so (GET /metrics).
+    public var uncacheableFigures: (passes: Int, keys: Int) { uncacheable.withLock { ($0.passes, $0.memory.count) } }
+
+    /// Whether `key`'s last answer was uncacheable, so its miss goes upstream without waiting on
+    /// another's (counted).
+    private func passesStraight(_ key: CacheKey) -> Bool {
+        let now = clock.now()
+        return uncacheable.withLock { state in
+            guard state.memory.count > 0, state.memory.contains(key, now: now) else { return false }
+            state.passes += 1
+            return true
+        }
+    }
 }

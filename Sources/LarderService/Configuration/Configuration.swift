@@ -54,6 +54,9 @@ public struct LarderConfiguration: Sendable {
     public var passOwnCacheControl = false
     /// Negative-caching lifetimes by status (`--negative-ttl 404=30s`).
     public var negativeTTL = NegativeTTL()
+    /// Seconds a key whose answer could not be stored is remembered so (its misses then go
+    /// upstream at once, in parallel); 0: off.
+    public var uncacheableMemorySeconds: Double = 120
     /// Seconds past freshness a stored response answers when the upstream cannot be reached,
     /// times out or answers 500/502/503/504 (RFC 9111 §4.2.4), unless the response forbids
     /// serving stale; 0 = off (only stale-if-error). Named upstreams may set their own.

@@ -131,6 +131,12 @@ extension Setting {
                     Pass the targeted fields other than CDN-Cache-Control (Larder-Cache-Control by default) on to proxy clients; \
                     otherwise they are removed
                     """),
+                .duration(
+                    "uncacheableMemory", \.uncacheableMemorySeconds,
+                    """
+                    How long a URL whose answer could not be stored (private, no-store, a status that cannot be stored) is \
+                    remembered: its misses then go to the upstream at once and in parallel instead of waiting on one another; 0 = off
+                    """),
                 .negativeTTLs(
                     "negativeTtl", \.negativeTTL, option: "negative-ttl",
                     """

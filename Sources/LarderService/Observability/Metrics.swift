@@ -43,6 +43,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let reported = Locked<(evictions: Int, expired: Int, failures: Int, shed: Int, skipped: Int, rejected: Int)>((0, 0, 0, 0, 0, 0))
     /// The access-log drops already added to larder_access_log_dropped_total.
     private let reportedAccessLogDrops = Locked<Int>(0)
+    private let reportedUncacheablePasses = Locked<Int>(0)
     /// The CPU seconds already added to process_cpu_seconds_total.
     private let reportedCPUSeconds = Locked<Double>(0)
     private let cpuSeconds: CoreMetrics.FloatingPointCounter
@@ -340,7 +341,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
     /// router's request memos hold).
     func scrape(
         store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int,
-        listeners: [(name: String, open: Int, limit: Int)] = [], accessLogDropped: Int = 0
+        listeners: [(name: String, open: Int, limit: Int)] = [], accessLogDropped: Int = 0,
+        uncacheable: (passes: Int, keys: Int) = (0, 0)
     ) -> [UInt8] {
         foldTallies()
         let figures = store.figures
@@ -349,6 +351,12 @@ final class LarderMetrics: TrafficObserver, Sendable {
             return accessLogDropped - reported
         }
         counter("larder_access_log_dropped_total", []).increment(by: max(0, newlyDropped))
+        let newPasses = reportedUncacheablePasses.withLock { reported in
+            defer { reported = max(reported, uncacheable.passes) }
+            return uncacheable.passes - reported
+        }
+        counter("larder_uncacheable_passes_total", []).increment(by: max(0, newPasses))
+        gauge("larder_uncacheable_keys").record(uncacheable.keys)
         for listener in listeners {
             gauge("larder_http_connections", [("listener", listener.name)]).record(listener.open)
             gauge("larder_http_connection_limit", [("listener", listener.name)]).record(listener.limit)
