@@ -62,6 +62,41 @@ public enum CacheOutcome: String, Sendable, CaseIterable {
     }
 }
 
+/// Why a request went to the upstream (RFC 9211 §2.2, the Cache-Status `fwd` parameter).
+public enum ForwardReason: String, Sendable, CaseIterable {
+    /// Not cached by the caller's choice (policy `no-store`).
+    case bypass
+    /// The method is not cacheable (PUT, DELETE, a POST without ttl).
+    case method
+    /// Nothing is stored for the URL (the key).
+    case uriMiss = "uri-miss"
+    /// Responses are stored for the key, but none whose Vary matches the request.
+    case varyMiss = "vary-miss"
+    /// What is stored is under another version.
+    case miss
+    /// A fresh entry is stored, but the request did not allow its use (no-cache, max-age,
+    /// min-fresh, policy `reload`).
+    case request
+    /// The stored entry is stale.
+    case stale
+    /// Only part of the response is stored (RFC 9111 §3.4).
+    case partial
+
+    /// The raw value as a literal, for writers of bytes.
+    public var literal: StaticString {
+        switch self {
+        case .bypass: "bypass"
+        case .method: "method"
+        case .uriMiss: "uri-miss"
+        case .varyMiss: "vary-miss"
+        case .miss: "miss"
+        case .request: "request"
+        case .stale: "stale"
+        case .partial: "partial"
+        }
+    }
+}
+
 public struct CacheReport: Sendable, Equatable {
     public var outcome: CacheOutcome
     public var key: CacheKey
@@ -79,11 +114,19 @@ public struct CacheReport: Sendable, Equatable {
     /// The stale answer to an upstream failure came from the deployment's `--stale-on-error`
     /// allowance rather than the response's stale-if-error.
     public var staleOnErrorPolicy = false
+    /// Why the request went upstream; nil when it did not.
+    public var forward: ForwardReason?
+    /// The upstream's status, when the request went upstream and got an answer (a 304 for a
+    /// revalidation).
+    public var upstreamStatus: Int?
 
     public init(
         outcome: CacheOutcome, key: CacheKey, age: Double, ttl: Double?, version: Int64, stored: Bool,
-        notStoredBecause: StoreRefusal? = nil, coalesced: Bool = false, upstreamError: String? = nil
+        notStoredBecause: StoreRefusal? = nil, coalesced: Bool = false, upstreamError: String? = nil,
+        forward: ForwardReason? = nil, upstreamStatus: Int? = nil
     ) {
+        self.forward = forward
+        self.upstreamStatus = upstreamStatus
         self.outcome = outcome
         self.key = key
         self.age = age
@@ -243,6 +286,15 @@ public enum Envelope {
         if let upstreamError = cache.upstreamError {
             out.appendLiteral(#","upstreamError":"#)
             JSONWriter.appendString(upstreamError, to: &out)
+        }
+        if let forward = cache.forward {
+            out.appendLiteral(#","forward":""#)
+            out.appendLiteral(forward.literal)
+            out.append(UInt8(ascii: "\""))
+        }
+        if let upstreamStatus = cache.upstreamStatus {
+            out.appendLiteral(#","upstreamStatus":"#)
+            DecimalDigits.append(upstreamStatus, to: &out)
         }
         out.appendLiteral(#"},"timing":{"totalMs":"#)
         JSONWriter.appendMilliseconds(totalMs, to: &out)

@@ -279,6 +279,7 @@ struct UpstreamSettings: ParsableArguments {
     @Flag(setting: "stripTargetedCacheControl") var stripTargetedCacheControl = false
     @Option(setting: "targetedCacheControl") var targetedCacheControl: [String] = []
     @Flag(setting: "passOwnCacheControl") var passOwnCacheControl = false
+    @Flag(setting: "cacheStatusKey") var cacheStatusKey = false
     @Option(setting: "negativeTtl") var negativeTtl: [String] = []
     @Option(setting: "uncacheableMemory") var uncacheableMemory: String?
 }

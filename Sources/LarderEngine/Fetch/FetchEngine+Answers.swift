@@ -74,20 +74,30 @@ extension FetchEngine {
     /// The stored response that may answer `prepared`: of the variants under its key, the one
     /// whose nominated request fields match (RFC 9111 §4.1).
     func variant(for prepared: PreparedFetch) -> StoredEntry? {
-        var hasPart = false
-        return variant(for: prepared, hasPart: &hasPart)
+        var rows = StoredRows()
+        return variant(for: prepared, rows: &rows)
     }
 
-    /// As `variant(for:)`, and says whether a part (a stored 206) is among the rows.
-    func variant(for prepared: PreparedFetch, hasPart: inout Bool) -> StoredEntry? {
+    /// What a lookup found besides the variant it chose.
+    struct StoredRows {
+        /// A part (a stored 206) is among the rows.
+        var hasPart = false
+        /// Whole responses are stored under the key (set only when none was chosen: then they
+        /// all vary on something the request does not match).
+        var hasWhole = false
+    }
+
+    /// As `variant(for:)`, and says what else the rows hold.
+    func variant(for prepared: PreparedFetch, rows: inout StoredRows) -> StoredEntry? {
         let variants = store.lookup(prepared.derived.key)
-        hasPart = variants.count > 1 || variants.first?.status == 206 ? variants.contains { $0.status == 206 } : false
+        rows.hasPart = variants.count > 1 || variants.first?.status == 206 ? variants.contains { $0.status == 206 } : false
         let chosen: StoredEntry?
         if variants.count == 1, variants[0].varyNames.isEmpty, variants[0].status != 206 {
             chosen = variants[0]
         } else {
             // A stored part (206, RFC 9111 §3.4) is never a whole response: RangeFetcher serves it.
             chosen = variants.first { $0.status != 206 && $0.matches(prepared.request.headers, keys: keys) }
+            if chosen == nil { rows.hasWhole = variants.contains { $0.status != 206 } }
         }
         return chosen.flatMap { withBody($0, forSending: prepared.request.shared) }
     }

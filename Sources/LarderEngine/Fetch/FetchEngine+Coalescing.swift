@@ -44,7 +44,7 @@ extension FetchEngine {
     func refreshInBackground(_ prepared: PreparedFetch) {
         let key = FlightKey(key: prepared.derived.key, version: prepared.request.cache.version)
         guard let flight = flights.lead(key) else { return }
-        sendUpstream(RunningMiss(prepared, outcome: .miss, fallback: variant(for: prepared), flight: flight) { _ in })
+        sendUpstream(RunningMiss(prepared, outcome: .miss, fallback: variant(for: prepared), forward: .stale, flight: flight) { _ in })
     }
 
     /// How the leading request of a flight ended, for the requests waiting on it.

@@ -46,7 +46,8 @@ extension FetchEngine {
                 metadata: ["key": "\(derived.key)", "rule": "\(reason.rawValue)", "request_id": "\(prepared.identity?.id ?? "-")"])
             let report = CacheReport(
                 outcome: outcome, key: derived.key, age: 0, ttl: nil, version: options.version,
-                stored: false, notStoredBecause: outcome == .bypass ? nil : reason)
+                stored: false, notStoredBecause: outcome == .bypass ? nil : reason, forward: run.forward,
+                upstreamStatus: response.status)
             let served = ServedResponse(
                 status: response.status, headersJSON: liveHeaders, headers: response.headers,
                 body: response.body, bodyKind: kind, report: report, upstreamMs: upstreamMs,
@@ -77,7 +78,7 @@ extension FetchEngine {
                 let report = CacheReport(
                     outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
                     ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,
-                    version: options.version, stored: saved)
+                    version: options.version, stored: saved, forward: run.forward, upstreamStatus: response.status)
                 let answer = CacheAnswer.served(
                     ServedResponse(
                         status: response.status, headersJSON: liveHeaders, headers: response.headers, body: response.body,

@@ -228,7 +228,7 @@ extension FetchEngine {
             // The origin now forbids storing: serve what it confirmed, keep nothing.
             let report = CacheReport(
                 outcome: .revalidated, key: entry.primaryKey, age: 0, ttl: nil, version: options.version,
-                stored: false)
+                stored: false, forward: run.forward, upstreamStatus: 304)
             let answer = CacheAnswer.served(
                 ServedResponse(
                     status: current.status, headersJSON: ResponseHeaders.renderJSON(headers, dropCookies: true), headers: headers,
@@ -248,7 +248,7 @@ extension FetchEngine {
             let report = CacheReport(
                 outcome: .revalidated, key: entry.primaryKey, age: 0,
                 ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,
-                version: options.version, stored: saved)
+                version: options.version, stored: saved, forward: run.forward, upstreamStatus: 304)
             // This caller gets what the origin just confirmed, Set-Cookie included; what others
             // get later is the stored form.
             let answer = CacheAnswer.served(

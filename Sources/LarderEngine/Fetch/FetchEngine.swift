@@ -208,9 +208,9 @@ public final class FetchEngine: Sendable {
         let cacheable = CacheRules.isCacheable(method: request.method, ttl: options.ttl)
         let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
         // A stored entry the caller's validators reject is, for this caller, not there.
-        var hasPart = false
+        var rows = StoredRows()
         let lookupSpan = prepared.identity?.span.recordedChild("cache lookup")
-        let found = readsCache ? variant(for: prepared, hasPart: &hasPart).flatMap { Self.satisfies($0, request) ? $0 : nil } : nil
+        let found = readsCache ? variant(for: prepared, rows: &rows).flatMap { Self.satisfies($0, request) ? $0 : nil } : nil
         lookupSpan?.end(["larder.cache.key": .string(derived.key.hex), "larder.cache.found": .bool(found != nil)])
         // An entry under another version is never served, not even stale on error.
         let entry = found?.freshness.version == options.version ? found : nil
@@ -233,9 +233,16 @@ public final class FetchEngine: Sendable {
             return .answered(.failed(LarderError(.notCached, "nothing usable is stored for this request and the policy is cache-only")))
         case .fetch:
             // Nothing whole is stored but a part is (RFC 9111 §3.4): ask only for the rest.
-            let partOnly = hasPart && found == nil && request.shared && request.method == .get
+            let partOnly = rows.hasPart && found == nil && request.shared && request.method == .get
             let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
-            return .miss(Miss(prepared: prepared, outcome: outcome, fallback: entry, partOnly: partOnly))
+            // RFC 9211 §2.2: why it goes upstream.
+            let forward: ForwardReason =
+                if !cacheable { .method } else if options.policy == .noStore { .bypass } else if options.policy == .reload {
+                    .request
+                } else if partOnly { .partial } else if let entry {
+                    entry.freshness.isFresh(now: now, ttl: options.ttl) ? .request : .stale
+                } else if found != nil { .miss } else if rows.hasWhole { .varyMiss } else { .uriMiss }
+            return .miss(Miss(prepared: prepared, outcome: outcome, fallback: entry, partOnly: partOnly, forward: forward))
         }
     }
 
@@ -258,7 +265,8 @@ public final class FetchEngine: Sendable {
             // its flight's landing and its cancellation answers it, and only that one.
             let waiting = cancellation.map {
                 RunningMiss(
-                    prepared, outcome: outcome, fallback: miss.fallback, flight: nil, cancellation: $0, leading: false, reply: reply)
+                    prepared, outcome: outcome, fallback: miss.fallback, forward: miss.forward, flight: nil, cancellation: $0,
+                    leading: false, reply: reply)
             }
             switch flights.join(key, as: Waiter(prepared: prepared, reply: waiting.map { $0.answer } ?? reply)) {
             case .waiting(let waiter):
@@ -275,7 +283,8 @@ public final class FetchEngine: Sendable {
             }
         }
         let run = RunningMiss(
-            prepared, outcome: outcome, fallback: miss.fallback, flight: leading, cancellation: cancellation, reply: reply)
+            prepared, outcome: outcome, fallback: miss.fallback, forward: miss.forward, flight: leading, cancellation: cancellation,
+            reply: reply)
         if let leading {
             // A flight for this key may have landed between the lookup and taking the lead (its
             // entry is stored before its flight ends): answer from that entry.

@@ -19,6 +19,8 @@ public struct Miss: Sendable {
     let fallback: StoredEntry?
     /// Only a part is stored (RFC 9111 §3.4): the range fetcher asks for the rest.
     let partOnly: Bool
+    /// Why it goes upstream (Cache-Status `fwd`).
+    let forward: ForwardReason
 
     /// The cache key, for a caller that reports it before the answer comes.
     public var key: CacheKey { prepared.derived.key }

@@ -105,7 +105,8 @@ public struct RangeFetcher: Sendable {
                 // A whole response (the upstream ignored Range, or If-Range failed): stored and
                 // answered as any miss; the route cuts the range from it.
                 engine.complete(
-                    RunningMiss(prepared, outcome: .miss, fallback: nil, flight: nil, reply: reply), response: response, sentAt: sentAt)
+                    RunningMiss(prepared, outcome: .miss, fallback: nil, forward: .partial, flight: nil, reply: reply), response: response,
+                    sentAt: sentAt)
             }
         }
     }
@@ -138,7 +139,8 @@ public struct RangeFetcher: Sendable {
                         !$0.name.caseInsensitiveEquals("content-range") && !$0.name.caseInsensitiveEquals("content-length")
                     }, body: Array(body.prefix(part.total)), requestTime: response.requestTime, responseTime: response.responseTime)
                 return engine.complete(
-                    RunningMiss(prepared, outcome: .miss, fallback: nil, flight: nil, reply: reply), response: whole, sentAt: sentAt)
+                    RunningMiss(prepared, outcome: .miss, fallback: nil, forward: .partial, flight: nil, reply: reply), response: whole,
+                    sentAt: sentAt)
             }
             var combined = response
             combined.body = body
@@ -161,7 +163,7 @@ public struct RangeFetcher: Sendable {
                 body: response.body, bodyKind: .binary,
                 report: CacheReport(
                     outcome: .miss, key: prepared.derived.key, age: 0, ttl: nil, version: prepared.request.cache.version,
-                    stored: false),
+                    stored: false, forward: .partial, upstreamStatus: response.status),
                 upstreamMs: (response.responseTime - response.requestTime) * 1000, etag: response.headers.first(named: "etag"),
                 lastModified: response.headers.first(named: "last-modified")))
     }

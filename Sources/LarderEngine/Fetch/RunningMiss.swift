@@ -11,6 +11,8 @@ final class RunningMiss: Sendable {
     /// The stored entry of the request's version: revalidated (RFC 9111 §4.3.1) or served on
     /// an upstream failure (RFC 5861 §4).
     let fallback: StoredEntry?
+    /// Why it goes upstream (Cache-Status `fwd`).
+    let forward: ForwardReason
     /// The flight this miss leads; nil for one that coalesces with nobody.
     let flight: FetchEngine.FlightToken?
     /// How its caller gives up; nil when it cannot. Every transfer sent for the miss is aborted
@@ -22,11 +24,13 @@ final class RunningMiss: Sendable {
     private let reply = CallbackSlot<CacheAnswer>()
 
     init(
-        _ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, flight: FetchEngine.FlightToken?,
-        cancellation: Cancellation? = nil, leading: Bool = true, reply: @escaping @Sendable (CacheAnswer) -> Void
+        _ prepared: PreparedFetch, outcome: CacheOutcome, fallback: StoredEntry?, forward: ForwardReason,
+        flight: FetchEngine.FlightToken?, cancellation: Cancellation? = nil, leading: Bool = true,
+        reply: @escaping @Sendable (CacheAnswer) -> Void
     ) {
         self.prepared = prepared
         self.outcome = outcome
+        self.forward = forward
         self.fallback = fallback
         self.flight = flight
         self.cancellation = cancellation

@@ -52,6 +52,8 @@ public struct LarderConfiguration: Sendable {
     /// Pass Larder's own targeted fields (all of `targetedCacheControl` but CDN-Cache-Control) on
     /// to the proxy's clients; by default they are removed, being meant for this cache alone.
     public var passOwnCacheControl = false
+    /// The proxy's Cache-Status carries the cache key (RFC 9211 §2.7).
+    public var cacheStatusKey = false
     /// Negative-caching lifetimes by status (`--negative-ttl 404=30s`).
     public var negativeTTL = NegativeTTL()
     /// Seconds a key whose answer could not be stored is remembered so (its misses then go

@@ -137,6 +137,9 @@ extension Setting {
                     How long a URL whose answer could not be stored (private, no-store, a status that cannot be stored) is \
                     remembered: its misses then go to the upstream at once and in parallel instead of waiting on one another; 0 = off
                     """),
+                .flag(
+                    "cacheStatusKey", \.cacheStatusKey,
+                    "The proxy's Cache-Status names the cache key (key=\"…\", RFC 9211), as /fetch's cache.key does"),
                 .negativeTTLs(
                     "negativeTtl", \.negativeTTL, option: "negative-ttl",
                     """

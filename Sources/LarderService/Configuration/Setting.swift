@@ -73,7 +73,8 @@ public struct Setting: Sendable {
         "upstreams", "adminToken", "metricsToken", "logFormat", "logLevel", "accessLog", "staleOnError", "tagHeaders",
         "redactQuery", "maxBodyBytes", "maxObjectBytes", "rangeFetchOver", "maxBatch", "maxChainSteps", "maxBatchBytes",
         "stripTargetedCacheControl", "readyWhileDegraded", "shutdownGrace", "serverNames", "targetedCacheControl",
-        "passOwnCacheControl", "negativeTtl", "uncacheableMemory"
+        "passOwnCacheControl", "negativeTtl", "uncacheableMemory",
+        "cacheStatusKey"
     ]
 
     /// The keys of the settings a reload could not apply because their values changed, with the

@@ -24,14 +24,15 @@ struct ProxyRoute: Sendable {
     /// Prepared GET requests by their wire form (upstream, target, header fields): a repeated
     /// request skips URL parsing and key derivation, as /fetch skips JSON parsing.
     let memo: RequestMemo
-    /// Response fields never passed on (besides hop-by-hop), lower-case: see `withheldFields`.
-    let withheld: FieldNames
+    /// What the answers pass on.
+    let passing: Passing
 
-    init(engine: FetchEngine, upstreams: [String: NamedUpstream], memo: RequestMemo, withheld: Set<String>) {
-        self.engine = engine
-        self.upstreams = upstreams
-        self.memo = memo
-        self.withheld = FieldNames(withheld)
+    /// What the proxy's answers pass on of a response, and say of it.
+    struct Passing: Sendable {
+        /// Response fields never passed on (besides hop-by-hop), lower-case: see `withheldFields`.
+        let withheld: FieldNames
+        /// Cache-Status carries the cache key (`key`, RFC 9211 §2.7; `--cache-status-key`).
+        let keyInCacheStatus: Bool
     }
 
     /// Request fields not forwarded: connection-level ones, and those Larder sets itself. (The
@@ -119,7 +120,7 @@ struct ProxyRoute: Sendable {
             // RFC 9111 §4.3.5 / §4: a HEAD can be answered from a stored GET; only when nothing
             // usable is stored does the HEAD go upstream (and is not stored).
             if let stored = engine.storedGet(for: fetch, keepingBody: true) {
-                return Self.deliver(stored, method: method, request: request, withheld: withheld)
+                return Self.deliver(stored, method: method, request: request, passing: passing)
             }
             var forward = fetch
             forward.cache.policy = .noStore
@@ -135,14 +136,14 @@ struct ProxyRoute: Sendable {
         guard let range = Self.singleRange(request.headers) else {
             return answer(prepared, method: .get, request: routeRequest)
         }
-        let withheld = withheld
+        let passing = passing
         if let whole = engine.cachedAnswer(for: prepared) {
-            return Self.deliver(whole, method: .get, request: request, withheld: withheld).about(prepared)
+            return Self.deliver(whole, method: .get, request: request, passing: passing).about(prepared)
         }
         let immediate = engine.ranges.fetch(prepared, range: range) { answer in
-            routeRequest.respond(Self.deliver(answer, method: .get, request: request, withheld: withheld).about(prepared))
+            routeRequest.respond(Self.deliver(answer, method: .get, request: request, passing: passing).about(prepared))
         }
-        return immediate.map { Self.deliver($0, method: .get, request: request, withheld: withheld).about(prepared) }
+        return immediate.map { Self.deliver($0, method: .get, request: request, passing: passing).about(prepared) }
     }
 
     /// The request's Range when it is one byte range Larder serves, without If-Range (a client's
@@ -162,25 +163,25 @@ struct ProxyRoute: Sendable {
 
     private func answer(_ prepared: PreparedFetch, method: HTTPMethod, request routeRequest: RouteRequest) -> RouteAnswer? {
         let request = routeRequest.http
-        let withheld = withheld
+        let passing = passing
         // The reply is built only for a miss: a hit is answered here.
         switch engine.lookup(prepared) {
         case .answered(let answer):
-            return Self.deliver(answer, method: method, request: request, withheld: withheld).about(prepared)
+            return Self.deliver(answer, method: method, request: request, passing: passing).about(prepared)
         case .miss(let miss):
             let immediate = engine.send(miss) { answer in
-                routeRequest.respond(Self.deliver(answer, method: method, request: request, withheld: withheld).about(prepared))
+                routeRequest.respond(Self.deliver(answer, method: method, request: request, passing: passing).about(prepared))
             }
-            return immediate.map { Self.deliver($0, method: method, request: request, withheld: withheld).about(prepared) }
+            return immediate.map { Self.deliver($0, method: method, request: request, passing: passing).about(prepared) }
         }
     }
 
     private static func deliver(
         _ answer: CacheAnswer, method: HTTPMethod, request: HTTPServerRequest,
-        withheld: FieldNames
+        passing: Passing
     ) -> RouteAnswer {
         let conditions = request.headers.filter { conditionals.contains(anyCase: $0.name) }
-        let response = render(answer, method: method, conditions: conditions, withheld: withheld)
+        let response = render(answer, method: method, conditions: conditions, passing: passing)
         var errorCode: String?
         if case .failed(let error) = answer { errorCode = error.code.rawValue }
         return RouteAnswer(response, outcome: answer.outcome, errorCode: errorCode)
@@ -228,8 +229,9 @@ struct ProxyRoute: Sendable {
 
     static func render(
         _ answer: CacheAnswer, method: HTTPMethod, conditions: [(name: String, value: String)],
-        withheld notPassedOn: FieldNames
+        passing: Passing
     ) -> HTTPServerResponse {
+        let notPassedOn = passing.withheld
         guard case .served(let served) = answer else {
             if case .failed(let error) = answer { return errorResponse(error) }
             return HTTPServerResponse(status: 502)
@@ -251,7 +253,7 @@ struct ProxyRoute: Sendable {
         }
         let report = served.report
         headers.append(("Age", String(WholeSeconds.of(report.age, rounding: .down))))
-        headers.append(("Cache-Status", cacheStatus(report, status: served.status, method: method)))
+        headers.append(("Cache-Status", cacheStatus(report, status: served.status, method: method, withKey: passing.keyInCacheStatus)))
 
         if !conditions.isEmpty, method == .get || method == .head, served.status == 200,
             notModified(
@@ -323,14 +325,15 @@ struct ProxyRoute: Sendable {
         return modified <= since
     }
 
-    /// RFC 9211 Cache-Status for Larder's part in the answer.
-    static func cacheStatus(_ report: CacheReport, status: Int, method: HTTPMethod) -> String {
+    /// RFC 9211 Cache-Status for Larder's part in the answer; `withKey`: with the cache key.
+    static func cacheStatus(_ report: CacheReport, status: Int, method: HTTPMethod, withKey: Bool = false) -> String {
         // The hot paths, without an array: a hit, and a miss stored.
-        if report.outcome == .hit, !report.coalesced {
+        if !withKey, report.outcome == .hit, !report.coalesced {
             return "larder; hit; ttl=" + String(WholeSeconds.of(report.ttl ?? 0, rounding: .up))
         }
-        if report.outcome == .miss, report.stored, let ttl = report.ttl {
-            return "larder; fwd=uri-miss; fwd-status=" + String(status) + "; stored; ttl=" + String(WholeSeconds.of(ttl, rounding: .up))
+        if !withKey, report.outcome == .miss, report.stored, let ttl = report.ttl {
+            return "larder; fwd=" + (report.forward ?? .uriMiss).rawValue + "; fwd-status=" + String(report.upstreamStatus ?? status)
+                + "; stored; ttl=" + String(WholeSeconds.of(ttl, rounding: .up))
         }
         var parts = ["larder"]
         switch report.outcome {
@@ -346,21 +349,23 @@ struct ProxyRoute: Sendable {
                     ? "detail=stale"
                     : (report.staleOnErrorPolicy ? "detail=stale-on-error" : "detail=stale-if-error"))
         case .revalidated:
-            parts.append("fwd=stale")
+            parts.append("fwd=\((report.forward ?? .stale).rawValue)")
             parts.append("fwd-status=304")
             if report.stored { parts.append("stored") }
             if let ttl = report.ttl { parts.append("ttl=\(WholeSeconds.of(ttl, rounding: .up))") }
         case .miss:
-            parts.append("fwd=uri-miss")
-            parts.append("fwd-status=\(status)")
+            parts.append("fwd=\((report.forward ?? .uriMiss).rawValue)")
+            parts.append("fwd-status=\(report.upstreamStatus ?? status)")
             if report.stored {
                 parts.append("stored")
                 if let ttl = report.ttl { parts.append("ttl=\(WholeSeconds.of(ttl, rounding: .up))") }
             }
         case .bypass:
             parts.append(CacheRules.isCacheable(method: method, ttl: nil) ? "fwd=bypass" : "fwd=method")
-            parts.append("fwd-status=\(status)")
+            parts.append("fwd-status=\(report.upstreamStatus ?? status)")
         }
+        // §2.7: the key, an sf-string (hex digits, nothing to escape).
+        if withKey { parts.append("key=\"\(report.key.hex)\"") }
         return parts.joined(separator: "; ")
     }
 

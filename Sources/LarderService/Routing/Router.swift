@@ -65,7 +65,8 @@ final class Router: Sendable {
         let fetch = FetchRoute(engine: engine, upstreams: upstreams, clock: clock, memo: RequestMemo(budgetBytes: budgets.fetch))
         let proxy = ProxyRoute(
             engine: engine, upstreams: upstreams, memo: RequestMemo(budgetBytes: budgets.proxy),
-            withheld: ProxyRoute.withheldFields(configuration))
+            passing: ProxyRoute.Passing(
+                withheld: FieldNames(ProxyRoute.withheldFields(configuration)), keyInCacheStatus: configuration.cacheStatusKey))
         let batch = BatchRoute(
             engine: engine, upstreams: upstreams, clock: clock, maxRequests: configuration.maxBatch,
             maxAnswerBytes: configuration.maxBatchBytes,
