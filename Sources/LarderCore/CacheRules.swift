@@ -56,11 +56,18 @@ public struct EntryFreshness: Sendable, Equatable {
     /// caller's ttl (an hour for the object it asks for) never keeps a 404 or a 502 that long.
     /// Not stored: the entry's status decides it (StoredEntry).
     public var judgedByCallerTTL = true
+    /// When a soft purge marked it stale (Fastly's soft purge, Varnish's `purge.soft`): from then
+    /// on it is stale whatever its lifetime or a caller's ttl says, and its stale windows
+    /// (stale-while-revalidate, stale-if-error) count from then. Revalidated or stored again, an
+    /// entry has none.
+    public var invalidatedAt: Double?
 
     public init(
         storedAt: Double, freshnessLifetime: Double, version: Int64, staleWhileRevalidate: Double = 0,
-        staleIfError: Double = 0, mustRevalidate: Bool = false, initialAge: Double = 0, storedTTL: Double? = nil
+        staleIfError: Double = 0, mustRevalidate: Bool = false, initialAge: Double = 0, storedTTL: Double? = nil,
+        invalidatedAt: Double? = nil
     ) {
+        self.invalidatedAt = invalidatedAt
         self.storedAt = storedAt
         self.freshnessLifetime = freshnessLifetime
         self.version = version
@@ -76,8 +83,8 @@ public struct EntryFreshness: Sendable, Equatable {
     /// lifetime less the age it arrived with. A version never ends an entry by time: it only
     /// decides which requests may use it.
     public var expiresAt: Double {
-        if let storedTTL { return storedAt + storedTTL }
-        return storedAt - initialAge + freshnessLifetime
+        let end = storedTTL.map { storedAt + $0 } ?? storedAt - initialAge + freshnessLifetime
+        return invalidatedAt.map { min($0, end) } ?? end
     }
     /// When its longest stale window (stale-while-revalidate, stale-if-error) ends.
     public var staleUntil: Double { expiresAt + max(staleWhileRevalidate, staleIfError) }
@@ -94,16 +101,20 @@ public struct EntryFreshness: Sendable, Equatable {
 
     /// Seconds of freshness left under `ttl` when given, else the stored lifetime.
     public func remaining(now: Double, ttl: Double?) -> Double {
-        max(0, (applied(ttl) ?? freshnessLifetime) - age(now: now, ttl: ttl))
+        if let invalidatedAt, now >= invalidatedAt { return 0 }
+        return max(0, (applied(ttl) ?? freshnessLifetime) - age(now: now, ttl: ttl))
     }
 
     public func isFresh(now: Double, ttl: Double?) -> Bool {
-        age(now: now, ttl: ttl) < (applied(ttl) ?? freshnessLifetime)
+        if let invalidatedAt, now >= invalidatedAt { return false }
+        return age(now: now, ttl: ttl) < (applied(ttl) ?? freshnessLifetime)
     }
 
-    /// Seconds past freshness (0 while fresh).
+    /// Seconds past freshness (0 while fresh); after a soft purge, at least the time since it.
     public func staleness(now: Double, ttl: Double?) -> Double {
-        max(0, age(now: now, ttl: ttl) - (applied(ttl) ?? freshnessLifetime))
+        let byLifetime = max(0, age(now: now, ttl: ttl) - (applied(ttl) ?? freshnessLifetime))
+        guard let invalidatedAt else { return byLifetime }
+        return max(byLifetime, now - invalidatedAt)
     }
 
     /// The caller's ttl when it judges this entry (`judgedByCallerTTL`).

@@ -1,7 +1,9 @@
 // A stored entry as one Redis value: "LRD2", every field length-prefixed, then an HMAC-SHA-256
 // of all that came before, under a key derived from the instance secret. The caller's ttl an
 // entry was stored under, when it has one, is one more field after the tags: values without it
-// are byte for byte what earlier versions wrote, and those versions' values still read.
+// are byte for byte what earlier versions wrote, and those versions' values still read. A soft
+// purge's time comes after it (then the ttl field is written, -1 for none): only soft-purged
+// values carry it.
 //
 // Anyone who can write to Redis can write any bytes there, and a plain checksum they simply
 // compute again. Without the secret they cannot make a value that authenticates, and a value
@@ -117,7 +119,12 @@ public struct EntryCodec: Sendable {
         string(entry.lastModified)
         integer(Int64(entry.tags.count))
         for tag in entry.tags { string(tag) }
-        if let ttl = entry.freshness.storedTTL { double(ttl) }
+        if let invalidatedAt = entry.freshness.invalidatedAt {
+            double(entry.freshness.storedTTL ?? -1)
+            double(invalidatedAt)
+        } else if let ttl = entry.freshness.storedTTL {
+            double(ttl)
+        }
         return out
     }
 
@@ -182,7 +189,13 @@ public struct EntryCodec: Sendable {
             try reader.check(CacheTags.isValid(tag))
             tags.append(tag)
         }
-        let storedTTL = reader.remaining == 0 ? nil : try reader.seconds()
+        var storedTTL: Double?
+        var invalidatedAt: Double?
+        if reader.remaining > 0 {
+            storedTTL = try reader.secondsOrNone()
+            // "None" (-1) is written only before a soft purge's time.
+            if reader.remaining > 0 { invalidatedAt = try reader.seconds() } else { try reader.check(storedTTL != nil) }
+        }
         try reader.check(reader.remaining == 0)
         var entry = StoredEntry(
             key: CacheKey(hex: key), primaryKey: CacheKey(hex: primaryKey), varyNames: varyNames, variantFingerprint: fingerprint,
@@ -191,7 +204,7 @@ public struct EntryCodec: Sendable {
             freshness: EntryFreshness(
                 storedAt: storedAt, freshnessLifetime: lifetime, version: version,
                 staleWhileRevalidate: whileRevalidate, staleIfError: ifError,
-                mustRevalidate: mustRevalidate == 1, initialAge: initialAge, storedTTL: storedTTL),
+                mustRevalidate: mustRevalidate == 1, initialAge: initialAge, storedTTL: storedTTL, invalidatedAt: invalidatedAt),
             sensitiveFingerprint: sensitive, etag: etag, lastModified: lastModified, headerFields: fields)
         entry.tags = tags
         return entry
@@ -234,6 +247,14 @@ public struct EntryCodec: Sendable {
         /// A time or a duration in seconds: finite, 0 or more, at most `maxSeconds`.
         mutating func seconds() throws(Failure) -> Double {
             let value = Double(bitPattern: UInt64(bitPattern: try integer()))
+            guard value.isFinite, value >= 0, value <= EntryCodec.maxSeconds else { throw .invalid }
+            return value
+        }
+
+        /// As `seconds`, or -1 for none.
+        mutating func secondsOrNone() throws(Failure) -> Double? {
+            let value = Double(bitPattern: UInt64(bitPattern: try integer()))
+            if value == -1 { return nil }
             guard value.isFinite, value >= 0, value <= EntryCodec.maxSeconds else { throw .invalid }
             return value
         }

@@ -113,11 +113,27 @@ extension RedisCacheStore {
     }
 
     /// Removes the rows of `keys` the filter matches: a key whose rows all go is deleted whole.
+    /// A soft purge (`softAt`) writes them back marked stale instead.
     private func remove(matching filter: PurgeFilter, among keys: [CacheKey], into result: inout PurgeResult) throws(RedisError) {
         var commands: [[[UInt8]]] = []
         for (key, rows) in try rows(of: keys) {
             let matching = rows.filter { filter.matches($0.entry) }
             guard !matching.isEmpty else { continue }
+            if let time = filter.softAt {
+                // HSET XX-like: only fields that exist (a row removed meanwhile stays removed).
+                for row in matching {
+                    var marked = row.entry
+                    marked.freshness.invalidatedAt = min(row.entry.freshness.invalidatedAt ?? time, time)
+                    commands.append(
+                        [
+                            Array("EVAL".utf8), Array(Self.setIfPresent.utf8), Array("1".utf8), Array(entryKey(key).utf8),
+                            Array("e:\(row.entry.key.hex)".utf8), codec.encode(marked)
+                        ])
+                }
+                result.invalidated += matching.count
+                result.primaryKeys.insert(key)
+                continue
+            }
             if matching.count == rows.count {
                 commands.append(["DEL", entryKey(key)].map { Array($0.utf8) })
             } else {
@@ -132,6 +148,11 @@ extension RedisCacheStore {
         guard !commands.isEmpty else { return }
         try backend.runWrites(commands)
     }
+
+    /// Sets a hash field only when it exists: a soft purge never brings back a row removed
+    /// between its read and its write.
+    static let setIfPresent =
+        "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0"
 
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
         var result = PurgeResult()

@@ -281,7 +281,7 @@ public final class LarderService: Sendable {
         let upstreamsByName = Self.upstreamsByName(configuration)
         let admin = AdminRoute(
             engine: wiring.engine, upstreams: upstreamsByName, store: wiring.store, tier: wiring.tier,
-            traffic: wiring.engine.traffic, clock: clock, token: configuration.adminToken.map { Array($0.utf8) })
+            traffic: wiring.engine.traffic, clock: clock, token: configuration.adminToken.map { Array($0.utf8) }, metrics: wiring.metrics)
         let (metrics, store, warmJobs, connections) = (wiring.metrics, wiring.store, wiring.warmJobs, wiring.connections)
         let (accessLog, engine) = (wiring.accessLog, wiring.engine)
         return Router(

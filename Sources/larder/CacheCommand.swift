@@ -259,7 +259,8 @@ extension Cache {
     }
 
     struct Purge: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Remove stored entries by filter (AND), by URL, or all of them.")
+        static let configuration = CommandConfiguration(
+            abstract: "Remove stored entries by filter (AND), by URL, or all of them; or, with --soft, mark them stale.")
         @OptionGroup var options: ServerOptions
         @OptionGroup var filters: Filters
         @Option(
@@ -271,6 +272,8 @@ extension Cache {
         @Option(name: .customLong("url"), help: "Remove this URL's entries in every namespace (repeatable).") var urls: [String] = []
         @Flag(help: "Remove everything.") var all = false
         @Flag(help: "Do not ask before --all.") var yes = false
+        @Flag(help: "Mark the entries stale instead of removing them: the next request revalidates, stale windows still answer.")
+        var soft = false
 
         func run() throws {
             try reporting {
@@ -284,7 +287,9 @@ extension Cache {
                     guard chosen.allSatisfy({ $0.1 == nil }) else {
                         throw CLIError("--url purges by URL alone; give no other filter with it")
                     }
-                    result = try options.call("POST", "/cache/purge", body: ["urls": urls])
+                    var body: [String: Any] = ["urls": urls]
+                    if soft { body["soft"] = true }
+                    result = try options.call("POST", "/cache/purge", body: body)
                 } else {
                     guard chosen.contains(where: { $0.1 != nil }) else {
                         throw CLIError(
@@ -296,17 +301,23 @@ extension Cache {
                         guard isatty(STDIN_FILENO) == 1 else {
                             throw CLIError("--all removes every entry: add --yes to confirm (stdin is not a terminal)")
                         }
-                        FileHandle.standardError.write(
-                            Data("Remove every entry stored in \(AddressRedaction.redacted(options.base))? Type 'yes' to confirm: ".utf8))
+                        let action = soft ? "Mark stale" : "Remove"
+                        let server = AddressRedaction.redacted(options.base)
+                        FileHandle.standardError.write(Data("\(action) every entry stored in \(server)? Type 'yes' to confirm: ".utf8))
                         guard readLine()?.trimmingCharacters(in: .whitespaces) == "yes" else {
                             throw CLIError("not confirmed; nothing removed")
                         }
                     }
-                    result = try options.call("DELETE", "/cache" + Format.query(chosen))
+                    let mode: [(String, String?)] = [("soft", soft ? "true" : nil)]
+                    result = try options.call("DELETE", "/cache" + Format.query(chosen + mode))
                 }
                 let answer = try result.requiring("removed")
                 if options.json { return options.printRaw(result.bytes) }
-                TerminalText.print("removed \(Format.count(answer["removed"], "entry", "entries")), \(Format.bytes(answer["bytes"]))")
+                if soft {
+                    TerminalText.print("marked \(Format.count(answer["invalidated"], "entry", "entries")) stale")
+                } else {
+                    TerminalText.print("removed \(Format.count(answer["removed"], "entry", "entries")), \(Format.bytes(answer["bytes"]))")
+                }
             }
         }
     }

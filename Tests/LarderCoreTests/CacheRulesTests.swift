@@ -605,3 +605,25 @@ final class UncacheableMemoryTests: XCTestCase {
         XCTAssertTrue(memory.contains(9_998, now: 0))
     }
 }
+
+final class SoftPurgeRulesTests: XCTestCase {
+    func testASoftPurgedEntryIsStaleFromThenOnAndItsWindowsCountFromThen() {
+        var entry = EntryFreshness(storedAt: 1000, freshnessLifetime: 600, version: 0, staleIfError: 60)
+        XCTAssertTrue(entry.isFresh(now: 1100, ttl: nil))
+        entry.invalidatedAt = 1100
+        XCTAssertFalse(entry.isFresh(now: 1100, ttl: nil))
+        XCTAssertFalse(entry.isFresh(now: 1100, ttl: 3600), "whatever a caller's ttl says")
+        XCTAssertEqual(entry.remaining(now: 1100, ttl: nil), 0)
+        XCTAssertEqual(entry.staleness(now: 1130, ttl: nil), 30)
+        XCTAssertTrue(CacheRules.mayServeStaleOnError(entry, now: 1159, ttl: nil, window: nil))
+        XCTAssertFalse(CacheRules.mayServeStaleOnError(entry, now: 1160, ttl: nil, window: nil))
+        XCTAssertEqual(entry.expiresAt, 1100)
+        XCTAssertEqual(entry.staleUntil, 1160)
+        // Before the mark it was still fresh; stale already, the longer staleness counts.
+        XCTAssertTrue(entry.isFresh(now: 1099, ttl: nil))
+        entry.invalidatedAt = 2000
+        XCTAssertEqual(entry.staleness(now: 2100, ttl: nil), 500)
+        // A revalidation stores a new freshness: no mark.
+        XCTAssertNil(StoredFreshness(lifetime: 600).entry(storedAt: 2100, version: 0).invalidatedAt)
+    }
+}

@@ -213,16 +213,19 @@ final class ConsoleTests: IntegrationTestCase {
         try driver.wait(for: "document.querySelector('#purge-tag .action-result')", "the purge's answer")
         XCTAssertTrue(try driver.text("#purge-tag .action-result").hasPrefix("Removed 1 entry ("))
 
-        // A purge by URL, counted by the URL as listed.
+        // A soft purge by URL, counted by the URL as listed: the entry stays, marked stale.
         try driver.type(url("\(base)/c", "cc=max-age%3D3600&etag=%22c1%22"), into: "#purge-url-form textarea")
+        try driver.click("#purge-url-form input[name=soft]")
         try driver.click("#purge-url-form button")
         try driver.wait(for: "document.querySelector('#purge-url .confirm-message')", "the URL's count")
-        XCTAssertTrue(try driver.text("#purge-url .confirm-message").contains("will remove 1 entry"))
+        XCTAssertTrue(try driver.text("#purge-url .confirm-message").contains("will mark stale 1 entry"))
         try driver.click("#purge-url .confirm-yes")
         try driver.wait(for: "document.querySelector('#purge-url .action-result')", "the URL purge's answer")
-        XCTAssertTrue(try driver.text("#purge-url .action-result").hasPrefix("Removed 1 entry ("))
+        XCTAssertTrue(try driver.text("#purge-url .action-result").hasPrefix("Marked 1 entry stale"))
         let left = try admin.request("GET", "/cache/entries", headers: ["Authorization": "Bearer \(token)"])
-        XCTAssertEqual((left.json["entries"] as? [Any])?.count, 0, left.text)
+        let kept = try XCTUnwrap((left.json["entries"] as? [[String: Any]])?.first, left.text)
+        XCTAssertEqual((left.json["entries"] as? [Any])?.count, 1, left.text)
+        XCTAssertEqual(kept["expiresAt"] as? String, kept["storedAt"] as? String, "stale from the purge on (the test clock stands still)")
 
         // A namespace's version bumped.
         try driver.click(".namespace-bump")

@@ -52,6 +52,27 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(origin.count(path + "/f"), 2)
     }
 
+    func testASoftPurgeOnOneInstanceIsRevalidatedOnAnother() throws {
+        let first = try startShared().connection()
+        let second = try startShared().connection()
+        let path = uniquePath()
+        let spec: [String: Any] = ["url": url(path, "cc=max-age%3D600&etag=%22s1%22"), "cache": ["tags": ["shared-soft"]]]
+        XCTAssertEqual(try first.fetch(spec).outcome, "miss")
+        XCTAssertEqual(try second.fetch(spec).outcome, "hit", "now in the second's memory tier too")
+        let purge = try first.request(
+            "POST", "/cache/purge", headers: ["Content-Type": "application/json"],
+            body: Array(#"{"tags": ["shared-soft"], "soft": true}"#.utf8))
+        XCTAssertEqual(purge.json["invalidated"] as? Int, 1, purge.text)
+        let revalidated = try eventually {
+            try second.fetch(spec)
+        } until: {
+            $0.outcome == "revalidated"
+        }
+        XCTAssertEqual(revalidated.upstreamBody["n"] as? Int, 1, "the stored body, confirmed by a 304")
+        XCTAssertEqual(origin.requests(path).last?.headers["if-none-match"], "\"s1\"")
+        XCTAssertEqual(try first.fetch(spec).outcome, "hit", "the revalidated entry is shared")
+    }
+
     func testPurgesAndNamespaceVersionsReachEveryInstancesMemoryTier() throws {
         let first = try startShared().connection()
         let second = try startShared().connection()

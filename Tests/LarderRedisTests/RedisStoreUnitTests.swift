@@ -51,6 +51,26 @@ final class RedisStoreUnitTests: XCTestCase {
         }
     }
 
+    /// A soft purge's time follows the ttl field (-1 when there is none); values without it are
+    /// what earlier versions wrote.
+    func testASoftPurgesTimeRoundTripsAfterTheTTL() throws {
+        var marked = entry()
+        marked.freshness.invalidatedAt = 2000
+        let decoded = try codec.decode(codec.encode(marked))
+        XCTAssertEqual(decoded.freshness.invalidatedAt, 2000)
+        XCTAssertNil(decoded.freshness.storedTTL)
+        XCTAssertEqual(decoded, marked)
+        marked.freshness.storedTTL = 3600
+        XCTAssertEqual(try codec.decode(codec.encode(marked)).freshness.storedTTL, 3600)
+        XCTAssertEqual(try codec.decode(codec.encode(marked)).freshness.invalidatedAt, 2000)
+        XCTAssertEqual(EntryCodec.payload(entry()).count + 16, EntryCodec.payload(marked).count)
+        let none = withUnsafeBytes(of: (-1.0).bitPattern.littleEndian, Array.init)
+        for hostile in [-2, Double.nan, Double.infinity, 2e12] {
+            let payload = EntryCodec.payload(entry()) + none + withUnsafeBytes(of: hostile.bitPattern.littleEndian, Array.init)
+            XCTAssertThrowsError(try codec.decode(codec.sealed(payload)), "soft purge at \(hostile)")
+        }
+    }
+
     func testDamagedOrTruncatedValuesAreRefused() {
         let encoded = codec.encode(entry())
         for offset in [4, 100, encoded.count / 2, encoded.count - 1] {

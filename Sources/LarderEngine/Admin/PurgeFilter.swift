@@ -21,6 +21,9 @@ public struct PurgeFilter: Sendable, Equatable {
     public var status: Int?
     public var notExpiredAt: Double?
     public var all = false
+    /// Soft: the entries matched are marked stale at this time rather than removed (their
+    /// validators revalidate them, their stale windows still answer); nil: removed.
+    public var softAt: Double?
 
     public init() {}
 

@@ -2,6 +2,8 @@ public import LarderCore
 
 public struct PurgeResult: Sendable, Equatable {
     public var removed = 0
+    /// Entries a soft purge marked stale (kept, revalidated on their next request).
+    public var invalidated = 0
     /// Bytes of bodies and metadata removed.
     public var bytes = 0
     /// The primary keys whose rows were removed (for the memory tier).

@@ -23,7 +23,7 @@ extension SQLiteCacheStore: CacheAdministration {
 
     /// When a row's freshness ends under the lifetime it was stored under (the caller's ttl, else
     /// the response's own), and its longest stale window (EntryFreshness.expiresAt, .staleUntil).
-    static let expiresAtSQL = "coalesce(stored_at + ttl, stored_at - initial_age + freshness)"
+    static let expiresAtSQL = "min(coalesce(invalidated_at, 1e300), coalesce(stored_at + ttl, stored_at - initial_age + freshness))"
     static let staleUntilSQL = "(\(expiresAtSQL) + max(stale_while_revalidate, stale_if_error))"
 
     /// Bytes of an entry as counted by the admin API: body (inline or in its file) and metadata.
@@ -78,7 +78,11 @@ extension SQLiteCacheStore: CacheAdministration {
         writerQueue.async { [self] in
             // Held objects have no row: the filter is applied to them in memory, as the Redis
             // store applies it, so those it does not match stay.
-            dropHeldObjects { filter.matches($0) }
+            if let time = filter.softAt {
+                invalidateHeldObjects(at: time) { filter.matches($0) }
+            } else {
+                dropHeldObjects { filter.matches($0) }
+            }
             commitAllPending()
             // What matched when the purge was asked for: a row written since has a higher rowid
             // (insertRow). Without this bound, a purge by tag under load went on removing the
@@ -88,7 +92,7 @@ extension SQLiteCacheStore: CacheAdministration {
             let passes =
                 tags.map { tags in tags.map { PurgePass.tagged($0, besides: otherConditions, before: firstUnwritten) } }
                 ?? [PurgePass(condition: condition, bind: bind, before: firstUnwritten)]
-            purgeBatch(passes[...], after: 0, priority: .background, total: PurgeResult(), completion: completion)
+            purgeBatch(passes[...], after: 0, priority: .background, softAt: filter.softAt, total: PurgeResult(), completion: completion)
         }
     }
 
@@ -97,15 +101,16 @@ extension SQLiteCacheStore: CacheAdministration {
             dropHeldObjects { $0.primaryKey == primaryKey }
             commitAllPending()
             // One key: its caller waits for the answer.
-            purgeBatch([.rows(of: primaryKey)], after: 0, priority: .writer, total: PurgeResult(), completion: completion)
+            purgeBatch([.rows(of: primaryKey)], after: 0, priority: .writer, softAt: nil, total: PurgeResult(), completion: completion)
         }
     }
 
     /// On the writer queue: deletes the next `purgeBatch` rows of the first pass after rowid
-    /// `after` in one transaction, then queues the next batch (of this pass, else of the next)
-    /// behind whatever else waits for the writer.
+    /// `after` in one transaction (with `softAt`, marks them stale at that time instead), then
+    /// queues the next batch (of this pass, else of the next) behind whatever else waits for
+    /// the writer.
     private func purgeBatch(
-        _ passes: ArraySlice<PurgePass>, after: Int64, priority: WorkPriority, total: PurgeResult,
+        _ passes: ArraySlice<PurgePass>, after: Int64, priority: WorkPriority, softAt: Double?, total: PurgeResult,
         completion: @escaping @Sendable (PurgeResult) -> Void
     ) {
         assertOnWriterQueue()
@@ -118,7 +123,10 @@ extension SQLiteCacheStore: CacheAdministration {
         let rows: [RemovedRow]
         let started = DispatchTime.now().uptimeNanoseconds
         do {
-            rows = try deleteRows(pass.selection(after, Self.purgeBatch), priority, bind: pass.bind)
+            let selection = pass.selection(after, Self.purgeBatch)
+            rows =
+                try softAt.map { time throws(SQLiteError) in try invalidateRows(selection, at: time, priority, bind: pass.bind) }
+                ?? deleteRows(selection, priority, bind: pass.bind)
         } catch {
             logger.error("purge failed", metadata: ["error": "\(error)"])
             total.failed = true
@@ -126,20 +134,20 @@ extension SQLiteCacheStore: CacheAdministration {
         }
         for row in rows {
             total.primaryKeys.insert(row.primaryKey)
-            total.bytes += row.bytes
+            if softAt == nil { total.bytes += row.bytes }
         }
-        total.removed += rows.count
+        if softAt == nil { total.removed += rows.count } else { total.invalidated += rows.count }
         // A short batch ends its pass. A full one's last rowid is where the next starts: rows
         // before it that matched are gone, and those the filter's other conditions kept are not
         // read again.
         let (next, cursor) = rows.count == Self.purgeBatch ? (passes, rows.map(\.rowid).max() ?? after) : (passes.dropFirst(), 0)
         guard !next.isEmpty else {
-            vacuumStep()
+            if softAt == nil { vacuumStep() }
             return completion(total)
         }
         let sum = total
         queuePaced(after: started) { [self] in
-            purgeBatch(next, after: cursor, priority: priority, total: sum, completion: completion)
+            purgeBatch(next, after: cursor, priority: priority, softAt: softAt, total: sum, completion: completion)
         }
     }
 

@@ -421,6 +421,20 @@ extension SQLiteCacheStore {
 
     /// Drops the objects held in memory whose entries `matches` picks (before a purge or an
     /// invalidation removes what it matches from the database), counted as not admitted.
+    /// Marks the held entries `matches` selects stale at `time` (a soft purge): they stay held.
+    func invalidateHeldObjects(at time: Double, where matches: (StoredEntry) -> Bool) {
+        pending.withLock { pending in
+            for (key, entries) in pending.held where entries.contains(where: matches) {
+                pending.held[key] = entries.map { entry in
+                    guard matches(entry) else { return entry }
+                    var marked = entry
+                    marked.freshness.invalidatedAt = min(entry.freshness.invalidatedAt ?? time, time)
+                    return marked
+                }
+            }
+        }
+    }
+
     func dropHeldObjects(where matches: (StoredEntry) -> Bool) {
         guard let policy else { return }
         var dropped: [CacheKey] = []

@@ -326,6 +326,30 @@ extension SQLiteCacheStore {
         return removed
     }
 
+    /// As `deleteRows`, for a soft purge: the rows are kept, marked stale at `time` (an earlier
+    /// mark stays). The bytes of the rows are not reported: nothing is freed.
+    func invalidateRows(
+        _ selection: String, at time: Double, _ priority: WorkPriority, bind: (SQLiteStatement) throws(SQLiteError) -> Void
+    ) throws(SQLiteError) -> [RemovedRow] {
+        assertOnWriterQueue()
+        // `time` is a Double written as SQL's literal (finite: a clock's reading).
+        let update = try writer.prepare(
+            "UPDATE entries SET invalidated_at = coalesce(min(invalidated_at, \(time)), \(time)) WHERE rowid IN (\(selection)) "
+                + "RETURNING rowid, primary_key, 0")
+        return try writer.immediateTransaction { () throws(SQLiteError) in
+            try bind(update)
+            let markAll = { () throws(SQLiteError) in
+                var marked: [RemovedRow] = []
+                while try update.step() {
+                    marked.append(RemovedRow(rowid: update.int64(0), primaryKey: CacheKey(hex: update.string(1) ?? ""), bytes: 0))
+                }
+                update.reset()
+                return marked
+            }
+            return try running(at: priority, markAll)
+        }
+    }
+
     /// As `deleteRows`, for rows the store drops on its own: the tier above is told. Returns
     /// how many went.
     private func deleteBatch(_ selection: String, _ priority: WorkPriority) -> Int {

@@ -74,7 +74,7 @@ extension SQLiteCacheStore {
                         storedAt: select.double(8), freshnessLifetime: select.double(9), version: select.int64(10),
                         staleWhileRevalidate: select.double(14), staleIfError: select.double(15),
                         mustRevalidate: select.int64(16) != 0, initialAge: select.double(17),
-                        storedTTL: select.optionalDouble(25)),
+                        storedTTL: select.optionalDouble(25), invalidatedAt: select.optionalDouble(26)),
                     sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
             entries[entries.count - 1].bodyFile = bodyFile
             entries[entries.count - 1].tags = Self.tags(fromJSON: select.string(24))

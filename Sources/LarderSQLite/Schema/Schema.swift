@@ -185,6 +185,10 @@ enum Schema {
         BEGIN
           DELETE FROM entry_tags WHERE tag IN (SELECT value FROM json_each(OLD.tags)) AND entry = OLD.rowid;
         END;
+        """,
+        // 16: when a soft purge marked the entry stale (EntryFreshness.invalidatedAt); NULL: never.
+        """
+        ALTER TABLE entries ADD COLUMN invalidated_at REAL;
         """
     ]
 

@@ -59,7 +59,22 @@ extension ConsoleAssets {
           }
 
           function removedText(answer) {
+            if (answer.invalidated) {
+              return 'Marked ' + count(answer.invalidated) + ' entr' + (answer.invalidated === 1 ? 'y' : 'ies') +
+                ' stale: each is revalidated on its next request.';
+            }
             return 'Removed ' + count(answer.removed) + ' entr' + (answer.removed === 1 ? 'y' : 'ies') + ' (' + bytes(answer.bytes) + ').';
+          }
+
+          // A soft purge marks entries stale instead of removing them: revalidated on their next
+          // request (a 304 keeps the body), and their stale windows still answer an origin outage.
+          function softField() {
+            return h('label', { class: 'muted' },
+              h('input', { type: 'checkbox', name: 'soft' }), ' soft (mark stale, keep for revalidation)');
+          }
+
+          function verb(form) {
+            return form.elements.soft.checked ? 'mark stale' : 'remove';
           }
 
           function section(id, title, ...children) {
@@ -86,6 +101,7 @@ extension ConsoleAssets {
               field('versionBelow', 'version below', { size: 7, inputmode: 'numeric' }),
               h('label', {}, 'expired',
                 h('select', { name: 'expired' }, h('option', { value: '' }, 'any'), h('option', { value: 'true' }, 'expired'))),
+              softField(),
               h('button', { type: 'submit', id: 'purge-filter-count' }, 'Count and purge…'));
             form.addEventListener('submit', async (event) => {
               event.preventDefault();
@@ -96,14 +112,15 @@ extension ConsoleAssets {
               const olderThan = v('olderThan');
               const versionBelow = v('versionBelow');
               const purge = Object.assign({}, filter, { olderThan, versionBelow });
+              const soft = form.elements.soft.checked ? 'true' : '';
               if (!query(purge)) return failure(confirm, new Error('Give at least one filter.'));
               const cutoff = Date.now() - Number(olderThan) * 1000;
               const keep = (entry) =>
                 (!olderThan || Date.parse(entry.storedAt) < cutoff) && (!versionBelow || entry.version < Number(versionBelow));
               try {
                 const found = await countListed(filter, keep);
-                confirmThen(confirm, 'This purge will remove ' + countText(found) + '.', 'Purge',
-                  async () => removedText(await api('DELETE', '/cache?' + query(purge))));
+                confirmThen(confirm, 'This purge will ' + verb(form) + ' ' + countText(found) + '.', 'Purge',
+                  async () => removedText(await api('DELETE', '/cache?' + query(Object.assign({}, purge, { soft })))));
               } catch (error) {
                 failure(confirm, error);
               }
@@ -113,15 +130,16 @@ extension ConsoleAssets {
 
           function purgeByTag() {
             const confirm = h('div');
-            const form = h('form', { class: 'stack', id: 'purge-tag-form' }, field('tag', 'tag', { required: true }),
+            const form = h('form', { class: 'stack', id: 'purge-tag-form' }, field('tag', 'tag', { required: true }), softField(),
               h('button', { type: 'submit' }, 'Count and purge…'));
             form.addEventListener('submit', async (event) => {
               event.preventDefault();
               const tag = form.elements.tag.value.trim();
               try {
                 const found = await countListed({ tag });
-                confirmThen(confirm, 'Purging tag ' + tag + ' will remove ' + countText(found) + '.', 'Purge',
-                  async () => removedText(await api('POST', '/cache/purge', { tags: [tag] })));
+                const soft = form.elements.soft.checked;
+                confirmThen(confirm, 'Purging tag ' + tag + ' will ' + verb(form) + ' ' + countText(found) + '.', 'Purge',
+                  async () => removedText(await api('POST', '/cache/purge', soft ? { tags: [tag], soft } : { tags: [tag] })));
               } catch (error) {
                 failure(confirm, error);
               }
@@ -133,6 +151,7 @@ extension ConsoleAssets {
             const confirm = h('div');
             const form = h('form', { id: 'purge-url-form' },
               h('label', { class: 'muted' }, 'URLs, one a line (every namespace)', h('textarea', { name: 'urls', spellcheck: 'false' })),
+              softField(),
               h('button', { type: 'submit' }, 'Count and purge…'));
             form.addEventListener('submit', async (event) => {
               event.preventDefault();
@@ -147,9 +166,10 @@ extension ConsoleAssets {
                   found.keys.forEach((key) => total.keys.add(key));
                   total.complete = total.complete && found.complete;
                 }
-                confirmThen(confirm, 'Purging ' + urls.length + ' URL(s) will remove ' + countText(total) +
+                const soft = form.elements.soft.checked;
+                confirmThen(confirm, 'Purging ' + urls.length + ' URL(s) will ' + verb(form) + ' ' + countText(total) +
                   ' (counted by the URL as written; the purge also matches its normalised form).', 'Purge',
-                  async () => removedText(await api('POST', '/cache/purge', { urls })));
+                  async () => removedText(await api('POST', '/cache/purge', soft ? { urls, soft } : { urls })));
               } catch (error) {
                 failure(confirm, error);
               }

@@ -29,6 +29,8 @@ enum MetricHelp {
         "larder_store_writes_shed_total": "Responses answered but not stored because more than 32 MiB waited for its commit",
         "larder_access_log_dropped_total": "Access-log lines dropped because standard error was read slower than requests came",
         "larder_store_lookups_skipped_total": "Lookups of keys never stored that the key filter answered without reading the database",
+        "larder_cache_purged_total":
+            "Entries purged through the admin API, by mode: hard (removed) or soft (marked stale, kept for revalidation)",
         "larder_uncacheable_passes_total":
             "Misses sent upstream at once, without waiting on another request, because their URL's last answer could not be stored",
         "larder_uncacheable_keys": "Keys remembered as uncacheable (--uncacheable-memory; 10,000 at most)",

@@ -116,6 +116,12 @@ final class LarderMetrics: TrafficObserver, Sendable {
 
     // MARK: - Recording
 
+    /// Entries a purge removed, and entries a soft purge marked stale.
+    func countPurged(removed: Int, invalidated: Int) {
+        if removed > 0 { counter("larder_cache_purged_total", [("mode", "hard")]).increment(by: removed) }
+        if invalidated > 0 { counter("larder_cache_purged_total", [("mode", "soft")]).increment(by: invalidated) }
+    }
+
     /// A route's metrics: its duration histogram, and its request counter per status (200 made
     /// with the route), to which a scrape adds the loops' tallies.
     private final class RouteMetrics: Sendable {

@@ -1,8 +1,11 @@
 // The /cache admin routes, beside the proxy route:
 //   GET    /cache/stats[?namespace=]  what is stored (from the database) and the traffic since start
-//   DELETE /cache?namespace=&urlPrefix=&host=&tag=&olderThan=&versionBelow=&expired=true   purge → {"removed","bytes"}
-//   DELETE /cache?all=true            everything
-//   POST   /cache/purge               {"urls": [...], "tags": [...]} → {"removed","bytes"}
+//   DELETE /cache?namespace=&urlPrefix=&host=&tag=&olderThan=&versionBelow=&expired=true[&soft=true]
+//                                     purge → {"removed","bytes","invalidated"}
+//   DELETE /cache?all=true[&soft=true] everything
+//   POST   /cache/purge               {"urls": [...], "tags": [...], "soft": true} → {"removed","bytes","invalidated"}
+// A soft purge marks what it matches stale instead of removing it (`invalidated` counts them):
+// the next request revalidates with the entry's validators, and its stale windows still answer.
 //   DELETE /cache/entries/{key}       one key, every variant → 204, or 404 not_found
 // A removal the store failed part way through answers 503 storage_failed, never a success.
 // and the listing, entry and namespace routes in AdminRoute+Entries.swift. Each is one entry of
@@ -24,6 +27,8 @@ struct AdminRoute: Sendable {
     let traffic: TrafficCounters
     let clock: Clock
     let token: [UInt8]?
+    /// Counts purges (nil in tests that build the route alone).
+    var metrics: LarderMetrics?
 
     static let prefix = "/cache"
 
@@ -78,7 +83,7 @@ struct AdminRoute: Sendable {
     /// POST /cache/purge
     func purgeByBody(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
         if request.http.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
-        return purge(try Self.purgeBody(request.http.body, redaction: engine.redaction), request: request)
+        return purge(try Self.purgeBody(request.http.body, redaction: engine.redaction, now: clock.now()), request: request)
     }
 
     /// DELETE /cache/entries/{key}: every variant → 204, or 404.
@@ -105,7 +110,10 @@ struct AdminRoute: Sendable {
     /// Runs the filters one after the other and answers with the sum.
     private func purge(_ filters: [PurgeFilter], removed: PurgeResult = PurgeResult(), request: RouteRequest) -> RouteAnswer? {
         guard let filter = filters.first else {
-            request.respond(Self.json(200, Array(#"{"removed":\#(removed.removed),"bytes":\#(removed.bytes)}"#.utf8)))
+            request.respond(
+                Self.json(
+                    200,
+                    Array(#"{"removed":\#(removed.removed),"bytes":\#(removed.bytes),"invalidated":\#(removed.invalidated)}"#.utf8)))
             return nil
         }
         store.purge(filter) { result in
@@ -131,6 +139,8 @@ struct AdminRoute: Sendable {
         var total = removed
         total.removed += result.removed
         total.bytes += result.bytes
+        total.invalidated += result.invalidated
+        metrics?.countPurged(removed: result.removed, invalidated: result.invalidated)
         // Never a success the store did not see: what was not removed would be served again.
         if result.failed { return request.respond(Self.storeFailure(total)) }
         _ = purge(Array(filters.dropFirst()), removed: total, request: request)
@@ -217,7 +227,9 @@ struct AdminRoute: Sendable {
         }
     }
 
-    static let filterNames: Set<String> = ["namespace", "urlPrefix", "host", "tag", "olderThan", "versionBelow", "expired", "all"]
+    static let filterNames: Set<String> = [
+        "namespace", "urlPrefix", "host", "tag", "olderThan", "versionBelow", "expired", "all", "soft"
+    ]
 
     /// Reads a query's parameters, each one of `allowed` and at most once, through `read`.
     static func readQuery(
@@ -269,12 +281,17 @@ struct AdminRoute: Sendable {
             case "expired":
                 guard value == "true" else { throw .invalid(name, "must be true when given") }
                 filter.expiredAt = now
+            case "soft":
+                guard value == "true" || value == "false" else { throw .invalid(name, "must be true or false") }
+                filter.softAt = value == "true" ? now : nil
             default: // all
                 guard value == "true" else { throw .invalid(name, "must be true when given") }
                 filter.all = true
             }
         }
-        if filter.all, query.count > 1 { throw .invalid("all", "clears everything and takes no other filter") }
+        if filter.all, query.contains(where: { $0.0 != "all" && $0.0 != "soft" }) {
+            throw .invalid("all", "clears everything and takes no other filter")
+        }
         guard !filter.isEmpty else {
             throw .invalid(
                 "query",
@@ -285,9 +302,10 @@ struct AdminRoute: Sendable {
 
     /// `{"urls": ["https://…", …], "tags": ["…", …]}`: each URL's stored responses, in every
     /// namespace, and every entry carrying one of the tags (1 to 1,000 of each; either or both).
-    static func purgeBody(_ body: [UInt8], redaction: QueryRedaction) throws(LarderError) -> [PurgeFilter] {
+    static func purgeBody(_ body: [UInt8], redaction: QueryRedaction, now: Double) throws(LarderError) -> [PurgeFilter] {
         let fields = try JSONFields(try JSONFields.parseBody(body), path: "")
-        try fields.rejectUnknown(["urls", "tags"])
+        try fields.rejectUnknown(["urls", "tags", "soft"])
+        let softAt = try fields.bool("soft") == true ? now : nil
         var filters: [PurgeFilter] = []
         if let items = try fields.array("urls") {
             guard (1...1000).contains(items.count) else { throw .invalid("urls", "must list 1 to 1000 URLs") }
@@ -309,7 +327,11 @@ struct AdminRoute: Sendable {
             filters.append(filter)
         }
         guard !filters.isEmpty else { throw .invalid("urls", "give urls or tags (or both): arrays of what to purge") }
-        return filters
+        return filters.map { filter in
+            var filter = filter
+            filter.softAt = softAt
+            return filter
+        }
     }
 
     static func json(_ status: Int, _ body: [UInt8]) -> HTTPServerResponse {
