@@ -353,6 +353,14 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         completion(removed)
     }
 
+    /// A soft purge by tags (CacheStore), every instance told.
+    public func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        var filter = PurgeFilter()
+        filter.tags = tags
+        filter.softAt = time
+        purge(filter) { result in completion(Array(result.primaryKeys)) }
+    }
+
     /// The longest namespace a request may name (FetchRequest); longer names in Redis are not Larder's.
     static let maxNamespaceBytes = 256
 

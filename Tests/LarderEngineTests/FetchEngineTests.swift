@@ -166,6 +166,7 @@ final class FetchEngineTests: XCTestCase {
         func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) { completion(false) }
         func recordHit(_ key: CacheKey, at time: Double) {}
         func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) { completion([]) }
+        func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) { completion([]) }
     }
 
     /// An upstream that answers when the test says so.

@@ -29,6 +29,9 @@ final class MemoryTierTests: XCTestCase {
         func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
             inner.invalidate(urlKeys: urlKeys, completion: completion)
         }
+        func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) {
+            inner.invalidate(tags: tags, at: time, completion: completion)
+        }
     }
 
     func testInvalidationDropsEntriesFromMemoryToo() {

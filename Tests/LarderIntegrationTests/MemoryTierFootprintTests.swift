@@ -16,6 +16,7 @@ final class MemoryTierFootprintTests: XCTestCase {
         func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) { completion(true) }
         func recordHit(_ key: CacheKey, at time: Double) {}
         func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) { completion([]) }
+        func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) { completion([]) }
     }
 
     private let keys = CacheKeyBuilder(secret: Array(repeating: 9, count: 32))

@@ -36,7 +36,9 @@ extension FetchEngine {
             let error = CacheAnswer.failed(LarderError(.validationFailed, failure))
             let stale = invalidatedURLs(request: request, response: response)
             guard !stale.isEmpty else { return land(flight, with: .notShareable) { run.answer(error) } }
-            return store.invalidate(urlKeys: stale) { [self] _ in land(flight, with: .notShareable) { run.answer(error) } }
+            return invalidate(stale, after: request, response: response, at: arrivedAt) { [self] _ in
+                land(flight, with: .notShareable) { run.answer(error) }
+            }
         }
         noteCacheability(of: prepared, decision: decision, status: response.status, at: arrivedAt)
         switch decision {
@@ -58,7 +60,7 @@ extension FetchEngine {
                 return land(flight, with: .notShareable) { run.answer(.served(served)) }
             }
             // The answer waits for the invalidation, so the caller's next read sees it.
-            store.invalidate(urlKeys: stale) { [self] removed in
+            invalidate(stale, after: request, response: response, at: arrivedAt) { [self] removed in
                 if !removed.isEmpty { logger.debug("invalidated", metadata: ["entries": "\(removed.count)"]) }
                 guard
                     let asGet = postResponseAsGetEntry(
@@ -184,6 +186,11 @@ extension FetchEngine {
             etag: response.headers.first(named: "etag"),
             lastModified: response.headers.first(named: "last-modified"), headerFields: headers.fields)
         entry.tags = CacheTags.merged(request.cache.tags, from: response.headers, headerNames: limits.tagHeaders)
+        // RFC 9875 §2: its groups, as tags of its origin.
+        for group in CacheGroups.tags(CacheGroups.membershipField, in: response.headers, of: request.url)
+        where entry.tags.count < CacheTags.maxPerEntry && !entry.tags.contains(group) {
+            entry.tags.append(group)
+        }
         // A caller that chose a lifetime or a version wants this entry kept (docs/operations.md).
         entry.keepRequested = request.cache.keepRequested || request.cache.ttl != nil || request.cache.versionExplicit
         return entry
@@ -193,6 +200,24 @@ extension FetchEngine {
     /// responses for the target URI, and for Location and Content-Location when they are on
     /// the same origin (another origin's entries are not this request's to invalidate).
     /// (As stored: with the redacted query values.)
+    /// Invalidates what a response to an unsafe method changed (`urls`, from `invalidatedURLs`):
+    /// removes those URLs' entries (RFC 9111 §4.4), then marks stale the members of the groups
+    /// its `Cache-Group-Invalidation` names, of the request's origin only (RFC 9875 §3). Marked
+    /// stale rather than removed (a soft purge): a write to one member of a group seldom changes
+    /// them all, so most are revalidated with a 304 and keep their bodies, and a stale window
+    /// still answers if the origin then fails (§4.4 allows either). Calls back with the keys
+    /// touched.
+    func invalidate(
+        _ urls: [String], after request: FetchRequest, response: UpstreamResponse, at time: Double,
+        then: @escaping @Sendable ([CacheKey]) -> Void
+    ) {
+        store.invalidate(urlKeys: urls) { [self] removed in
+            let groups = CacheGroups.tags(CacheGroups.invalidationField, in: response.headers, of: request.url)
+            guard !groups.isEmpty else { return then(removed) }
+            store.invalidate(tags: groups, at: time) { marked in then(removed + marked) }
+        }
+    }
+
     func invalidatedURLs(request: FetchRequest, response: UpstreamResponse) -> [String] {
         guard !request.method.isSafe, (200...399).contains(response.status) else { return [] }
         var urls = [request.url.keyString()]

@@ -25,6 +25,9 @@ public protocol CacheStore: Sendable {
     /// Removes every entry whose normalised URL is one of `urlKeys`, in every namespace and
     /// partition; calls back with the primary keys of what was removed.
     func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void)
+    /// Marks stale at `time` every entry carrying one of `tags` (a soft purge; their validators
+    /// revalidate them); calls back with the primary keys of what was marked.
+    func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void)
     /// Namespace versions set through the admin API (NamespaceVersions), read at start.
     func namespaceVersions() -> [String: Int64]
 }

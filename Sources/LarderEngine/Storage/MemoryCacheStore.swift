@@ -42,6 +42,23 @@ public final class MemoryCacheStore: CacheStore {
         completion(removed)
     }
 
+    public func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        let marked = entries.withLock { entries -> [CacheKey] in
+            var primaries: [CacheKey] = []
+            for (primary, variants) in entries where variants.contains(where: { $0.tags.contains(where: tags.contains) }) {
+                entries[primary] = variants.map { entry in
+                    guard entry.tags.contains(where: tags.contains) else { return entry }
+                    var marked = entry
+                    marked.freshness.invalidatedAt = min(entry.freshness.invalidatedAt ?? time, time)
+                    return marked
+                }
+                primaries.append(primary)
+            }
+            return primaries
+        }
+        completion(marked)
+    }
+
     /// Removes everything under a primary key.
     public func remove(_ primaryKey: CacheKey) {
         entries.withLock { _ = $0.removeValue(forKey: primaryKey) }

@@ -125,6 +125,13 @@ public final class MemoryTier: CacheStore {
         }
     }
 
+    public func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        backing.invalidate(tags: tags, at: time) { [self] marked in
+            for primaryKey in marked { forget(primaryKey) }
+            completion(marked)
+        }
+    }
+
     /// Keys in the CLOCK rings, forgotten ones not yet removed included; for tests.
     var ringLength: Int {
         shards.reduce(0) { total, shard in total + shard.state.withLock { $0.ring.count } }

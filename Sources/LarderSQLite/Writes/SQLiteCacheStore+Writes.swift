@@ -203,6 +203,15 @@ extension SQLiteCacheStore {
         _ = try statement.step()
     }
 
+    /// A soft purge by tags (CacheStore): the purge's batches, at the writer's priority (the
+    /// unsafe request's answer waits for it).
+    public func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) {
+        var filter = PurgeFilter()
+        filter.tags = tags
+        filter.softAt = time
+        purge(filter) { result in completion(Array(result.primaryKeys)) }
+    }
+
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {
         writerQueue.async { [self] in
             guard !closed.load(ordering: .relaxed) else { return completion([]) }

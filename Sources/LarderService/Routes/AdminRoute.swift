@@ -304,7 +304,7 @@ struct AdminRoute: Sendable {
     /// namespace, and every entry carrying one of the tags (1 to 1,000 of each; either or both).
     static func purgeBody(_ body: [UInt8], redaction: QueryRedaction, now: Double) throws(LarderError) -> [PurgeFilter] {
         let fields = try JSONFields(try JSONFields.parseBody(body), path: "")
-        try fields.rejectUnknown(["urls", "tags", "soft"])
+        try fields.rejectUnknown(["urls", "tags", "groups", "soft"])
         let softAt = try fields.bool("soft") == true ? now : nil
         var filters: [PurgeFilter] = []
         if let items = try fields.array("urls") {
@@ -326,12 +326,38 @@ struct AdminRoute: Sendable {
             filter.tags = tags
             filters.append(filter)
         }
-        guard !filters.isEmpty else { throw .invalid("urls", "give urls or tags (or both): arrays of what to purge") }
+        if let items = try fields.array("groups") {
+            guard (1...1000).contains(items.count) else { throw .invalid("groups", "must list 1 to 1000 groups") }
+            var filter = PurgeFilter()
+            filter.tags = try items.enumerated().map { index, item throws(LarderError) in try groupTag(item, field: "groups[\(index)]") }
+            filters.append(filter)
+        }
+        guard !filters.isEmpty else { throw .invalid("urls", "give urls, tags or groups: arrays of what to purge") }
         return filters.map { filter in
             var filter = filter
             filter.softAt = softAt
             return filter
         }
+    }
+
+    /// `{"origin": "https://api.example.com", "group": "products"}`: the tag the group's members
+    /// carry (RFC 9875 groups are per origin; CacheGroups).
+    static func groupTag(_ item: JSONValue, field: String) throws(LarderError) -> String {
+        let fields = try JSONFields(item, path: field)
+        try fields.rejectUnknown(["origin", "group"])
+        guard let originText = try fields.string("origin") else { throw .invalid("\(field).origin", "is required") }
+        guard let group = try fields.string("group") else { throw .invalid("\(field).group", "is required") }
+        let origin = try UpstreamURL(parsing: originText, field: "\(field).origin")
+        guard origin.path == "/", origin.queryItems.isEmpty, !originText.hasSuffix("?") else {
+            throw .invalid("\(field).origin", "must be an origin: scheme://host[:port], without a path or query")
+        }
+        guard !group.isEmpty, group.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) else {
+            throw .invalid("\(field).group", "must be 1 or more printable ASCII characters, as a Structured Field string")
+        }
+        guard let tag = CacheGroups.tag(origin: origin.scheme + "://" + origin.authority, group: group) else {
+            throw .invalid("\(field).group", "is too long for its origin (a group's tag has at most \(CacheTags.maxBytes) bytes)")
+        }
+        return tag
     }
 
     static func json(_ status: Int, _ body: [UInt8]) -> HTTPServerResponse {
