@@ -73,6 +73,25 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(try first.fetch(spec).outcome, "hit", "the revalidated entry is shared")
     }
 
+    func testACacheGroupInvalidatedOnOneInstanceIsRevalidatedOnAnother() throws {
+        let configure: (inout LarderConfiguration) -> Void = { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
+        let first = try startShared(configure).connection()
+        let second = try startShared(configure).connection()
+        let path = uniquePath()
+        let target = "/proxy/origin\(path)/a?cc=max-age%3D600&etag=%22g1%22&h=Cache-Groups:%22shared-group%22"
+        _ = try first.request("GET", target)
+        XCTAssertEqual(try second.request("GET", target).headers["cache-status"], "larder; hit; ttl=600")
+        let post = try first.request("POST", "/proxy/origin\(path)/write?h=Cache-Group-Invalidation:%22shared-group%22", body: [1])
+        XCTAssertEqual(post.status, 200)
+        let revalidated = try eventually {
+            try second.request("GET", target)
+        } until: {
+            $0.headers["cache-status"] == "larder; fwd=stale; fwd-status=304; stored; ttl=600"
+        }
+        XCTAssertEqual(revalidated.status, 200)
+        XCTAssertEqual(origin.requests("\(path)/a").last?.headers["if-none-match"], "\"g1\"")
+    }
+
     func testPurgesAndNamespaceVersionsReachEveryInstancesMemoryTier() throws {
         let first = try startShared().connection()
         let second = try startShared().connection()
