@@ -295,12 +295,12 @@ public enum CacheRules {
         }
         // 2xx is stored (206 partial content only once ranges are handled). Other final
         // statuses only when the response itself makes them fresh (§3: explicitly or
-        // heuristically cacheable) and the caller did not impose a ttl (a ttl never keeps errors),
-        // or when a negative-caching lifetime applies.
+        // heuristically cacheable) or a negative-caching lifetime applies; a caller's ttl never
+        // judges them (EntryFreshness.judgedByCallerTTL).
         let storable: Bool
         switch status {
         case 200...299: storable = status != 206 || inputs.partial // a 206 only as a stored part (§3.4)
-        case 300...599: storable = (ttl == nil || negative) && status != 304 && freshness.seconds > 0
+        case 300...599: storable = status != 304 && freshness.seconds > 0
         default: storable = false // 1xx interim responses are never stored
         }
         guard storable else { return .refuse(.statusNotCacheable) }
@@ -319,7 +319,9 @@ public enum CacheRules {
                 // shared cache s-maxage (which carries proxy-revalidate's meaning, §5.2.2.10).
                 mustRevalidate: cacheControl.has("must-revalidate") || cacheControl.has("proxy-revalidate")
                     || cacheControl.hasUnqualified("no-cache") || (shared && cacheControl.has("s-maxage")),
-                initialAge: initialAge(headers: headers, requestTime: inputs.requestTime, responseTime: inputs.responseTime),
+                // A negative lifetime counts from storing: an Age the answer came with (a CDN in
+                // front of the origin) must not use it up.
+                initialAge: negative ? 0 : initialAge(headers: headers, requestTime: inputs.requestTime, responseTime: inputs.responseTime),
                 // A caller's ttl is the lifetime of 2xx answers only (EntryFreshness.judgedByCallerTTL).
                 ttl: (200...299).contains(status) ? ttl : nil,
                 withheldFields: cacheControl.fieldsNotToStore))
@@ -368,7 +370,8 @@ public enum CacheRules {
     public static func targetedCacheControl(_ headers: [HeaderField], targeted: [String] = defaultTargetedFields) -> CacheControl? {
         for name in targeted {
             let values = headers.values(name)
-            guard !values.isEmpty else { continue }
+            // An empty field is no Dictionary (RFC 9651 §3.2 never serializes one): as if absent.
+            guard values.contains(where: { !$0.trimmingSpaces.isEmpty }) else { continue }
             if let parsed = CacheControl(structuredField: values.joined(separator: ", ")) { return parsed }
         }
         return nil

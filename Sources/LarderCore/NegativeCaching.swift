@@ -61,7 +61,8 @@ public struct NegativeTTL: Sendable, Equatable {
         var seconds: [Int: Double] = [:]
         for (name, member) in members.sorted(by: { $0.key < $1.key }) {
             guard name.utf8.count == 3, name.utf8.allSatisfy({ (48...57).contains($0) }), let status = Int(name) else {
-                throw .invalid("\(field).\(name)", "is not a status code")
+                // Not quoted back: it could be of any length.
+                throw .invalid(field, "its keys must be status codes of three digits")
             }
             guard case .number(let number) = member else { throw .invalid("\(field).\(name)", "must be a number of seconds") }
             if let refusal = refusal(status: status, seconds: number.double) { throw .invalid("\(field).\(name)", refusal) }

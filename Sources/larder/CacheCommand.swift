@@ -299,7 +299,8 @@ extension Cache {
                     }
                     if all, !yes {
                         guard isatty(STDIN_FILENO) == 1 else {
-                            throw CLIError("--all removes every entry: add --yes to confirm (stdin is not a terminal)")
+                            let effect = soft ? "marks every entry stale" : "removes every entry"
+                            throw CLIError("--all \(effect): add --yes to confirm (stdin is not a terminal)")
                         }
                         let action = soft ? "Mark stale" : "Remove"
                         let server = AddressRedaction.redacted(options.base)

@@ -241,8 +241,9 @@ final class StoreDecisionTests: XCTestCase {
         XCTAssertEqual(decide(status: 301, headers: [("Cache-Control", "max-age=3600")]), .store(StoredFreshness(lifetime: 3600)))
         XCTAssertEqual(decide(status: 404), .refuse(.statusNotCacheable), "no freshness, not stored")
         XCTAssertEqual(
-            decide(ttl: 60, status: 404, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable),
-            "a caller's ttl never keeps an error")
+            decide(ttl: 60, status: 404, headers: [("Cache-Control", "max-age=30")]), .store(StoredFreshness(lifetime: 30)),
+            "kept for its own lifetime, not the caller's ttl (which judges 2xx entries only)")
+        XCTAssertEqual(decide(ttl: 60, status: 404), .refuse(.statusNotCacheable), "a caller's ttl never keeps an error")
         XCTAssertEqual(decide(status: 206, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
         XCTAssertEqual(decide(status: 304, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
         XCTAssertEqual(decide(status: 100, headers: [("Cache-Control", "max-age=30")]), .refuse(.statusNotCacheable))
@@ -539,6 +540,13 @@ final class TargetedAndNegativeCachingTests: XCTestCase {
         // A caller's ttl keeps no error, but a negative lifetime given with it does, under its own lifetime.
         XCTAssertEqual(CacheRules.store(inputs(status: 404, ttl: 3600)), .refuse(.statusNotCacheable))
         XCTAssertEqual(CacheRules.store(inputs(status: 404, ttl: 3600, negative: [404: 30])), .store(StoredFreshness(lifetime: 30)))
+        // Counted from storing: an Age the answer came with does not use it up.
+        XCTAssertEqual(
+            CacheRules.store(inputs(status: 404, headers: [("Age", "100")], negative: [404: 30])), .store(StoredFreshness(lifetime: 30)))
+        // An empty targeted field is as if absent.
+        XCTAssertEqual(
+            CacheRules.store(inputs(status: 200, headers: [("CDN-Cache-Control", ""), ("Cache-Control", "max-age=100")])),
+            .store(StoredFreshness(lifetime: 100)))
     }
 
     func testACallersTTLJudgesOnlySuccessfulEntries() {
@@ -560,8 +568,8 @@ final class TargetedAndNegativeCachingTests: XCTestCase {
         let parsed = try NegativeTTL.parse(.object(["404": .number(30), "502": .number(JSONNumber("2.5")!)]), field: "cache.negativeTtl")
         XCTAssertEqual(parsed, NegativeTTL([404: 30, 502: 2.5]))
         for (member, field) in [
-            ("200", "cache.negativeTtl.200"), ("304", "cache.negativeTtl.304"), ("4044", "cache.negativeTtl.4044"),
-            ("abc", "cache.negativeTtl.abc")
+            ("200", "cache.negativeTtl.200"), ("304", "cache.negativeTtl.304"), ("4044", "cache.negativeTtl"),
+            ("abc", "cache.negativeTtl")
         ] {
             XCTAssertThrowsError(try NegativeTTL.parse(.object([member: .number(5)]), field: "cache.negativeTtl")) { error in
                 XCTAssertEqual((error as? LarderError)?.field, field)

@@ -46,6 +46,28 @@ final class NegativeCachingTests: IntegrationTestCase {
         XCTAssertEqual(origin.count("/base\(path)/gone"), 2)
     }
 
+    func testAServerErrorNeverReplacesAStoredSuccess() throws {
+        let larder = try startLarder { $0.negativeTTL = NegativeTTL([500: 30]) }
+        let client = try larder.connection()
+        let path = uniquePath()
+        // One key for both URLs (`status` is left out of it): the second stands for the origin failing.
+        let good: [String: Any] = ["url": url(path, "cc=max-age%3D1"), "cache": ["ignoreQuery": ["status"]]]
+        let failing: [String: Any] = ["url": url(path, "cc=max-age%3D1&status=500"), "cache": ["ignoreQuery": ["status"]]]
+        XCTAssertEqual(try client.fetch(good).outcome, "miss")
+        clock.advance(by: 2)
+        for _ in 0..<2 {
+            let failed = try client.fetch(failing)
+            XCTAssertEqual(failed.json["status"] as? Int, 500)
+            XCTAssertEqual(failed.cache["stored"] as? Bool, false, "the stale success is not replaced")
+        }
+        XCTAssertEqual(origin.count(path), 3)
+        XCTAssertEqual(try client.fetch(good).json["status"] as? Int, 200)
+        // Without a stored success, the 500 is kept for its lifetime.
+        let fresh: [String: Any] = ["url": url(path + "/new", "status=500")]
+        _ = try client.fetch(fresh)
+        XCTAssertEqual(try client.fetch(fresh).outcome, "hit")
+    }
+
     func testTheResponsesOwnFreshnessAndRefusalsWin() throws {
         let larder = try startProxy { $0.negativeTTL = NegativeTTL([404: 30]) }
         let client = try larder.connection()
@@ -94,7 +116,7 @@ final class NegativeCachingTests: IntegrationTestCase {
         let client = try startLarder().connection()
         for (negative, field) in [
             (["200": 5] as [String: Any], "cache.negativeTtl.200"), (["404": -1], "cache.negativeTtl.404"),
-            (["404": "30s"], "cache.negativeTtl.404"), (["four": 5], "cache.negativeTtl.four")
+            (["404": "30s"], "cache.negativeTtl.404"), (["four": 5], "cache.negativeTtl")
         ] {
             let response = try client.fetch(["url": url("/x"), "cache": ["negativeTtl": negative]])
             XCTAssertEqual(response.status, 400)

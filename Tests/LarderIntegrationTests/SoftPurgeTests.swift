@@ -84,6 +84,16 @@ final class SoftPurgeTests: IntegrationTestCase {
         XCTAssertEqual(hard.json["invalidated"] as? Int, 0)
         XCTAssertEqual(try client.request("DELETE", "/cache?namespace=soft-ns&soft=maybe").status, 400)
         XCTAssertEqual(try client.request("DELETE", "/cache?soft=true").status, 400, "a filter is still needed")
+        // Routes that cannot purge softly refuse to be asked to, rather than remove.
+        let key = try XCTUnwrap(try client.fetch(request).cache["key"] as? String)
+        let one = try client.request("DELETE", "/cache/entries/\(key)?soft=true")
+        XCTAssertEqual(one.status, 400)
+        XCTAssertEqual(one.errorField, "soft")
+        XCTAssertEqual(try client.fetch(request).outcome, "hit", "not removed")
+        let byBody = try client.request(
+            "POST", "/cache/purge?soft=true", headers: ["Content-Type": "application/json"],
+            body: Array(#"{"urls": ["http://a.example/"]}"#.utf8))
+        XCTAssertEqual(byBody.errorField, "soft")
     }
 
     func testTheCLIPurgesSoftly() throws {

@@ -105,7 +105,8 @@ final class ConfigFileTests: XCTestCase {
             ("negativeTtl: {abc: 5}", "negativeTtl.abc: is not a status code"),
             ("negativeTtl: [404]", "negativeTtl: must be a mapping"),
             ("upstreams: [{name: a, baseUrl: 'http://x', cache: {negativeTtl: {404: -1}}}]", "upstreams[0].cache.negativeTtl.404"),
-            ("targetedCacheControl: [Cache-Control]", "other than Cache-Control")
+            ("targetedCacheControl: [Cache-Control]", "other than Cache-Control"),
+            ("uncacheableMemory: -1", "uncacheable memory must be 0 (off) to 1 day")
         ] {
             var configuration = LarderConfiguration()
             XCTAssertThrowsError(

@@ -23,11 +23,19 @@ extension FetchEngine {
             request.shared
             ? BodyKind.binary
             : BodyKind.classify(contentType: response.headers.first(named: "content-type"), body: response.body)
-        let decision = CacheRules.store(
+        var decision = CacheRules.store(
             storeInputs(
                 request, partitioned: derived.partitioned, status: response.status,
                 headers: response.headers, bodySize: response.body.count,
                 sentAt: sentAt, arrivedAt: arrivedAt))
+        // A server error kept for a negative-caching lifetime never replaces a success stored
+        // for the key: a 5xx is a passing state of the origin, and the stale success still
+        // answers within its windows (a refresh in the background meets it first).
+        if case .store = decision, (500...599).contains(response.status), let fallback = run.fallback,
+            (200...299).contains(fallback.status)
+        {
+            decision = .refuse(.statusNotCacheable)
+        }
         // The /fetch envelope shows the headers as JSON; the proxy sends the fields as they are.
         let liveHeaders = request.shared ? [] : ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         if let validation = request.validation, let failure = validation.failure(status: response.status, body: response.body) {

@@ -105,8 +105,9 @@ public struct RangeFetcher: Sendable {
                 // A whole response (the upstream ignored Range, or If-Range failed): stored and
                 // answered as any miss; the route cuts the range from it.
                 engine.complete(
-                    RunningMiss(prepared, outcome: .miss, fallback: nil, forward: .partial, flight: nil, reply: reply), response: response,
-                    sentAt: sentAt)
+                    RunningMiss(
+                        prepared, outcome: .miss, fallback: nil, forward: stored == nil ? .uriMiss : .partial, flight: nil, reply: reply),
+                    response: response, sentAt: sentAt)
             }
         }
     }
@@ -121,7 +122,7 @@ public struct RangeFetcher: Sendable {
         if wantsWhole {
             answerPart = { fetcher.forward(prepared, range: nil, ifRange: nil, stored: nil, reply: reply) }
         } else {
-            let answer = passOn(response, for: prepared)
+            let answer = passOn(response, for: prepared, forward: stored == nil ? .uriMiss : .partial)
             answerPart = { reply(answer) }
         }
         guard let part = StoredPart(contentRange: response.headers.first(named: "content-range"), bodyCount: response.body.count) else {
@@ -156,14 +157,14 @@ public struct RangeFetcher: Sendable {
     }
 
     /// The upstream's 206 as this client's answer.
-    private func passOn(_ response: UpstreamResponse, for prepared: PreparedFetch) -> CacheAnswer {
+    private func passOn(_ response: UpstreamResponse, for prepared: PreparedFetch, forward: ForwardReason) -> CacheAnswer {
         .served(
             ServedResponse(
                 status: 206, headersJSON: ResponseHeaders.renderJSON(response.headers, dropCookies: false), headers: response.headers,
                 body: response.body, bodyKind: .binary,
                 report: CacheReport(
                     outcome: .miss, key: prepared.derived.key, age: 0, ttl: nil, version: prepared.request.cache.version,
-                    stored: false, forward: .partial, upstreamStatus: response.status),
+                    stored: false, forward: forward, upstreamStatus: response.status),
                 upstreamMs: (response.responseTime - response.requestTime) * 1000, etag: response.headers.first(named: "etag"),
                 lastModified: response.headers.first(named: "last-modified")))
     }

@@ -250,6 +250,9 @@ public struct LarderConfiguration: Sendable {
         for name in tagHeaders where !HTTPToken.isValidName(name) {
             throw ConfigurationError("tag header '\(name)' is not a valid header name")
         }
+        guard uncacheableMemorySeconds.isFinite, (0...86_400).contains(uncacheableMemorySeconds) else {
+            throw ConfigurationError("uncacheable memory must be 0 (off) to 1 day")
+        }
         for name in targetedCacheControl where !HTTPToken.isValidName(name) || name == "cache-control" {
             throw ConfigurationError("targeted cache-control field '\(name)' is not a valid header name other than Cache-Control")
         }

@@ -83,11 +83,14 @@ struct AdminRoute: Sendable {
     /// POST /cache/purge
     func purgeByBody(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
         if request.http.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+        try Self.refuseQuery(request, "give soft in the body")
         return purge(try Self.purgeBody(request.http.body, redaction: engine.redaction, now: clock.now()), request: request)
     }
 
     /// DELETE /cache/entries/{key}: every variant → 204, or 404.
     func removeEntry(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        // One key is removed, never marked stale: a soft purge goes through DELETE /cache.
+        try Self.refuseQuery(request, "for a soft purge use DELETE /cache or POST /cache/purge")
         let primaryKey = try Self.key(request)
         store.remove(primaryKey: primaryKey) { [tier] result in
             tier.forget(primaryKey)
@@ -216,6 +219,13 @@ struct AdminRoute: Sendable {
     // MARK: - Parsing
 
     /// The query's name/value pairs, percent-decoded ('+' is a space, as forms send it).
+    /// A route that takes no query refuses one (a `soft=true` it ignored would be a hard purge
+    /// the caller did not ask for).
+    static func refuseQuery(_ request: RouteRequest, _ hint: String) throws(LarderError) {
+        guard let first = query(of: request.http.rawTarget).first else { return }
+        throw .invalid(first.0.utf8.count <= 64 ? first.0 : "query", "this route takes no query parameters; \(hint)")
+    }
+
     static func query(of target: String) -> [(String, String)] {
         guard let mark = target.firstIndex(of: "?") else { return [] }
         return target[target.index(after: mark)...].split(separator: "&").map { pair in
