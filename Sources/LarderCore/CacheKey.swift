@@ -137,6 +137,17 @@ public struct CacheKeyBuilder: Sendable {
     }
 
     public func derive(for request: FetchRequest) -> Derived {
+        derive(for: request, url: request.url.keyString(ignoring: request.cache.ignoreQuery))
+    }
+
+    /// The key of `request` with the query parameters `drops` names (decoded) left out of its
+    /// URL, as if it had been asked for without them: a stored response's No-Vary-Search. The
+    /// key is the one such a request would get, so the key scheme is the same.
+    public func derive(for request: FetchRequest, dropping drops: (String) -> Bool) -> Derived {
+        derive(for: request, url: request.url.keyString(ignoring: request.cache.ignoreQuery, dropping: drops))
+    }
+
+    private func derive(for request: FetchRequest, url: String) -> Derived {
         let sensitive = request.cache.sensitive.map(\.canonicalBytes)
         var credentials: [UInt8] = []
         // A shared cache (the proxy route) does not partition by credentials; RFC 9111 §3.5
@@ -151,7 +162,6 @@ public struct CacheKeyBuilder: Sendable {
             credentials.append(UInt8(ascii: "\n"))
         }
         let bodyHash = request.body.map { Self.hex(SHA256.hash(data: $0)) } ?? ""
-        let url = request.url.keyString(ignoring: request.cache.ignoreQuery)
 
         // Written straight into one buffer, with no array per part and no `String(Int)` per
         // length: every request not seen before derives its key (docs/performance.md, "A hit

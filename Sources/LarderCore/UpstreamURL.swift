@@ -215,9 +215,15 @@ public struct UpstreamURL: Sendable, Equatable {
     /// `?a=evil&a=good` and `?a=good&a=evil` are different requests.
     public func keyString(ignoring ignored: Set<String> = []) -> String {
         if ignored.isEmpty, isInKeyOrder { return absoluteString }
+        return keyString(ignoring: ignored) { _ in false }
+    }
+
+    /// As `keyString(ignoring:)`, leaving out as well the parameters `drops` says (given each
+    /// name decoded, as a form decodes it: No-Vary-Search names parameters so).
+    public func keyString(ignoring ignored: Set<String>, dropping drops: (String) -> Bool) -> String {
         let ignoredEncoded = Set(ignored.map(Self.encodeQueryComponent))
         let kept = queryItems.enumerated()
-            .filter { !ignoredEncoded.contains($0.element.name) }
+            .filter { !ignoredEncoded.contains($0.element.name) && !drops(Self.decodedName($0.element.name)) }
             .sorted { lhs, rhs in
                 if lhs.element.name != rhs.element.name {
                     return lhs.element.name.utf8.lexicographicallyPrecedes(rhs.element.name.utf8)
@@ -308,6 +314,12 @@ public struct UpstreamURL: Sendable, Equatable {
     }
 
     /// Encodes a raw query name or value from the `query` object: everything but unreserved.
+    /// A parameter's name as a form decodes it (`+` a space, percent-escapes decoded).
+    static func decodedName(_ name: String) -> String {
+        let spaced = name.contains("+") ? name.replacingOccurrences(of: "+", with: " ") : name
+        return spaced.contains("%") ? spaced.removingPercentEncoding ?? spaced : spaced
+    }
+
     static func encodeQueryComponent(_ string: String) -> String {
         var out: [UInt8] = []
         for byte in string.utf8 {

@@ -92,6 +92,21 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(origin.requests("\(path)/a").last?.headers["if-none-match"], "\"g1\"")
     }
 
+    func testAResponseStoredUnderNoVarySearchIsSharedAndEachInstanceLearnsItsRule() throws {
+        let first = try startShared().connection()
+        let second = try startShared().connection()
+        let path = uniquePath()
+        let rule = "cc=max-age%3D600&h=No-Vary-Search:params%3D(%22utm%22)"
+        XCTAssertEqual(try first.fetch(["url": url(path, "\(rule)&utm=a")]).outcome, "miss")
+        XCTAssertEqual(try first.fetch(["url": url(path, "\(rule)&utm=b")]).outcome, "hit")
+        // Stored under the key of the URL without utm, which the second instance finds as it is…
+        XCTAssertEqual(try second.fetch(["url": url(path, rule)]).outcome, "hit")
+        // …and learns the rule from the first response it stores itself.
+        XCTAssertEqual(try second.fetch(["url": url(path, "\(rule)&utm=c")]).outcome, "miss")
+        XCTAssertEqual(try second.fetch(["url": url(path, "\(rule)&utm=d")]).outcome, "hit")
+        XCTAssertEqual(origin.count(path), 2)
+    }
+
     func testPurgesAndNamespaceVersionsReachEveryInstancesMemoryTier() throws {
         let first = try startShared().connection()
         let second = try startShared().connection()

@@ -80,13 +80,15 @@ extension FetchEngine {
                 store.save(asGet) { [self] _ in land(flight, with: .notShareable) { run.answer(.served(served)) } }
             }
         case .store(let stored):
-            let entry = self.entry(storing: response, for: request, derived: derived, kind: kind, stored: stored, at: arrivedAt)
+            let entry = self.entry(
+                storing: response, for: request, derived: keyForStoring(prepared, response: response), kind: kind, stored: stored,
+                at: arrivedAt)
             let freshness = entry.freshness
             let storeSpan = prepared.identity?.span.recordedChild("cache store")
             store.save(entry) { [self] saved in
                 storeSpan?.end(["larder.cache.key": .string(derived.key.hex), "larder.cache.stored": .bool(saved)])
                 let report = CacheReport(
-                    outcome: outcome, key: derived.key, age: freshness.age(now: arrivedAt, ttl: options.ttl),
+                    outcome: outcome, key: entry.primaryKey, age: freshness.age(now: arrivedAt, ttl: options.ttl),
                     ttl: saved ? freshness.remaining(now: arrivedAt, ttl: options.ttl) : nil,
                     version: options.version, stored: saved, forward: run.forward, upstreamStatus: response.status)
                 let answer = CacheAnswer.served(

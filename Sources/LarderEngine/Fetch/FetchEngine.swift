@@ -65,6 +65,8 @@ public final class FetchEngine: Sendable {
     /// Keys whose last answer was uncacheable (UncacheableMemory), and the misses sent straight
     /// upstream because of it. Touched on misses only.
     let uncacheable = Locked((memory: UncacheableMemory<CacheKey>(capacity: FetchEngine.uncacheableKeys), passes: 0))
+    /// The No-Vary-Search rules of stored responses, by path.
+    let noVarySearch = NoVarySearchRules()
     /// Keys remembered as uncacheable at most: about 1.5 MB.
     public static let uncacheableKeys = 10_000
 
@@ -201,7 +203,9 @@ public final class FetchEngine: Sendable {
 
     /// The lookup and the decision (RFC 9111 §4): serve what is stored, fail a cache-only
     /// request, or a miss. `prepared`'s namespace version is resolved.
-    private func look(_ prepared: PreparedFetch) -> Lookup {
+    private func look(_ given: PreparedFetch) -> Lookup {
+        // With a No-Vary-Search rule for its path, the key leaves out what the rule ignores.
+        let prepared = noVarySearch.isEmpty ? given : reducedByNoVarySearch(given)
         let request = prepared.request
         let derived = prepared.derived
         let options = request.cache
@@ -307,6 +311,31 @@ public final class FetchEngine: Sendable {
     /// Partial content (RFC 9111 §3.4): range requests no stored whole response answers, and
     /// plain GETs that find only a stored part.
     public var ranges: RangeFetcher { RangeFetcher(engine: self, rangeFetchOver: limits.rangeFetchOver) }
+
+    /// `prepared` keyed without the query parameters its path's No-Vary-Search rule ignores
+    /// (itself when there is none, or it has none of them).
+    private func reducedByNoVarySearch(_ prepared: PreparedFetch) -> PreparedFetch {
+        let request = prepared.request
+        guard request.method == .get || request.method == .head,
+            let rule = noVarySearch.rule(for: NoVarySearchRules.scope(of: request))
+        else { return prepared }
+        let derived = keys.derive(for: request, dropping: rule.ignores)
+        guard derived.key != prepared.derived.key else { return prepared }
+        return PreparedFetch(request: request, derived: derived, identity: prepared.identity)
+    }
+
+    /// Learns the No-Vary-Search rule a stored response to `prepared` declares, or that it
+    /// declares none, and gives the key to store it under: without the parameters it ignores.
+    func keyForStoring(_ prepared: PreparedFetch, response: UpstreamResponse) -> CacheKeyBuilder.Derived {
+        let request = prepared.request
+        guard request.method == .get else { return prepared.derived }
+        let rule = NoVarySearch(response.headers.values(NoVarySearch.field))
+        guard rule != nil || !noVarySearch.isEmpty else { return prepared.derived }
+        noVarySearch.learn(rule, for: NoVarySearchRules.scope(of: request))
+        // Without a rule, the request's own key: the lookup may have reduced it under the rule
+        // this response ends.
+        return rule.map { keys.derive(for: request, dropping: $0.ignores) } ?? keys.derive(for: request)
+    }
 
     /// Requests that joined another request's upstream fetch instead of sending their own.
     public var coalescedCount: Int { flights.joinedCount }
