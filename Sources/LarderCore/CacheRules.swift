@@ -24,6 +24,7 @@ public enum StoreRefusal: String, Sendable, Equatable {
     case authorizedRequest = "authorized_request" // shared cache, Authorization or Cookie, response not marked shareable
     case responseVaries = "response_varies" // Vary: * (never matches)
     case objectTooLarge = "object_too_large" // over --max-object-bytes: served, not stored
+    case storedSuccessKept = "stored_success_kept" // a 5xx kept by a negative lifetime would replace a stored success
 }
 
 public enum StoreDecision: Equatable, Sendable {
@@ -96,29 +97,34 @@ public struct EntryFreshness: Sendable, Equatable {
     /// (YTKNetwork's cacheTimeInSeconds); otherwise HTTP's current_age (RFC 9111 §4.2.3),
     /// which also counts the age the response already had when it arrived.
     public func age(now: Double, ttl: Double?) -> Double {
-        applied(ttl) == nil ? initialAge + residentTime(now: now) : residentTime(now: now)
+        callerTTL(ttl) == nil ? initialAge + residentTime(now: now) : residentTime(now: now)
     }
 
     /// Seconds of freshness left under `ttl` when given, else the stored lifetime.
     public func remaining(now: Double, ttl: Double?) -> Double {
         if let invalidatedAt, now >= invalidatedAt { return 0 }
-        return max(0, (applied(ttl) ?? freshnessLifetime) - age(now: now, ttl: ttl))
+        return max(0, (callerTTL(ttl) ?? freshnessLifetime) - age(now: now, ttl: ttl))
     }
 
     public func isFresh(now: Double, ttl: Double?) -> Bool {
         if let invalidatedAt, now >= invalidatedAt { return false }
-        return age(now: now, ttl: ttl) < (applied(ttl) ?? freshnessLifetime)
+        return age(now: now, ttl: ttl) < (callerTTL(ttl) ?? freshnessLifetime)
     }
 
     /// Seconds past freshness (0 while fresh); after a soft purge, at least the time since it.
     public func staleness(now: Double, ttl: Double?) -> Double {
-        let byLifetime = max(0, age(now: now, ttl: ttl) - (applied(ttl) ?? freshnessLifetime))
+        let byLifetime = max(0, age(now: now, ttl: ttl) - (callerTTL(ttl) ?? freshnessLifetime))
         guard let invalidatedAt else { return byLifetime }
         return max(byLifetime, now - invalidatedAt)
     }
 
     /// The caller's ttl when it judges this entry (`judgedByCallerTTL`).
-    @inline(__always) private func applied(_ ttl: Double?) -> Double? { judgedByCallerTTL ? ttl : nil }
+    @inline(__always) private func callerTTL(_ ttl: Double?) -> Double? { judgedByCallerTTL ? ttl : nil }
+
+    /// Marks it stale at `time` (a soft purge); an earlier mark stays.
+    public mutating func markStale(at time: Double) {
+        invalidatedAt = min(invalidatedAt ?? time, time)
+    }
 }
 
 /// Caller-chosen windows for serving stale entries; nil = the response's directive.
@@ -290,6 +296,10 @@ public enum CacheRules {
         // response gives none of its own (a heuristic one included: the chosen one is meant).
         var negative = false
         if freshness.source != .explicit, let lifetime = inputs.negativeTTL.lifetime(for: status) {
+            // A server error is a passing state of the origin: kept for a lifetime of the
+            // operator's choosing, it must not replace a success stored for the key, which still
+            // answers within its stale windows.
+            if (500...599).contains(status), inputs.replacesSuccess { return .refuse(.storedSuccessKept) }
             freshness = (lifetime, .explicit)
             negative = true
         }

@@ -21,6 +21,12 @@ public struct NegativeTTL: Sendable, Equatable {
         (300...599).contains(status) && status != 304
     }
 
+    /// A status code as a setting or a request names one: exactly three digits.
+    public static func status(_ text: some StringProtocol) -> Int? {
+        guard text.utf8.count == 3, text.utf8.allSatisfy({ (48...57).contains($0) }) else { return nil }
+        return Int(text)
+    }
+
     /// The longest lifetime accepted, as for `ttl`: 100 years.
     public static let maxSeconds: Double = 3_153_600_000
 
@@ -60,7 +66,7 @@ public struct NegativeTTL: Sendable, Equatable {
         }
         var seconds: [Int: Double] = [:]
         for (name, member) in members.sorted(by: { $0.key < $1.key }) {
-            guard name.utf8.count == 3, name.utf8.allSatisfy({ (48...57).contains($0) }), let status = Int(name) else {
+            guard let status = status(name) else {
                 // Not quoted back: it could be of any length.
                 throw .invalid(field, "its keys must be status codes of three digits")
             }

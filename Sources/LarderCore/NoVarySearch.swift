@@ -1,4 +1,4 @@
-// No-Vary-Search (the IETF draft Chrome implements, in the RFC Editor's queue): a response says
+// No-Vary-Search (draft-ietf-httpbis-no-vary-search, which Chrome implements): a response says
 // which query parameters do not change it, so requests that differ only in those share it.
 //
 //   No-Vary-Search: params                       no parameter matters

@@ -29,6 +29,8 @@ public struct StoreInputs: Sendable, Equatable {
     public var targetedFields: [String] = CacheRules.defaultTargetedFields
     /// Lifetimes for statuses whose answers carry no explicit freshness (negative caching).
     public var negativeTTL = NegativeTTL()
+    /// A success (2xx) is stored for the key, which storing this answer would replace.
+    public var replacesSuccess = false
 
     public init(
         policy: CachePolicy, method: HTTPMethod, ttl: Double?, partitioned: Bool,

@@ -313,13 +313,13 @@ public struct UpstreamURL: Sendable, Equatable {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Encodes a raw query name or value from the `query` object: everything but unreserved.
     /// A parameter's name as a form decodes it (`+` a space, percent-escapes decoded).
     static func decodedName(_ name: String) -> String {
         let spaced = name.contains("+") ? name.replacingOccurrences(of: "+", with: " ") : name
         return spaced.contains("%") ? spaced.removingPercentEncoding ?? spaced : spaced
     }
 
+    /// Encodes a raw query name or value from the `query` object: everything but unreserved.
     static func encodeQueryComponent(_ string: String) -> String {
         var out: [UInt8] = []
         for byte in string.utf8 {

@@ -3,7 +3,8 @@
 // entry was stored under, when it has one, is one more field after the tags: values without it
 // are byte for byte what earlier versions wrote, and those versions' values still read. A soft
 // purge's time comes after it (then the ttl field is written, -1 for none): only soft-purged
-// values carry it.
+// values carry it, and a Larder that predates soft purges refuses them as malformed (a miss,
+// and the value is removed).
 //
 // Anyone who can write to Redis can write any bytes there, and a plain checksum they simply
 // compute again. Without the secret they cannot make a value that authenticates, and a value

@@ -3,6 +3,7 @@
 // to decoded entries (PurgeFilter.matches). Every removal is published, so each instance's
 // memory tier drops what went.
 
+import Crypto
 import Dispatch
 import Foundation
 public import LarderCore
@@ -120,18 +121,21 @@ extension RedisCacheStore {
             let matching = rows.filter { filter.matches($0.entry) }
             guard !matching.isEmpty else { continue }
             if let time = filter.softAt {
-                // HSET XX-like: only fields that exist (a row removed meanwhile stays removed).
-                for row in matching {
+                // Each row written back marked, only if it is still the value read (SHA-1 of
+                // its bytes): a row removed or stored again meanwhile is left as it is.
+                let marks: [[[UInt8]]] = matching.map { row in
                     var marked = row.entry
-                    marked.freshness.invalidatedAt = min(row.entry.freshness.invalidatedAt ?? time, time)
-                    commands.append(
-                        [
-                            Array("EVAL".utf8), Array(Self.setIfPresent.utf8), Array("1".utf8), Array(entryKey(key).utf8),
-                            Array("e:\(row.entry.key.hex)".utf8), codec.encode(marked)
-                        ])
+                    marked.freshness.markStale(at: time)
+                    let read = codec.encode(row.entry)
+                    return [
+                        Array("EVAL".utf8), Array(Self.markIfUnchanged.utf8), Array("1".utf8), Array(entryKey(key).utf8),
+                        Array("e:\(row.entry.key.hex)".utf8), codec.encode(marked),
+                        Array(Insecure.SHA1.hash(data: read).map { String(format: "%02x", $0) }.joined().utf8)
+                    ]
                 }
-                result.invalidated += matching.count
-                result.primaryKeys.insert(key)
+                let marked = try backend.runWrites(marks).filter { $0.integer == 1 }.count
+                result.invalidated += marked
+                if marked > 0 { result.primaryKeys.insert(key) }
                 continue
             }
             if matching.count == rows.count {
@@ -149,10 +153,14 @@ extension RedisCacheStore {
         try backend.runWrites(commands)
     }
 
-    /// Sets a hash field only when it exists: a soft purge never brings back a row removed
-    /// between its read and its write.
-    static let setIfPresent =
-        "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end return 0"
+    /// Sets a hash field to ARGV[2] only while its value is the one read (ARGV[3], its SHA-1):
+    /// a soft purge never brings back a row removed, nor an older one over a row stored again,
+    /// between its read and its write. 1 when set.
+    static let markIfUnchanged = """
+        local current = redis.call('HGET', KEYS[1], ARGV[1])
+        if current and redis.sha1hex(current) == ARGV[3] then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) return 1 end
+        return 0
+        """
 
     public func remove(primaryKey: CacheKey, completion: @escaping @Sendable (PurgeResult) -> Void) {
         var result = PurgeResult()

@@ -355,10 +355,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
 
     /// A soft purge by tags (CacheStore), every instance told.
     public func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) {
-        var filter = PurgeFilter()
-        filter.tags = tags
-        filter.softAt = time
-        purge(filter) { result in completion(Array(result.primaryKeys)) }
+        purge(PurgeFilter(markingStale: tags, at: time)) { result in completion(Array(result.primaryKeys)) }
     }
 
     /// The longest namespace a request may name (FetchRequest); longer names in Redis are not Larder's.

@@ -212,7 +212,7 @@ final class ServeSettingsTests: XCTestCase {
         XCTAssertTrue(given.passOwnCacheControl)
         XCTAssertEqual(try configuration(["--targeted-cache-control", "none"]).targetedCacheControl, [])
         XCTAssertEqual(LarderConfiguration().targetedCacheControl, ["larder-cache-control", "cdn-cache-control"])
-        for bad in ["404", "404=soon", "200=5s", "4o4=5s", "404=-5"] {
+        for bad in ["404", "404=soon", "200=5s", "4o4=5s", "404=-5", "+404=5s", "0404=5s"] {
             XCTAssertThrowsError(try configuration(["--negative-ttl", bad]), bad) {
                 XCTAssertTrue("\($0)".contains("--negative-ttl"), "\($0)")
             }

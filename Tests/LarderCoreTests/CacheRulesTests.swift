@@ -543,6 +543,16 @@ final class TargetedAndNegativeCachingTests: XCTestCase {
         // Counted from storing: an Age the answer came with does not use it up.
         XCTAssertEqual(
             CacheRules.store(inputs(status: 404, headers: [("Age", "100")], negative: [404: 30])), .store(StoredFreshness(lifetime: 30)))
+        // A 5xx kept by a negative lifetime does not replace a stored success; with freshness
+        // of its own, or a 404, it does.
+        var over = inputs(status: 502, negative: [502: 5, 404: 5])
+        over.replacesSuccess = true
+        XCTAssertEqual(CacheRules.store(over), .refuse(.storedSuccessKept))
+        over.headers = [HeaderField("Cache-Control", "max-age=5")]
+        XCTAssertEqual(CacheRules.store(over), .store(StoredFreshness(lifetime: 5)))
+        over.headers = []
+        over.status = 404
+        XCTAssertEqual(CacheRules.store(over), .store(StoredFreshness(lifetime: 5)))
         // An empty targeted field is as if absent.
         XCTAssertEqual(
             CacheRules.store(inputs(status: 200, headers: [("CDN-Cache-Control", ""), ("Cache-Control", "max-age=100")])),

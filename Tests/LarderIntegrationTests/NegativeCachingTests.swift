@@ -50,15 +50,17 @@ final class NegativeCachingTests: IntegrationTestCase {
         let larder = try startLarder { $0.negativeTTL = NegativeTTL([500: 30]) }
         let client = try larder.connection()
         let path = uniquePath()
-        // One key for both URLs (`status` is left out of it): the second stands for the origin failing.
-        let good: [String: Any] = ["url": url(path, "cc=max-age%3D1"), "cache": ["ignoreQuery": ["status"]]]
-        let failing: [String: Any] = ["url": url(path, "cc=max-age%3D1&status=500"), "cache": ["ignoreQuery": ["status"]]]
+        // One key for both URLs (`status` and `cc` are left out of it): the second stands for the
+        // origin failing, with a 500 that says nothing of its freshness.
+        let good: [String: Any] = ["url": url(path, "cc=max-age%3D1"), "cache": ["ignoreQuery": ["status", "cc"]]]
+        let failing: [String: Any] = ["url": url(path, "status=500"), "cache": ["ignoreQuery": ["status", "cc"]]]
         XCTAssertEqual(try client.fetch(good).outcome, "miss")
         clock.advance(by: 2)
         for _ in 0..<2 {
             let failed = try client.fetch(failing)
             XCTAssertEqual(failed.json["status"] as? Int, 500)
             XCTAssertEqual(failed.cache["stored"] as? Bool, false, "the stale success is not replaced")
+            XCTAssertEqual(failed.cache["notStoredBecause"] as? String, "stored_success_kept")
         }
         XCTAssertEqual(origin.count(path), 3)
         XCTAssertEqual(try client.fetch(good).json["status"] as? Int, 200)

@@ -102,7 +102,7 @@ final class ConfigFileTests: XCTestCase {
             ("negativeTtl: {200: 30s}", "negativeTtl.200: status 200 is not 300–599"),
             ("negativeTtl: {304: 30s}", "negativeTtl.304"),
             ("negativeTtl: {404: soon}", "negativeTtl.404: must be a duration"),
-            ("negativeTtl: {abc: 5}", "negativeTtl.abc: is not a status code"),
+            ("negativeTtl: {abc: 5}", "negativeTtl: its keys must be status codes of three digits"),
             ("negativeTtl: [404]", "negativeTtl: must be a mapping"),
             ("upstreams: [{name: a, baseUrl: 'http://x', cache: {negativeTtl: {404: -1}}}]", "upstreams[0].cache.negativeTtl.404"),
             ("targetedCacheControl: [Cache-Control]", "other than Cache-Control"),

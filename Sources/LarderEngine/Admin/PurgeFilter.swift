@@ -27,6 +27,12 @@ public struct PurgeFilter: Sendable, Equatable {
 
     public init() {}
 
+    /// A soft purge of the entries carrying any of `tags`, at `time`.
+    public init(markingStale tags: [String], at time: Double) {
+        self.tags = tags
+        self.softAt = time
+    }
+
     /// No condition and not `all`: selects nothing.
     public var isEmpty: Bool { hasNoConditions && !all }
 

@@ -23,19 +23,12 @@ extension FetchEngine {
             request.shared
             ? BodyKind.binary
             : BodyKind.classify(contentType: response.headers.first(named: "content-type"), body: response.body)
-        var decision = CacheRules.store(
-            storeInputs(
-                request, partitioned: derived.partitioned, status: response.status,
-                headers: response.headers, bodySize: response.body.count,
-                sentAt: sentAt, arrivedAt: arrivedAt))
-        // A server error kept for a negative-caching lifetime never replaces a success stored
-        // for the key: a 5xx is a passing state of the origin, and the stale success still
-        // answers within its windows (a refresh in the background meets it first).
-        if case .store = decision, (500...599).contains(response.status), let fallback = run.fallback,
-            (200...299).contains(fallback.status)
-        {
-            decision = .refuse(.statusNotCacheable)
-        }
+        var inputs = storeInputs(
+            request, partitioned: derived.partitioned, status: response.status,
+            headers: response.headers, bodySize: response.body.count,
+            sentAt: sentAt, arrivedAt: arrivedAt)
+        inputs.replacesSuccess = run.fallback.map { (200...299).contains($0.status) } ?? false
+        let decision = CacheRules.store(inputs)
         // The /fetch envelope shows the headers as JSON; the proxy sends the fields as they are.
         let liveHeaders = request.shared ? [] : ResponseHeaders.renderJSON(response.headers, dropCookies: false)
         if let validation = request.validation, let failure = validation.failure(status: response.status, body: response.body) {
@@ -111,16 +104,17 @@ extension FetchEngine {
             uncacheable.withLock { if $0.memory.count > 0 { $0.memory.forget(key) } }
         case .refuse(let reason):
             let seconds = limits.uncacheableMemory
-            guard seconds > 0, prepared.request.method == .get, Self.isTheResponses(reason, status: status) else { return }
+            guard seconds > 0, prepared.request.method == .get, Self.isOfTheResponse(reason, status: status) else { return }
             uncacheable.withLock { $0.memory.remember(key, until: now + seconds) }
         }
     }
 
-    private static func isTheResponses(_ refusal: StoreRefusal, status: Int) -> Bool {
+    /// Whether `refusal` says something of the key's answers rather than of this request.
+    private static func isOfTheResponse(_ refusal: StoreRefusal, status: Int) -> Bool {
         switch refusal {
         case .responseNoStore, .responsePrivate, .responseVaries, .objectTooLarge: true
         case .statusNotCacheable: status < 500
-        case .policyNoStore, .requestNoStore, .methodNotCacheable, .authorizedRequest: false
+        case .policyNoStore, .requestNoStore, .methodNotCacheable, .authorizedRequest, .storedSuccessKept: false
         }
     }
 
@@ -206,10 +200,6 @@ extension FetchEngine {
         return entry
     }
 
-    /// RFC 9111 §4.4: a non-error response to an unsafe method invalidates the stored
-    /// responses for the target URI, and for Location and Content-Location when they are on
-    /// the same origin (another origin's entries are not this request's to invalidate).
-    /// (As stored: with the redacted query values.)
     /// Invalidates what a response to an unsafe method changed (`urls`, from `invalidatedURLs`):
     /// removes those URLs' entries (RFC 9111 §4.4), then marks stale the members of the groups
     /// its `Cache-Group-Invalidation` names, of the request's origin only (RFC 9875 §3). Marked
@@ -228,6 +218,10 @@ extension FetchEngine {
         }
     }
 
+    /// RFC 9111 §4.4: a non-error response to an unsafe method invalidates the stored
+    /// responses for the target URI, and for Location and Content-Location when they are on
+    /// the same origin (another origin's entries are not this request's to invalidate).
+    /// (As stored: with the redacted query values.)
     func invalidatedURLs(request: FetchRequest, response: UpstreamResponse) -> [String] {
         guard !request.method.isSafe, (200...399).contains(response.status) else { return [] }
         var urls = [request.url.keyString()]

@@ -67,7 +67,7 @@ public final class FetchEngine: Sendable {
     let uncacheable = Locked((memory: UncacheableMemory<CacheKey>(capacity: FetchEngine.uncacheableKeys), passes: 0))
     /// The No-Vary-Search rules of stored responses, by path.
     let noVarySearch = NoVarySearchRules()
-    /// Keys remembered as uncacheable at most: about 1.5 MB.
+    /// Keys remembered as uncacheable at most.
     public static let uncacheableKeys = 10_000
 
     /// Requests coalesce when they share the key and the version (the version decides whether
@@ -316,8 +316,8 @@ public final class FetchEngine: Sendable {
     /// (itself when there is none, or it has none of them).
     private func reducedByNoVarySearch(_ prepared: PreparedFetch) -> PreparedFetch {
         let request = prepared.request
-        guard request.method == .get || request.method == .head,
-            let rule = noVarySearch.rule(for: NoVarySearchRules.scope(of: request))
+        // Rules are learned from GET responses only, and their scope names the method.
+        guard request.method == .get, let rule = noVarySearch.rule(for: NoVarySearchRules.scope(of: request))
         else { return prepared }
         let derived = keys.derive(for: request, dropping: rule.ignores)
         guard derived.key != prepared.derived.key else { return prepared }

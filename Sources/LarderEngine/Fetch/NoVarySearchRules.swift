@@ -17,11 +17,15 @@ final class NoVarySearchRules: Sendable {
 
     private struct State {
         var rules: [String: NoVarySearch] = [:]
+        /// Scopes in the order they were learned, from `start`; a scope forgotten stays until
+        /// its turn or the next compaction, and a scope learned again is not added twice.
         var order: [String] = []
+        var start = 0
     }
 
     private let state = Locked(State())
-    /// Rules kept, read without the lock: a lookup with none learned costs one load.
+    /// Rules kept, written under the lock and read without it: a lookup with none learned
+    /// costs one load.
     private let count = Atomic<Int>(0)
 
     var isEmpty: Bool { count.load(ordering: .relaxed) == 0 }
@@ -38,18 +42,25 @@ final class NoVarySearchRules: Sendable {
 
     /// Keeps `rule` for `scope`; nil forgets the scope's rule.
     func learn(_ rule: NoVarySearch?, for scope: String) {
-        let kept = state.withLock { state -> Int in
-            guard let rule else {
+        state.withLock { state in
+            if let rule {
+                if state.rules.updateValue(rule, forKey: scope) == nil { state.order.append(scope) }
+                while state.rules.count > Self.capacity, state.start < state.order.count {
+                    state.rules[state.order[state.start]] = nil
+                    state.start += 1
+                }
+            } else {
                 state.rules[scope] = nil
-                return state.rules.count
             }
-            if state.rules.updateValue(rule, forKey: scope) == nil { state.order.append(scope) }
-            while state.rules.count > Self.capacity, !state.order.isEmpty {
-                state.rules[state.order.removeFirst()] = nil
+            // The order holds each kept scope once (a scope forgotten and learned again is
+            // appended again: the compaction keeps its last place).
+            if state.order.count - state.start > 2 * Self.capacity {
+                var seen: Set<String> = []
+                let live = state.order[state.start...].reversed().filter { state.rules[$0] != nil && seen.insert($0).inserted }
+                state.order = live.reversed()
+                state.start = 0
             }
-            if state.order.count > 2 * Self.capacity { state.order.removeAll { state.rules[$0] == nil } }
-            return state.rules.count
+            count.store(state.rules.count, ordering: .relaxed)
         }
-        count.store(kept, ordering: .relaxed)
     }
 }

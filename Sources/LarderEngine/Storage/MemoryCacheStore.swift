@@ -49,7 +49,7 @@ public final class MemoryCacheStore: CacheStore {
                 entries[primary] = variants.map { entry in
                     guard entry.tags.contains(where: tags.contains) else { return entry }
                     var marked = entry
-                    marked.freshness.invalidatedAt = min(entry.freshness.invalidatedAt ?? time, time)
+                    marked.freshness.markStale(at: time)
                     return marked
                 }
                 primaries.append(primary)

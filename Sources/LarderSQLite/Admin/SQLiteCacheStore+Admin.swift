@@ -65,6 +65,12 @@ extension SQLiteCacheStore: CacheAdministration {
     }
 
     public func purge(_ filter: PurgeFilter, completion: @escaping @Sendable (PurgeResult) -> Void) {
+        purge(filter, priority: .background, completion: completion)
+    }
+
+    /// As `purge`, its deletes (or marks) at `priority`: an operator's purge runs in the
+    /// background; an unsafe request's group invalidation, which its answer waits for, does not.
+    func purge(_ filter: PurgeFilter, priority: WorkPriority, completion: @escaping @Sendable (PurgeResult) -> Void) {
         // By tag: a pass per tag down its rows in the tag index (?1 the tag), each row checked
         // against the filter's other conditions when it has any.
         var besideTags = filter
@@ -92,7 +98,7 @@ extension SQLiteCacheStore: CacheAdministration {
             let passes =
                 tags.map { tags in tags.map { PurgePass.tagged($0, besides: otherConditions, before: firstUnwritten) } }
                 ?? [PurgePass(condition: condition, bind: bind, before: firstUnwritten)]
-            purgeBatch(passes[...], after: 0, priority: .background, softAt: filter.softAt, total: PurgeResult(), completion: completion)
+            purgeBatch(passes[...], after: 0, priority: priority, softAt: filter.softAt, total: PurgeResult(), completion: completion)
         }
     }
 

@@ -419,22 +419,28 @@ extension SQLiteCacheStore {
         }
     }
 
-    /// Drops the objects held in memory whose entries `matches` picks (before a purge or an
-    /// invalidation removes what it matches from the database), counted as not admitted.
-    /// Marks the held entries `matches` selects stale at `time` (a soft purge): they stay held.
+    /// Marks the held entries `matches` selects stale at `time` (a soft purge): they stay held,
+    /// and the tier above, which may keep a copy from before, is told to forget them.
     func invalidateHeldObjects(at time: Double, where matches: (StoredEntry) -> Bool) {
-        pending.withLock { pending in
+        let marked = pending.withLock { pending -> [CacheKey] in
+            var marked: [CacheKey] = []
             for (key, entries) in pending.held where entries.contains(where: matches) {
                 pending.held[key] = entries.map { entry in
                     guard matches(entry) else { return entry }
-                    var marked = entry
-                    marked.freshness.invalidatedAt = min(entry.freshness.invalidatedAt ?? time, time)
-                    return marked
+                    var stale = entry
+                    stale.freshness.markStale(at: time)
+                    return stale
                 }
+                marked.append(entries[0].primaryKey)
             }
+            return marked
         }
+        let handler = droppedHandler.current
+        for key in marked { handler?(key) }
     }
 
+    /// Drops the objects held in memory whose entries `matches` picks (before a purge or an
+    /// invalidation removes what it matches from the database), counted as not admitted.
     func dropHeldObjects(where matches: (StoredEntry) -> Bool) {
         guard let policy else { return }
         var dropped: [CacheKey] = []

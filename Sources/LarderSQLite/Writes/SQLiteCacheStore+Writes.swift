@@ -17,10 +17,10 @@ extension SQLiteCacheStore {
     static let groupCommitLimit = 512
     /// How long the first save of a group waits for others to join it. Nobody waits for a
     /// commit, and a commit's system calls (a lock and unlock of the WAL and of each reader's
-    /// snapshot, a header page and the pages every insert shares) are paid once a group: at one
-    /// connection a 5-ms wait makes a miss cost about a quarter fewer system calls and a tenth
-    /// less CPU than a 1-ms wait (docs/performance.md, "Write-behind group commits"), and its
-    /// commit's burst stays well under a millisecond. Under load commits run back to back anyway.
+    /// snapshot, a header page and the pages every insert shares) are paid once a group, so at
+    /// one connection a longer wait makes a miss cheaper (docs/performance.md, "Write-behind
+    /// group commits"), while the commit's burst stays short. Under load commits run back to
+    /// back anyway.
     static let groupCommitDelayMs = 5
 
     /// Makes `entry` visible to lookups and calls back at once, on the caller's thread; the
@@ -206,10 +206,7 @@ extension SQLiteCacheStore {
     /// A soft purge by tags (CacheStore): the purge's batches, at the writer's priority (the
     /// unsafe request's answer waits for it).
     public func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) {
-        var filter = PurgeFilter()
-        filter.tags = tags
-        filter.softAt = time
-        purge(filter) { result in completion(Array(result.primaryKeys)) }
+        purge(PurgeFilter(markingStale: tags, at: time), priority: .writer) { result in completion(Array(result.primaryKeys)) }
     }
 
     public func invalidate(urlKeys: [String], completion: @escaping @Sendable ([CacheKey]) -> Void) {

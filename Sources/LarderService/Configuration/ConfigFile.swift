@@ -372,7 +372,7 @@ public enum ConfigFile {
             var seconds: [Int: Double] = [:]
             for (name, item) in map {
                 let text = (name.base as? Int).map(String.init) ?? (name.base as? String) ?? "\(name)"
-                guard let status = Int(text) else { throw error("\(key).\(text)", "is not a status code") }
+                guard let status = NegativeTTL.status(text) else { throw error(key, "its keys must be status codes of three digits") }
                 let lifetime = try duration(item, "\(key).\(text)")
                 if let refusal = NegativeTTL.refusal(status: status, seconds: lifetime) { throw error("\(key).\(text)", refusal) }
                 seconds[status] = lifetime

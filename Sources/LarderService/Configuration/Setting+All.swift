@@ -134,8 +134,9 @@ extension Setting {
                 .duration(
                     "uncacheableMemory", \.uncacheableMemorySeconds,
                     """
-                    How long a URL whose answer could not be stored (private, no-store, a status that cannot be stored) is \
-                    remembered: its misses then go to the upstream at once and in parallel instead of waiting on one another; 0 = off
+                    How long a cache key (a URL in a namespace) whose answer could not be stored (private, no-store, a status \
+                    that cannot be stored) is remembered: its misses then go to the upstream at once and in parallel instead of \
+                    waiting on one another; 0 = off
                     """),
                 .flag(
                     "cacheStatusKey", \.cacheStatusKey,

@@ -341,7 +341,7 @@ extension Setting {
                 guard given != ["none"] else { return NegativeTTL() }
                 var seconds = current.seconds
                 for entry in given {
-                    guard let equals = entry.firstIndex(of: "="), let status = Int(entry[..<equals]),
+                    guard let equals = entry.firstIndex(of: "="), let status = NegativeTTL.status(entry[..<equals]),
                         let lifetime = Quantity.seconds(String(entry[entry.index(after: equals)...]))
                     else {
                         throw ConfigurationError("--\(option) '\(entry)' is not STATUS=DURATION (e.g. 404=30s)")

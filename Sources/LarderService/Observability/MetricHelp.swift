@@ -32,7 +32,7 @@ enum MetricHelp {
         "larder_cache_purged_total":
             "Entries purged through the admin API, by mode: hard (removed) or soft (marked stale, kept for revalidation)",
         "larder_uncacheable_passes_total":
-            "Misses sent upstream at once, without waiting on another request, because their URL's last answer could not be stored",
+            "Misses sent upstream at once, without waiting on another request, because their cache key's last answer could not be stored",
         "larder_uncacheable_keys": "Keys remembered as uncacheable (--uncacheable-memory; 10,000 at most)",
         "larder_store_rejected_entries_total": "Values read from a shared store that failed authentication or were malformed, removed",
         "larder_memory_tier_bytes": "Bytes the memory tier holds",

@@ -153,8 +153,8 @@ struct AdminRoute: Sendable {
     static func storeFailure(_ result: PurgeResult) -> HTTPServerResponse {
         let error = LarderError(
             .storageFailed,
-            "the store failed before the removal was complete (\(result.removed) entries removed); "
-                + "entries it should have removed may remain: retry")
+            "the store failed before the purge was complete (\(result.removed) entries removed, \(result.invalidated) marked stale); "
+                + "entries it should have reached may remain as they were: retry")
         return json(error.status, error.jsonBody)
     }
 
@@ -218,7 +218,6 @@ struct AdminRoute: Sendable {
 
     // MARK: - Parsing
 
-    /// The query's name/value pairs, percent-decoded ('+' is a space, as forms send it).
     /// A route that takes no query refuses one (a `soft=true` it ignored would be a hard purge
     /// the caller did not ask for).
     static func refuseQuery(_ request: RouteRequest, _ hint: String) throws(LarderError) {
@@ -226,6 +225,7 @@ struct AdminRoute: Sendable {
         throw .invalid(first.0.utf8.count <= 64 ? first.0 : "query", "this route takes no query parameters; \(hint)")
     }
 
+    /// The query's name/value pairs, percent-decoded ('+' is a space, as forms send it).
     static func query(of target: String) -> [(String, String)] {
         guard let mark = target.firstIndex(of: "?") else { return [] }
         return target[target.index(after: mark)...].split(separator: "&").map { pair in
@@ -357,17 +357,38 @@ struct AdminRoute: Sendable {
         try fields.rejectUnknown(["origin", "group"])
         guard let originText = try fields.string("origin") else { throw .invalid("\(field).origin", "is required") }
         guard let group = try fields.string("group") else { throw .invalid("\(field).group", "is required") }
-        let origin = try UpstreamURL(parsing: originText, field: "\(field).origin")
-        guard origin.path == "/", origin.queryItems.isEmpty, !originText.hasSuffix("?") else {
-            throw .invalid("\(field).origin", "must be an origin: scheme://host[:port], without a path or query")
+        guard Self.isOriginText(originText) else {
+            throw .invalid("\(field).origin", "must be an origin: http(s)://host[:port], without a path or query")
         }
-        guard !group.isEmpty, group.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) else {
-            throw .invalid("\(field).group", "must be 1 or more printable ASCII characters, as a Structured Field string")
+        let origin = try UpstreamURL(parsing: originText, field: "\(field).origin")
+        guard (1...200).contains(group.utf8.count), group.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) else {
+            throw .invalid("\(field).group", "must be 1 to 200 printable ASCII characters, as a Structured Field string")
         }
         guard let tag = CacheGroups.tag(origin: origin.scheme + "://" + origin.authority, group: group) else {
             throw .invalid("\(field).group", "is too long for its origin (a group's tag has at most \(CacheTags.maxBytes) bytes)")
         }
         return tag
+    }
+
+    /// `http(s)://host[:port]`, the host of letters, digits, dots and hyphens: the form the
+    /// API's schema gives an origin.
+    static func isOriginText(_ text: String) -> Bool {
+        let rest: Substring
+        if text.hasPrefix("https://") {
+            rest = text.dropFirst(8)
+        } else if text.hasPrefix("http://") {
+            rest = text.dropFirst(7)
+        } else {
+            return false
+        }
+        let parts = rest.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        let hostAllowed = parts[0].utf8.allSatisfy { byte in
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte)
+                || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
+        }
+        guard !parts[0].isEmpty, hostAllowed else { return false }
+        guard parts.count == 2 else { return true }
+        return (1...5).contains(parts[1].utf8.count) && parts[1].utf8.allSatisfy { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
     }
 
     static func json(_ status: Int, _ body: [UInt8]) -> HTTPServerResponse {
