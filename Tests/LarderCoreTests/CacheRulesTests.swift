@@ -591,39 +591,6 @@ final class TargetedAndNegativeCachingTests: XCTestCase {
     }
 }
 
-final class UncacheableMemoryTests: XCTestCase {
-    func testKeysAreRememberedForTheirTimeAndForgotten() {
-        var memory = UncacheableMemory<String>(capacity: 10)
-        memory.remember("a", until: 100)
-        XCTAssertTrue(memory.contains("a", now: 99))
-        XCTAssertFalse(memory.contains("a", now: 100), "lapsed")
-        XCTAssertEqual(memory.count, 0, "and forgotten")
-        memory.remember("b", until: 100)
-        memory.forget("b")
-        XCTAssertFalse(memory.contains("b", now: 0))
-        XCTAssertFalse(memory.contains("never", now: 0))
-    }
-
-    func testTheOldestGoFirstPastTheBound() {
-        var memory = UncacheableMemory<Int>(capacity: 3)
-        for key in 0..<3 { memory.remember(key, until: 100) }
-        memory.remember(0, until: 200) // remembered again: now the newest
-        memory.remember(3, until: 100)
-        XCTAssertEqual(memory.count, 3)
-        XCTAssertFalse(memory.contains(1, now: 0), "the oldest went")
-        XCTAssertTrue(memory.contains(0, now: 150))
-        XCTAssertTrue(memory.contains(2, now: 0))
-        XCTAssertTrue(memory.contains(3, now: 0))
-        // However many come and go, it holds at most its capacity.
-        for key in 4..<10_000 {
-            memory.remember(key, until: 100)
-            if key % 3 == 0 { memory.forget(key) }
-            XCTAssertLessThanOrEqual(memory.count, 3)
-        }
-        XCTAssertTrue(memory.contains(9_998, now: 0))
-    }
-}
-
 final class SoftPurgeRulesTests: XCTestCase {
     func testASoftPurgedEntryIsStaleFromThenOnAndItsWindowsCountFromThen() {
         var entry = EntryFreshness(storedAt: 1000, freshnessLifetime: 600, version: 0, staleIfError: 60)
@@ -643,47 +610,5 @@ final class SoftPurgeRulesTests: XCTestCase {
         XCTAssertEqual(entry.staleness(now: 2100, ttl: nil), 500)
         // A revalidation stores a new freshness: no mark.
         XCTAssertNil(StoredFreshness(lifetime: 600).entry(storedAt: 2100, version: 0).invalidatedAt)
-    }
-}
-
-final class CacheGroupsRulesTests: XCTestCase {
-    func testGroupsAreAStructuredListOfStrings() {
-        XCTAssertEqual(CacheGroups.parse([#""a", "b c""#, #""a""#]), ["a", "b c"])
-        XCTAssertEqual(CacheGroups.parse([#""a", token, 5, "d""#]), ["a", "d"], "members that are not strings are ignored")
-        XCTAssertEqual(CacheGroups.parse(["a b"]), [], "a field that does not parse lists none")
-        XCTAssertEqual(CacheGroups.parse([]), [])
-    }
-
-    func testAGroupIsATagOfItsOrigin() throws {
-        XCTAssertEqual(CacheGroups.tag(origin: "https://api.example.com", group: "a b,c%d"), "cg:https://api.example.com/a%20b%2Cc%25d")
-        XCTAssertNil(CacheGroups.tag(origin: "https://api.example.com", group: String(repeating: "g", count: 250)))
-        let url = try UpstreamURL(parsing: "https://API.example.com:8443/x?y=1", field: "url")
-        XCTAssertEqual(
-            CacheGroups.tags("cache-groups", in: [HeaderField("Cache-Groups", #""p""#)], of: url), ["cg:https://api.example.com:8443/p"])
-    }
-}
-
-final class NoVarySearchRulesTests: XCTestCase {
-    func testTheFieldsForms() throws {
-        let listed = try XCTUnwrap(NoVarySearch([#"params=("utm" "ref")"#]))
-        XCTAssertTrue(listed.ignores("utm"))
-        XCTAssertFalse(listed.ignores("q"))
-        let except = try XCTUnwrap(NoVarySearch([#"params, except=("id")"#]))
-        XCTAssertTrue(except.ignores("q"))
-        XCTAssertFalse(except.ignores("id"))
-        XCTAssertEqual(NoVarySearch(["params"])?.ignores("anything"), true)
-        XCTAssertEqual(NoVarySearch(["key-order, params"])?.ignores("x"), true)
-        for ignored in ["key-order", "params=?0", #"except=("id")"#, "params=(utm)", #"params=("a" 1)"#, "", "&&", "key-order=5, params"] {
-            XCTAssertNil(NoVarySearch([ignored]), ignored)
-        }
-        XCTAssertNil(NoVarySearch([]))
-    }
-
-    func testTheKeyWithoutIgnoredParametersIsTheKeyOfTheURLWithoutThem() throws {
-        let keys = CacheKeyBuilder(secret: Array(repeating: 7, count: 32))
-        let with = FetchRequest(url: try UpstreamURL(parsing: "https://a.example/p?q=1&utm%5Fs=x&b=2", field: "url"))
-        let without = FetchRequest(url: try UpstreamURL(parsing: "https://a.example/p?b=2&q=1", field: "url"))
-        XCTAssertEqual(keys.derive(for: with) { $0 == "utm_s" }.key, keys.derive(for: without).key, "names compared decoded")
-        XCTAssertNotEqual(keys.derive(for: with).key, keys.derive(for: without).key)
     }
 }
