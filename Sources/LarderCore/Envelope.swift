@@ -82,6 +82,23 @@ public enum ForwardReason: String, Sendable, CaseIterable {
     /// Only part of the response is stored (RFC 9111 §3.4).
     case partial
 
+    /// Why a request the lookup could not answer goes upstream (RFC 9211 §2.2). `entryFresh`:
+    /// whether the entry of its version is fresh, nil when there is none.
+    public static func of(
+        cacheable: Bool, policy: CachePolicy, partOnly: Bool, entryFresh: Bool?, foundOtherVersion: Bool, otherVariants: Bool
+    ) -> ForwardReason {
+        if !cacheable { return .method }
+        switch policy {
+        case .noStore: return .bypass
+        case .reload: return .request
+        case .useProtocol, .cacheElseLoad, .cacheOnly: break
+        }
+        if partOnly { return .partial }
+        if let entryFresh { return entryFresh ? .request : .stale }
+        if foundOtherVersion { return .miss }
+        return otherVariants ? .varyMiss : .uriMiss
+    }
+
     /// The raw value as a literal, for writers of bytes.
     public var literal: StaticString {
         switch self {

@@ -612,3 +612,25 @@ final class SoftPurgeRulesTests: XCTestCase {
         XCTAssertNil(StoredFreshness(lifetime: 600).entry(storedAt: 2100, version: 0).invalidatedAt)
     }
 }
+
+final class ForwardReasonTests: XCTestCase {
+    func testWhyARequestGoesUpstream() {
+        func reason(
+            cacheable: Bool = true, policy: CachePolicy = .useProtocol, partOnly: Bool = false, entryFresh: Bool? = nil,
+            other: Bool = false, variants: Bool = false
+        ) -> ForwardReason {
+            ForwardReason.of(
+                cacheable: cacheable, policy: policy, partOnly: partOnly, entryFresh: entryFresh, foundOtherVersion: other,
+                otherVariants: variants)
+        }
+        XCTAssertEqual(reason(cacheable: false, policy: .noStore), .method)
+        XCTAssertEqual(reason(policy: .noStore, entryFresh: true), .bypass)
+        XCTAssertEqual(reason(policy: .reload), .request)
+        XCTAssertEqual(reason(partOnly: true), .partial)
+        XCTAssertEqual(reason(entryFresh: true), .request, "a fresh entry the request refused")
+        XCTAssertEqual(reason(entryFresh: false), .stale)
+        XCTAssertEqual(reason(other: true), .miss)
+        XCTAssertEqual(reason(variants: true), .varyMiss)
+        XCTAssertEqual(reason(), .uriMiss)
+    }
+}

@@ -239,13 +239,10 @@ public final class FetchEngine: Sendable {
             // Nothing whole is stored but a part is (RFC 9111 §3.4): ask only for the rest.
             let partOnly = rows.hasPart && found == nil && request.shared && request.method == .get
             let outcome: CacheOutcome = (options.policy == .noStore || !cacheable) ? .bypass : .miss
-            // RFC 9211 §2.2: why it goes upstream.
-            let forward: ForwardReason =
-                if !cacheable { .method } else if options.policy == .noStore { .bypass } else if options.policy == .reload {
-                    .request
-                } else if partOnly { .partial } else if let entry {
-                    entry.freshness.isFresh(now: now, ttl: options.ttl) ? .request : .stale
-                } else if found != nil { .miss } else if rows.hasWhole { .varyMiss } else { .uriMiss }
+            let forward = ForwardReason.of(
+                cacheable: cacheable, policy: options.policy, partOnly: partOnly,
+                entryFresh: entry.map { $0.freshness.isFresh(now: now, ttl: options.ttl) }, foundOtherVersion: entry == nil && found != nil,
+                otherVariants: rows.hasWhole)
             return .miss(Miss(prepared: prepared, outcome: outcome, fallback: entry, partOnly: partOnly, forward: forward))
         }
     }
@@ -331,10 +328,11 @@ public final class FetchEngine: Sendable {
         guard request.method == .get else { return prepared.derived }
         let rule = NoVarySearch(response.headers.values(NoVarySearch.field))
         guard rule != nil || !noVarySearch.isEmpty else { return prepared.derived }
-        noVarySearch.learn(rule, for: NoVarySearchRules.scope(of: request))
-        // Without a rule, the request's own key: the lookup may have reduced it under the rule
-        // this response ends.
-        return rule.map { keys.derive(for: request, dropping: $0.ignores) } ?? keys.derive(for: request)
+        let ended = noVarySearch.learn(rule, for: NoVarySearchRules.scope(of: request))
+        if let rule { return keys.derive(for: request, dropping: rule.ignores) }
+        // Without a rule, the request's own key: the lookup reduced it under the rule this
+        // response ends.
+        return ended ? keys.derive(for: request) : prepared.derived
     }
 
     /// Requests that joined another request's upstream fetch instead of sending their own.

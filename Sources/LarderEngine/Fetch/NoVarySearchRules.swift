@@ -40,9 +40,11 @@ final class NoVarySearchRules: Sendable {
         state.withLock { $0.rules[scope] }
     }
 
-    /// Keeps `rule` for `scope`; nil forgets the scope's rule.
-    func learn(_ rule: NoVarySearch?, for scope: String) {
+    /// Keeps `rule` for `scope`; nil forgets the scope's rule. Whether a rule was forgotten.
+    @discardableResult
+    func learn(_ rule: NoVarySearch?, for scope: String) -> Bool {
         state.withLock { state in
+            var forgot = false
             if let rule {
                 if state.rules.updateValue(rule, forKey: scope) == nil { state.order.append(scope) }
                 while state.rules.count > Self.capacity, state.start < state.order.count {
@@ -50,7 +52,7 @@ final class NoVarySearchRules: Sendable {
                     state.start += 1
                 }
             } else {
-                state.rules[scope] = nil
+                forgot = state.rules.removeValue(forKey: scope) != nil
             }
             // The order holds each kept scope once (a scope forgotten and learned again is
             // appended again: the compaction keeps its last place).
@@ -61,6 +63,7 @@ final class NoVarySearchRules: Sendable {
                 state.start = 0
             }
             count.store(state.rules.count, ordering: .relaxed)
+            return forgot
         }
     }
 }
