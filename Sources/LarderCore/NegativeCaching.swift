@@ -7,13 +7,18 @@
 
 public struct NegativeTTL: Sendable, Equatable {
     /// Seconds by status; 0 turns a status off where a broader setting gave it a lifetime.
-    public private(set) var seconds: [Int: Double]
+    public var seconds: [Int: Double] { kept ?? [:] }
+    /// nil when empty: every request carries one (CacheOptions), and a dictionary, even empty,
+    /// is a reference each copy of the request retains.
+    private let kept: [Int: Double]?
 
     public init(_ seconds: [Int: Double] = [:]) {
-        self.seconds = seconds
+        kept = seconds.isEmpty ? nil : seconds
     }
 
-    public var isEmpty: Bool { seconds.isEmpty }
+    public var isEmpty: Bool { kept == nil }
+
+    public static func == (lhs: NegativeTTL, rhs: NegativeTTL) -> Bool { lhs.seconds == rhs.seconds }
 
     /// The statuses that can be given a lifetime: redirects and errors. 304 is never stored (it
     /// updates a stored response, §4.3.4); 2xx answers are what `ttl` is for.
@@ -50,7 +55,7 @@ public struct NegativeTTL: Sendable, Equatable {
     /// The lifetime an answer with `status` is stored for when it has no explicit freshness;
     /// nil when none (or 0) is set.
     public func lifetime(for status: Int) -> Double? {
-        guard let lifetime = seconds[status], lifetime > 0, Self.accepts(status: status) else { return nil }
+        guard let lifetime = kept?[status], lifetime > 0, Self.accepts(status: status) else { return nil }
         return lifetime
     }
 
