@@ -118,6 +118,9 @@ public struct EntryFreshness: Sendable, Equatable {
         return max(byLifetime, now - invalidatedAt)
     }
 
+    /// Whether a caller's ttl judges an entry of `status` (`judgedByCallerTTL`): 2xx only.
+    public static func callerTTLJudges(status: Int) -> Bool { (200...299).contains(status) }
+
     /// The caller's ttl when it judges this entry (`judgedByCallerTTL`).
     @inline(__always) private func callerTTL(_ ttl: Double?) -> Double? { judgedByCallerTTL ? ttl : nil }
 
@@ -333,7 +336,7 @@ public enum CacheRules {
                 // front of the origin) must not use it up.
                 initialAge: negative ? 0 : initialAge(headers: headers, requestTime: inputs.requestTime, responseTime: inputs.responseTime),
                 // A caller's ttl is the lifetime of 2xx answers only (EntryFreshness.judgedByCallerTTL).
-                ttl: (200...299).contains(status) ? ttl : nil,
+                ttl: EntryFreshness.callerTTLJudges(status: status) ? ttl : nil,
                 withheldFields: cacheControl.fieldsNotToStore))
     }
 

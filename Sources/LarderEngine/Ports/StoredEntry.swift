@@ -89,7 +89,7 @@ public struct StoredEntry: Sendable, Equatable {
         set {
             change {
                 $0.status = newValue
-                $0.freshness.judgedByCallerTTL = (200...299).contains(newValue)
+                $0.freshness.judgedByCallerTTL = EntryFreshness.callerTTLJudges(status: newValue)
             }
         }
     }
@@ -132,7 +132,7 @@ public struct StoredEntry: Sendable, Equatable {
         set {
             change {
                 $0.freshness = newValue
-                $0.freshness.judgedByCallerTTL = (200...299).contains($0.status)
+                $0.freshness.judgedByCallerTTL = EntryFreshness.callerTTLJudges(status: $0.status)
             }
         }
     }
@@ -196,7 +196,7 @@ public struct StoredEntry: Sendable, Equatable {
                 headerFields: Self.keepsFields(namespace) ? headerFields ?? ResponseHeaders.parseJSON(headersJSON) : nil,
                 body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
                 etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: [], keepRequested: false))
-        storage.fields.freshness.judgedByCallerTTL = (200...299).contains(status)
+        storage.fields.freshness.judgedByCallerTTL = EntryFreshness.callerTTLJudges(status: status)
     }
 }
 

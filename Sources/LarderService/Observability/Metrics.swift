@@ -352,16 +352,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
     ) -> [UInt8] {
         foldTallies()
         let figures = store.figures
-        let newlyDropped = reportedAccessLogDrops.withLock { reported in
-            defer { reported = max(reported, accessLogDropped) }
-            return accessLogDropped - reported
-        }
-        counter("larder_access_log_dropped_total", []).increment(by: max(0, newlyDropped))
-        let newPasses = reportedUncacheablePasses.withLock { reported in
-            defer { reported = max(reported, uncacheable.passes) }
-            return uncacheable.passes - reported
-        }
-        counter("larder_uncacheable_passes_total", []).increment(by: max(0, newPasses))
+        advance("larder_access_log_dropped_total", to: accessLogDropped, reported: reportedAccessLogDrops)
+        advance("larder_uncacheable_passes_total", to: uncacheable.passes, reported: reportedUncacheablePasses)
         gauge("larder_uncacheable_keys").record(uncacheable.keys)
         for listener in listeners {
             gauge("larder_http_connections", [("listener", listener.name)]).record(listener.open)
@@ -406,6 +398,16 @@ final class LarderMetrics: TrafficObserver, Sendable {
         gauge("larder_heap_bytes", [("state", "in_use")]).record(Int(heap.uordblks + heap.hblkhd))
         gauge("larder_heap_bytes", [("state", "free")]).record(Int(heap.fordblks))
         return MetricHelp.adding(to: registry.emitToBuffer())
+    }
+
+    /// Advances counter `name` to `total`, a count kept elsewhere, by what changed since the
+    /// last scrape (`reported`).
+    private func advance(_ name: String, to total: Int, reported: borrowing Locked<Int>) {
+        let added = reported.withLock { reported in
+            defer { reported = max(reported, total) }
+            return total - reported
+        }
+        counter(name, []).increment(by: max(0, added))
     }
 
     /// The admission policy's counters (docs/operations.md lists them), advanced by what changed
