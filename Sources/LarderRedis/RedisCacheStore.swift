@@ -63,7 +63,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     private let flushTimer: DispatchSourceTimer
     let events: RedisEvents
     /// Keys this instance leads across instances, and the wakes of instances waiting here.
-    let leading = Locked<Set<CacheKey>>([])
+    let leading = Locked<[CacheKey: String]>([:]) // the lease's value, to release only one's own
     let waiting = Locked<[CacheKey: [@Sendable () -> Void]]>([:])
     /// Entries and bytes as the last full SCAN found them (see `usage`).
     let usageCache = Locked<(entries: Int, bytes: Int)>((0, 0))
@@ -276,39 +276,66 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         return entries
     }
 
+    /// Writes an entry and, when this instance leads the key's flight (cross-instance
+    /// coalescing), releases the lease and tells the waiting instances: the entry is there
+    /// before anyone is told. A response that varies differently from the rows under its key
+    /// replaces them all (RFC 9111 §4.1).
+    /// KEYS: entry, lease. ARGV: row key, value, Vary names, milliseconds, lease value (empty:
+    /// no lease), channel, message.
     static let saveScript = """
         local current = redis.call('HGET', KEYS[1], '~vary')
-        if current ~= ARGV[3] then redis.call('DEL', KEYS[1]) end
+        if current and current ~= ARGV[3] then redis.call('DEL', KEYS[1]) end
         redis.call('HSET', KEYS[1], '~vary', ARGV[3], 'e:' .. ARGV[1], ARGV[2])
         redis.call('PEXPIRE', KEYS[1], ARGV[4])
+        if ARGV[5] ~= '' and redis.call('GET', KEYS[2]) == ARGV[5] then
+          redis.call('DEL', KEYS[2])
+          redis.call('PUBLISH', ARGV[6], ARGV[7])
+        end
         return 1
         """
 
-    /// Writes the entry (and its tag and URL indexes) in one pipelined round trip; a response
-    /// that varies differently from the rows under its key replaces them all (§4.1). While Redis
-    /// is full, a first-time entry is not written (`admits`): answered as not stored.
+    /// Adds a primary key to an index set (a tag's, a URL's) and keeps the set as long as the
+    /// entry. KEYS: the set. ARGV: primary key, milliseconds.
+    static let indexScript = "redis.call('SADD', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1"
+
+    /// Writes the entry (releasing this instance's lease on its key) and its tag and URL
+    /// indexes in one pipelined round trip: one script for the entry's hash slot and one per
+    /// index, since on a Redis Cluster each index lives in a slot of its own. A plain miss is
+    /// then four commands in all: the lookup, the lease, the entry, its URL's index.
+    /// While Redis is full, a first-time entry is not written (`admits`): answered as not stored.
     public func save(_ entry: StoredEntry, completion: @escaping @Sendable (Bool) -> Void) {
         guard admits(entry) else { return completion(false) }
-        let ttl = String(retentionMs(entry))
+        let ttl = Array(String(retentionMs(entry)).utf8)
+        let primaryKey = entry.primaryKey
+        let lease = leading.withLock { $0.removeValue(forKey: primaryKey) }
+        let primaryHex = Array(primaryKey.hex.utf8)
         var commands: [[[UInt8]]] = [
-            ["EVAL", Self.saveScript, "1", entryKey(entry.primaryKey)].map { Array($0.utf8) }
-                + [Array(entry.key.hex.utf8), codec.encode(entry), Array(entry.varyNames.joined(separator: ",").utf8), Array(ttl.utf8)]
+            [
+                Array("EVAL".utf8), Array(Self.saveScript.utf8), Array("2".utf8), Array(entryKey(primaryKey).utf8),
+                Array(leaseKey(primaryKey).utf8), Array(entry.key.hex.utf8), codec.encode(entry),
+                Array(entry.varyNames.joined(separator: ",").utf8), ttl, Array((lease ?? "").utf8), Array(events.channel.utf8),
+                Array("done \(primaryKey.hex)".utf8)
+            ]
         ]
         for index in entry.tags.map(tagKey) + [urlIndexKey(entry.urlKey)] {
-            commands.append(["SADD", index, entry.primaryKey.hex].map { Array($0.utf8) })
-            commands.append(["PEXPIRE", index, ttl].map { Array($0.utf8) })
+            commands.append([Array("EVAL".utf8), Array(Self.indexScript.utf8), Array("1".utf8), Array(index.utf8), primaryHex, ttl])
         }
+        let saved: Bool
         do {
             let replies = try backend.run(commands)
             if case .error(let message) = replies[0] {
                 logger.warning("Redis refused an entry", metadata: ["error": "\(message)"])
-                return completion(false)
+                saved = false
+            } else {
+                saved = true
             }
-            completion(true)
         } catch {
             logger.debug("Redis save failed; the response is served unstored", metadata: ["error": "\(error)"])
-            completion(false)
+            saved = false
         }
+        // Not written, so not released by the script: `release` (the flight's landing) does it.
+        if !saved, let lease { leading.withLock { $0[primaryKey] = lease } }
+        completion(saved)
     }
 
     public func recordHit(_ key: CacheKey, at time: Double) {

@@ -9,7 +9,7 @@ final class FlightTableTests: XCTestCase {
         _ joined: FlightTable<String, String>.Joined, file: StaticString = #filePath,
         line: UInt = #line
     ) -> FlightTable<String, String>.Token? {
-        guard case .leading(let token) = joined else {
+        guard case .leading(let token, _) = joined else {
             XCTFail("expected to lead", file: file, line: line)
             return nil
         }
@@ -81,6 +81,43 @@ final class FlightTableTests: XCTestCase {
         XCTAssertTrue(table.abandon(token))
     }
 
+    func testALeaderIsToldWhenAFlightForItsKeyLandedAfterItsLookup() throws {
+        let table = FlightTable<String, String>()
+        let beforeLookup = table.landings
+        let first = try XCTUnwrap(leader(table.join("k", as: "first")))
+        XCTAssertEqual(table.land(first), [])
+        let late = table.join("k", as: "late", seenLandings: beforeLookup)
+        XCTAssertEqual(landedSince(late), true, "its lookup may have missed the entry")
+        XCTAssertEqual(
+            landedSince(table.join("j", as: "other key", seenLandings: beforeLookup)), false, "another key's landing says nothing")
+        _ = table.land(try XCTUnwrap(leader(late)))
+        let afterLanding = table.landings
+        _ = table.land(try XCTUnwrap(table.lead("k")))
+        XCTAssertEqual(landedSince(table.join("k", as: "lookup before the last landing", seenLandings: afterLanding)), true)
+    }
+
+    func testALeaderWhoseLookupCameAfterTheLandingLooksNoFurther() throws {
+        let table = FlightTable<String, String>()
+        let first = try XCTUnwrap(leader(table.join("k", as: "first")))
+        _ = table.land(first)
+        XCTAssertEqual(landedSince(table.join("k", as: "next", seenLandings: table.landings)), false)
+    }
+
+    func testForgottenLandingsCountAsPossiblyLanded() throws {
+        let table = FlightTable<String, String>()
+        let old = table.landings
+        for index in 0...FlightTable<String, String>.rememberedLandings {
+            _ = table.land(try XCTUnwrap(table.lead("key \(index)")))
+        }
+        XCTAssertEqual(landedSince(table.join("never landed", as: "x", seenLandings: old)), true, "its landings were forgotten")
+        XCTAssertEqual(landedSince(table.join("also never", as: "y", seenLandings: table.landings)), false)
+    }
+
+    private func landedSince(_ joined: FlightTable<String, String>.Joined) -> Bool? {
+        guard case .leading(_, let landedSince) = joined else { return nil }
+        return landedSince
+    }
+
     func testARefreshLeadsOnlyWhenNoFlightIsUnderWay() throws {
         let table = FlightTable<String, String>()
         let refresh = try XCTUnwrap(table.lead("k"))
@@ -89,4 +126,9 @@ final class FlightTableTests: XCTestCase {
         XCTAssertEqual(table.land(refresh), ["miss"])
         XCTAssertNotNil(table.lead("k"))
     }
+}
+
+extension FlightTable {
+    /// A join whose lookup came just now.
+    fileprivate func join(_ key: Key, as waiter: Waiter) -> Joined { join(key, as: waiter, seenLandings: landings) }
 }

@@ -157,6 +157,32 @@ final class SharedStoreTests: SharedStoreTestCase {
         XCTAssertEqual(counted["hit"], 149, "\(counted)")
     }
 
+    func testAStoredMissSendsRedisFourCommands() throws {
+        // What Redis is sent per miss, read from MONITOR: a client's commands show with its
+        // address, a script's own calls with "lua". The lookup, the lease, the entry with the
+        // lease's release, the URL's index.
+        let client = try startShared().connection()
+        let path = uniquePath()
+        XCTAssertEqual(try client.fetch(["url": url(path + "/warm", "cc=max-age%3D600")]).outcome, "miss")
+        let monitor = try RedisMonitor(port: redis.port)
+        defer { monitor.stop() }
+        let misses = 30
+        for index in 0..<misses {
+            XCTAssertEqual(try client.fetch(["url": url(path + "/\(index)", "cc=max-age%3D600")]).outcome, "miss")
+        }
+        let lines = try monitor.linesUntilMarker(using: redis)
+        let sent = lines.filter { !$0.contains(" lua]") }
+        let named = Dictionary(grouping: sent) { line in
+            line.split(separator: "\"").dropFirst().first.map { $0.uppercased() } ?? "?"
+        }.mapValues(\.count)
+        XCTAssertEqual(named["HGETALL"], misses, "\(named)")
+        XCTAssertNil(named["PTTL"], "the lease's deadline comes with the attempt to take it")
+        // Besides the misses' own, a timer's command (hit counts, the secret's check) or an
+        // admission's look at Redis's memory may fall in the window.
+        XCTAssertLessThanOrEqual(sent.count, 4 * misses + 3, "\(named)")
+        XCTAssertEqual(origin.count(path + "/0"), 1)
+    }
+
     func testALeaderThatDiesIsReplacedWhenItsLeaseLapses() throws {
         // A lease taken by an instance that is gone (set by hand): the next cold request waits
         // for it to lapse, then leads itself.

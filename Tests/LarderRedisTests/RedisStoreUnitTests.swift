@@ -24,6 +24,16 @@ final class RedisStoreUnitTests: XCTestCase {
 
     private let codec = EntryCodec(secret: Array(repeating: 1, count: 32))
 
+    func testATakenLeaseSaysHowLongToWaitWithinWhatALeaseCanLast() {
+        let wait = RedisCacheStore.remainingMilliseconds
+        XCTAssertEqual(wait("instance-a 10500", 10_000, 30_000, 1000), 500)
+        XCTAssertEqual(wait("instance-a 99999999", 10_000, 30_000, 1000), 30_000, "a deadline past the longest lease is not believed")
+        XCTAssertEqual(wait("instance-a 9000", 10_000, 30_000, 1000), 10, "already lapsed: look again at once")
+        XCTAssertEqual(wait("dead-instance", 10_000, 30_000, 1000), 1000, "a value without a deadline (another version)")
+        XCTAssertEqual(wait(nil, 10_000, 30_000, 1000), 1000)
+        XCTAssertEqual(wait("a b", 10_000, 30_000, 700), 700)
+    }
+
     func testAnEntryRoundTripsThroughTheCodec() throws {
         XCTAssertEqual(try codec.decode(codec.encode(entry())), entry())
         var text = entry()

@@ -258,3 +258,69 @@ open class SharedStoreTestCase: IntegrationTestCase {
         }
     }
 }
+
+/// `redis-cli monitor` on a server: every command it runs from now on, one line each.
+public final class RedisMonitor {
+    private let process = Process()
+    private let output: URL
+    private let startMarker = "monitor-start-\(UUID().uuidString)"
+
+    public init(port: Int) throws {
+        output = FileManager.default.temporaryDirectory.appendingPathComponent("larder-monitor-\(UUID().uuidString)")
+        FileManager.default.createFile(atPath: output.path, contents: nil)
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-cli")
+        process.arguments = ["-p", String(port), "monitor"]
+        process.standardOutput = try FileHandle(forWritingTo: output)
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Watching once a command sent now shows; what comes after it is what the test sees.
+        let watching = eventually(every: 0.02) {
+            _ = try? RedisServer.echo(startMarker, port: port)
+            return self.lines.contains { $0.contains(self.startMarker) }
+        }
+        guard watching else { throw TestClientError(description: "redis-cli monitor did not start") }
+    }
+
+    private var lines: [String] {
+        String(decoding: (try? Data(contentsOf: output)) ?? Data(), as: UTF8.self).split(separator: "\n").map(String.init)
+    }
+
+    /// The lines since the monitor started, up to a marker sent now, which is then known to
+    /// come after all of them.
+    public func linesUntilMarker(using redis: RedisServer) throws -> [String] {
+        let marker = "monitor-end-\(UUID().uuidString)"
+        _ = try RedisServer.echo(marker, port: redis.port)
+        var seen: [String] = []
+        guard
+            eventually(
+                every: 0.02,
+                {
+                    seen = self.lines
+                    return seen.contains { $0.contains(marker) }
+                })
+        else {
+            throw TestClientError(description: "the monitor never showed its end marker")
+        }
+        let started = seen.lastIndex { $0.contains(startMarker) } ?? -1
+        return Array(seen[(started + 1)...].prefix { !$0.contains(marker) })
+    }
+
+    public func stop() {
+        if process.isRunning {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(at: output)
+    }
+
+    deinit { stop() }
+}
+
+extension RedisServer {
+    static func echo(_ text: String, port: Int) throws -> String {
+        let connection = try TestConnection(port: port)
+        let request = "*2\r\n$4\r\nECHO\r\n$\(text.utf8.count)\r\n\(text)\r\n"
+        try connection.sendAll(Array(request.utf8))
+        return try connection.readLine()
+    }
+}

@@ -213,6 +213,7 @@ public final class FetchEngine: Sendable {
         let readsCache = cacheable && options.policy != .noStore && options.policy != .reload
         // A stored entry the caller's validators reject is, for this caller, not there.
         var rows = StoredRows()
+        let seenLandings = flights.landings
         let lookupSpan = prepared.identity?.span.recordedChild("cache lookup")
         let found = readsCache ? variant(for: prepared, rows: &rows).flatMap { Self.satisfies($0, request) ? $0 : nil } : nil
         lookupSpan?.end(["larder.cache.key": .string(derived.key.hex), "larder.cache.found": .bool(found != nil)])
@@ -243,7 +244,10 @@ public final class FetchEngine: Sendable {
                 cacheable: cacheable, policy: options.policy, partOnly: partOnly,
                 entryFresh: entry.map { $0.freshness.isFresh(now: now, ttl: options.ttl) }, foundOtherVersion: entry == nil && found != nil,
                 otherVariants: rows.hasWhole)
-            return .miss(Miss(prepared: prepared, outcome: outcome, fallback: entry, partOnly: partOnly, forward: forward))
+            return .miss(
+                Miss(
+                    prepared: prepared, outcome: outcome, fallback: entry, partOnly: partOnly, forward: forward, seenLandings: seenLandings)
+            )
         }
     }
 
@@ -260,6 +264,7 @@ public final class FetchEngine: Sendable {
         // Coalescing: concurrent misses on one key wait for the first one's upstream request
         // (not for reload, which asks for a fetch of its own, nor for bypass).
         var leading: FlightToken?
+        var mayHaveLanded = false
         if mayCoalesce, outcome == .miss, options.policy != .reload, !passesStraight(prepared.derived.key) {
             let key = FlightKey(key: prepared.derived.key, version: options.version)
             // A waiter that may give up answers through a miss of its own, so that the first of
@@ -269,7 +274,8 @@ public final class FetchEngine: Sendable {
                     prepared, outcome: outcome, fallback: miss.fallback, forward: miss.forward, flight: nil, cancellation: $0,
                     leading: false, reply: reply)
             }
-            switch flights.join(key, as: Waiter(prepared: prepared, reply: waiting.map { $0.answer } ?? reply)) {
+            let waiter = Waiter(prepared: prepared, reply: waiting.map { $0.answer } ?? reply)
+            switch flights.join(key, as: waiter, seenLandings: miss.seenLandings) {
             case .waiting(let waiter):
                 // A cancelled waiter leaves the flight; the flight goes on for the others.
                 if let cancellation, let waiting {
@@ -279,8 +285,9 @@ public final class FetchEngine: Sendable {
                     }
                 }
                 return nil
-            case .leading(let token):
+            case .leading(let token, let landedSince):
                 leading = token
+                mayHaveLanded = landedSince
             }
         }
         let run = RunningMiss(
@@ -289,7 +296,7 @@ public final class FetchEngine: Sendable {
         if let leading {
             // A flight for this key may have landed between the lookup and taking the lead (its
             // entry is stored before its flight ends): answer from that entry.
-            if let landed = freshlyStored(prepared) {
+            if mayHaveLanded, let landed = freshlyStored(prepared) {
                 let now = clock.now()
                 store.recordHit(landed.key, at: now)
                 let answer = serve(landed, outcome: .hit, options: options, now: now, coalesced: true)

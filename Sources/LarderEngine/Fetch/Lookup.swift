@@ -21,6 +21,8 @@ public struct Miss: Sendable {
     let partOnly: Bool
     /// Why it goes upstream (Cache-Status `fwd`).
     let forward: ForwardReason
+    /// The flight table's landing count before the lookup (`FlightTable.landings`).
+    let seenLandings: UInt64
 
     /// The cache key, for a caller that reports it before the answer comes.
     public var key: CacheKey { prepared.derived.key }
