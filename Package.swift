@@ -52,6 +52,7 @@ let package = Package(
         .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
         .systemLibrary(name: "CXXHash", pkgConfig: "libxxhash", providers: [.apt(["libxxhash-dev"])]),
         .systemLibrary(name: "CHiredis", pkgConfig: "hiredis", providers: [.apt(["libhiredis-dev"])]),
+        .systemLibrary(name: "CZstd", pkgConfig: "libzstd", providers: [.apt(["libzstd-dev"])]),
         .systemLibrary(name: "CMalloc"), // glibc's <malloc.h>, for the executable's memory discipline
         // RE2 (libre2-dev) is C++: a C face of three functions, compiled here, for LarderRE2.
         .target(name: "CRE2", linkerSettings: [.linkedLibrary("re2")]),
@@ -104,12 +105,14 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto")
             ],
             swiftSettings: strict),
+        // Stored bodies compressed at rest (zstd), behind the engine's BodyCodec.
+        .target(name: "LarderZstd", dependencies: ["CZstd", "LarderEngine", "LarderSync"], swiftSettings: strict),
         // Wiring: configuration, routes, lifecycle. Used by the executable and the integration tests.
         .target(
             name: "LarderService",
             dependencies: [
                 "LarderCore", "LarderEngine", "LarderSQLite", "LarderCurl", "LarderHTTP", "LarderRedis", "LarderRE2", "LarderSync",
-                "CMalloc", .product(name: "Logging", package: "swift-log"),
+                "LarderZstd", "CMalloc", .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -170,7 +173,7 @@ let package = Package(
         // memory store and on SQLite.
         .testTarget(
             name: "LarderSemanticsTests",
-            dependencies: ["LarderEngine", "LarderCore", "LarderSQLite", "LarderSync", "LarderTesting"]
+            dependencies: ["LarderEngine", "LarderCore", "LarderSQLite", "LarderSync", "LarderTesting", "LarderZstd"]
         ),
         .testTarget(
             name: "LarderSQLiteTests",

@@ -4,7 +4,9 @@
 // are byte for byte what earlier versions wrote, and those versions' values still read. A soft
 // purge's time comes after it (then the ttl field is written, -1 for none): only soft-purged
 // values carry it, and a Larder that predates soft purges refuses them as malformed (a miss,
-// and the value is removed).
+// and the value is removed). A body compressed at rest (BodyCoding) is marked in the body kind's
+// field (the kind plus 16 times the coding): values of uncompressed bodies are unchanged, and a
+// Larder that predates compression refuses the others as malformed.
 //
 // Anyone who can write to Redis can write any bytes there, and a plain checksum they simply
 // compute again. Without the secret they cannot make a value that authenticates, and a value
@@ -19,6 +21,8 @@ public import LarderEngine
 
 public struct EntryCodec: Sendable {
     static let magic: [UInt8] = Array("LRD2".utf8)
+    /// The body kind's field holds kind + codingFactor × coding.
+    static let codingFactor = 16
     static let tagBytes = 32
     /// Seconds any duration or time in an entry may reach (some 31,000 years): far past any
     /// real lifetime, and small enough that every sum and conversion of them stays exact.
@@ -107,7 +111,7 @@ public struct EntryCodec: Sendable {
         integer(Int64(entry.status))
         bytes(entry.headersJSON)
         bytes(entry.body)
-        integer(Int64(entry.bodyKind.rawValue))
+        integer(Int64(entry.bodyKind.rawValue + Self.codingFactor * entry.bodyCoding.rawValue))
         double(entry.freshness.storedAt)
         double(entry.freshness.freshnessLifetime)
         integer(entry.freshness.version)
@@ -162,13 +166,16 @@ public struct EntryCodec: Sendable {
         try reader.check(!fields.isEmpty || headers == Array("{}".utf8))
         let body = try reader.bytes()
         let kindValue = try reader.integer()
-        guard (0...2).contains(kindValue), let kind = BodyKind(rawValue: Int(kindValue)) else { throw .invalid }
+        guard (0..<Int64(codingFactor * 2)).contains(kindValue), let kind = BodyKind(rawValue: Int(kindValue) % codingFactor),
+            let coding = BodyCoding(rawValue: Int(kindValue) / codingFactor)
+        else { throw .invalid }
         // What BodyKind.classify would have said: a JSON body is embedded as it is, a text one
-        // escaped as UTF-8.
-        switch kind {
-        case .json: try reader.check(body.count <= BodyKind.maxEmbeddedJSONBytes && JSONParser.isValid(body))
-        case .text: try reader.check(String(validating: body, as: UTF8.self) != nil)
-        case .binary: break
+        // escaped as UTF-8. A compressed body is checked by its codec when it is read back (its
+        // frame's size, its integrity); its kind was judged on the whole body when it came.
+        switch (kind, coding) {
+        case (.json, .identity): try reader.check(body.count <= BodyKind.maxEmbeddedJSONBytes && JSONParser.isValid(body))
+        case (.text, .identity): try reader.check(String(validating: body, as: UTF8.self) != nil)
+        default: break
         }
         let storedAt = try reader.seconds()
         let lifetime = try reader.seconds()
@@ -208,6 +215,7 @@ public struct EntryCodec: Sendable {
                 mustRevalidate: mustRevalidate == 1, initialAge: initialAge, storedTTL: storedTTL, invalidatedAt: invalidatedAt),
             sensitiveFingerprint: sensitive, etag: etag, lastModified: lastModified, headerFields: fields)
         entry.tags = tags
+        entry.bodyCoding = coding
         return entry
     }
 

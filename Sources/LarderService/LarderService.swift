@@ -10,6 +10,7 @@ import LarderHTTP
 import LarderRedis
 import LarderSQLite
 import LarderSync
+import LarderZstd
 public import Logging
 
 #if canImport(Glibc)
@@ -235,7 +236,7 @@ public final class LarderService: Sendable {
         }
         let engine = FetchEngine(
             store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
-            clock: clock, limits: limits, sharedFlights: redis, logger: logger)
+            clock: clock, limits: limits, sharedFlights: redis, bodyCodec: ZstdCodec(), logger: logger)
         redis?.onNamespaceVersion { [weak engine] namespace, version in engine?.namespaces.set(namespace, to: version) }
         return (engine, tier)
     }
@@ -251,6 +252,7 @@ public final class LarderService: Sendable {
         limits.targetedFields = configuration.targetedCacheControl
         limits.negativeTTL = configuration.negativeTTL
         limits.uncacheableMemory = configuration.uncacheableMemorySeconds
+        limits.compression = CompressionRules(minBytes: configuration.compressMinBytes, contentTypes: configuration.compressTypes)
         limits.redaction = QueryRedaction(names: configuration.redactQuery)
         limits.loopToken = loop.token
         return limits

@@ -265,6 +265,8 @@ struct StorageSettings: ParsableArguments {
     @Option(setting: "bodyFileThreshold") var bodyFileThreshold: Int?
     @Option(setting: "maxVariants") var maxVariants: Int?
     @Option(setting: "tagHeaders") var tagHeaders: [String] = []
+    @Option(setting: "compressMinBytes") var compressMinBytes: Int?
+    @Option(setting: "compressTypes") var compressTypes: [String] = []
 }
 
 struct UpstreamSettings: ParsableArguments {

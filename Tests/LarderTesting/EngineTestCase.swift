@@ -99,6 +99,9 @@ open class EngineTestCase: XCTestCase {
     private var current = StoreUnderTest.memory
     /// The settings stores are made with; set before `onEachStore`.
     public var storeSettings = StoreSettings()
+    /// The codec engines compress stored bodies with (none: stored as they came); set before
+    /// `onEachStore`.
+    public var bodyCodec: (any BodyCodec)?
 
     /// Runs `body` once on each store `stores` names, each time with an engine, an origin, a
     /// clock and a store of its own; a failure names the store it happened on.
@@ -154,7 +157,9 @@ open class EngineTestCase: XCTestCase {
 
     /// An engine over the test's store and origin, with `limits`.
     public func makeEngine(limits: FetchEngine.Limits) -> FetchEngine {
-        FetchEngine(store: store, upstream: origin, keys: keys, clock: clock.clock, limits: limits, logger: Logger(label: "engine-test"))
+        FetchEngine(
+            store: store, upstream: origin, keys: keys, clock: clock.clock, limits: limits, bodyCodec: bodyCodec,
+            logger: Logger(label: "engine-test"))
     }
 
     /// Replaces the engine with one over the same store: what a restart keeps.

@@ -6,7 +6,8 @@
 //   unsafe=NNN         response status for methods other than GET and HEAD
 //   delay=MS           answer after MS milliseconds (TestOrigin only; the connection waits, nothing blocks)
 //   hold=N|gate        answer once N requests of the path wait, or the test releases the path
-//   size=N             body of N bytes of "a" (text/plain) instead of the default JSON
+//   size=N             body of N bytes of "a" (application/octet-stream: filler whose stored size is its
+//                      size, never compressed at rest) instead of the default JSON
 //   cc=VALUE           Cache-Control
 //   ct=VALUE           Content-Type
 //   h=Name:Value       an extra response header (repeatable)
@@ -18,7 +19,9 @@
 //   loop=1             Location header pointing back at this very request
 //   binary=1           a small binary body
 //   jsonsize=N         a JSON array of about N bytes (application/json)
-//   fill=N             N bytes of text made from the path (OriginScript.fill), so any body can be recomputed
+//   fill=N             N bytes made from the path (OriginScript.fill), so any body can be recomputed
+//                      (application/octet-stream, as size=)
+//   text=N             the same bytes as fill=N, as text/plain (compressed at rest)
 // The default body is JSON: {"path": …, "n": <how many requests this path has seen>,
 // "method": …, "query": …, "body": <request body as text>, "headers": {…}}.
 
@@ -75,8 +78,11 @@ public enum OriginScript {
         var body: [UInt8]
         if let size = value("size").flatMap({ Int($0) }) {
             body = [UInt8](repeating: UInt8(ascii: "a"), count: size)
-            responseHeaders.append(("Content-Type", "text/plain"))
+            responseHeaders.append(("Content-Type", "application/octet-stream"))
         } else if let size = value("fill").flatMap({ Int($0) }) {
+            body = fill(path: path, size: size)
+            responseHeaders.append(("Content-Type", "application/octet-stream"))
+        } else if let size = value("text").flatMap({ Int($0) }) {
             body = fill(path: path, size: size)
             responseHeaders.append(("Content-Type", "text/plain"))
         } else if let size = value("jsonsize").flatMap({ Int($0) }) {

@@ -106,6 +106,7 @@ extension FetchEngine {
     /// (which sends it as is) and read for everything else. Nil when the file is gone or
     /// damaged: as if nothing were stored.
     func withBody(_ entry: StoredEntry, forSending: Bool) -> StoredEntry? {
+        if entry.bodyCoding != .identity { return decompressed(entry) }
         guard entry.bodyFile != nil else { return entry }
         var resolved = entry
         if forSending {
@@ -118,4 +119,51 @@ extension FetchEngine {
         }
         return resolved
     }
+
+    /// `entry` with its body whole again (read from its file first, if it has one); nil when
+    /// the body is gone or damaged, or no codec reads it: as if nothing were stored.
+    func decompressed(_ entry: StoredEntry) -> StoredEntry? {
+        guard let codec = bodyCodec, codec.coding == entry.bodyCoding,
+            let stored = entry.bodyFile == nil ? entry.body : store.readBody(of: entry),
+            let body = codec.decompress(stored, maxBytes: max(limits.maxUpstreamBodyBytes, limits.maxStoredBodyBytes))
+        else {
+            logger.warning("a stored body could not be decompressed; answered as a miss", metadata: ["key": "\(entry.key)"])
+            return nil
+        }
+        var whole = entry
+        whole.body = body
+        whole.bodyCoding = .identity
+        whole.bodyFile = nil
+        whole.openedBody = nil
+        return whole
+    }
+
+    /// The body of a stored entry as it was sent (read from its file, decompressed); nil when
+    /// it is gone or damaged. For the admin API's view of an entry.
+    public func storedBody(of entry: StoredEntry) -> [UInt8]? {
+        withBody(entry, forSending: false)?.body
+    }
+
+    /// `entry` as the store keeps it: its body compressed when the rules take its type and size
+    /// and the compressed form saves enough (CompressionRules). What answers the request, and
+    /// the requests waiting on it, stays `entry` itself.
+    func forStoring(_ entry: StoredEntry) -> StoredEntry {
+        let rules = limits.compression
+        guard let codec = bodyCodec, entry.bodyCoding == .identity, entry.bodyFile == nil,
+            rules.compresses(status: entry.status, headers: entry.headerFields, bodyCount: entry.body.count),
+            let compressed = codec.compress(entry.body),
+            CompressionRules.pays(original: entry.body.count, compressed: compressed.count)
+        else { return entry }
+        compressionCounts.withLock {
+            $0.stored += 1
+            $0.savedBytes += entry.body.count - compressed.count
+        }
+        var stored = entry
+        stored.body = compressed
+        stored.bodyCoding = codec.coding
+        return stored
+    }
+
+    /// Bodies stored compressed since start, and the bytes that saved.
+    public var compressionFigures: (stored: Int, savedBytes: Int) { compressionCounts.withLock { $0 } }
 }

@@ -39,6 +39,8 @@ public final class FetchEngine: Sendable {
         /// Seconds a key whose answer could not be stored is remembered, its misses then sent
         /// upstream at once instead of coalescing (`--uncacheable-memory`; 0: off).
         public var uncacheableMemory: Double = 120
+        /// Which stored bodies are compressed at rest (`--compress-min-bytes`, `--compress-types`).
+        public var compression = CompressionRules()
         public init() {}
     }
 
@@ -56,6 +58,11 @@ public final class FetchEngine: Sendable {
     public let traffic: TrafficCounters
     /// Coalescing across instances (a shared store's leases); nil for one instance.
     let sharedFlights: (any SharedFlights)?
+    /// Compresses stored bodies and makes them whole again; nil: bodies are stored as they
+    /// came, and a compressed one found is as if nothing were stored.
+    let bodyCodec: (any BodyCodec)?
+    /// Bodies stored compressed, and the bytes that saved (what the store did not have to keep).
+    let compressionCounts = Locked((stored: 0, savedBytes: 0))
     /// Query parameters whose values stored URLs leave out (`--redact-query`).
     public var redaction: QueryRedaction { limits.redaction }
     /// Each namespace's current version, used by requests that name none.
@@ -87,9 +94,10 @@ public final class FetchEngine: Sendable {
 
     public init(
         store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
-        limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, logger: Logger
+        limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, bodyCodec: (any BodyCodec)? = nil, logger: Logger
     ) {
         self.store = store
+        self.bodyCodec = bodyCodec
         self.sharedFlights = sharedFlights
         self.upstream = upstream
         self.keys = keys

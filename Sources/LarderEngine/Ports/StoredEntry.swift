@@ -23,6 +23,7 @@ public struct StoredEntry: Sendable, Equatable {
         var headerFields: [HeaderField]?
         var body: [UInt8]
         var bodyKind: BodyKind
+        var bodyCoding: BodyCoding
         var freshness: EntryFreshness
         var sensitiveFingerprint: String?
         var etag: String?
@@ -126,6 +127,12 @@ public struct StoredEntry: Sendable, Equatable {
         get { storage.fields.bodyKind }
         set { change { $0.bodyKind = newValue } }
     }
+    /// How the body is kept: as it came, or compressed at rest (the engine makes it whole again
+    /// before anything reads it: FetchEngine.withBody).
+    public var bodyCoding: BodyCoding {
+        get { storage.fields.bodyCoding }
+        set { change { $0.bodyCoding = newValue } }
+    }
     /// Whether a caller's ttl judges it follows the status (EntryFreshness.judgedByCallerTTL).
     public var freshness: EntryFreshness {
         get { storage.fields.freshness }
@@ -176,7 +183,8 @@ public struct StoredEntry: Sendable, Equatable {
         return lhs.key == rhs.key && lhs.primaryKey == rhs.primaryKey && lhs.varyNames == rhs.varyNames
             && lhs.variantFingerprint == rhs.variantFingerprint && lhs.namespace == rhs.namespace && lhs.method == rhs.method
             && lhs.url == rhs.url && lhs.urlKey == rhs.urlKey && lhs.status == rhs.status && lhs.headersJSON == rhs.headersJSON
-            && lhs.body == rhs.body && lhs.bodyKind == rhs.bodyKind && lhs.freshness == rhs.freshness
+            && lhs.body == rhs.body && lhs.bodyKind == rhs.bodyKind && lhs.bodyCoding == rhs.bodyCoding
+            && lhs.freshness == rhs.freshness
             && lhs.sensitiveFingerprint == rhs.sensitiveFingerprint && lhs.etag == rhs.etag && lhs.lastModified == rhs.lastModified
             && lhs.bodyFile == rhs.bodyFile && lhs.openedBody === rhs.openedBody && lhs.tags == rhs.tags
     }
@@ -194,7 +202,7 @@ public struct StoredEntry: Sendable, Equatable {
                 // Kept for the proxy's entries only: given when the caller has them (a new
                 // entry: ResponseHeaders.rendered), else parsed.
                 headerFields: Self.keepsFields(namespace) ? headerFields ?? ResponseHeaders.parseJSON(headersJSON) : nil,
-                body: body, bodyKind: bodyKind, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
+                body: body, bodyKind: bodyKind, bodyCoding: .identity, freshness: freshness, sensitiveFingerprint: sensitiveFingerprint,
                 etag: etag, lastModified: lastModified, bodyFile: nil, openedBody: nil, tags: [], keepRequested: false))
         storage.fields.freshness.judgedByCallerTTL = EntryFreshness.callerTTLJudges(status: status)
     }

@@ -41,7 +41,7 @@ final class Reader: @unchecked Sendable {
             SELECT namespace, method, url, status, headers, body, body_kind, body_checksum,
                    stored_at, freshness, version, sensitive_fp, etag, last_modified,
                    stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
-                   key, vary, variant_fp, body_file, body_size, tags, ttl, invalidated_at
+                   key, vary, variant_fp, body_file, body_size, tags, ttl, invalidated_at, body_coding
             FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1"))
             """)
     }

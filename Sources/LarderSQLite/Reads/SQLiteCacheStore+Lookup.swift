@@ -58,7 +58,8 @@ extension SQLiteCacheStore {
                 continue
             }
             guard let method = select.string(1).flatMap(HTTPMethod.init(rawValue:)),
-                let kind = BodyKind(rawValue: Int(select.int64(6)))
+                let kind = BodyKind(rawValue: Int(select.int64(6))),
+                let coding = BodyCoding(rawValue: Int(select.int64(27)))
             else { continue }
             let vary = select.string(20) ?? ""
             let bodyFile = select.string(22).map { BodyFile(path: $0, size: Int(select.int64(23)), checksum: checksum) }
@@ -77,6 +78,7 @@ extension SQLiteCacheStore {
                         storedTTL: select.optionalDouble(25), invalidatedAt: select.optionalDouble(26)),
                     sensitiveFingerprint: select.string(11), etag: select.string(12), lastModified: select.string(13)))
             entries[entries.count - 1].bodyFile = bodyFile
+            if coding != .identity { entries[entries.count - 1].bodyCoding = coding }
             entries[entries.count - 1].tags = Self.tags(fromJSON: select.string(24))
         }
         return entries

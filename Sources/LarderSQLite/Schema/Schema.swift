@@ -189,6 +189,11 @@ enum Schema {
         // 16: when a soft purge marked the entry stale (EntryFreshness.invalidatedAt); NULL: never.
         """
         ALTER TABLE entries ADD COLUMN invalidated_at REAL;
+        """,
+        // 17: how the body is kept (BodyCoding: 0 as it came, 1 zstd); `body_size` and the
+        // capacity count its stored bytes.
+        """
+        ALTER TABLE entries ADD COLUMN body_coding INTEGER NOT NULL DEFAULT 0;
         """
     ]
 

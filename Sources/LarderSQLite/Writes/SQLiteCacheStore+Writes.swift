@@ -301,6 +301,7 @@ extension SQLiteCacheStore {
         try statement.bind(26, Self.tagsJSON(entry.tags))
         try statement.bind(28, entry.freshness.storedTTL)
         try statement.bind(29, entry.freshness.invalidatedAt)
+        try statement.bind(30, Int64(entry.bodyCoding.rawValue))
         // Rowids in the order rows were written, never reused while the store is open (SQLite
         // reuses the highest after it is deleted): purges bound themselves by them, and the
         // policy learns the rows oldest first at the next start.

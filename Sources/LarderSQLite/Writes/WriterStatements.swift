@@ -29,9 +29,9 @@ struct WriterStatements {
               (key, namespace, method, url, status, headers, body, body_kind, body_checksum, stored_at,
                freshness, version, sensitive_fp, etag, last_modified, hits, last_access,
                stale_while_revalidate, stale_if_error, must_revalidate, initial_age, url_key,
-               primary_key, vary, variant_fp, body_file, body_size, tags, rowid, ttl, invalidated_at)
+               primary_key, vary, variant_fp, body_file, body_size, tags, rowid, ttl, invalidated_at, body_coding)
             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, 0, ?10, ?16, ?17, ?18, ?19, ?20,
-                    ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)
+                    ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30)
             """)
         selectDeadFiles = try writer.prepare("SELECT path FROM dead_files LIMIT 1024")
         deleteDeadFile = try writer.prepare("DELETE FROM dead_files WHERE path = ?1")

@@ -149,6 +149,9 @@ public struct LarderConfiguration: Sendable {
     public var storeTimeoutMs: Int = 250
     /// Response fields whose values tag the stored entry (lower-case); never passed on by /proxy.
     public var tagHeaders: [String] = CacheTags.defaultHeaderNames
+    /// Stored bodies of these types and at least this size are compressed at rest (CompressionRules).
+    public var compressMinBytes = CompressionRules.defaultMinBytes
+    public var compressTypes = CompressionRules.defaultContentTypes
     /// When set, /cache routes and /metrics are served on this port only (0: any free port),
     /// on the same host; nil: on the main port.
     public var adminPort: Int?
@@ -252,6 +255,12 @@ public struct LarderConfiguration: Sendable {
         }
         guard uncacheableMemorySeconds.isFinite, (0...86_400).contains(uncacheableMemorySeconds) else {
             throw ConfigurationError("uncacheable memory must be 0 (off) to 1 day")
+        }
+        guard (0...Self.maxBodyBytesLimit).contains(compressMinBytes) else {
+            throw ConfigurationError("compress min bytes must be 0 (never) to \(Self.maxBodyBytesLimit)")
+        }
+        for pattern in compressTypes {
+            if let refusal = CompressionRules.refusal(pattern: pattern) { throw ConfigurationError("compress type \(refusal)") }
         }
         for name in targetedCacheControl where !HTTPToken.isValidName(name) || name == "cache-control" {
             throw ConfigurationError("targeted cache-control field '\(name)' is not a valid header name other than Cache-Control")

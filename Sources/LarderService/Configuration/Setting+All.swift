@@ -88,7 +88,19 @@ extension Setting {
                 .integer("maxVariants", \.maxVariants, "Variants kept per cache key for responses with Vary"),
                 .list(
                     "tagHeaders", \.tagHeaders, option: "tag-header", noneWord: true, lowercased: true,
-                    "Response field whose values tag the stored entry, for purging by tag; 'none' for neither")
+                    "Response field whose values tag the stored entry, for purging by tag; 'none' for neither"),
+                .integer(
+                    "compressMinBytes", \.compressMinBytes,
+                    """
+                    Bodies of a --compress-type of at least this many bytes are stored compressed (zstd) when that saves an \
+                    eighth or more, and counted against --max-bytes at their stored size; 0 = never
+                    """),
+                .list(
+                    "compressTypes", \.compressTypes, option: "compress-type", noneWord: true, lowercased: true,
+                    """
+                    Media type whose bodies are stored compressed: type/subtype, type/* or type/*+suffix; 'none' for none. \
+                    Bodies the origin encoded (Content-Encoding) are kept as they came
+                    """)
             ]),
         section(
             .upstream,

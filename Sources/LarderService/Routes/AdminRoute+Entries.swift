@@ -78,7 +78,7 @@ extension AdminRoute {
         for (index, record) in records.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             Self.append(record, to: &out, closing: false)
-            if withBody, let entry = stored.first(where: { $0.key == record.rowKey }), let body = tier.readBody(of: entry) {
+            if withBody, let entry = stored.first(where: { $0.key == record.rowKey }), let body = engine.storedBody(of: entry) {
                 out.append(contentsOf: #","response":{"#.utf8)
                 Envelope.appendResponse(status: entry.status, headersJSON: entry.headersJSON, body: body, kind: entry.bodyKind, to: &out)
                 out.append(UInt8(ascii: "}"))
