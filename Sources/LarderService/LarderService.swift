@@ -296,7 +296,8 @@ public final class LarderService: Sendable {
                 return tier.map {
                     metrics.scrape(
                         store: store, tier: $0, warmJobs: warmJobs, memoBytes: memoBytes, listeners: connections,
-                        accessLogDropped: accessLog.dropped, uncacheable: engine.uncacheableFigures)
+                        accessLogDropped: accessLog.dropped, uncacheable: engine.uncacheableFigures,
+                        compression: engine.compressionFigures)
                 } ?? []
             })
     }

@@ -44,6 +44,8 @@ final class LarderMetrics: TrafficObserver, Sendable {
     /// The access-log drops already added to larder_access_log_dropped_total.
     private let reportedAccessLogDrops = Locked<Int>(0)
     private let reportedUncacheablePasses = Locked<Int>(0)
+    private let reportedCompressedStores = Locked<Int>(0)
+    private let reportedCompressionSavings = Locked<Int>(0)
     /// The CPU seconds already added to process_cpu_seconds_total.
     private let reportedCPUSeconds = Locked<Double>(0)
     private let cpuSeconds: CoreMetrics.FloatingPointCounter
@@ -348,13 +350,15 @@ final class LarderMetrics: TrafficObserver, Sendable {
     func scrape(
         store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int,
         listeners: [(name: String, open: Int, limit: Int)] = [], accessLogDropped: Int = 0,
-        uncacheable: (passes: Int, keys: Int) = (0, 0)
+        uncacheable: (passes: Int, keys: Int) = (0, 0), compression: (stored: Int, savedBytes: Int) = (0, 0)
     ) -> [UInt8] {
         foldTallies()
         let figures = store.figures
         advance("larder_access_log_dropped_total", to: accessLogDropped, reported: reportedAccessLogDrops)
         advance("larder_uncacheable_passes_total", to: uncacheable.passes, reported: reportedUncacheablePasses)
         gauge("larder_uncacheable_keys").record(uncacheable.keys)
+        advance("larder_compressed_stores_total", to: compression.stored, reported: reportedCompressedStores)
+        advance("larder_compression_saved_bytes_total", to: compression.savedBytes, reported: reportedCompressionSavings)
         for listener in listeners {
             gauge("larder_http_connections", [("listener", listener.name)]).record(listener.open)
             gauge("larder_http_connection_limit", [("listener", listener.name)]).record(listener.limit)

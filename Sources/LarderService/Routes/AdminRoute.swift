@@ -192,6 +192,8 @@ struct AdminRoute: Sendable {
         out.append(contentsOf: #""sinceStart":{"startedAt":\#(time(traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
         out.append(contentsOf: #""hits":\#(counts.hits),"misses":\#(counts.misses),"stale":\#(counts.stale),"#.utf8)
         out.append(contentsOf: #""revalidated":\#(counts.revalidated),"bypass":\#(counts.bypassed),"coalesced":\#(counts.coalesced),"#.utf8)
+        let compression = engine.compressionFigures
+        out.append(contentsOf: #""compressedStores":\#(compression.stored),"compressionSavedBytes":\#(compression.savedBytes),"#.utf8)
         out.append(contentsOf: #""hitRatio":\#(number(counts.hitRatio)),"errors":{"#.utf8)
         for (index, (code, count)) in counts.errors.sorted(by: { $0.key < $1.key }).enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }

@@ -1,0 +1,110 @@
+// Bodies compressed at rest through the real server: stored in a fraction of their bytes on
+// SQLite (rows and body files) and on Redis, served byte for byte as the origin sent them by the
+// proxy and /fetch, after a restart too; the figures in /cache/stats and /metrics.
+
+import Foundation
+import LarderCore
+import LarderService
+import LarderServiceTesting
+import XCTest
+
+final class CompressionAtRestTests: IntegrationTestCase {
+    private func start(_ configure: (inout LarderConfiguration) -> Void = { _ in }) throws -> RunningLarder {
+        try startLarder { configuration in
+            configuration.upstreams = [NamedUpstream(name: "origin", baseURL: origin.base)]
+            // Every hit after the first read from SQLite (and the body files), not memory.
+            configuration.memoryCapacityBytes = 0
+            configure(&configuration)
+        }
+    }
+
+    private func storedBytes(_ client: TestConnection) throws -> Int {
+        let stats = try client.request("GET", "/cache/stats")
+        return try XCTUnwrap((stats.json["stored"] as? [String: Any])?["bytes"] as? Int, stats.text)
+    }
+
+    /// Text bodies of 1–16 KiB, one per path.
+    private let sizes = [1024, 1500, 2200, 3000, 4096, 5500, 7000, 9000, 12_000, 16_384]
+
+    func testTextBodiesAreStoredInAFractionOfTheirBytesAndServedAsTheyCameAfterARestart() throws {
+        let base = uniquePath()
+        func target(_ size: Int) -> String { "/proxy/origin\(base)/\(size)?text=\(size)&cc=max-age%3D600" }
+        func expected(_ size: Int) -> [UInt8] { OriginScript.fill(path: "\(base)/\(size)", size: size) }
+        let first = try start()
+        let client = try first.connection()
+        for size in sizes {
+            let miss = try client.request("GET", target(size))
+            XCTAssertEqual(miss.body, expected(size))
+        }
+        let bodies = sizes.reduce(0, +)
+        let stored = try storedBytes(client)
+        // Rows and their fields included: a fraction of the bodies alone.
+        XCTAssertLessThan(stored, bodies * 4 / 10, "\(stored) bytes stored for \(bodies) bytes of bodies")
+        let stats = try client.request("GET", "/cache/stats").json["sinceStart"] as? [String: Any]
+        XCTAssertEqual(stats?["compressedStores"] as? Int, sizes.count)
+        XCTAssertGreaterThan(stats?["compressionSavedBytes"] as? Int ?? 0, bodies / 2)
+        let metrics = String(decoding: try client.request("GET", "/metrics").body, as: UTF8.self)
+        XCTAssertTrue(metrics.contains("larder_compressed_stores_total \(sizes.count)"), metrics)
+        stopLarder(first)
+
+        let again = try start().connection()
+        for size in sizes {
+            let hit = try again.request("GET", target(size))
+            XCTAssertEqual(hit.headers["cache-status"]?.hasPrefix("larder; hit"), true, "\(size)")
+            XCTAssertEqual(hit.headers["content-length"], String(size))
+            XCTAssertEqual(hit.body, expected(size), "\(size)")
+            let range = try again.request("GET", target(size), headers: ["Range": "bytes=100-199"])
+            XCTAssertEqual(range.status, 206)
+            XCTAssertEqual(range.body, Array(expected(size)[100..<200]))
+            XCTAssertEqual(origin.count("\(base)/\(size)"), 1, "every answer after the first came from the store")
+        }
+    }
+
+    func testALargeBodyIsCompressedInItsFileAndReadWholeByFetchAndTheProxy() throws {
+        let path = uniquePath()
+        let size = 300_000
+        let client = try start { $0.bodyFileThresholdBytes = 1024 }.connection()
+        let spec: [String: Any] = ["url": url(path, "text=\(size)"), "cache": ["ttl": 600]]
+        XCTAssertEqual(try client.fetch(spec).outcome, "miss")
+        let hit = try client.fetch(spec)
+        XCTAssertEqual(hit.outcome, "hit")
+        XCTAssertEqual(hit.json["bodyText"] as? String, String(decoding: OriginScript.fill(path: path, size: size), as: UTF8.self))
+        let files = try FileManager.default.subpathsOfDirectory(atPath: databasePath + "-bodies")
+            .map { databasePath + "-bodies/" + $0 }
+            .filter { (try? FileManager.default.attributesOfItem(atPath: $0)[.type] as? FileAttributeType) == .typeRegular }
+        XCTAssertEqual(files.count, 1)
+        let fileSize = try XCTUnwrap(try FileManager.default.attributesOfItem(atPath: files[0])[.size] as? Int)
+        XCTAssertLessThan(fileSize, size / 4, "the file holds the compressed body")
+        let proxied = try client.request("GET", "/proxy/origin\(path)?text=\(size)&cc=max-age%3D600")
+        XCTAssertEqual(proxied.body, OriginScript.fill(path: path, size: size))
+    }
+
+    func testWithCompressionOffBodiesAreStoredAsTheyCame() throws {
+        let base = uniquePath()
+        let client = try start { $0.compressMinBytes = 0 }.connection()
+        for size in sizes { _ = try client.request("GET", "/proxy/origin\(base)/\(size)?text=\(size)&cc=max-age%3D600") }
+        XCTAssertGreaterThan(try storedBytes(client), sizes.reduce(0, +))
+    }
+}
+
+final class CompressionOnTheSharedStoreTests: SharedStoreTestCase {
+    func testACompressedEntryIsSharedAndStoredCompressedInRedis() throws {
+        let configure: (inout LarderConfiguration) -> Void = { $0.upstreams = [NamedUpstream(name: "origin", baseURL: self.origin.base)] }
+        let first = try startShared(configure).connection()
+        let second = try startShared(configure).connection()
+        let path = uniquePath()
+        let size = 12_000
+        let target = "/proxy/origin\(path)?text=\(size)&cc=max-age%3D600"
+        XCTAssertEqual(try first.request("GET", target).body, OriginScript.fill(path: path, size: size))
+        let hit = try second.request("GET", target)
+        XCTAssertEqual(hit.headers["cache-status"]?.hasPrefix("larder; hit"), true)
+        XCTAssertEqual(hit.body, OriginScript.fill(path: path, size: size))
+        XCTAssertEqual(origin.count(path), 1)
+        // The value in Redis holds the compressed body.
+        let entryKeys = try redis.allKeys().filter { $0.hasSuffix("}:e") }
+        XCTAssertEqual(entryKeys.count, 1)
+        let value = try redis.command(["HSTRLEN", entryKeys[0], "e:" + entryKeys[0].split(separator: "{")[1].split(separator: "}")[0]])
+        let length = try XCTUnwrap(Int(value.dropFirst()), value)
+        XCTAssertLessThan(length, size / 2, "the whole value, fields and all")
+    }
+}
