@@ -226,7 +226,8 @@ public final class LarderService: Sendable {
         store: any OperatedStore, upstream: CurlUpstream, secret: [UInt8], redaction: QueryRedaction, loop: LoopDetection
     ) -> (FetchEngine, MemoryTier) {
         let limits = Self.limits(configuration, loop: loop)
-        let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryTierBytes)
+        let codec = ZstdCodec()
+        let tier = MemoryTier(backing: store, capacityBytes: configuration.memoryTierBytes, bodyCodec: codec)
         let redis = store as? RedisCacheStore
         // An acknowledged save that could not be committed leaves memory too.
         (store as? SQLiteCacheStore)?.onEntryDropped { [weak tier] primaryKey in tier?.forget(primaryKey) }
@@ -236,7 +237,7 @@ public final class LarderService: Sendable {
         }
         let engine = FetchEngine(
             store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
-            clock: clock, limits: limits, sharedFlights: redis, bodyCodec: ZstdCodec(), logger: logger)
+            clock: clock, limits: limits, sharedFlights: redis, bodyCodec: codec, logger: logger)
         redis?.onNamespaceVersion { [weak engine] namespace, version in engine?.namespaces.set(namespace, to: version) }
         return (engine, tier)
     }

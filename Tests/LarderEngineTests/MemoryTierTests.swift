@@ -2,6 +2,7 @@
 // entries served from memory, bounded bytes, entries taken from the store on a second read,
 // invalidation and forgotten keys.
 
+import Dispatch
 import LarderCore
 import LarderSync
 import LarderTesting
@@ -32,6 +33,44 @@ final class MemoryTierTests: XCTestCase {
         func invalidate(tags: [String], at time: Double, completion: @escaping @Sendable ([CacheKey]) -> Void) {
             inner.invalidate(tags: tags, at: time, completion: completion)
         }
+    }
+
+    /// A stand-in codec: "compresses" by reversing the bytes after a marker.
+    private struct ReversingCodec: BodyCodec {
+        var coding: BodyCoding { .zstd }
+        func compress(_ body: [UInt8]) -> [UInt8]? { [0xFE] + body.reversed() }
+        func decompress(_ stored: [UInt8], maxBytes: Int) -> [UInt8]? {
+            guard stored.first == 0xFE, stored.count - 1 <= maxBytes else { return nil }
+            return Array(stored.dropFirst().reversed())
+        }
+    }
+
+    func testCompressedBodiesAreHeldWholeAndStoredCompressed() throws {
+        let backing = CountingStore()
+        let tier = MemoryTier(backing: backing, capacityBytes: 1 << 20, shardCount: 1, bodyCodec: ReversingCodec())
+        let whole = entry("a", size: 0)
+        var compressed = whole
+        compressed.body = [0xFE, 3, 2, 1]
+        compressed.bodyCoding = .zstd
+        let saved = DispatchSemaphore(value: 0)
+        tier.save(compressed) { _ in saved.signal() }
+        XCTAssertEqual(saved.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(backing.inner.lookup(CacheKey(hex: "a")).first?.body, [0xFE, 3, 2, 1], "the store keeps it compressed")
+        let held = try XCTUnwrap(tier.lookup(CacheKey(hex: "a")).first)
+        XCTAssertEqual(held.body, [1, 2, 3])
+        XCTAssertEqual(held.bodyCoding, .identity)
+        XCTAssertEqual(backing.lookups.load(ordering: .relaxed), 0, "served from memory")
+        // Read from the store when memory does not hold it: made whole on the way in.
+        tier.forget(CacheKey(hex: "a"))
+        XCTAssertEqual(tier.lookup(CacheKey(hex: "a")).first?.body, [1, 2, 3])
+        // What does not decompress is left as it is, for the engine to refuse.
+        var damaged = compressed
+        damaged.key = CacheKey(hex: "b")
+        damaged.primaryKey = damaged.key
+        damaged.body = [0x00, 1]
+        tier.save(damaged) { _ in saved.signal() }
+        XCTAssertEqual(saved.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(tier.lookup(CacheKey(hex: "b")).first?.bodyCoding, .zstd)
     }
 
     func testInvalidationDropsEntriesFromMemoryToo() {

@@ -44,6 +44,38 @@ final class RedisStoreUnitTests: XCTestCase {
         XCTAssertEqual(try codec.decode(codec.encode(text)), text)
     }
 
+    func testACompressedBodyRoundTripsMarkedInTheKindsField() throws {
+        var compressed = entry()
+        compressed.body = [0x28, 0xB5, 0x2F, 0xFD, 0xFF, 0x00] // not JSON: checked by its codec when read, not here
+        compressed.bodyKind = .json
+        compressed.bodyCoding = .zstd
+        let decoded = try codec.decode(codec.encode(compressed))
+        XCTAssertEqual(decoded.bodyCoding, .zstd)
+        XCTAssertEqual(decoded, compressed)
+        // Uncompressed values are what earlier versions wrote: the kind alone.
+        var plain = entry()
+        plain.bodyKind = .binary
+        XCTAssertEqual(try codec.decode(codec.encode(plain)).bodyCoding, .identity)
+        // A coding no Larder writes is malformed.
+        let payload = EntryCodec.payload(compressed)
+        var unknown = payload
+        let kindOffset = try XCTUnwrap(kindFieldOffset(in: payload, kindValue: 16))
+        unknown[kindOffset] = 0x30
+        XCTAssertThrowsError(try codec.decode(codec.sealed(unknown)))
+    }
+
+    /// Where the body kind's field (little-endian `kindValue`) sits in a payload: the first
+    /// place it appears after the body.
+    private func kindFieldOffset(in payload: [UInt8], kindValue: UInt8) -> Int? {
+        let field: [UInt8] = [kindValue, 0, 0, 0, 0, 0, 0, 0]
+        let body: [UInt8] = [0x28, 0xB5, 0x2F, 0xFD, 0xFF, 0x00]
+        guard let bodyAt = (0...(payload.count - body.count)).first(where: { Array(payload[$0..<($0 + body.count)]) == body }) else {
+            return nil
+        }
+        let after = bodyAt + body.count
+        return Array(payload[after..<(after + 8)]) == field ? after : nil
+    }
+
     /// Operators issue: the caller's ttl an entry was stored under goes to Redis too (the admin
     /// listing and the `expired` filter read it there), as one field after the tags, so a value
     /// without it is what earlier versions wrote and read.

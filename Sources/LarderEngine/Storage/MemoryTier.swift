@@ -14,6 +14,10 @@
 // (a ghost, as S3-FIFO's): a store far larger than memory, read at random, would otherwise
 // swap one entry out for one that will not be asked again, on every hit, and a scan would
 // flush the hot entries.
+//
+// Bodies the store keeps compressed (BodyCodec) are held here whole: a hit from memory sends
+// what it holds, and decompressing on every one cost a quarter of a hot hit's instructions.
+// Compression is for the store, where most entries sit; the tier holds the hot ones, ready.
 
 public import LarderCore
 import LarderSync
@@ -24,6 +28,10 @@ public final class MemoryTier: CacheStore {
     private let shardBudget: Int
     /// What the tier may hold, in estimated heap bytes (its share of `--memory-mb`).
     public let capacityBytes: Int
+    /// Makes compressed bodies whole before they are held; nil: held as the store gave them.
+    private let bodyCodec: (any BodyCodec)?
+    /// Largest body made whole here: a store's entries are trusted, this bounds a mistake.
+    static let maxWholeBodyBytes = 1 << 30
 
     private final class Shard: Sendable {
         let state = Locked(State())
@@ -54,8 +62,9 @@ public final class MemoryTier: CacheStore {
     }
 
     /// `capacityBytes` 0 disables the tier (every call goes to `backing`).
-    public init(backing: any CacheStore, capacityBytes: Int, shardCount: Int = 16) {
+    public init(backing: any CacheStore, capacityBytes: Int, shardCount: Int = 16, bodyCodec: (any BodyCodec)? = nil) {
         self.backing = backing
+        self.bodyCodec = bodyCodec
         self.shards = (0..<shardCount).map { _ in Shard() }
         self.shardBudget = capacityBytes / shardCount
         self.capacityBytes = capacityBytes
@@ -81,7 +90,7 @@ public final class MemoryTier: CacheStore {
             return (slot.entries, state.generation)
         }
         if let cached { return cached }
-        let loaded = backing.lookup(primaryKey)
+        let loaded = backing.lookup(primaryKey).map(whole)
         if !loaded.isEmpty { remember(loaded, under: primaryKey, in: shard, ifGeneration: generation) }
         return loaded
     }
@@ -91,13 +100,26 @@ public final class MemoryTier: CacheStore {
             if shardBudget > 0 {
                 if saved, entry.varyNames.isEmpty {
                     // A response that does not vary is now the only row under its primary key.
-                    remember([entry], under: entry.primaryKey, in: shard(for: entry.primaryKey), ifGeneration: nil)
+                    remember([whole(entry)], under: entry.primaryKey, in: shard(for: entry.primaryKey), ifGeneration: nil)
                 } else {
                     forget(entry.primaryKey)
                 }
             }
             completion(saved)
         }
+    }
+
+    /// `entry` with a compressed body it keeps inline made whole; as it is otherwise (a body
+    /// in a file is read when it is sent; one that does not decompress is left for the engine,
+    /// which answers it as a miss).
+    private func whole(_ entry: StoredEntry) -> StoredEntry {
+        guard entry.bodyCoding != .identity, entry.bodyFile == nil, let codec = bodyCodec, codec.coding == entry.bodyCoding,
+            let body = codec.decompress(entry.body, maxBytes: Self.maxWholeBodyBytes)
+        else { return entry }
+        var whole = entry
+        whole.body = body
+        whole.bodyCoding = .identity
+        return whole
     }
 
     public func recordHit(_ key: CacheKey, at time: Double) {
