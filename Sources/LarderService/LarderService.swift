@@ -466,6 +466,7 @@ public final class LarderService: Sendable {
             capacity.maxBytes = configuration.maxBytes
             capacity.retention = configuration.retentionSeconds
             capacity.keepStaleFor = configuration.staleOnErrorSeconds
+            capacity.namespaceMaxBytes = configuration.namespaceMaxBytes
             try requireWritableDatabase(at: configuration.databasePath)
             let path = configuration.databasePath
             return try SQLiteCacheStore.open(

@@ -265,6 +265,7 @@ struct StorageSettings: ParsableArguments {
     @Option(setting: "bodyFileThreshold") var bodyFileThreshold: Int?
     @Option(setting: "maxVariants") var maxVariants: Int?
     @Option(setting: "tagHeaders") var tagHeaders: [String] = []
+    @Option(setting: "namespaces") var namespaces: [String] = []
     @Option(setting: "compressMinBytes") var compressMinBytes: Int?
     @Option(setting: "compressTypes") var compressTypes: [String] = []
 }

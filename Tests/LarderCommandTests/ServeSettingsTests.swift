@@ -124,7 +124,9 @@ final class ServeSettingsTests: XCTestCase {
     /// the same way, and each setting changes its field.
     func testTheCommandLineTheEnvironmentAndTheFileSetTheSameField() throws {
         let defaults = fields(LarderConfiguration())
-        let candidates = ["7", "90s", "2MiB", "rename", "pass-through", "sample-value", "sample=http://127.0.0.1:9/", "404=30s"]
+        let candidates = [
+            "7", "90s", "2MiB", "rename", "pass-through", "sample-value", "sample=http://127.0.0.1:9/", "404=30s", "sample=2MiB"
+        ]
         for setting in Setting.all {
             var agreed = 0
             for candidate in setting.form == .flag ? [""] : candidates {
@@ -139,6 +141,8 @@ final class ServeSettingsTests: XCTestCase {
                     let parts = candidate.split(separator: "=", maxSplits: 1)
                     if setting.key == "negativeTtl", parts.count == 2 {
                         document = "\(setting.key): {\(parts[0]): \(parts[1])}"
+                    } else if setting.key == "namespaces", parts.count == 2 {
+                        document = "\(setting.key): {\(parts[0]): {maxBytes: \(parts[1])}}"
                     } else {
                         document =
                             setting.key == "upstreams" && parts.count == 2
@@ -216,6 +220,27 @@ final class ServeSettingsTests: XCTestCase {
             XCTAssertThrowsError(try configuration(["--negative-ttl", bad]), bad) {
                 XCTAssertTrue("\($0)".contains("--negative-ttl"), "\($0)")
             }
+        }
+    }
+
+    func testNamespaceBudgetsAndCompressionOnTheCommandLine() throws {
+        let given = try configuration([
+            "--namespace-max-bytes", "reports=200MB", "--namespace-max-bytes", "proxy:api=1GiB", "--compress-min-bytes", "1024",
+            "--compress-type", "application/json", "--compress-type", "text/*"
+        ])
+        XCTAssertEqual(given.namespaceMaxBytes, ["reports": 200_000_000, "proxy:api": 1 << 30])
+        XCTAssertEqual(given.compressMinBytes, 1024)
+        XCTAssertEqual(given.compressTypes, ["application/json", "text/*"])
+        XCTAssertEqual(try configuration(["--compress-type", "none"]).compressTypes, [])
+        XCTAssertEqual(try configuration(["--namespace-max-bytes", "none"]).namespaceMaxBytes, [:])
+        for bad in ["reports", "reports=lots", "=1MB"] {
+            XCTAssertThrowsError(try configuration(["--namespace-max-bytes", bad]), bad)
+        }
+        XCTAssertThrowsError(try configuration(["--namespace-max-bytes", "tiny=1KB"])) {
+            XCTAssertTrue("\($0)".contains("at least 1 MiB"), "\($0)")
+        }
+        XCTAssertThrowsError(try configuration(["--compress-type", "json"])) {
+            XCTAssertTrue("\($0)".contains("is not a media type"), "\($0)")
         }
     }
 

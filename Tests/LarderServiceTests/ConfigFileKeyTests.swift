@@ -10,7 +10,7 @@ final class ConfigFileKeyTests: XCTestCase {
     /// Values of every shape a key takes; for each key, one of them must apply and change a field.
     private let candidates: [Any] = [
         "sample-value", 12_345, true, false, 1.5, ["sample-value"], "rename", "pass-through",
-        [["name": "sample", "baseUrl": "http://127.0.0.1:9/"]], ["404": "30s"]
+        [["name": "sample", "baseUrl": "http://127.0.0.1:9/"]], ["404": "30s"], ["sample": ["maxBytes": "2MiB"]]
     ]
 
     func testEveryKeySetsAFieldAndOnlyTheNamedFieldsHaveNoKey() throws {

@@ -120,6 +120,43 @@ final class ConfigFileTests: XCTestCase {
         }
     }
 
+    func testNamespaceBudgetsAndCompressionInTheFile() throws {
+        var configuration = LarderConfiguration()
+        let yaml = """
+            namespaces:
+              reports: {maxBytes: 200MB}
+              proxy:api: {maxBytes: 1048576}
+            compressMinBytes: 2048
+            compressTypes: [application/json]
+            """
+        try ConfigFile.apply(try write(yaml), to: &configuration)
+        try configuration.validate()
+        XCTAssertEqual(configuration.namespaceMaxBytes, ["reports": 200_000_000, "proxy:api": 1 << 20])
+        XCTAssertEqual(configuration.compressMinBytes, 2048)
+        XCTAssertEqual(configuration.compressTypes, ["application/json"])
+        XCTAssertEqual(Setting.named("namespaces").describe(configuration), "proxy:api=1MiB, reports=200000000")
+        for (text, expected) in [
+            ("namespaces: {reports: 200MB}", "namespaces.reports: must be a mapping"),
+            ("namespaces: {reports: {}}", "namespaces.reports.maxBytes: is required"),
+            ("namespaces: {reports: {maxBytes: 1MB, share: 2}}", "share"),
+            ("namespaces: [reports]", "namespaces: must be a mapping"),
+            ("namespaces: {reports: {maxBytes: 1000}}", "at least 1 MiB"),
+            ("store: redis://127.0.0.1:6379\nsecretFile: /dev/null\nnamespaces: {a: {maxBytes: 10MB}}", "apply to the SQLite store"),
+            ("compressTypes: [text]", "is not a media type"),
+            ("compressMinBytes: -1", "compress min bytes")
+        ] {
+            var configuration = LarderConfiguration()
+            XCTAssertThrowsError(
+                try {
+                    try ConfigFile.apply(try write(text), to: &configuration)
+                    try configuration.validate()
+                }(), text
+            ) {
+                XCTAssertTrue("\($0)".contains(expected), "\($0) should mention \(expected)")
+            }
+        }
+    }
+
     func testErrorsNameTheFileTheKeyAndTheReason() throws {
         let cases: [(String, String)] = [
             ("prot: 80", "prot: unknown key"),

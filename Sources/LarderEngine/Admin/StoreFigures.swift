@@ -21,5 +21,17 @@ public struct StoreFigures: Sendable, Equatable {
     public var rejectedEntries = 0
     /// The admission policy's counts (nil: the store has none).
     public var admission: AdmissionFigures?
+    /// Namespaces with a budget of their own, by name (SQLite: `--namespace-max-bytes`).
+    public var namespaceBudgets: [String: NamespaceBudgetFigures] = [:]
     public init() {}
+}
+
+/// A budgeted namespace: its budget, what it held after the last commit, and the entries its
+/// budget evicted since start.
+public struct NamespaceBudgetFigures: Sendable, Equatable {
+    public var maxBytes: Int
+    public var entries = 0
+    public var bytes = 0
+    public var evictions = 0
+    public init(maxBytes: Int) { self.maxBytes = maxBytes }
 }

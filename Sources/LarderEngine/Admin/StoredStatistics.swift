@@ -4,6 +4,10 @@ public struct StoredStatistics: Sendable, Equatable {
         public var name: String
         public var entries: Int
         public var bytes: Int
+        /// The namespace's budget (`--namespace-max-bytes`), and what it evicted since start;
+        /// nil without one.
+        public var maxBytes: Int?
+        public var evictions: Int?
         public init(name: String, entries: Int, bytes: Int) {
             self.name = name
             self.entries = entries

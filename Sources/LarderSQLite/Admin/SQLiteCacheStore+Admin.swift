@@ -58,6 +58,19 @@ extension SQLiteCacheStore: CacheAdministration {
         }
         statistics.capacityBytes = capacity.maxBytes == Int.max ? nil : capacity.maxBytes
         statistics.evictions = evictionCount
+        // Budgeted namespaces are listed with their budget, held entries or not.
+        for (name, budget) in namespaceBudgetFigures {
+            if let index = statistics.namespaces.firstIndex(where: { $0.name == name }) {
+                statistics.namespaces[index].maxBytes = budget.maxBytes
+                statistics.namespaces[index].evictions = budget.evictions
+            } else {
+                var empty = StoredStatistics.Namespace(name: name, entries: 0, bytes: 0)
+                empty.maxBytes = budget.maxBytes
+                empty.evictions = budget.evictions
+                statistics.namespaces.append(empty)
+                statistics.namespaces.sort { $0.name < $1.name }
+            }
+        }
         statistics.evictionBacklog = evictionBacklogCount
         statistics.expiredRemovals = expiredRemovalCount
         statistics.admission = admissionFigures
@@ -268,6 +281,7 @@ extension SQLiteCacheStore: OperatedStore {
         figures.lookupsSkipped = lookupsSkippedByKeyFilter
         figures.bodyFilesOpen = keptBodyFiles
         figures.admission = admissionFigures
+        figures.namespaceBudgets = namespaceBudgetFigures
         return figures
     }
 }

@@ -33,6 +33,9 @@ public struct StoreCapacity: Sendable, Equatable {
     /// Seconds past every stale window a proxy entry may still answer (`--stale-on-error`).
     public var keepStaleFor: Double = 0
     public var sweepInterval: Double = 60
+    /// Bytes a namespace may hold at most (`--namespace-max-bytes`); past it, the namespace's
+    /// own oldest entries go (SQLiteCacheStore+NamespaceBudgets.swift).
+    public var namespaceMaxBytes: [String: Int] = [:]
     public init() {}
 }
 
@@ -57,6 +60,8 @@ struct Trimming {
     /// Bytes held when the backlog began: past them, the capacity check evicts the oldest rows
     /// even while it waits (the policy's estimate may have drifted).
     var backlogCeiling = 0
+    /// Namespaces whose budget is being enforced in background batches.
+    var namespacesTrimming: Set<String> = []
     /// Where the age sweep goes on from at its next tick: the last rowid it looked at.
     var sweepCursor: Int64 = 0
     var sweepTimer: DispatchSourceTimer?
@@ -123,6 +128,7 @@ extension SQLiteCacheStore {
     /// (a purge meanwhile lowers it).
     func enforceCapacity() {
         assertOnWriterQueue()
+        enforceNamespaceBudgets()
         guard capacity.maxBytes < Int.max else { return }
         let used = usedBytes()
         if used > counters.peakUsedBytes.load(ordering: .relaxed) { counters.peakUsedBytes.store(used, ordering: .relaxed) }
@@ -352,7 +358,7 @@ extension SQLiteCacheStore {
 
     /// As `deleteRows`, for rows the store drops on its own: the tier above is told. Returns
     /// how many went.
-    private func deleteBatch(_ selection: String, _ priority: WorkPriority) -> Int {
+    func deleteBatch(_ selection: String, _ priority: WorkPriority) -> Int {
         assertOnWriterQueue()
         let removed: [RemovedRow]
         do {

@@ -194,6 +194,25 @@ enum Schema {
         // capacity count its stored bytes.
         """
         ALTER TABLE entries ADD COLUMN body_coding INTEGER NOT NULL DEFAULT 0;
+        """,
+        // 18: what each namespace with a budget (--namespace-max-bytes) holds, kept by triggers as
+        // `usage` is, so the budgets are checked after a commit without a scan. Only budgeted
+        // namespaces have a row (the store sets them when it opens); for the others the update
+        // finds none.
+        """
+        CREATE TABLE namespace_usage (namespace TEXT PRIMARY KEY, entries INTEGER NOT NULL, bytes INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE TRIGGER entries_namespace_usage_inserted AFTER INSERT ON entries
+        BEGIN
+          UPDATE namespace_usage SET entries = entries + 1,
+            bytes = bytes + length(NEW.body) + NEW.body_size * (NEW.body_file IS NOT NULL) + length(NEW.headers) + length(NEW.url) + 256
+          WHERE namespace = NEW.namespace;
+        END;
+        CREATE TRIGGER entries_namespace_usage_deleted AFTER DELETE ON entries
+        BEGIN
+          UPDATE namespace_usage SET entries = entries - 1,
+            bytes = bytes - (length(OLD.body) + OLD.body_size * (OLD.body_file IS NOT NULL) + length(OLD.headers) + length(OLD.url) + 256)
+          WHERE namespace = OLD.namespace;
+        END;
         """
     ]
 

@@ -159,6 +159,7 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
             : nil
         // Files of rows deleted just before a crash, then files whose rows never committed.
         writerQueue.sync { reapDeadFiles() }
+        if let failure = writerQueue.sync(execute: { prepareNamespaceBudgetsOrFailure() }) { throw failure }
         startSweeping()
         if restoresPolicy { startRestoringPolicy(upTo: lastRowid) }
         let startedAt = Date().timeIntervalSince1970

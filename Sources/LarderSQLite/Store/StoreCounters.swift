@@ -1,5 +1,6 @@
 // What the store counted since it opened, for metrics (OperatedStore.figures) and tests.
 
+import LarderEngine
 import LarderSync
 
 final class StoreCounters: Sendable {
@@ -22,4 +23,7 @@ final class StoreCounters: Sendable {
     /// The most bytes held right after a commit, before the eviction that follows it (written
     /// on the writer queue only).
     let peakUsedBytes = Atomic<Int>(0)
+    /// What each budgeted namespace holds (entries, bytes) as of the last commit, and the
+    /// entries its budget evicted since the store opened.
+    let namespaceBudgets = Locked<[String: NamespaceBudgetFigures]>([:])
 }

@@ -325,6 +325,8 @@ public enum ConfigFile {
         func upstreams() throws(ConfigurationError) -> [NamedUpstream] { try reader.upstreams(raw, key) }
         /// Negative-caching lifetimes: a mapping of statuses to durations.
         func negativeTTLs() throws(ConfigurationError) -> NegativeTTL { try reader.negativeTTLs(raw, key) }
+        /// Namespaces' settings: `{NAME: {maxBytes: SIZE}}`, read as each namespace's budget.
+        func namespaceBudgets() throws(ConfigurationError) -> NamespaceBudgets { try reader.namespaceBudgets(raw, key) }
     }
 
     fileprivate struct Reader {
@@ -378,6 +380,22 @@ public enum ConfigFile {
                 seconds[status] = lifetime
             }
             return NegativeTTL(seconds)
+        }
+
+        func namespaceBudgets(_ value: Any, _ key: String) throws(ConfigurationError) -> NamespaceBudgets {
+            guard let map = value as? [String: Any] else {
+                throw error(key, "must be a mapping of namespaces to their settings, like {reports: {maxBytes: 200MB}}")
+            }
+            var budgets: [String: Int] = [:]
+            for (name, item) in map {
+                guard let settings = item as? [String: Any] else {
+                    throw error("\(key).\(name)", "must be a mapping, like {maxBytes: 200MB}")
+                }
+                try rejectUnknown(settings, known: ["maxBytes"], at: "\(key).\(name)")
+                guard let raw = settings["maxBytes"] else { throw error("\(key).\(name).maxBytes", "is required") }
+                budgets[name] = try size(raw, "\(key).\(name).maxBytes")
+            }
+            return NamespaceBudgets(maxBytes: budgets)
         }
 
         func size(_ value: Any, _ key: String) throws(ConfigurationError) -> Int {

@@ -149,6 +149,12 @@ public struct LarderConfiguration: Sendable {
     public var storeTimeoutMs: Int = 250
     /// Response fields whose values tag the stored entry (lower-case); never passed on by /proxy.
     public var tagHeaders: [String] = CacheTags.defaultHeaderNames
+    /// Bytes a namespace may hold at most (SQLite store), by namespace.
+    public var namespaceBudgets = NamespaceBudgets()
+    public var namespaceMaxBytes: [String: Int] {
+        get { namespaceBudgets.maxBytes }
+        set { namespaceBudgets.maxBytes = newValue }
+    }
     /// Stored bodies of these types and at least this size are compressed at rest (CompressionRules).
     public var compressMinBytes = CompressionRules.defaultMinBytes
     public var compressTypes = CompressionRules.defaultContentTypes
@@ -255,6 +261,13 @@ public struct LarderConfiguration: Sendable {
         }
         guard uncacheableMemorySeconds.isFinite, (0...86_400).contains(uncacheableMemorySeconds) else {
             throw ConfigurationError("uncacheable memory must be 0 (off) to 1 day")
+        }
+        for (name, bytes) in namespaceMaxBytes {
+            if let refusal = Self.namespaceRefusal(name) { throw ConfigurationError("namespace budget: \(refusal)") }
+            guard bytes >= 1 << 20 else { throw ConfigurationError("the budget of namespace '\(name)' must be at least 1 MiB") }
+        }
+        if !namespaceMaxBytes.isEmpty, isSharedStore {
+            throw ConfigurationError("namespace budgets (--namespace-max-bytes) apply to the SQLite store; on Redis, memory is Redis's own")
         }
         guard (0...Self.maxBodyBytesLimit).contains(compressMinBytes) else {
             throw ConfigurationError("compress min bytes must be 0 (never) to \(Self.maxBodyBytesLimit)")
@@ -380,4 +393,22 @@ extension LarderConfiguration {
     public var resolvedLogFormat: LogFormat { LogFormat(rawValue: logFormat) ?? .text }
     /// The log level, once validated (info when not).
     public var resolvedLogLevel: Logger.Level { Logger.Level(rawValue: logLevel) ?? .info }
+}
+
+extension LarderConfiguration {
+    /// Why `name` cannot be a namespace a budget names; nil when it can: 1 to 256 bytes without
+    /// control characters, as /fetch's `cache.namespace` (the proxy's are `proxy:NAME`).
+    static func namespaceRefusal(_ name: String) -> String? {
+        guard !name.isEmpty, name.utf8.count <= 256 else { return "a namespace must be 1 to 256 bytes" }
+        guard !name.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
+            return "a namespace must not contain control characters"
+        }
+        return nil
+    }
+}
+
+/// Each namespace's budget (`namespaces: {NAME: {maxBytes: SIZE}}`, `--namespace-max-bytes`).
+public struct NamespaceBudgets: Sendable, Equatable {
+    public var maxBytes: [String: Int]
+    public init(maxBytes: [String: Int] = [:]) { self.maxBytes = maxBytes }
 }

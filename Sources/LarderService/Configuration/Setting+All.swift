@@ -89,6 +89,12 @@ extension Setting {
                 .list(
                     "tagHeaders", \.tagHeaders, option: "tag-header", noneWord: true, lowercased: true,
                     "Response field whose values tag the stored entry, for purging by tag; 'none' for neither"),
+                .namespaceBudgets(
+                    "namespaces", \.namespaceBudgets, option: "namespace-max-bytes",
+                    """
+                    NAMESPACE=SIZE: the most that namespace may hold (SQLite); past it its own oldest entries go, never \
+                    another namespace's (in the file: namespaces: {NAME: {maxBytes: SIZE}})
+                    """),
                 .integer(
                     "compressMinBytes", \.compressMinBytes,
                     """

@@ -221,6 +221,11 @@ extension Array: SettingField {
     var settingValue: [Element]? { self }
 }
 
+extension NamespaceBudgets: SettingField {
+    init(settingValue: NamespaceBudgets) { self = settingValue }
+    var settingValue: NamespaceBudgets? { self }
+}
+
 extension NegativeTTL: SettingField {
     init(settingValue: NegativeTTL) { self = settingValue }
     var settingValue: NegativeTTL? { self }
@@ -352,6 +357,32 @@ extension Setting {
                     seconds[status] = lifetime
                 }
                 return NegativeTTL(seconds)
+            })
+    }
+
+    /// Namespaces' budgets: in the file `{NAME: {maxBytes: SIZE}}`, on the command line
+    /// `--option NAME=SIZE`, repeatable (`none` for none).
+    static func namespaceBudgets(_ key: String, _ field: Field<NamespaceBudgets>, option: String, _ summary: String) -> Setting {
+        Setting(
+            key, field, option: option, form: .repeated, unset: nil, summary: summary,
+            show: { budgets in
+                budgets.maxBytes.isEmpty
+                    ? "none"
+                    : budgets.maxBytes.sorted { $0.key < $1.key }.map { "\($0.key)=\(Self.bytesText($0.value))" }.joined(separator: ", ")
+            },
+            file: { value throws(ConfigurationError) in try value.namespaceBudgets() },
+            commandLine: { (given: [String], option, current) throws(ConfigurationError) in
+                guard !given.isEmpty else { return nil }
+                guard given != ["none"] else { return NamespaceBudgets() }
+                var budgets = current
+                for entry in given {
+                    guard let equals = entry.lastIndex(of: "="), let bytes = Quantity.bytes(String(entry[entry.index(after: equals)...]))
+                    else {
+                        throw ConfigurationError("--\(option) '\(entry)' is not NAMESPACE=SIZE (e.g. reports=200MB)")
+                    }
+                    budgets.maxBytes[String(entry[..<equals])] = bytes
+                }
+                return budgets
             })
     }
 

@@ -34,6 +34,10 @@ enum MetricHelp {
         "larder_uncacheable_passes_total":
             "Misses sent upstream at once, without waiting on another request, because their cache key's last answer could not be stored",
         "larder_uncacheable_keys": "Keys remembered as uncacheable (--uncacheable-memory; 10,000 at most)",
+        "larder_namespace_bytes": "Bytes a namespace with a budget (--namespace-max-bytes) holds, as capacity counts them",
+        "larder_namespace_entries": "Entries a namespace with a budget holds",
+        "larder_namespace_max_bytes": "A namespace's budget (--namespace-max-bytes)",
+        "larder_namespace_evictions": "Entries a namespace's budget evicted since start (its own oldest)",
         "larder_compressed_stores_total": "Bodies stored compressed at rest (zstd; --compress-min-bytes, --compress-type)",
         "larder_compression_saved_bytes_total": "Bytes the bodies stored compressed did not take: their size less their stored size",
         "larder_store_rejected_entries_total": "Values read from a shared store that failed authentication or were malformed, removed",

@@ -363,6 +363,13 @@ final class LarderMetrics: TrafficObserver, Sendable {
             gauge("larder_http_connections", [("listener", listener.name)]).record(listener.open)
             gauge("larder_http_connection_limit", [("listener", listener.name)]).record(listener.limit)
         }
+        // Only configured namespaces: their labels are bounded by the configuration.
+        for (name, budget) in figures.namespaceBudgets {
+            gauge("larder_namespace_bytes", [("namespace", name)]).record(budget.bytes)
+            gauge("larder_namespace_entries", [("namespace", name)]).record(budget.entries)
+            gauge("larder_namespace_max_bytes", [("namespace", name)]).record(budget.maxBytes)
+            gauge("larder_namespace_evictions", [("namespace", name)]).record(budget.evictions)
+        }
         gauge("larder_cache_entries").record(figures.entries)
         gauge("larder_cache_bytes").record(figures.bytes)
         gauge("larder_cache_capacity_bytes").record(figures.capacityBytes ?? 0)

@@ -224,7 +224,9 @@ extension AdminRoute {
             out.append(contentsOf: #"{"name":"#.utf8)
             JSONWriter.appendString(name, to: &out)
             out.append(contentsOf: #","entries":\#(figures?.entries ?? 0),"bytes":\#(figures?.bytes ?? 0),"#.utf8)
-            out.append(contentsOf: #""version":\#(versions[name] ?? 0)}"#.utf8)
+            out.append(contentsOf: #""version":\#(versions[name] ?? 0)"#.utf8)
+            if let maxBytes = figures?.maxBytes { out.append(contentsOf: #","maxBytes":\#(maxBytes)"#.utf8) }
+            out.append(UInt8(ascii: "}"))
         }
         out.append(contentsOf: "]}".utf8)
         return RouteAnswer(Self.json(200, out))

@@ -186,7 +186,11 @@ struct AdminRoute: Sendable {
         for (index, namespace) in stored.namespaces.enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             JSONWriter.appendString(namespace.name, to: &out)
-            out.append(contentsOf: #":{"entries":\#(namespace.entries),"bytes":\#(namespace.bytes)}"#.utf8)
+            out.append(contentsOf: #":{"entries":\#(namespace.entries),"bytes":\#(namespace.bytes)"#.utf8)
+            if let maxBytes = namespace.maxBytes {
+                out.append(contentsOf: #","maxBytes":\#(maxBytes),"evictions":\#(namespace.evictions ?? 0)"#.utf8)
+            }
+            out.append(UInt8(ascii: "}"))
         }
         out.append(contentsOf: #"}},"memoryTier":{"bytes":\#(tier.bytes),"capacityBytes":\#(tier.capacityBytes)},"#.utf8)
         out.append(contentsOf: #""sinceStart":{"startedAt":\#(time(traffic.startedAt)),"requests":\#(counts.requests),"#.utf8)
