@@ -69,6 +69,8 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
     public private(set) var mainBytes = 0
     /// How often keys were asked for lately; nil without frequency admission.
     public private(set) var sketch: FrequencySketch?
+    /// The sketch's admission bar, tuned by the hit rate (AdmissionBar).
+    public private(set) var admissionBar = AdmissionBar()
 
     private struct Entry {
         var queue: Queue
@@ -114,12 +116,16 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
 
     /// `frequencyAdmission` false: S3-FIFO alone, as the paper has it (with its tenth for the
     /// small queue, `smallFraction: 0.1`).
-    public init(capacityBytes: Int, smallFraction: Double = 0.02, frequencyAdmission: Bool = true) {
+    /// `adaptiveAdmission` false: the bar stays at `AdmissionBar`'s start.
+    public init(capacityBytes: Int, smallFraction: Double = 0.02, frequencyAdmission: Bool = true, adaptiveAdmission: Bool = true) {
         precondition(capacityBytes > 0 && smallFraction > 0 && smallFraction < 1)
         self.capacityBytes = capacityBytes
         self.smallBytesLimit = max(1, Int(Double(capacityBytes) * smallFraction))
         sketch = frequencyAdmission ? FrequencySketch() : nil
+        self.adaptiveAdmission = adaptiveAdmission
     }
+
+    private let adaptiveAdmission: Bool
 
     public var count: Int { entries.count }
     /// Places in the three queues, stale ones included (a bound on memory; for tests).
@@ -135,6 +141,7 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
     public mutating func recordHit(_ key: Key, at time: UInt32 = 0, count: UInt32 = 1) -> Bool {
         guard count > 0 else { return entries[key] != nil }
         guard var entry = entries[key] else { return false }
+        if adaptiveAdmission, sketch != nil { for _ in 0..<min(count, 64) { admissionBar.record(hit: true) } }
         // Only hits count here (a miss counts in `admit`), so that a caller may ask
         // `recordHit`, then `admit` when it says the object is not held.
         sketch?.increment(key.stableHash, by: count)
@@ -159,6 +166,7 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
     public mutating func admit(_ key: Key, bytes: Int, proven: Bool = false) -> (queue: Queue?, changes: [Change]) {
         // A miss (or a store again) is a request too.
         sketch?.increment(key.stableHash)
+        if adaptiveAdmission, sketch != nil, entries[key] == nil { admissionBar.record(hit: false) }
         guard bytes <= capacityBytes else {
             remove(key)
             return (nil, [])
@@ -278,10 +286,11 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
 
     /// TinyLFU's admission, for an object leaving the small queue unasked: it enters the main
     /// queue if it was asked for before (once is every newcomer) and clearly more often than the
-    /// main queue's next victim: by 2 or more. Estimates of a sketch this size run about one over
-    /// the truth (other keys' counts), and a victim is weighed against one candidate after
-    /// another: with no margin, the luckiest of them displaced it (a loss of up to 0.8 points on
-    /// some traces in the simulator of issue 33).
+    /// main queue's next victim: by the admission bar (AdmissionBar: 1 to 3, from 2). Estimates
+    /// of a sketch this size run about one over the truth (other keys' counts), and a victim is
+    /// weighed against one candidate after another: with no margin, the luckiest of them
+    /// displaced it (a loss of up to 0.8 points on some traces in the simulator of issue 33);
+    /// with a fixed margin of 2, a loop over more objects than fit never got in.
     private mutating func admitsByFrequency(_ key: Key) -> Bool {
         guard let sketch else { return false }
         let candidate = sketch.estimate(key.stableHash)
@@ -290,7 +299,7 @@ public struct S3FIFO<Key: StableHashable>: Sendable {
             counters.admittedByFrequency += 1
             return true
         }
-        guard candidate >= sketch.estimate(victim.stableHash) + 2 else {
+        guard candidate >= sketch.estimate(victim.stableHash) + admissionBar.margin else {
             counters.refusedByFrequency += 1
             return false
         }

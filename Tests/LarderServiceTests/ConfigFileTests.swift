@@ -98,7 +98,7 @@ final class ConfigFileTests: XCTestCase {
         var fromJSON = LarderConfiguration()
         try ConfigFile.apply(text: #"{"negativeTtl": {"404": "2m"}}"#, source: "test", to: &fromJSON)
         XCTAssertEqual(fromJSON.negativeTTL, NegativeTTL([404: 120]))
-        for (text, expected) in [
+        assertRefused([
             ("negativeTtl: {200: 30s}", "negativeTtl.200: status 200 is not 300–599"),
             ("negativeTtl: {304: 30s}", "negativeTtl.304"),
             ("negativeTtl: {404: soon}", "negativeTtl.404: must be a duration"),
@@ -107,17 +107,7 @@ final class ConfigFileTests: XCTestCase {
             ("upstreams: [{name: a, baseUrl: 'http://x', cache: {negativeTtl: {404: -1}}}]", "upstreams[0].cache.negativeTtl.404"),
             ("targetedCacheControl: [Cache-Control]", "other than Cache-Control"),
             ("uncacheableMemory: -1", "uncacheable memory must be 0 (off) to 1 day")
-        ] {
-            var configuration = LarderConfiguration()
-            XCTAssertThrowsError(
-                try {
-                    try ConfigFile.apply(try write(text), to: &configuration)
-                    try configuration.validate()
-                }(), text
-            ) {
-                XCTAssertTrue("\($0)".contains(expected), "\($0) should mention \(expected)")
-            }
-        }
+        ])
     }
 
     func testNamespaceBudgetsAndCompressionInTheFile() throws {
@@ -135,7 +125,7 @@ final class ConfigFileTests: XCTestCase {
         XCTAssertEqual(configuration.compressMinBytes, 2048)
         XCTAssertEqual(configuration.compressTypes, ["application/json"])
         XCTAssertEqual(Setting.named("namespaces").describe(configuration), "proxy:api=1MiB, reports=200000000")
-        for (text, expected) in [
+        assertRefused([
             ("namespaces: {reports: 200MB}", "namespaces.reports: must be a mapping"),
             ("namespaces: {reports: {}}", "namespaces.reports.maxBytes: is required"),
             ("namespaces: {reports: {maxBytes: 1MB, share: 2}}", "share"),
@@ -144,15 +134,20 @@ final class ConfigFileTests: XCTestCase {
             ("store: redis://127.0.0.1:6379\nsecretFile: /dev/null\nnamespaces: {a: {maxBytes: 10MB}}", "apply to the SQLite store"),
             ("compressTypes: [text]", "is not a media type"),
             ("compressMinBytes: -1", "compress min bytes")
-        ] {
+        ])
+    }
+
+    /// Each file is refused, read or validated, with an error that mentions its text.
+    private func assertRefused(_ cases: [(file: String, mentions: String)], line: UInt = #line) {
+        for (text, expected) in cases {
             var configuration = LarderConfiguration()
             XCTAssertThrowsError(
                 try {
                     try ConfigFile.apply(try write(text), to: &configuration)
                     try configuration.validate()
-                }(), text
+                }(), text, line: line
             ) {
-                XCTAssertTrue("\($0)".contains(expected), "\($0) should mention \(expected)")
+                XCTAssertTrue("\($0)".contains(expected), "\($0) should mention \(expected)", line: line)
             }
         }
     }
