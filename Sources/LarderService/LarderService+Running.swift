@@ -25,6 +25,8 @@ extension LarderService {
         /// The access log's buffers and writer (used while --access-log is on; a reload turns it
         /// on and off).
         let accessLog: AccessLogWriter
+        /// The traffic counters over the last minutes (GET /cache/stats/history).
+        let history: TrafficHistory
     }
 
     /// A started service: what a reload rebuilds the router from, the upstream, the listeners

@@ -148,7 +148,8 @@ public final class LarderService: Sendable {
             accessLog: AccessLogWriter(
                 output: accessLogOutput
                     ?? .standardError(LogControl(level: logger.logLevel, format: configuration.resolvedLogFormat)),
-                shards: 3 * configuration.serverThreads))
+                shards: 3 * configuration.serverThreads),
+            history: TrafficHistory(traffic: engine.traffic, clock: clock, interval: configuration.trafficHistorySeconds))
         wiring.routers.set(makeRouter(configuration, wiring))
         warnIfAdminRoutesOpen(configuration)
         if configuration.browserRequestRules.acceptsAnyName {
@@ -284,7 +285,8 @@ public final class LarderService: Sendable {
         let upstreamsByName = Self.upstreamsByName(configuration)
         let admin = AdminRoute(
             engine: wiring.engine, upstreams: upstreamsByName, store: wiring.store, tier: wiring.tier,
-            traffic: wiring.engine.traffic, clock: clock, token: configuration.adminToken.map { Array($0.utf8) }, metrics: wiring.metrics)
+            traffic: wiring.engine.traffic, clock: clock, token: configuration.adminToken.map { Array($0.utf8) }, metrics: wiring.metrics,
+            history: wiring.history)
         let (metrics, store, warmJobs, connections) = (wiring.metrics, wiring.store, wiring.warmJobs, wiring.connections)
         let (accessLog, engine) = (wiring.accessLog, wiring.engine)
         return Router(
@@ -517,6 +519,7 @@ public final class LarderService: Sendable {
         }
         // Jobs aborted from here on stay pending, to be taken up on the next start.
         running.wiring.warmJobs.stop()
+        running.wiring.history.stop()
         running.upstream.shutdown()
         for listener in servers where !listener.waitForPending(timeout: 10) {
             logger.error("requests still unanswered after cancellation: answering them 503 shutting_down (streams cut short) and stopping")

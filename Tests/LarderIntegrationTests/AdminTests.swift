@@ -226,3 +226,30 @@ final class AdminTests: IntegrationTestCase {
         XCTAssertEqual(files.first?.hasPrefix(keptKey), true, "\(files) is the kept entry's (\(keptKey))")
     }
 }
+
+final class TrafficHistoryTests: IntegrationTestCase {
+    func testTheHistoryHoldsTheCountersAsReadEveryIntervalOldestFirst() throws {
+        let client = try startLarder { $0.trafficHistorySeconds = 0.05 }.connection()
+        let path = uniquePath()
+        XCTAssertEqual(try client.fetch(["url": url(path), "cache": ["ttl": 600]]).outcome, "miss")
+        XCTAssertEqual(try client.fetch(["url": url(path), "cache": ["ttl": 600]]).outcome, "hit")
+        let history = try eventually {
+            try client.request("GET", "/cache/stats/history").json
+        } until: { json in
+            ((json["samples"] as? [[String: Any]])?.last?["hits"] as? Int) == 1
+        }
+        XCTAssertEqual(history["interval"] as? Double, 0.05)
+        let samples = try XCTUnwrap(history["samples"] as? [[String: Any]])
+        let last = try XCTUnwrap(samples.last)
+        XCTAssertEqual(last["misses"] as? Int, 1)
+        XCTAssertEqual(last["stale"] as? Int, 0)
+        XCTAssertEqual(last["revalidated"] as? Int, 0)
+        let times = samples.compactMap { adminTime($0["at"]) }
+        XCTAssertEqual(times.count, samples.count, "every reading has its time")
+        XCTAssertEqual(times, times.sorted(), "oldest first")
+        let counts = samples.compactMap { $0["hits"] as? Int }
+        XCTAssertEqual(counts, counts.sorted(), "counters only grow")
+        let refused = try client.request("GET", "/cache/stats/history?since=1")
+        XCTAssertEqual(refused.status, 400, refused.text)
+    }
+}

@@ -33,7 +33,7 @@ final class ConfigFileKeyTests: XCTestCase {
             set.formUnion(changed)
         }
         // Settable only from Swift (tests), not by an operator.
-        XCTAssertEqual(Set(defaults.keys).subtracting(set), ["maxRequestBodyBytes"])
+        XCTAssertEqual(Set(defaults.keys).subtracting(set), ["maxRequestBodyBytes", "trafficHistorySeconds"])
     }
 
     private func fields(of configuration: LarderConfiguration) -> [String: String] {

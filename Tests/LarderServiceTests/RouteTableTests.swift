@@ -33,7 +33,8 @@ final class RouteTableTests: XCTestCase {
         ("/healthz", "GET, HEAD"), ("/livez", "GET, HEAD"), ("/readyz", "GET, HEAD"), ("/metrics", "GET, HEAD"),
         ("/cache/console", "GET, HEAD"), ("/cache/console/app.js", "GET, HEAD"), ("/cache/console/app.css", "GET, HEAD"),
         ("/cache/warm", "GET, HEAD, POST"), ("/cache/warm/{id}", "GET, HEAD, DELETE"),
-        ("/cache/stats", "GET, HEAD"), ("/cache", "DELETE"), ("/cache/purge", "POST"), ("/cache/entries", "GET, HEAD, PUT"),
+        ("/cache/stats", "GET, HEAD"), ("/cache/stats/history", "GET, HEAD"), ("/cache", "DELETE"), ("/cache/purge", "POST"),
+        ("/cache/entries", "GET, HEAD, PUT"),
         ("/cache/namespaces", "GET, HEAD"), ("/cache/namespaces/{ns}/version", "POST"), ("/cache/entries/{key}", "GET, HEAD, DELETE")
     ]
 

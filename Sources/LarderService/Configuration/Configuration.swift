@@ -149,6 +149,9 @@ public struct LarderConfiguration: Sendable {
     public var storeTimeoutMs: Int = 250
     /// Response fields whose values tag the stored entry (lower-case); never passed on by /proxy.
     public var tagHeaders: [String] = CacheTags.defaultHeaderNames
+    /// Seconds between the readings of the traffic counters GET /cache/stats/history keeps (ten
+    /// minutes of them); set only from Swift (tests read it faster).
+    public var trafficHistorySeconds: Double = 5
     /// Bytes a namespace may hold at most (SQLite store), by namespace.
     public var namespaceBudgets = NamespaceBudgets()
     public var namespaceMaxBytes: [String: Int] {

@@ -25,6 +25,23 @@ extension ConsoleAssets {
             }
           }
 
+          // The minutes before the page opened, as the server read its counters (a reading every few
+          // seconds): the chart starts with them instead of empty. Readings older than the first
+          // live one only; a server without the history leaves the chart to fill as before.
+          async function loadHistory() {
+            try {
+              const history = await api('GET', '/cache/stats/history');
+              const live = state.samples.length ? state.samples[0].at : Infinity;
+              const past = (history.samples || [])
+                .map((sample) => ({ at: Date.parse(sample.at), since: sample }))
+                .filter((sample) => Number.isFinite(sample.at) && sample.at < live);
+              state.samples = past.concat(state.samples).slice(-SAMPLES_KEPT);
+              if (state.renderOverview) state.renderOverview();
+            } catch (_) {
+              // Not fatal: the live readings follow.
+            }
+          }
+
           function takeSample(stats) {
             state.stats = stats;
             state.samples.push({ at: Date.now(), since: stats.sinceStart });
@@ -93,8 +110,9 @@ extension ConsoleAssets {
             state.renderOverview();
           }
 
-          // The hit ratio of each interval between two stats reads: (hits + stale + revalidated) over
-          // those and misses, as the server counts it; null where nothing was asked.
+          // The hit ratio of each interval between two stats reads (the server's past readings first):
+          // (hits + stale + revalidated) over those and misses, as the server counts it; null where
+          // nothing was asked.
           function intervalRatios() {
             const points = [];
             for (let i = 1; i < state.samples.length; i += 1) {

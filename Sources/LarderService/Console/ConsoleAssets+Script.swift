@@ -30,6 +30,7 @@ extension ConsoleAssets {
             stats: null,
             health: null,
             statsTimer: null,
+            historyLoaded: false,
             viewTimer: null,
             renderOverview: null,
             filters: { namespace: '', urlPrefix: '', host: '', tag: '', status: '', expired: '', limit: '50' },
@@ -207,6 +208,10 @@ extension ConsoleAssets {
             $('forget').hidden = !state.token;
             $('view').hidden = false;
             if (!state.statsTimer) state.statsTimer = setInterval(pollStats, STATS_EVERY_MS);
+            if (!state.historyLoaded) {
+              state.historyLoaded = true;
+              loadHistory();
+            }
             pollHealth();
             route();
           }

@@ -1,5 +1,6 @@
 // The /cache admin routes, beside the proxy route:
 //   GET    /cache/stats[?namespace=]  what is stored (from the database) and the traffic since start
+//   GET    /cache/stats/history       the traffic counters read every few seconds over the last minutes
 //   DELETE /cache?namespace=&urlPrefix=&host=&tag=&olderThan=&versionBelow=&expired=true[&soft=true]
 //                                     purge → {"removed","bytes","invalidated"}
 //   DELETE /cache?all=true[&soft=true] everything
@@ -29,6 +30,8 @@ struct AdminRoute: Sendable {
     let token: [UInt8]?
     /// Counts purges (nil in tests that build the route alone).
     var metrics: LarderMetrics?
+    /// The traffic over the last minutes (nil in tests that build the route alone: an empty one).
+    var history: TrafficHistory?
 
     static let prefix = "/cache"
 
@@ -73,6 +76,26 @@ struct AdminRoute: Sendable {
             namespace = value
         }
         return RouteAnswer(Self.json(200, try statistics(namespace: namespace)))
+    }
+
+    /// GET /cache/stats/history: the traffic counters as read every `interval` seconds over the
+    /// last ten minutes, oldest first (TrafficHistory), for a chart that starts with the past.
+    func statisticsHistory(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        if let (name, _) = Self.query(of: request.http.rawTarget).first { throw .invalid(name, "is not an option here (none are)") }
+        var out: [UInt8] = Array(#"{"interval":"#.utf8)
+        out.append(contentsOf: String(history?.interval ?? 0).utf8)
+        out.append(contentsOf: #","samples":["#.utf8)
+        for (index, sample) in (history?.recent ?? []).enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: #"{"at":"#.utf8)
+            JSONWriter.appendString(RFC3339Time.format(sample.at), to: &out)
+            out.append(
+                contentsOf:
+                    #","hits":\#(sample.hits),"misses":\#(sample.misses),"stale":\#(sample.stale),"revalidated":\#(sample.revalidated)}"#
+                    .utf8)
+        }
+        out.append(contentsOf: "]}".utf8)
+        return RouteAnswer(Self.json(200, out))
     }
 
     /// DELETE /cache?…

@@ -54,6 +54,7 @@ extension Router {
             adminRoute(warmJob, ["DELETE"]) { request in warm.delete(request) },
 
             adminRoute(.exact(["/cache/stats"]), read) { request throws(LarderError) in try admin.statistics(request) },
+            adminRoute(.exact(["/cache/stats/history"]), read) { request throws(LarderError) in try admin.statisticsHistory(request) },
             adminRoute(.exact([AdminRoute.prefix, AdminRoute.prefix + "/"]), ["DELETE"]) { request throws(LarderError) in
                 try admin.purgeByQuery(request)
             },
