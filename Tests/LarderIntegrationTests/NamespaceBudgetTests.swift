@@ -65,6 +65,43 @@ final class NamespaceBudgetTests: IntegrationTestCase {
         XCTAssertEqual(after["kept"]?["entries"], 40)
     }
 
+    func testAnEntryLargerThanItsNamespacesBudgetIsServedNotStored() throws {
+        let client = try start().connection()
+        let base = uniquePath()
+        for index in 0..<10 {
+            XCTAssertEqual(
+                try client.fetch(["url": url("\(base)/\(index)", "size=20000"), "cache": ["ttl": 3600, "namespace": "scan"]]).outcome,
+                "miss")
+        }
+        let large = try client.fetch(["url": url("\(base)/large", "size=1000000"), "cache": ["ttl": 3600, "namespace": "scan"]])
+        XCTAssertEqual(large.status, 200)
+        XCTAssertEqual(large.cache["stored"] as? Bool, false, "over 90% of the 1 MiB budget")
+        let figures = try namespaces(client)["scan"]
+        XCTAssertEqual(figures?["entries"], 10, "the namespace's other entries stay")
+        XCTAssertEqual(figures?["evictions"], 0)
+    }
+
+    func testABudgetLoweredByARestartAppliesAtOnce() throws {
+        let base = uniquePath()
+        let first = try startLarder { configuration in
+            configuration.namespaceMaxBytes = ["scan": 2 << 20]
+        }
+        let client = try first.connection()
+        for index in 0..<80 {
+            XCTAssertEqual(
+                try client.fetch(["url": url("\(base)/\(index)", "size=20000"), "cache": ["ttl": 3600, "namespace": "scan"]]).status, 200)
+        }
+        XCTAssertGreaterThan(try namespaces(client)["scan"]?["bytes"] ?? 0, 1 << 20)
+        stopLarder(first)
+        let again = try start().connection()
+        let figures = try eventually {
+            try self.namespaces(again)["scan"] ?? [:]
+        } until: {
+            ($0["bytes"] ?? .max) <= 1 << 20
+        }
+        XCTAssertLessThanOrEqual(figures["bytes"] ?? .max, 1 << 20, "trimmed without a write")
+    }
+
     func testABudgetedNamespaceWithNothingStoredIsListed() throws {
         let client = try start().connection()
         XCTAssertEqual(try namespaces(client)["scan"], ["entries": 0, "bytes": 0, "maxBytes": 1 << 20, "evictions": 0])

@@ -78,6 +78,7 @@ final class CompressionTests: SemanticsTestCase {
             XCTAssertEqual(try storedRows(revalidated).first?.bodyCoding, .zstd)
             XCTAssertEqual(fetch(spec).json["body"] as? NSArray, miss.json["body"] as? NSArray)
             XCTAssertEqual(origin.count(path), 2)
+            XCTAssertEqual(engine.compressionFigures.stored, 1, "a 304's refresh is not a new compressed body")
         }
     }
 

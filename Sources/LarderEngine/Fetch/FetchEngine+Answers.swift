@@ -146,17 +146,20 @@ extension FetchEngine {
 
     /// `entry` as the store keeps it: its body compressed when the rules take its type and size
     /// and the compressed form saves enough (CompressionRules). What answers the request, and
-    /// the requests waiting on it, stays `entry` itself.
-    func forStoring(_ entry: StoredEntry) -> StoredEntry {
+    /// the requests waiting on it, stays `entry` itself. `counting` false: a body stored again
+    /// (a 304's refresh), not a new one for the figures.
+    func forStoring(_ entry: StoredEntry, counting: Bool = true) -> StoredEntry {
         let rules = limits.compression
         guard let codec = bodyCodec, entry.bodyCoding == .identity, entry.bodyFile == nil,
             rules.compresses(status: entry.status, headers: entry.headerFields, bodyCount: entry.body.count),
             let compressed = codec.compress(entry.body),
             CompressionRules.pays(original: entry.body.count, compressed: compressed.count)
         else { return entry }
-        compressionCounts.withLock {
-            $0.stored += 1
-            $0.savedBytes += entry.body.count - compressed.count
+        if counting {
+            compressionCounts.withLock {
+                $0.stored += 1
+                $0.savedBytes += entry.body.count - compressed.count
+            }
         }
         var stored = entry
         stored.body = compressed

@@ -160,6 +160,8 @@ public final class SQLiteCacheStore: CacheStore, @unchecked Sendable {
         // Files of rows deleted just before a crash, then files whose rows never committed.
         writerQueue.sync { reapDeadFiles() }
         if let failure = writerQueue.sync(execute: { prepareNamespaceBudgetsOrFailure() }) { throw failure }
+        // A budget lowered since the last start applies at once, not at the next write.
+        writerQueue.async { [self] in enforceNamespaceBudgets() }
         startSweeping()
         if restoresPolicy { startRestoringPolicy(upTo: lastRowid) }
         let startedAt = Date().timeIntervalSince1970

@@ -37,6 +37,11 @@ extension SQLiteCacheStore {
         // 2 s goes ahead to find out whether space came back.
         guard health.admitsSave(now: DispatchTime.now().uptimeNanoseconds) else { return completion(false) }
         let size = entry.approximateBytes
+        // An entry its namespace's budget could not hold after trimming (90% of it) is not
+        // stored: written, it would push out every other entry of the namespace, then itself.
+        if let budget = capacity.namespaceMaxBytes[entry.namespace], size > Int(Double(budget) * capacity.lowWater) {
+            return completion(false)
+        }
         let probe = KeyFilter.probe(entry.primaryKey.hex)
         let admitted: PendingWrites.Admission?
         switch admitThroughPolicy(entry, size: size, probe: probe, completion: completion) {
