@@ -35,6 +35,7 @@ final class ConsoleTests: IntegrationTestCase {
             $0.adminPort = 0
             // The server's readings of its counters, often enough to catch the traffic a test sends.
             $0.trafficHistorySeconds = 0.25
+            $0.namespaceMaxBytes = ["shop": 8 << 20]
         }
         return (larder, try XCTUnwrap(larder.adminPort))
     }
@@ -152,6 +153,10 @@ final class ConsoleTests: IntegrationTestCase {
             XCTAssertEqual(again.outcome, "hit")
         }
         try driver.wait(for: entriesShown(3), "3 entries on the overview")
+        try driver.wait(
+            for: "[...document.querySelectorAll('.namespace-row')].some((row) => row.textContent.startsWith('shop') && "
+                + "row.textContent.includes('(0 evicted)'))",
+            "the budget of namespace shop")
         try driver.wait(for: "document.querySelector('#hit-chart polyline')", "the hit-ratio line")
         if screenshotsWanted {
             // Some traffic of a changing hit ratio over a few reads, for a chart worth showing.

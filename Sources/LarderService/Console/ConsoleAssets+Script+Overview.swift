@@ -94,16 +94,19 @@ extension ConsoleAssets {
               const admissionRows = admission
                 ? Object.entries(admission).map(([name, value]) => h('tr', {}, h('td', {}, name), h('td', { class: 'num' }, count(value))))
                 : [h('tr', {}, h('td', {}, 'not reported by this store'))];
+              // A namespace with a budget (--namespace-max-bytes) shows it and what it evicted.
               const namespaceRows = Object.entries(stored.namespaces || {}).map(([name, figures]) =>
-                h('tr', {}, h('td', {}, name), h('td', { class: 'num' }, count(figures.entries)),
-                  h('td', { class: 'num' }, bytes(figures.bytes))));
+                h('tr', { class: 'namespace-row' }, h('td', {}, name), h('td', { class: 'num' }, count(figures.entries)),
+                  h('td', { class: 'num' }, bytes(figures.bytes)),
+                  h('td', { class: 'num' }, figures.maxBytes === undefined ? '–'
+                    : bytes(figures.maxBytes) + ' (' + count(figures.evictions || 0) + ' evicted)')));
               const errorRows = errors.map(([code, n]) => h('tr', {}, h('td', {}, code), h('td', { class: 'num' }, count(n))));
               details.replaceChildren(
                 h('div', { class: 'panel', id: 'admission' }, h('h3', {}, 'Admission (S3-FIFO)'),
                   h('table', {}, h('tbody', {}, admissionRows))),
                 h('div', { class: 'panel' }, h('h3', {}, 'Namespaces'),
                   h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'namespace'), h('th', { class: 'num' }, 'entries'),
-                    h('th', { class: 'num' }, 'bytes'))), h('tbody', {}, namespaceRows)),
+                    h('th', { class: 'num' }, 'bytes'), h('th', { class: 'num' }, 'budget'))), h('tbody', {}, namespaceRows)),
                   h('h3', {}, 'Errors since start'),
                   errorRows.length ? h('table', {}, h('tbody', {}, errorRows)) : h('p', { class: 'muted' }, 'none')));
             };
