@@ -102,6 +102,17 @@ final class NamespaceBudgetTests: IntegrationTestCase {
         XCTAssertLessThanOrEqual(figures["bytes"] ?? .max, 1 << 20, "trimmed without a write")
     }
 
+    func testAPurgeReportsTheBytesTheStatsCounted() throws {
+        let client = try start().connection()
+        let base = uniquePath()
+        XCTAssertEqual(
+            try client.fetch(["url": url("\(base)/inline", "size=1000"), "cache": ["ttl": 3600, "namespace": "tally"]]).outcome, "miss")
+        let counted = try XCTUnwrap(try namespaces(client)["tally"]?["bytes"])
+        let purge = try client.request("DELETE", "/cache?namespace=tally")
+        XCTAssertEqual(purge.json["removed"] as? Int, 1, purge.text)
+        XCTAssertEqual(purge.json["bytes"] as? Int, counted, "a body kept in its row counted once")
+    }
+
     func testABudgetedNamespaceWithNothingStoredIsListed() throws {
         let client = try start().connection()
         XCTAssertEqual(try namespaces(client)["scan"], ["entries": 0, "bytes": 0, "maxBytes": 1 << 20, "evictions": 0])
