@@ -33,7 +33,7 @@ public struct CompressionRules: Sendable, Equatable {
         guard !isOff, bodyCount >= minBytes, status != 206 else { return false }
         // Already encoded by the origin (gzip, br, zstd): kept as it came, and sent as it came.
         if let encoding = headers.first(named: "content-encoding"),
-            !encoding.split(separator: ",").allSatisfy({ $0.trimmingASCIIWhitespace().lowercased() == "identity" })
+            !encoding.split(separator: ",").allSatisfy({ $0.trimmingSpaces.lowercasedASCII == "identity" })
         {
             return false
         }
@@ -49,7 +49,7 @@ public struct CompressionRules: Sendable, Equatable {
     /// `type/subtype` of a Content-Type value, lower-case, without parameters.
     static func mediaType(of contentType: String) -> String {
         let base = contentType.split(separator: ";", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
-        return base.trimmingASCIIWhitespace().lowercased()
+        return base.trimmingSpaces.lowercasedASCII
     }
 
     func matches(mediaType: String) -> Bool {
@@ -82,14 +82,5 @@ public struct CompressionRules: Sendable, Equatable {
         if subtype == "*" || token(subtype) { return nil }
         if subtype.hasPrefix("*+"), token(subtype.dropFirst(2)) { return nil }
         return refusal
-    }
-}
-
-extension StringProtocol {
-    fileprivate func trimmingASCIIWhitespace() -> Substring {
-        let text = Substring(self)
-        let start = text.firstIndex { $0 != " " && $0 != "\t" } ?? text.endIndex
-        let end = text.lastIndex { $0 != " " && $0 != "\t" }.map { text.index(after: $0) } ?? start
-        return start < end ? text[start..<end] : text[start..<start]
     }
 }

@@ -123,6 +123,17 @@ extension FetchRequest {
     /// could write there could answer the proxy's clients with a response of its choosing.
     public static let reservedNamespacePrefix = "proxy:"
 
+    /// Why `namespace` cannot name a namespace anywhere (a request's, a budget's); nil when it
+    /// can: 1 to 256 bytes, and no control characters, since the admin API, /metrics labels and
+    /// the CLI show it.
+    public static func namespaceRefusal(_ namespace: String) -> String? {
+        guard !namespace.isEmpty, namespace.utf8.count <= 256 else { return "must be 1 to 256 bytes" }
+        guard !namespace.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
+            return "must not contain control characters"
+        }
+        return nil
+    }
+
     /// Parses and validates a /fetch body; `upstreams` are the named upstreams by name.
     public static func parse(json bytes: [UInt8], upstreams: [String: NamedUpstream] = [:]) throws(LarderError) -> FetchRequest {
         try parse(try JSONFields.parseBody(bytes), path: "", upstreams: upstreams)
@@ -297,13 +308,7 @@ private struct CacheReader {
         options.sensitive = fields.value("sensitive")
         options.ignoreQuery = Set(try fields.strings("ignoreQuery") ?? [])
         if let namespace = try fields.string("namespace") {
-            guard !namespace.isEmpty, namespace.utf8.count <= 256 else {
-                throw .invalid(name("namespace"), "must be 1 to 256 bytes")
-            }
-            // It is shown by the admin API, /metrics labels and the CLI: no control characters.
-            guard !namespace.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
-                throw .invalid(name("namespace"), "must not contain control characters")
-            }
+            if let refusal = FetchRequest.namespaceRefusal(namespace) { throw .invalid(name("namespace"), refusal) }
             // `/cache/namespaces/{ns}/version` must be able to name it: a browser or client
             // resolves `.` and `..` as path segments.
             guard namespace != ".", namespace != ".." else { throw .invalid(name("namespace"), "must not be '.' or '..'") }

@@ -294,6 +294,10 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         return 1
         """
 
+    /// The commands of a save as Redis is sent them, made once.
+    static let saveCommand = (eval: Array("EVAL".utf8), script: Array(saveScript.utf8), twoKeys: Array("2".utf8))
+    static let indexCommand = (script: Array(indexScript.utf8), oneKey: Array("1".utf8))
+
     /// Adds a primary key to an index set (a tag's, a URL's) and keeps the set as long as the
     /// entry. KEYS: the set. ARGV: primary key, milliseconds.
     static let indexScript = "redis.call('SADD', KEYS[1], ARGV[1]) redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1"
@@ -311,14 +315,14 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         let primaryHex = Array(primaryKey.hex.utf8)
         var commands: [[[UInt8]]] = [
             [
-                Array("EVAL".utf8), Array(Self.saveScript.utf8), Array("2".utf8), Array(entryKey(primaryKey).utf8),
+                Self.saveCommand.eval, Self.saveCommand.script, Self.saveCommand.twoKeys, Array(entryKey(primaryKey).utf8),
                 Array(leaseKey(primaryKey).utf8), Array(entry.key.hex.utf8), codec.encode(entry),
                 Array(entry.varyNames.joined(separator: ",").utf8), ttl, Array((lease ?? "").utf8), Array(events.channel.utf8),
                 Array("done \(primaryKey.hex)".utf8)
             ]
         ]
         for index in entry.tags.map(tagKey) + [urlIndexKey(entry.urlKey)] {
-            commands.append([Array("EVAL".utf8), Array(Self.indexScript.utf8), Array("1".utf8), Array(index.utf8), primaryHex, ttl])
+            commands.append([Self.saveCommand.eval, Self.indexCommand.script, Self.indexCommand.oneKey, Array(index.utf8), primaryHex, ttl])
         }
         let saved: Bool
         do {

@@ -167,6 +167,11 @@ extension FetchEngine {
         return stored
     }
 
+    /// Stores `entry` as the store keeps it (`forStoring`).
+    func save(_ entry: StoredEntry, counting: Bool = true, completion: @escaping @Sendable (Bool) -> Void) {
+        store.save(forStoring(entry, counting: counting), completion: completion)
+    }
+
     /// Bodies stored compressed since start, and the bytes that saved.
     public var compressionFigures: (stored: Int, savedBytes: Int) { compressionCounts.withLock { $0 } }
 }

@@ -70,7 +70,7 @@ extension FetchEngine {
                 else {
                     return land(flight, with: .notShareable) { run.answer(.served(served)) }
                 }
-                store.save(forStoring(asGet)) { [self] _ in land(flight, with: .notShareable) { run.answer(.served(served)) } }
+                save(asGet) { [self] _ in land(flight, with: .notShareable) { run.answer(.served(served)) } }
             }
         case .store(let stored):
             let entry = self.entry(
@@ -78,7 +78,7 @@ extension FetchEngine {
                 at: arrivedAt)
             let freshness = entry.freshness
             let storeSpan = prepared.identity?.span.recordedChild("cache store")
-            store.save(forStoring(entry)) { [self] saved in
+            save(entry) { [self] saved in
                 storeSpan?.end(["larder.cache.key": .string(derived.key.hex), "larder.cache.stored": .bool(saved)])
                 let report = CacheReport(
                     outcome: outcome, key: entry.primaryKey, age: freshness.age(now: arrivedAt, ttl: options.ttl),

@@ -244,7 +244,7 @@ extension FetchEngine {
         update.etag = headers.first(named: "etag")
         update.lastModified = headers.first(named: "last-modified")
         let refreshed = update
-        store.save(forStoring(refreshed, counting: false)) { [self] saved in
+        save(refreshed, counting: false) { [self] saved in
             let report = CacheReport(
                 outcome: .revalidated, key: entry.primaryKey, age: 0,
                 ttl: saved ? refreshed.freshness.remaining(now: now, ttl: options.ttl) : nil,

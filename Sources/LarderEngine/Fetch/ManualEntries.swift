@@ -52,7 +52,7 @@ extension FetchEngine {
         var entry = entry(storing: response, for: request, derived: prepared.derived, kind: kind, stored: stored, at: now)
         entry.keepRequested = true
         let primaryKey = entry.primaryKey
-        store.save(forStoring(entry)) { saved in
+        save(entry) { saved in
             completion(saved ? .success(primaryKey) : .failure(LarderError(.storageFailed, "the entry could not be stored")))
         }
     }

@@ -113,10 +113,10 @@ extension SQLiteCacheStore {
     @discardableResult
     func refreshNamespaceFigures() -> [String: NamespaceBudgetFigures] {
         var held: [String: (entries: Int, bytes: Int)] = [:]
-        if let select = try? writer.prepare("SELECT namespace, entries, bytes FROM namespace_usage") {
-            while (try? select.step()) == true {
-                if let name = select.string(0) { held[name] = (Int(select.int64(1)), Int(select.int64(2))) }
-            }
+        let select = statements.selectNamespaceUsage
+        defer { select.reset() }
+        while (try? select.step()) == true {
+            if let name = select.string(0) { held[name] = (Int(select.int64(1)), Int(select.int64(2))) }
         }
         return counters.namespaceBudgets.withLock { figures in
             for (name, maxBytes) in capacity.namespaceMaxBytes {

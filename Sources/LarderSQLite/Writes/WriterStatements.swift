@@ -21,6 +21,8 @@ struct WriterStatements {
     let deleteEvictedWhole: SQLiteStatement
     /// Whether a primary key (?1) has a row left (forgetInPolicy).
     let selectRowOfPrimaryKey: SQLiteStatement
+    /// What each budgeted namespace holds (SQLiteCacheStore+NamespaceBudgets.swift).
+    let selectNamespaceUsage: SQLiteStatement
 
     init(_ writer: SQLiteConnection) throws(SQLiteError) {
         insert = try writer.prepare(
@@ -50,5 +52,6 @@ struct WriterStatements {
         deleteEvictedByPrefix = try writer.prepare("DELETE FROM entries WHERE key >= ?1 AND key < ?2 RETURNING primary_key")
         deleteEvictedWhole = try writer.prepare("DELETE FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) RETURNING primary_key")
         selectRowOfPrimaryKey = try writer.prepare("SELECT 1 FROM entries WHERE \(Schema.rowsOfPrimaryKey("?1")) LIMIT 1")
+        selectNamespaceUsage = try writer.prepare("SELECT namespace, entries, bytes FROM namespace_usage")
     }
 }

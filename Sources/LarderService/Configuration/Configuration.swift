@@ -266,7 +266,7 @@ public struct LarderConfiguration: Sendable {
             throw ConfigurationError("uncacheable memory must be 0 (off) to 1 day")
         }
         for (name, bytes) in namespaceMaxBytes {
-            if let refusal = Self.namespaceRefusal(name) { throw ConfigurationError("namespace budget: \(refusal)") }
+            if let refusal = FetchRequest.namespaceRefusal(name) { throw ConfigurationError("namespace budget: a namespace \(refusal)") }
             guard bytes >= 1 << 20 else { throw ConfigurationError("the budget of namespace '\(name)' must be at least 1 MiB") }
         }
         if !namespaceMaxBytes.isEmpty, isSharedStore {
@@ -396,18 +396,6 @@ extension LarderConfiguration {
     public var resolvedLogFormat: LogFormat { LogFormat(rawValue: logFormat) ?? .text }
     /// The log level, once validated (info when not).
     public var resolvedLogLevel: Logger.Level { Logger.Level(rawValue: logLevel) ?? .info }
-}
-
-extension LarderConfiguration {
-    /// Why `name` cannot be a namespace a budget names; nil when it can: 1 to 256 bytes without
-    /// control characters, as /fetch's `cache.namespace` (the proxy's are `proxy:NAME`).
-    static func namespaceRefusal(_ name: String) -> String? {
-        guard !name.isEmpty, name.utf8.count <= 256 else { return "a namespace must be 1 to 256 bytes" }
-        guard !name.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
-            return "a namespace must not contain control characters"
-        }
-        return nil
-    }
 }
 
 /// Each namespace's budget (`namespaces: {NAME: {maxBytes: SIZE}}`, `--namespace-max-bytes`).
