@@ -28,6 +28,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case crossSiteRefused = "cross_site_refused"
         case hostNotAllowed = "host_not_allowed"
         case unsupportedMediaType = "unsupported_media_type"
+        case dictionariesUnavailable = "dictionaries_unavailable"
     }
 
     public let code: Code
@@ -46,7 +47,7 @@ public struct LarderError: Error, Sendable, Equatable, CustomStringConvertible {
         case .invalidRequest: 400
         case .unauthorized: 401
         case .loopDetected: 508
-        case .versionExhausted: 409
+        case .versionExhausted, .dictionariesUnavailable: 409
         case .upstreamForbidden, .crossSiteRefused: 403
         case .unsupportedMediaType: 415
         case .hostNotAllowed: 421

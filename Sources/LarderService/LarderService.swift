@@ -238,7 +238,8 @@ public final class LarderService: Sendable {
         }
         let engine = FetchEngine(
             store: tier, upstream: upstream, keys: CacheKeyBuilder(secret: secret),
-            clock: clock, limits: limits, sharedFlights: redis, bodyCodec: codec, logger: logger)
+            clock: clock, limits: limits, sharedFlights: redis, bodyCodec: codec, dictionaryStore: store as? DictionaryStore,
+            logger: logger)
         redis?.onNamespaceVersion { [weak engine] namespace, version in engine?.namespaces.set(namespace, to: version) }
         return (engine, tier)
     }
@@ -255,6 +256,7 @@ public final class LarderService: Sendable {
         limits.negativeTTL = configuration.negativeTTL
         limits.uncacheableMemory = configuration.uncacheableMemorySeconds
         limits.compression = CompressionRules(minBytes: configuration.compressMinBytes, contentTypes: configuration.compressTypes)
+        limits.dictionaries = DictionaryTraining(samples: configuration.compressDictionarySamples)
         limits.redaction = QueryRedaction(names: configuration.redactQuery)
         limits.loopToken = loop.token
         return limits

@@ -268,6 +268,7 @@ struct StorageSettings: ParsableArguments {
     @Option(setting: "namespaces") var namespaces: [String] = []
     @Option(setting: "compressMinBytes") var compressMinBytes: Int?
     @Option(setting: "compressTypes") var compressTypes: [String] = []
+    @Option(setting: "compressDictionarySamples") var compressDictionarySamples: Int?
 }
 
 struct UpstreamSettings: ParsableArguments {

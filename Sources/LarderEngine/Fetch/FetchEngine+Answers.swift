@@ -123,9 +123,13 @@ extension FetchEngine {
     /// `entry` with its body whole again (read from its file first, if it has one); nil when
     /// the body is gone or damaged, or no codec reads it: as if nothing were stored.
     func decompressed(_ entry: StoredEntry) -> StoredEntry? {
+        let maxBytes = max(limits.maxUpstreamBodyBytes, limits.maxStoredBodyBytes)
         guard let codec = bodyCodec, codec.coding == entry.bodyCoding,
             let stored = entry.bodyFile == nil ? entry.body : store.readBody(of: entry),
-            let body = codec.decompress(stored, maxBytes: max(limits.maxUpstreamBodyBytes, limits.maxStoredBodyBytes))
+            // A frame naming a dictionary this instance has not seen is tried again once it is
+            // loaded from the store (BodyDictionaries).
+            let body = codec.decompress(stored, maxBytes: maxBytes)
+                ?? (dictionaries?.resolve(stored) == true ? codec.decompress(stored, maxBytes: maxBytes) : nil)
         else {
             logger.warning("a stored body could not be decompressed; answered as a miss", metadata: ["key": "\(entry.key)"])
             return nil
@@ -149,10 +153,13 @@ extension FetchEngine {
     /// the requests waiting on it, stays `entry` itself. `counting` false: a body stored again
     /// (a 304's refresh), not a new one for the figures.
     func forStoring(_ entry: StoredEntry, counting: Bool = true) -> StoredEntry {
-        let rules = limits.compression
+        let limits = limits
         guard let codec = bodyCodec, entry.bodyCoding == .identity, entry.bodyFile == nil,
-            rules.compresses(status: entry.status, headers: entry.headerFields, bodyCount: entry.body.count),
-            let compressed = codec.compress(entry.body),
+            limits.compression.compresses(status: entry.status, headers: entry.headerFields, bodyCount: entry.body.count)
+        else { return entry }
+        let dictionary = dictionaries?.dictionary(
+            for: entry.namespace, body: entry.body, sampling: counting, rules: limits.dictionaries, now: clock.now())
+        guard let compressed = codec.compress(entry.body, dictionary: dictionary),
             CompressionRules.pays(original: entry.body.count, compressed: compressed.count)
         else { return entry }
         if counting {
@@ -167,11 +174,21 @@ extension FetchEngine {
         return stored
     }
 
+    /// Asks for a new compression dictionary for `namespace` (BodyDictionaries.request); nil
+    /// when this engine keeps none.
+    public func requestDictionary(for namespace: String) -> BodyDictionaries.Request? {
+        dictionaries?.request(namespace, rules: limits.dictionaries, now: clock.now())
+    }
+
     /// Stores `entry` as the store keeps it (`forStoring`).
     func save(_ entry: StoredEntry, counting: Bool = true, completion: @escaping @Sendable (Bool) -> Void) {
         store.save(forStoring(entry, counting: counting), completion: completion)
     }
 
-    /// Bodies stored compressed since start, and the bytes that saved.
-    public var compressionFigures: (stored: Int, savedBytes: Int) { compressionCounts.withLock { $0 } }
+    /// Bodies stored compressed since start, the bytes that saved, and the compression
+    /// dictionaries trained.
+    public var compressionFigures: (stored: Int, savedBytes: Int, dictionaries: Int) {
+        let counts = compressionCounts.withLock { $0 }
+        return (counts.stored, counts.savedBytes, dictionaries?.trainings.trained ?? 0)
+    }
 }

@@ -41,6 +41,8 @@ public final class FetchEngine: Sendable {
         public var uncacheableMemory: Double = 120
         /// Which stored bodies are compressed at rest (`--compress-min-bytes`, `--compress-types`).
         public var compression = CompressionRules()
+        /// When namespaces' compression dictionaries are trained (`--compress-dictionary-samples`).
+        public var dictionaries = DictionaryTraining()
         public init() {}
     }
 
@@ -61,6 +63,8 @@ public final class FetchEngine: Sendable {
     /// Compresses stored bodies and makes them whole again; nil: bodies are stored as they
     /// came, and a compressed one found is as if nothing were stored.
     let bodyCodec: (any BodyCodec)?
+    /// Each namespace's compression dictionaries; nil without a codec or a store to keep them.
+    public let dictionaries: BodyDictionaries?
     /// Bodies stored compressed, and the bytes that saved (what the store did not have to keep).
     let compressionCounts = Locked((stored: 0, savedBytes: 0))
     /// Query parameters whose values stored URLs leave out (`--redact-query`).
@@ -94,10 +98,16 @@ public final class FetchEngine: Sendable {
 
     public init(
         store: any CacheStore, upstream: any Upstream, keys: CacheKeyBuilder, clock: Clock,
-        limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, bodyCodec: (any BodyCodec)? = nil, logger: Logger
+        limits: Limits = Limits(), sharedFlights: (any SharedFlights)? = nil, bodyCodec: (any BodyCodec)? = nil,
+        dictionaryStore: (any DictionaryStore)? = nil, logger: Logger
     ) {
         self.store = store
         self.bodyCodec = bodyCodec
+        if let bodyCodec, let dictionaryStore {
+            self.dictionaries = BodyDictionaries(codec: bodyCodec, store: dictionaryStore, logger: logger)
+        } else {
+            self.dictionaries = nil
+        }
         self.sharedFlights = sharedFlights
         self.upstream = upstream
         self.keys = keys

@@ -68,3 +68,27 @@ public final class MemoryCacheStore: CacheStore {
         hits.withLock { $0[key] ?? 0 }
     }
 }
+
+/// Dictionaries kept in memory: for tests, and the engine without a persistent store.
+public final class MemoryDictionaryStore: DictionaryStore {
+    private let dictionaries = Locked<[UInt32: BodyDictionary]>([:])
+
+    public init() {}
+
+    public func loadDictionaries() -> [BodyDictionary] {
+        dictionaries.withLock { Array($0.values) }
+    }
+
+    public func loadDictionary(id: UInt32) -> BodyDictionary? {
+        dictionaries.withLock { $0[id] }
+    }
+
+    public func saveDictionary(_ dictionary: BodyDictionary, retiring: [UInt32]) -> Bool {
+        dictionaries.withLock { kept in
+            guard kept[dictionary.id] == nil else { return false }
+            kept[dictionary.id] = dictionary
+            for id in retiring { kept[id] = nil }
+            return true
+        }
+    }
+}

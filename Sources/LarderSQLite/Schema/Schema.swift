@@ -213,6 +213,16 @@ enum Schema {
             bytes = bytes - (length(OLD.body) + OLD.body_size * (OLD.body_file IS NOT NULL) + length(OLD.headers) + length(OLD.url) + 256)
           WHERE namespace = OLD.namespace;
         END;
+        """,
+        // 19: the compression dictionaries namespaces' bodies are stored with (BodyDictionaries);
+        // a stored frame names its dictionary's id.
+        """
+        CREATE TABLE body_dictionaries (
+          id         INTEGER PRIMARY KEY,
+          namespace  TEXT NOT NULL,
+          trained_at REAL NOT NULL,
+          content    BLOB NOT NULL
+        );
         """
     ]
 

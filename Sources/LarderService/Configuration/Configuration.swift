@@ -161,6 +161,8 @@ public struct LarderConfiguration: Sendable {
     /// Stored bodies of these types and at least this size are compressed at rest (CompressionRules).
     public var compressMinBytes = CompressionRules.defaultMinBytes
     public var compressTypes = CompressionRules.defaultContentTypes
+    /// Bodies a namespace's compression dictionary is trained from (DictionaryTraining); 0: none.
+    public var compressDictionarySamples = DictionaryTraining.defaultSamples
     /// When set, /cache routes and /metrics are served on this port only (0: any free port),
     /// on the same host; nil: on the main port.
     public var adminPort: Int?
@@ -274,6 +276,9 @@ public struct LarderConfiguration: Sendable {
         }
         guard (0...Self.maxBodyBytesLimit).contains(compressMinBytes) else {
             throw ConfigurationError("compress min bytes must be 0 (never) to \(Self.maxBodyBytesLimit)")
+        }
+        guard (0...DictionaryTraining.maxSamples).contains(compressDictionarySamples) else {
+            throw ConfigurationError("compress dictionary samples must be 0 (no dictionaries) to \(DictionaryTraining.maxSamples)")
         }
         for pattern in compressTypes {
             if let refusal = CompressionRules.refusal(pattern: pattern) { throw ConfigurationError("compress type \(refusal)") }

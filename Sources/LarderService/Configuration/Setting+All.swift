@@ -106,6 +106,12 @@ extension Setting {
                     """
                     Media type whose bodies are stored compressed: type/subtype, type/* or type/*+suffix; 'none' for none. \
                     Bodies the origin encoded (Content-Encoding) are kept as they came
+                    """),
+                .integer(
+                    "compressDictionarySamples", \.compressDictionarySamples,
+                    """
+                    Bodies of a namespace (up to 64 KiB each, 4 MiB in all) a compression dictionary is trained from, in the \
+                    background, and trained again from fresh ones a day later; 0 = no dictionaries
                     """)
             ]),
         section(

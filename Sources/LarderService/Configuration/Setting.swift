@@ -74,7 +74,7 @@ public struct Setting: Sendable {
         "redactQuery", "maxBodyBytes", "maxObjectBytes", "rangeFetchOver", "maxBatch", "maxChainSteps", "maxBatchBytes",
         "stripTargetedCacheControl", "readyWhileDegraded", "shutdownGrace", "serverNames", "targetedCacheControl",
         "passOwnCacheControl", "negativeTtl", "uncacheableMemory",
-        "cacheStatusKey", "compressMinBytes", "compressTypes"
+        "cacheStatusKey", "compressMinBytes", "compressTypes", "compressDictionarySamples"
     ]
 
     /// The keys of the settings a reload could not apply because their values changed, with the

@@ -40,6 +40,8 @@ enum MetricHelp {
         "larder_namespace_evictions": "Entries a namespace's budget evicted since start (its own oldest)",
         "larder_compressed_stores_total": "Bodies stored compressed at rest (zstd; --compress-min-bytes, --compress-type)",
         "larder_compression_saved_bytes_total": "Bytes the bodies stored compressed did not take: their size less their stored size",
+        "larder_compression_dictionaries_trained_total":
+            "Compression dictionaries trained from namespaces' bodies and kept (--compress-dictionary-samples)",
         "larder_store_rejected_entries_total": "Values read from a shared store that failed authentication or were malformed, removed",
         "larder_memory_tier_bytes": "Bytes the memory tier holds",
         "larder_admission_admitted_total":

@@ -46,6 +46,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     private let reportedUncacheablePasses = Locked<Int>(0)
     private let reportedCompressedStores = Locked<Int>(0)
     private let reportedCompressionSavings = Locked<Int>(0)
+    private let reportedDictionaries = Locked<Int>(0)
     /// The CPU seconds already added to process_cpu_seconds_total.
     private let reportedCPUSeconds = Locked<Double>(0)
     private let cpuSeconds: CoreMetrics.FloatingPointCounter
@@ -350,7 +351,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
     func scrape(
         store: any OperatedStore, tier: MemoryTier, warmJobs: WarmJobs?, memoBytes: Int,
         listeners: [(name: String, open: Int, limit: Int)] = [], accessLogDropped: Int = 0,
-        uncacheable: (passes: Int, keys: Int) = (0, 0), compression: (stored: Int, savedBytes: Int) = (0, 0)
+        uncacheable: (passes: Int, keys: Int) = (0, 0), compression: (stored: Int, savedBytes: Int, dictionaries: Int) = (0, 0, 0)
     ) -> [UInt8] {
         foldTallies()
         let figures = store.figures
@@ -359,6 +360,7 @@ final class LarderMetrics: TrafficObserver, Sendable {
         gauge("larder_uncacheable_keys").record(uncacheable.keys)
         advance("larder_compressed_stores_total", to: compression.stored, reported: reportedCompressedStores)
         advance("larder_compression_saved_bytes_total", to: compression.savedBytes, reported: reportedCompressionSavings)
+        advance("larder_compression_dictionaries_trained_total", to: compression.dictionaries, reported: reportedDictionaries)
         for listener in listeners {
             gauge("larder_http_connections", [("listener", listener.name)]).record(listener.open)
             gauge("larder_http_connection_limit", [("listener", listener.name)]).record(listener.limit)

@@ -215,6 +215,7 @@ extension AdminRoute {
         let stored = store.statistics()
         guard !stored.failed else { throw Self.unreadable }
         let versions = engine.namespaces.all
+        let dictionaries = engine.dictionaries?.figures() ?? [:]
         var names = Set(stored.namespaces.map(\.name))
         names.formUnion(versions.keys)
         var out: [UInt8] = Array(#"{"namespaces":["#.utf8)
@@ -226,10 +227,49 @@ extension AdminRoute {
             out.append(contentsOf: #","entries":\#(figures?.entries ?? 0),"bytes":\#(figures?.bytes ?? 0),"#.utf8)
             out.append(contentsOf: #""version":\#(versions[name] ?? 0)"#.utf8)
             if let maxBytes = figures?.maxBytes { out.append(contentsOf: #","maxBytes":\#(maxBytes)"#.utf8) }
+            if let dictionary = dictionaries[name] { Self.appendDictionary(dictionary, to: &out) }
             out.append(UInt8(ascii: "}"))
         }
         out.append(contentsOf: "]}".utf8)
         return RouteAnswer(Self.json(200, out))
+    }
+
+    /// `,"dictionary":{…}`: the namespace's compression dictionary, and what is gathered for
+    /// its next one.
+    static func appendDictionary(_ dictionary: BodyDictionaries.Figures, to out: inout [UInt8]) {
+        out.append(contentsOf: #","dictionary":{"#.utf8)
+        if let id = dictionary.id, let trainedAt = dictionary.trainedAt {
+            out.append(contentsOf: #""id":\#(id),"bytes":\#(dictionary.bytes),"trainedAt":"#.utf8)
+            JSONWriter.appendString(RFC3339Time.format(trainedAt), to: &out)
+            out.append(UInt8(ascii: ","))
+        }
+        out.append(contentsOf: #""versions":\#(dictionary.versions),"samples":\#(dictionary.samples),"#.utf8)
+        out.append(contentsOf: #""training":\#(dictionary.training)}"#.utf8)
+    }
+
+    /// POST /cache/namespaces/{ns}/dictionary: a new compression dictionary for the namespace,
+    /// trained from the bodies gathered so far, or once enough are.
+    func trainDictionary(_ request: RouteRequest) throws(LarderError) -> RouteAnswer? {
+        let namespace = request.parameter
+        if let refusal = FetchRequest.namespaceRefusal(namespace) { throw .invalid("namespace", "a namespace \(refusal)") }
+        if request.http.bodyTooLarge { throw .invalid("body", "request body is larger than the limit") }
+        if !request.http.body.isEmpty {
+            try JSONFields(try JSONFields.parseBody(request.http.body), path: "").rejectUnknown([])
+        }
+        guard let asked = engine.requestDictionary(for: namespace) else {
+            throw LarderError(.dictionariesUnavailable, "this store keeps no compression dictionaries")
+        }
+        var out: [UInt8] = Array(#"{"namespace":"#.utf8)
+        JSONWriter.appendString(namespace, to: &out)
+        switch asked {
+        case .training(let samples):
+            out.append(contentsOf: #","state":"training","samples":\#(samples)}"#.utf8)
+        case .sampling(let samples, let needed):
+            out.append(contentsOf: #","state":"sampling","samples":\#(samples),"needed":\#(needed)}"#.utf8)
+        case .unavailable(let why):
+            throw LarderError(.dictionariesUnavailable, why)
+        }
+        return RouteAnswer(Self.json(202, out))
     }
 
     /// POST /cache/namespaces/{ns}/version

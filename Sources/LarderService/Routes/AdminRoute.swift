@@ -221,6 +221,7 @@ struct AdminRoute: Sendable {
         out.append(contentsOf: #""revalidated":\#(counts.revalidated),"bypass":\#(counts.bypassed),"coalesced":\#(counts.coalesced),"#.utf8)
         let compression = engine.compressionFigures
         out.append(contentsOf: #""compressedStores":\#(compression.stored),"compressionSavedBytes":\#(compression.savedBytes),"#.utf8)
+        out.append(contentsOf: #""dictionariesTrained":\#(compression.dictionaries),"#.utf8)
         out.append(contentsOf: #""hitRatio":\#(number(counts.hitRatio)),"errors":{"#.utf8)
         for (index, (code, count)) in counts.errors.sorted(by: { $0.key < $1.key }).enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }

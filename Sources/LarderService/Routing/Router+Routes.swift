@@ -65,6 +65,9 @@ extension Router {
             adminRoute(.enclosed(prefix: "/cache/namespaces/", name: "ns", suffix: "/version"), ["POST"]) { request throws(LarderError) in
                 try admin.setVersion(request)
             },
+            adminRoute(.enclosed(prefix: "/cache/namespaces/", name: "ns", suffix: "/dictionary"), ["POST"]) {
+                request throws(LarderError) in try admin.trainDictionary(request)
+            },
             adminRoute(entry, read) { request throws(LarderError) in try admin.showEntry(request) },
             adminRoute(entry, ["DELETE"]) { request throws(LarderError) in try admin.removeEntry(request) },
             adminRoute(.area(AdminRoute.prefix), nil) { request throws(LarderError) in
