@@ -201,7 +201,9 @@ public final class BodyDictionaries: Sendable {
                 }
                 shelf.namespaces[namespace] = entry
             }
-            counts.withLock { kept == nil ? ($0.failed += 1) : ($0.trained += 1) }
+            counts.withLock { counts in
+                if kept == nil { counts.failed += 1 } else { counts.trained += 1 }
+            }
             if let kept {
                 logger.info(
                     "trained a compression dictionary",
