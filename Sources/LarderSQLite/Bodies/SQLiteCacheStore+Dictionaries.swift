@@ -44,8 +44,10 @@ extension SQLiteCacheStore: DictionaryStore {
                 var inserted = false
                 try writer.immediateTransaction { () throws(SQLiteError) in
                     let insert = try writer.prepare(
-                        "INSERT INTO body_dictionaries (id, namespace, trained_at, content) VALUES (?1, ?2, ?3, ?4) ON CONFLICT (id) DO NOTHING"
-                    )
+                        """
+                        INSERT INTO body_dictionaries (id, namespace, trained_at, content) VALUES (?1, ?2, ?3, ?4)
+                        ON CONFLICT (id) DO NOTHING
+                        """)
                     try insert.bind(1, Int64(dictionary.id))
                     try insert.bind(2, dictionary.namespace)
                     try insert.bind(3, dictionary.trainedAt)
