@@ -38,7 +38,7 @@ final class MemoryTierTests: XCTestCase {
     /// A stand-in codec: "compresses" by reversing the bytes after a marker.
     private struct ReversingCodec: BodyCodec {
         var coding: BodyCoding { .zstd }
-        func compress(_ body: [UInt8]) -> [UInt8]? { [0xFE] + body.reversed() }
+        func compress(_ body: [UInt8], dictionary: UInt32?) -> [UInt8]? { [0xFE] + body.reversed() }
         func decompress(_ stored: [UInt8], maxBytes: Int) -> [UInt8]? {
             guard stored.first == 0xFE, stored.count - 1 <= maxBytes else { return nil }
             return Array(stored.dropFirst().reversed())

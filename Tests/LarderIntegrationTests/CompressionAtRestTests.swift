@@ -1,6 +1,8 @@
 // Bodies compressed at rest through the real server: stored in a fraction of their bytes on
 // SQLite (rows and body files) and on Redis, served byte for byte as the origin sent them by the
-// proxy and /fetch, after a restart too; the figures in /cache/stats and /metrics.
+// proxy and /fetch, after a restart too; the figures in /cache/stats and /metrics. A namespace's
+// compression dictionary: trained from its bodies, asked for again through the admin API, and
+// every entry readable whichever dictionary stored it, after a restart and on another instance.
 
 import Foundation
 import LarderCore
@@ -79,6 +81,71 @@ final class CompressionAtRestTests: IntegrationTestCase {
         XCTAssertEqual(proxied.body, OriginScript.fill(path: path, size: size))
     }
 
+    /// The dictionary figures `/cache/namespaces` gives `namespace`.
+    static func dictionary(_ client: TestConnection, _ namespace: String) throws -> [String: Any]? {
+        let listed = try client.request("GET", "/cache/namespaces").json["namespaces"] as? [[String: Any]]
+        return listed?.first { $0["name"] as? String == namespace }?["dictionary"] as? [String: Any]
+    }
+
+    /// Stores `count` JSON API bodies in namespace `api` through /fetch; their paths.
+    static func storeRecords(_ client: TestConnection, count: Int, url: (String) -> String) throws -> [String] {
+        (0..<count).map { index in "/records/\(UUID().uuidString.prefix(8))-\(index)" }.map { path in
+            let answer = try? client.fetch(["url": url(path), "cache": ["namespace": "api", "ttl": 600]])
+            XCTAssertEqual(answer?.outcome, "miss", answer?.text ?? "")
+            return path
+        }
+    }
+
+    func testADictionaryTrainedFromANamespaceAndANewerOneBothReadAfterARestart() throws {
+        let samples = 16
+        let configure: (inout LarderConfiguration) -> Void = { $0.compressDictionarySamples = samples }
+        let first = try start(configure)
+        let client = try first.connection()
+        let target: (String) -> String = { self.url($0, "records=2500&cc=max-age%3D600") }
+        let sampled = try Self.storeRecords(client, count: samples, url: target)
+        let trained = try eventually({ try Self.dictionary(client, "api") }, until: { $0?["id"] != nil })
+        let firstID = try XCTUnwrap(trained?["id"] as? Int, "\(String(describing: trained))")
+        XCTAssertGreaterThan(trained?["bytes"] as? Int ?? 0, 0)
+        let old = try Self.storeRecords(client, count: 4, url: target)
+
+        let asked = try client.request("POST", "/cache/namespaces/api/dictionary")
+        XCTAssertEqual(asked.status, 202, asked.text)
+        XCTAssertEqual(asked.json["state"] as? String, "sampling")
+        XCTAssertEqual(asked.json["needed"] as? Int, samples)
+        let resampled = try Self.storeRecords(client, count: samples, url: target)
+        let retrained = try eventually(
+            { try Self.dictionary(client, "api") }, until: { ($0?["id"] as? Int).map { $0 != firstID } ?? false })
+        XCTAssertEqual(retrained?["versions"] as? Int, 2, "\(String(describing: retrained))")
+        let new = try Self.storeRecords(client, count: 4, url: target)
+        let stats = try client.request("GET", "/cache/stats").json["sinceStart"] as? [String: Any]
+        XCTAssertEqual(stats?["dictionariesTrained"] as? Int, 2)
+        let metrics = String(decoding: try client.request("GET", "/metrics").body, as: UTF8.self)
+        XCTAssertTrue(metrics.contains("larder_compression_dictionaries_trained_total 2"), metrics)
+        stopLarder(first)
+
+        let again = try start(configure).connection()
+        XCTAssertEqual(try Self.dictionary(again, "api")?["id"] as? Int, retrained?["id"] as? Int, "the newest compresses")
+        for path in sampled + old + resampled + new {
+            let hit = try again.fetch(["url": target(path), "cache": ["namespace": "api", "ttl": 600]])
+            XCTAssertEqual(hit.outcome, "hit", path)
+            let body = try JSONSerialization.jsonObject(with: Data(OriginScript.records(path: path, size: 2500)))
+            XCTAssertEqual(hit.json["body"] as? NSDictionary, body as? NSDictionary, path)
+            XCTAssertEqual(origin.count(path), 1, path)
+        }
+    }
+
+    func testAskingForADictionaryIsRefusedWhenDictionariesAreOffOrTheRequestIsNotOne() throws {
+        let client = try start { $0.compressDictionarySamples = 0 }.connection()
+        let off = try client.request("POST", "/cache/namespaces/api/dictionary")
+        XCTAssertEqual(off.status, 409, off.text)
+        XCTAssertEqual((off.json["error"] as? [String: Any])?["code"] as? String, "dictionaries_unavailable")
+        let control = try client.request("POST", "/cache/namespaces/a%01b/dictionary")
+        XCTAssertEqual(control.status, 400, control.text)
+        XCTAssertEqual((control.json["error"] as? [String: Any])?["field"] as? String, "namespace")
+        let fields = try client.request("POST", "/cache/namespaces/api/dictionary", body: Array("{\"samples\":1}".utf8))
+        XCTAssertEqual(fields.status, 400, fields.text)
+    }
+
     func testWithCompressionOffBodiesAreStoredAsTheyCame() throws {
         let base = uniquePath()
         let client = try start { $0.compressMinBytes = 0 }.connection()
@@ -106,5 +173,24 @@ final class CompressionOnTheSharedStoreTests: SharedStoreTestCase {
         let value = try redis.command(["HSTRLEN", entryKeys[0], "e:" + entryKeys[0].split(separator: "{")[1].split(separator: "}")[0]])
         let length = try XCTUnwrap(Int(value.dropFirst()), value)
         XCTAssertLessThan(length, size / 2, "the whole value, fields and all")
+    }
+
+    func testAnEntryCompressedWithOneInstancesDictionaryIsAHitOnAnother() throws {
+        let configure: (inout LarderConfiguration) -> Void = { $0.compressDictionarySamples = 12 }
+        let trainer = try startShared(configure).connection()
+        let reader = try startShared(configure).connection()
+        let target: (String) -> String = { self.url($0, "records=2500&cc=max-age%3D600") }
+        _ = try CompressionAtRestTests.storeRecords(trainer, count: 12, url: target)
+        _ = try eventually({ try CompressionAtRestTests.dictionary(trainer, "api") }, until: { $0?["id"] != nil })
+        XCTAssertNil(try CompressionAtRestTests.dictionary(reader, "api")?["id"], "the reader trained none")
+        let paths = try CompressionAtRestTests.storeRecords(trainer, count: 3, url: target)
+        for path in paths {
+            let hit = try reader.fetch(["url": target(path), "cache": ["namespace": "api", "ttl": 600]])
+            XCTAssertEqual(hit.outcome, "hit", path)
+            let body = try JSONSerialization.jsonObject(with: Data(OriginScript.records(path: path, size: 2500)))
+            XCTAssertEqual(hit.json["body"] as? NSDictionary, body as? NSDictionary)
+            XCTAssertEqual(origin.count(path), 1)
+        }
+        XCTAssertEqual(try redis.allKeys().filter { $0.contains("dict:") }.count, 1, "the dictionary is kept in Redis")
     }
 }

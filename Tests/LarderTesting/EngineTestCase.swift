@@ -102,6 +102,9 @@ open class EngineTestCase: XCTestCase {
     /// The codec engines compress stored bodies with (none: stored as they came); set before
     /// `onEachStore`.
     public var bodyCodec: (any BodyCodec)?
+    /// Where engines with a codec keep compression dictionaries: the store's own when it keeps
+    /// them (SQLite), one in memory otherwise.
+    public private(set) var dictionaryStore: (any DictionaryStore)?
 
     /// Runs `body` once on each store `stores` names, each time with an engine, an origin, a
     /// clock and a store of its own; a failure names the store it happened on.
@@ -126,6 +129,7 @@ open class EngineTestCase: XCTestCase {
         store = made.store
         closeStore = made.close
         storeName = under.name
+        dictionaryStore = Self.dictionaries(of: made.store) ?? MemoryDictionaryStore()
         engine = makeEngine(limits: FetchEngine.Limits())
     }
 
@@ -138,12 +142,19 @@ open class EngineTestCase: XCTestCase {
         let made = try current.make(directory, storeSettings)
         store = made.store
         closeStore = made.close
+        dictionaryStore = Self.dictionaries(of: made.store) ?? MemoryDictionaryStore()
         engine = makeEngine(limits: limits)
+    }
+
+    /// The dictionaries `store` keeps, or the store behind its memory tier keeps.
+    private static func dictionaries(of store: any CacheStore) -> (any DictionaryStore)? {
+        (store as? any DictionaryStore) ?? ((store as? MemoryTier)?.backing as? any DictionaryStore)
     }
 
     private func tearDownStore() {
         engine = nil
         store = nil
+        dictionaryStore = nil
         closeStore()
         closeStore = {}
         if let directory { try? FileManager.default.removeItem(at: directory) }
@@ -159,7 +170,7 @@ open class EngineTestCase: XCTestCase {
     public func makeEngine(limits: FetchEngine.Limits) -> FetchEngine {
         FetchEngine(
             store: store, upstream: origin, keys: keys, clock: clock.clock, limits: limits, bodyCodec: bodyCodec,
-            logger: Logger(label: "engine-test"))
+            dictionaryStore: bodyCodec == nil ? nil : dictionaryStore, logger: Logger(label: "engine-test"))
     }
 
     /// Replaces the engine with one over the same store: what a restart keeps.

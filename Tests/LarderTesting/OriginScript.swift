@@ -22,6 +22,8 @@
 //   fill=N             N bytes made from the path (OriginScript.fill), so any body can be recomputed
 //                      (application/octet-stream, as size=)
 //   text=N             the same bytes as fill=N, as text/plain (compressed at rest)
+//   records=N          a JSON API body of at least N bytes made from the path (OriginScript.records):
+//                      records whose field names repeat and whose values do not (application/json)
 // The default body is JSON: {"path": …, "n": <how many requests this path has seen>,
 // "method": …, "query": …, "body": <request body as text>, "headers": {…}}.
 
@@ -85,6 +87,9 @@ public enum OriginScript {
         } else if let size = value("text").flatMap({ Int($0) }) {
             body = fill(path: path, size: size)
             responseHeaders.append(("Content-Type", "text/plain"))
+        } else if let size = value("records").flatMap({ Int($0) }) {
+            body = records(path: path, size: size)
+            responseHeaders.append(("Content-Type", "application/json"))
         } else if let size = value("jsonsize").flatMap({ Int($0) }) {
             body = Array("[".utf8) + Array(repeating: Array("123,".utf8), count: max(0, size / 4)).flatMap { $0 } + Array("0]".utf8)
             responseHeaders.append(("Content-Type", "application/json"))
@@ -135,6 +140,38 @@ public enum OriginScript {
             return (name, value)
         }
         return (path, query)
+    }
+
+    /// A JSON object `{"data":[…],"total":N}` of at least `size` bytes, made from `path`: records
+    /// as a service's API answers (ids, uuids, names, emails, flags, scores, tags), their values
+    /// drawn from a generator seeded by the path.
+    public static func records(path: String, size: Int) -> [UInt8] {
+        var state = path.utf8.reduce(UInt64(0xcbf2_9ce4_8422_2325)) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
+        func next(_ bound: Int) -> Int {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            return Int(state % UInt64(bound))
+        }
+        let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima"]
+        var out = Array(#"{"data":["#.utf8)
+        var count = 0
+        while out.count < size {
+            if count > 0 { out.append(UInt8(ascii: ",")) }
+            let uuid = (0..<4).map { _ in String(next(1 << 30) | 1 << 30, radix: 16) }.joined()
+            let name = (0...next(2)).map { _ in words[next(words.count)].capitalized }.joined(separator: " ")
+            let tags = (0..<next(4)).map { _ in "\"\(words[next(words.count)])\"" }.joined(separator: ",")
+            let record = """
+                {"id":\(next(1_000_000_000)),"uuid":"\(uuid)","name":"\(name)",\
+                "email":"\(words[next(words.count)]).\(words[next(words.count)])@example.com",\
+                "active":\(next(10) < 7),"score":\(next(10_000)).\(next(100)),"tags":[\(tags)],\
+                "address":{"street":"\(next(999) + 1) \(words[next(words.count)].capitalized) Street","zip":"\(10_000 + next(89_999))"}}
+                """
+            out.append(contentsOf: record.utf8)
+            count += 1
+        }
+        out.append(contentsOf: #"],"total":\#(count)}"#.utf8)
+        return out
     }
 
     /// `size` bytes: "<path>|<offset>\n" lines, over and over, cut at `size`.

@@ -177,10 +177,13 @@ public final class BodyDictionaries: Sendable {
             var kept: BodyDictionary?
             var retired: [UInt32] = []
             if let trained = codec.train(samples: samples, capacity: capacity, id: id) {
-                let dictionary = BodyDictionary(id: id, namespace: namespace, trainedAt: now, bytes: trained)
-                let retiring = shelf.withLock { shelf in
-                    Array((shelf.namespaces[namespace]?.versions ?? []).dropLast(DictionaryTraining.keptVersions - 1))
+                let (retiring, previous) = shelf.withLock { shelf in
+                    let entry = shelf.namespaces[namespace]
+                    return (Array((entry?.versions ?? []).dropLast(DictionaryTraining.keptVersions - 1)), entry?.trainedAt)
                 }
+                // Versions are ordered by when they were trained: a newer one is always later.
+                let trainedAt = max(now, (previous ?? -.infinity).nextUp)
+                let dictionary = BodyDictionary(id: id, namespace: namespace, trainedAt: trainedAt, bytes: trained)
                 // Kept in the store before any frame names it.
                 if codec.register(dictionary), store.saveDictionary(dictionary, retiring: retiring) {
                     kept = dictionary
@@ -246,6 +249,11 @@ public final class BodyDictionaries: Sendable {
                     samples: entry.samples.count, training: entry.training)
             }
         }
+    }
+
+    /// Returns once the trainings started so far have ended.
+    public func awaitTrainings() {
+        Self.trainers.sync {}
     }
 
     /// Dictionaries trained since start, and trainings that kept none.

@@ -57,6 +57,15 @@ extension BodyCodec {
     public func compress(_ body: [UInt8]) -> [UInt8]? { compress(body, dictionary: nil) }
 }
 
+// A codec without dictionaries: names none, registers none, trains none.
+extension BodyCodec {
+    public func dictionaryID(of stored: [UInt8]) -> UInt32? { nil }
+    public func register(_ dictionary: BodyDictionary) -> Bool { false }
+    public func isRegistered(_ id: UInt32) -> Bool { false }
+    public func unregister(_ id: UInt32) {}
+    public func train(samples: [[UInt8]], capacity: Int, id: UInt32) -> [UInt8]? { nil }
+}
+
 /// Where dictionaries live, so that an entry compressed with one stays readable after a
 /// restart and on every instance sharing the store. Blocking; called off the event loops (at
 /// start, from training) and when a stored frame names a dictionary this instance has not

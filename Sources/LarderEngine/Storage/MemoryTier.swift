@@ -23,7 +23,8 @@ public import LarderCore
 import LarderSync
 
 public final class MemoryTier: CacheStore {
-    private let backing: any CacheStore
+    /// The store behind the tier.
+    public let backing: any CacheStore
     private let shards: [Shard]
     private let shardBudget: Int
     /// What the tier may hold, in estimated heap bytes (its share of `--memory-mb`).
