@@ -35,7 +35,8 @@ final class RouteTableTests: XCTestCase {
         ("/cache/warm", "GET, HEAD, POST"), ("/cache/warm/{id}", "GET, HEAD, DELETE"),
         ("/cache/stats", "GET, HEAD"), ("/cache/stats/history", "GET, HEAD"), ("/cache", "DELETE"), ("/cache/purge", "POST"),
         ("/cache/entries", "GET, HEAD, PUT"),
-        ("/cache/namespaces", "GET, HEAD"), ("/cache/namespaces/{ns}/version", "POST"), ("/cache/entries/{key}", "GET, HEAD, DELETE")
+        ("/cache/namespaces", "GET, HEAD"), ("/cache/namespaces/{ns}/version", "POST"),
+        ("/cache/namespaces/{ns}/dictionary", "POST"), ("/cache/entries/{key}", "GET, HEAD, DELETE")
     ]
 
     func testEveryRouteAnswers405WithTheAllowOfItsPattern() throws {
