@@ -14,7 +14,7 @@ import LarderService
 struct Cache: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Look at and manage a running Larder's cache (the /cache admin API).",
-        subcommands: [Stats.self, List.self, Show.self, Purge.self, Warm.self])
+        subcommands: [Stats.self, List.self, Show.self, Purge.self, Warm.self, Namespaces.self])
 }
 
 enum Format {
@@ -151,6 +151,52 @@ extension Cache {
                             [["NAMESPACE", "ENTRIES", "BYTES"]]
                                 + namespaces.map { [$0.key, Format.number($0.value["entries"]), Format.bytes($0.value["bytes"])] }))
                 }
+            }
+        }
+    }
+
+    struct Namespaces: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Each namespace: what it holds, its budget, its version and its compression dictionary.")
+        @OptionGroup var options: ServerOptions
+        @Option(help: "Train a new compression dictionary for this namespace now (POST /cache/namespaces/{ns}/dictionary).")
+        var trainDictionary: String?
+
+        func run() throws {
+            try reporting {
+                if let namespace = trainDictionary {
+                    let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
+                    let name = namespace.addingPercentEncoding(withAllowedCharacters: allowed) ?? namespace
+                    let answer = try options.call("POST", "/cache/namespaces/\(name)/dictionary")
+                    let asked = try answer.requiring("state")
+                    if options.json { return options.printRaw(answer.bytes) }
+                    if asked["state"] as? String == "training" {
+                        TerminalText.print("training a dictionary for \(namespace) from \(Format.number(asked["samples"])) bodies")
+                    } else {
+                        TerminalText.print(
+                            "gathering bodies for \(namespace)'s next dictionary: \(Format.number(asked["samples"])) of "
+                                + "\(Format.number(asked["needed"]))")
+                    }
+                    return
+                }
+                let answer = try options.call("GET", "/cache/namespaces")
+                let listed = try answer.requiring("namespaces")
+                if options.json { return options.printRaw(answer.bytes) }
+                let rows = (listed["namespaces"] as? [[String: Any]] ?? []).map { namespace -> [String] in
+                    let dictionary = namespace["dictionary"] as? [String: Any]
+                    let trained =
+                        dictionary.flatMap { dictionary in
+                            (dictionary["id"] as? Int).map {
+                                "\($0) (\(Format.bytes(dictionary["bytes"])), \(Format.age(since: dictionary["trainedAt"])) old, "
+                                    + "\(Format.count(dictionary["versions"], "version", "versions")))"
+                            }
+                        } ?? "-"
+                    return [
+                        namespace["name"] as? String ?? "", Format.number(namespace["entries"]), Format.bytes(namespace["bytes"]),
+                        namespace["maxBytes"].map { Format.bytes($0) } ?? "-", Format.number(namespace["version"]), trained
+                    ]
+                }
+                TerminalText.print(Format.table([["NAMESPACE", "ENTRIES", "BYTES", "BUDGET", "VERSION", "DICTIONARY"]] + rows))
             }
         }
     }

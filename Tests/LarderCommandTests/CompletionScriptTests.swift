@@ -45,7 +45,8 @@ final class CompletionScriptTests: XCTestCase {
         XCTAssertEqual(
             try complete("larder ", with: file), ["--help", "--version", "-h", "cache", "check-config", "healthcheck", "help", "serve"])
         XCTAssertEqual(try complete("larder se", with: file), ["serve"])
-        XCTAssertEqual(try complete("larder cache ", with: file), ["--help", "--version", "-h", "ls", "purge", "show", "stats", "warm"])
+        XCTAssertEqual(
+            try complete("larder cache ", with: file), ["--help", "--version", "-h", "ls", "namespaces", "purge", "show", "stats", "warm"])
         XCTAssertEqual(try complete("larder cache purge --exp", with: file), ["--expired"])
         XCTAssertEqual(
             try complete("larder serve --max-b", with: file), ["--max-batch", "--max-batch-bytes", "--max-body-bytes", "--max-bytes"])

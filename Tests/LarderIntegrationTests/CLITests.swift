@@ -40,6 +40,13 @@ final class CLITests: IntegrationTestCase {
         XCTAssertEqual(refused.0, 1, "no token")
         XCTAssertTrue(refused.2.contains("401 unauthorized"), refused.2)
 
+        let namespaces = try runExecutable(["cache", "namespaces"], environment: auth)
+        XCTAssertEqual(namespaces.0, 0, namespaces.2)
+        XCTAssertTrue(namespaces.1.contains("DICTIONARY"), namespaces.1)
+        XCTAssertTrue(namespaces.1.split(separator: "\n").contains { $0.hasPrefix("other ") && $0.contains(" 1 ") }, namespaces.1)
+        let asked = try runExecutable(["cache", "namespaces", "--train-dictionary", "other", "--json"], environment: auth)
+        XCTAssertEqual((json(asked.1) as? [String: Any])?["state"] as? String, "sampling", asked.2)
+
         let listed = try lines(try runExecutable(["cache", "ls", "--json", "--namespace", "default"], environment: auth).1)
         XCTAssertEqual(listed.count, 2)
         let paged = try lines(try runExecutable(["cache", "ls", "--json", "--limit", "2"], environment: auth).1)
