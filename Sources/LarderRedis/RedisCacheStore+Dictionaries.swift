@@ -65,3 +65,19 @@ extension RedisCacheStore: DictionaryStore {
         return (trainedAt, String(parts[1]))
     }
 }
+
+extension RedisCacheStore {
+    /// The newest listed for `namespace`: the listing read, one dictionary fetched.
+    public func newestDictionary(of namespace: String) -> BodyDictionary? {
+        guard let index = try? backend.run(["HGETALL", dictionaryIndexKey]).array else { return nil }
+        var newest: (id: UInt32, trainedAt: Double)?
+        for position in stride(from: 0, to: index.count - 1, by: 2) {
+            guard let id = index[position].string.flatMap(UInt32.init),
+                let about = index[position + 1].string.flatMap(Self.about), about.namespace == namespace,
+                about.trainedAt > newest?.trainedAt ?? -.infinity
+            else { continue }
+            newest = (id, about.trainedAt)
+        }
+        return newest.flatMap { loadDictionary(id: $0.id) }
+    }
+}

@@ -192,5 +192,11 @@ final class CompressionOnTheSharedStoreTests: SharedStoreTestCase {
             XCTAssertEqual(origin.count(path), 1)
         }
         XCTAssertEqual(try redis.allKeys().filter { $0.contains("dict:") }.count, 1, "the dictionary is kept in Redis")
+        // The reader's own full sample set: it takes the trainer's dictionary rather than train one.
+        let trainerID = try CompressionAtRestTests.dictionary(trainer, "api")?["id"] as? Int
+        _ = try CompressionAtRestTests.storeRecords(reader, count: 12, url: target)
+        let adopted = try eventually({ try CompressionAtRestTests.dictionary(reader, "api") }, until: { $0?["id"] != nil })
+        XCTAssertEqual(adopted?["id"] as? Int, trainerID)
+        XCTAssertEqual(try redis.allKeys().filter { $0.contains("dict:") }.count, 1, "one dictionary for the namespace")
     }
 }

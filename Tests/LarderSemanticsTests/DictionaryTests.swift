@@ -122,6 +122,26 @@ final class DictionaryTests: SemanticsTestCase {
         }
     }
 
+    func testAnInstanceTakesAnotherInstancesFreshDictionaryInsteadOfTrainingItsOwn() throws {
+        try onEachStore {
+            // Two instances over one store, each with its own codec; the second starts first.
+            bodyCodec = ZstdCodec()
+            restartEngine(limits: limits)
+            let second = engine!
+            bodyCodec = ZstdCodec()
+            restartEngine(limits: limits)
+            let id = try trainDictionary()
+            engine = second
+            XCTAssertNil(engine.dictionaries?.figures()["api"]?.id)
+            XCTAssertEqual(try trainDictionary(), id, "the first instance's, taken when the second's sample set was full")
+            XCTAssertEqual(dictionaryStore?.loadDictionaries().count, 1)
+            XCTAssertEqual(engine.compressionFigures.dictionaries, 0, "it trained none of its own")
+            let path = uniquePath()
+            XCTAssertEqual(bodyCodec?.dictionaryID(of: try storedRow(fetch(spec(path))).body), id, "stored with the one it took")
+            XCTAssertEqual(fetch(spec(path)).outcome, "hit")
+        }
+    }
+
     func testAFrameWhoseDictionaryIsGoneIsAMissNeverServed() throws {
         try onEachStore {
             restartEngine(limits: limits)

@@ -88,7 +88,9 @@ open class EngineTestCase: XCTestCase {
 
     public private(set) var clock: ManualClock!
     public private(set) var origin: ScriptedOrigin!
-    public private(set) var engine: FetchEngine!
+    /// The engine the helpers (`fetch`, `proxy`) go through; a test may set another over the
+    /// same store (a second instance).
+    public var engine: FetchEngine!
     public private(set) var store: (any CacheStore)!
     /// The store the running body uses.
     public private(set) var storeName = ""

@@ -135,7 +135,7 @@ public final class BodyDictionaries: Sendable {
             guard rules.isFull(count: entry.samples.count, bytes: entry.sampleBytes) else { return (entry.versions.last, nil) }
             return (entry.versions.last, shelf.takeSamples(of: namespace))
         }
-        if let full { train(namespace, from: full.samples, bytes: full.bytes, at: now) }
+        if let full { train(namespace, from: full.samples, bytes: full.bytes, at: now, adopting: true) }
         return current
     }
 
@@ -163,15 +163,19 @@ public final class BodyDictionaries: Sendable {
         switch outcome {
         case .answer(let answer): return answer
         case .train(let samples, let bytes):
-            train(namespace, from: samples, bytes: bytes, at: now)
+            train(namespace, from: samples, bytes: bytes, at: now, adopting: false)
             return .training(samples: samples.count)
         }
     }
 
     /// Trains a dictionary from `samples` off the event loops, keeps it in the store and
-    /// registers it; the namespace's versions beyond `keptVersions` retire.
-    private func train(_ namespace: String, from samples: [[UInt8]], bytes: Int, at now: Double) {
+    /// registers it; the namespace's versions beyond `keptVersions` retire. `adopting`: when
+    /// another instance sharing the store trained one for the namespace that is newer than this
+    /// instance's and not yet due for a refresh, that one is taken instead, so the instances of a
+    /// deployment compress a namespace with one dictionary rather than one each.
+    private func train(_ namespace: String, from samples: [[UInt8]], bytes: Int, at now: Double, adopting: Bool) {
         Self.trainers.async { [self] in
+            if adopting, adoptNewer(namespace, now: now) { return }
             let id = UInt32.random(in: DictionaryTraining.ids)
             let capacity = DictionaryTraining.dictionaryBytes(sampleBytes: bytes)
             var kept: BodyDictionary?
@@ -221,6 +225,31 @@ public final class BodyDictionaries: Sendable {
                     metadata: ["namespace": "\(namespace)", "samples": "\(samples.count)"])
             }
         }
+    }
+
+    /// Takes the namespace's newest dictionary in the store when another instance trained it
+    /// after this instance's own and it is not yet due for a refresh; whether it did.
+    private func adoptNewer(_ namespace: String, now: Double) -> Bool {
+        let own = shelf.withLock { $0.namespaces[namespace]?.trainedAt }
+        guard let newer = store.newestDictionary(of: namespace), newer.trainedAt > own ?? -.infinity,
+            now - newer.trainedAt < DictionaryTraining.refreshSeconds, codec.register(newer)
+        else { return false }
+        let dropped: [UInt32] = shelf.withLock { shelf in
+            var entry = shelf.namespaces[namespace] ?? Namespace()
+            entry.training = false
+            entry.versions.removeAll { $0 == newer.id }
+            entry.versions.append(newer.id)
+            let dropped = Array(entry.versions.dropLast(DictionaryTraining.keptVersions))
+            entry.versions.removeFirst(dropped.count)
+            entry.trainedAt = newer.trainedAt
+            entry.bytes = newer.bytes.count
+            shelf.namespaces[namespace] = entry
+            return dropped
+        }
+        dropped.forEach(codec.unregister)
+        logger.info(
+            "took another instance's compression dictionary", metadata: ["namespace": "\(namespace)", "dictionary": "\(newer.id)"])
+        return true
     }
 
     /// Registers the dictionary `stored` names when this instance has not seen it (another

@@ -78,4 +78,12 @@ public protocol DictionaryStore: Sendable {
     /// Keeps `dictionary` unless its id is taken, and removes the dictionaries `retiring`;
     /// returns whether it was kept.
     func saveDictionary(_ dictionary: BodyDictionary, retiring: [UInt32]) -> Bool
+    /// The most recently trained dictionary of `namespace`, by any instance; nil: none.
+    func newestDictionary(of namespace: String) -> BodyDictionary?
+}
+
+extension DictionaryStore {
+    public func newestDictionary(of namespace: String) -> BodyDictionary? {
+        loadDictionaries().filter { $0.namespace == namespace }.max { $0.trainedAt < $1.trainedAt }
+    }
 }
