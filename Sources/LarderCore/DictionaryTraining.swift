@@ -1,8 +1,8 @@
 // When a namespace's compression dictionary is trained. A body of a few KiB compresses poorly
 // alone: the compressor has seen nothing like it yet. A dictionary trained from the namespace's
 // own bodies (their field names, their recurring values) gives it that history, so small JSON
-// bodies shrink by about a third more and decompress faster (zstd, RFC 8878 §5). Pure: the
-// sampling and training are done by the engine and the codec; the decisions are here.
+// bodies shrink further and decompress faster (zstd, RFC 8878 §5; docs/performance.md). Pure:
+// the sampling and training are done by the engine and the codec; the decisions are here.
 
 public struct DictionaryTraining: Sendable, Equatable {
     /// Bodies a dictionary is trained from; 0 turns dictionaries off (what was compressed with
@@ -31,6 +31,9 @@ public struct DictionaryTraining: Sendable, Equatable {
     /// Namespaces that may sample or hold dictionaries at once: each costs up to a sample set
     /// and its compression contexts.
     public static let maxNamespaces = 64
+    /// A namespace without a dictionary whose set has not filled in this long gives its place
+    /// to another when `maxNamespaces` are taken.
+    public static let abandonedSetSeconds: Double = 3_600
 
     public init(samples: Int = Self.defaultSamples) {
         self.samples = samples
@@ -45,9 +48,15 @@ public struct DictionaryTraining: Sendable, Equatable {
         !isOff && bodyCount > 0 && bodyCount <= Self.maxSampleBytes
     }
 
-    /// Whether a sample set of `count` bodies and `bytes` bytes is ready to train from.
-    public func isFull(count: Int, bytes: Int) -> Bool {
-        count >= samples || bytes >= Self.maxSetBytes
+    /// Whether a sample set of `count` bodies is ready to train from.
+    public func isFull(count: Int) -> Bool {
+        count >= samples
+    }
+
+    /// Whether a body of `bodyCount` bytes fits a sample set holding `setBytes`; one that does
+    /// not makes the set full as it is.
+    public static func fits(_ bodyCount: Int, in setBytes: Int) -> Bool {
+        setBytes + bodyCount <= maxSetBytes
     }
 
     /// Whether a namespace whose dictionary was trained at `trainedAt` (nil: it has none)

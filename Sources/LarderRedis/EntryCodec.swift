@@ -40,7 +40,7 @@ public struct EntryCodec: Sendable {
 
     /// An HMAC already keyed (its pads hashed), copied for each value. @unchecked Sendable: it
     /// is never mutated; each use mutates its own copy (swift-crypto's state is copy-on-write).
-    private struct KeyedHMAC: @unchecked Sendable {
+    struct KeyedHMAC: @unchecked Sendable {
         let hmac: HMAC<SHA256>
     }
 

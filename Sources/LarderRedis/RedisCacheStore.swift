@@ -11,17 +11,20 @@
 //   Pu:{<url hash>}         set of primary keys stored for a URL (invalidation, purge by URL)
 //   Pnsv                    hash: namespace → current version
 //   Pwarm:jobs, Pwarm:{<id>}:items   warm jobs
+//   Pdict:<id>              a compression dictionary's bytes and their HMAC (DictionarySeal);
+//   Pdicts                  hash: id → "trainedAt namespace", the dictionaries kept
 //   Psecret-fingerprint     HMAC of a fixed label under the instance secret: instances with
 //                           another secret refuse to start (the secret itself is never here)
 //   Pevents                 pub/sub: forgets, namespace versions, finished leases
 //   P{<primary key>}:g      ghost: a first-time object refused while Redis is full (admission)
-// Every key expires with its entry's retention (freshness + stale windows + --retention), so
-// Redis's own eviction (maxmemory-policy allkeys-lfu) bounds memory; while Redis is full, only
+// Every key but the dictionaries' expires with its entry's retention (freshness + stale windows
+// + --retention), so Redis's own eviction (maxmemory-policy allkeys-lfu) bounds memory; while Redis is full, only
 // objects asked for again are written (RedisCacheStore+Admission.swift).
 //
-// Whoever can write to Redis can write any value: entries are authenticated (EntryCodec) and
-// every other value read back is checked before use, so a value made up without the secret is
-// at worst a miss, never a crash. What authentication cannot stop: such a writer can delete
+// Whoever can write to Redis can write any value: entries and dictionaries are authenticated
+// (EntryCodec, DictionarySeal: a dictionary swapped for another could decode a stored frame into
+// other bytes) and every other value read back is checked before use, so a value made up
+// without the secret is at worst a miss, never a crash. What authentication cannot stop: such a writer can delete
 // entries, put back a value Larder wrote earlier for the same key (served until its own
 // freshness ends), or set a namespace's version back (its retired entries serve again).
 
@@ -49,6 +52,8 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
     let settings: Settings
     let logger: Logger
     let codec: EntryCodec
+    /// Authenticates the compression dictionaries kept here.
+    let dictionarySeal: DictionarySeal
     /// Hex HMAC-SHA-256 of a fixed label under the secret: the same on every instance that
     /// has the same secret, and reveals nothing of it.
     let secretFingerprint: String
@@ -97,6 +102,7 @@ public final class RedisCacheStore: OperatedStore, SharedFlights, @unchecked Sen
         self.settings = settings
         self.logger = logger
         codec = EntryCodec(secret: secret)
+        dictionarySeal = DictionarySeal(secret: secret)
         secretFingerprint = Self.fingerprint(of: secret)
         self.events = RedisEvents(addresses: { backend.subscriberAddresses() }, channel: settings.prefix + "events", logger: logger)
         if requireConnection {

@@ -23,7 +23,7 @@ public final class ZstdCodec: BodyCodec {
     private let level: Int32
     private let compressors = ContextPool<Compression>()
     private let decompressors = ContextPool<Decompression>()
-    private let dictionaries = Locked<[UInt32: Dictionary]>([:])
+    private let dictionaries = Locked<[UInt32: ZstdDictionary]>([:])
 
     public init(level: Int32 = ZstdCodec.defaultLevel) {
         self.level = level
@@ -33,7 +33,7 @@ public final class ZstdCodec: BodyCodec {
 
     public func compress(_ body: [UInt8], dictionary id: UInt32?) -> [UInt8]? {
         guard !body.isEmpty else { return nil }
-        var dictionary: Dictionary?
+        var dictionary: ZstdDictionary?
         var digested: OpaquePointer?
         if let id {
             dictionary = dictionaries.withLock { $0[id] }
@@ -66,24 +66,27 @@ public final class ZstdCodec: BodyCodec {
         guard size <= UInt64(max(0, maxBytes)) else { return nil }
         let expected = Int(size)
         guard expected > 0 else { return stored.count > 0 ? [] : nil }
-        var dictionary: Dictionary?
+        var dictionary: ZstdDictionary?
         if let id = dictionaryID(of: stored) {
             dictionary = dictionaries.withLock { $0[id] }
             guard dictionary != nil else { return nil }
         }
         let context = decompressors.take()
         defer { decompressors.give(back: context) }
-        return try? [UInt8](unsafeUninitializedCapacity: expected) { buffer, count in
-            let produced = stored.withUnsafeBytes { source in
-                if let dictionary {
-                    ZSTD_decompress_usingDDict(
-                        context.pointer, buffer.baseAddress, expected, source.baseAddress, source.count, dictionary.decompression)
-                } else {
-                    ZSTD_decompressDCtx(context.pointer, buffer.baseAddress, expected, source.baseAddress, source.count)
+        // The dictionary outlives its use here even if it is unregistered meanwhile.
+        return withExtendedLifetime(dictionary) {
+            try? [UInt8](unsafeUninitializedCapacity: expected) { buffer, count in
+                let produced = stored.withUnsafeBytes { source in
+                    if let dictionary {
+                        ZSTD_decompress_usingDDict(
+                            context.pointer, buffer.baseAddress, expected, source.baseAddress, source.count, dictionary.decompression)
+                    } else {
+                        ZSTD_decompressDCtx(context.pointer, buffer.baseAddress, expected, source.baseAddress, source.count)
+                    }
                 }
+                guard ZSTD_isError(produced) == 0, produced == expected else { throw Failure() }
+                count = produced
             }
-            guard ZSTD_isError(produced) == 0, produced == expected else { throw Failure() }
-            count = produced
         }
     }
 
@@ -95,9 +98,15 @@ public final class ZstdCodec: BodyCodec {
 
     public func register(_ dictionary: BodyDictionary) -> Bool {
         let named = dictionary.bytes.withUnsafeBytes { ZDICT_getDictID($0.baseAddress, $0.count) }
-        guard named == dictionary.id, let digested = Dictionary(dictionary.bytes) else { return false }
-        dictionaries.withLock { $0[dictionary.id] = digested }
-        return true
+        guard named == dictionary.id else { return false }
+        // An id names one dictionary: registered again only with the same bytes.
+        if let registered = dictionaries.withLock({ $0[dictionary.id] }) { return registered.bytes == dictionary.bytes }
+        guard let digested = ZstdDictionary(dictionary.bytes) else { return false }
+        return dictionaries.withLock { registered in
+            if let other = registered[dictionary.id] { return other.bytes == dictionary.bytes }
+            registered[dictionary.id] = digested
+            return true
+        }
     }
 
     public func isRegistered(_ id: UInt32) -> Bool {
@@ -140,14 +149,15 @@ protocol ZstdContext: AnyObject, Sendable {
 }
 
 /// A registered dictionary, digested: the decompression form made at once, the compression one
-/// (which depends on the level) on first use.
-final class Dictionary: @unchecked Sendable {
+/// (for the codec's one level) on first use. @unchecked Sendable: both forms are read-only once
+/// made (zstd lets any number of threads use one at once), and the compression form is made
+/// under its lock; the object is kept alive by every call that uses its pointers.
+final class ZstdDictionary: @unchecked Sendable {
     let decompression: OpaquePointer
-    private let bytes: [UInt8]
+    let bytes: [UInt8]
     private let compression = Locked<UnsafeSendable?>(nil)
 
-    /// A pointer moved under the lock; used by one compress at a time per context (a CDict is
-    /// read-only once made, and zstd allows sharing it).
+    /// The compression form's pointer, moved under the lock.
     struct UnsafeSendable: @unchecked Sendable {
         let pointer: OpaquePointer
     }

@@ -171,7 +171,10 @@ extension Cache {
                     let asked = try answer.requiring("state")
                     if options.json { return options.printRaw(answer.bytes) }
                     if asked["state"] as? String == "training" {
-                        TerminalText.print("training a dictionary for \(namespace) from \(Format.number(asked["samples"])) bodies")
+                        TerminalText.print(
+                            asked["samples"] == nil
+                                ? "a dictionary for \(namespace) is already being trained"
+                                : "training a dictionary for \(namespace) from \(Format.number(asked["samples"])) bodies")
                     } else {
                         TerminalText.print(
                             "gathering bodies for \(namespace)'s next dictionary: \(Format.number(asked["samples"])) of "

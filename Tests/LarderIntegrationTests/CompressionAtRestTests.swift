@@ -175,6 +175,30 @@ final class CompressionOnTheSharedStoreTests: SharedStoreTestCase {
         XCTAssertLessThan(length, size / 2, "the whole value, fields and all")
     }
 
+    func testADictionaryChangedInRedisIsRefusedAndItsEntriesAreMissesNeverOtherBytes() throws {
+        let configure: (inout LarderConfiguration) -> Void = { $0.compressDictionarySamples = 12 }
+        let trainer = try startShared(configure).connection()
+        let target: (String) -> String = { self.url($0, "records=2500&cc=max-age%3D600") }
+        _ = try CompressionAtRestTests.storeRecords(trainer, count: 12, url: target)
+        let id = try XCTUnwrap(
+            eventually({ try CompressionAtRestTests.dictionary(trainer, "api") }, until: { $0?["id"] != nil })?["id"] as? Int)
+        let paths = try CompressionAtRestTests.storeRecords(trainer, count: 3, url: target)
+        // Another writer to Redis changes the dictionary's bytes (its header and id kept).
+        let key = try XCTUnwrap(try redis.allKeys().first { $0.hasSuffix("dict:\(id)") })
+        var value = try XCTUnwrap(try redis.send(["GET", key]).bytes)
+        value[value.count / 2] ^= 0x5A
+        guard case .status("OK") = try redis.send([Array("SET".utf8), Array(key.utf8), value]) else { return XCTFail("not set") }
+        // A new instance loads the dictionaries: the changed one does not authenticate.
+        let reader = try startShared(configure).connection()
+        for path in paths {
+            let answer = try reader.fetch(["url": target(path), "cache": ["namespace": "api", "ttl": 600]])
+            XCTAssertEqual(answer.outcome, "miss", path)
+            let body = try JSONSerialization.jsonObject(with: Data(OriginScript.records(path: path, size: 2500)))
+            XCTAssertEqual(answer.json["body"] as? NSDictionary, body as? NSDictionary)
+            XCTAssertEqual(origin.count(path), 2)
+        }
+    }
+
     func testAnEntryCompressedWithOneInstancesDictionaryIsAHitOnAnother() throws {
         let configure: (inout LarderConfiguration) -> Void = { $0.compressDictionarySamples = 12 }
         let trainer = try startShared(configure).connection()

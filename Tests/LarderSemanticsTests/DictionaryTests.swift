@@ -159,6 +159,42 @@ final class DictionaryTests: SemanticsTestCase {
         }
     }
 
+    func testANamespaceKeepsItsNewestVersionsAndAnEntryOfARetiredOneIsAMiss() throws {
+        try onEachStore {
+            restartEngine(limits: limits)
+            let first = try trainDictionary()
+            let old = uniquePath()
+            XCTAssertEqual(bodyCodec?.dictionaryID(of: try storedRow(fetch(spec(old))).body), first)
+            var ids = [first]
+            for _ in 1...DictionaryTraining.keptVersions {
+                XCTAssertEqual(engine.requestDictionary(for: "api"), .sampling(samples: 0, needed: samples))
+                ids.append(try trainDictionary())
+            }
+            XCTAssertEqual(Set(ids).count, DictionaryTraining.keptVersions + 1)
+            let kept = try XCTUnwrap(dictionaryStore?.loadDictionaries().filter { $0.namespace == "api" })
+            XCTAssertEqual(Set(kept.map(\.id)), Set(ids.dropFirst()), "the store keeps the newest")
+            XCTAssertEqual(engine.dictionaries?.figures()["api"]?.versions, DictionaryTraining.keptVersions)
+            // The entry compressed with the retired one: a miss, fetched again, never other bytes.
+            let again = fetch(spec(old))
+            XCTAssertEqual(again.outcome, "miss")
+            XCTAssertEqual(origin.count(old), 2)
+            XCTAssertEqual(bodyCodec?.dictionaryID(of: try storedRow(again).body), ids.last)
+        }
+    }
+
+    func testAtMostSoManyNamespacesSampleAndAnAbandonedOneGivesWay() throws {
+        try onEachStore {
+            restartEngine(limits: limits)
+            for index in 0..<DictionaryTraining.maxNamespaces {
+                XCTAssertEqual(engine.requestDictionary(for: "ns\(index)"), .sampling(samples: 0, needed: samples))
+            }
+            XCTAssertEqual(engine.requestDictionary(for: "one-more"), .tooManyNamespaces)
+            clock.advance(by: DictionaryTraining.abandonedSetSeconds + 1)
+            XCTAssertEqual(engine.requestDictionary(for: "one-more"), .sampling(samples: 0, needed: samples))
+            XCTAssertEqual(engine.dictionaries?.figures().count, DictionaryTraining.maxNamespaces)
+        }
+    }
+
     func testWithDictionariesOffNoneIsTrainedAndAskingForOneIsRefused() throws {
         try onEachStore {
             var off = limits
@@ -167,7 +203,7 @@ final class DictionaryTests: SemanticsTestCase {
             for index in 0..<samples { _ = fetch(spec(uniquePath() + "-\(index)")) }
             engine.dictionaries?.awaitTrainings()
             XCTAssertNil(engine.dictionaries?.figures()["api"])
-            guard case .unavailable = engine.requestDictionary(for: "api") else { return XCTFail("not refused") }
+            XCTAssertEqual(engine.requestDictionary(for: "api"), .off)
         }
     }
 }
@@ -206,9 +242,10 @@ final class DictionaryTrainingTests: XCTestCase {
         XCTAssertTrue(rules.samples(bodyCount: DictionaryTraining.maxSampleBytes))
         XCTAssertFalse(rules.samples(bodyCount: DictionaryTraining.maxSampleBytes + 1))
         XCTAssertFalse(rules.samples(bodyCount: 0))
-        XCTAssertFalse(rules.isFull(count: 99, bytes: 1000))
-        XCTAssertTrue(rules.isFull(count: 100, bytes: 1000))
-        XCTAssertTrue(rules.isFull(count: 3, bytes: DictionaryTraining.maxSetBytes))
+        XCTAssertFalse(rules.isFull(count: 99))
+        XCTAssertTrue(rules.isFull(count: 100))
+        XCTAssertTrue(DictionaryTraining.fits(1000, in: DictionaryTraining.maxSetBytes - 1000))
+        XCTAssertFalse(DictionaryTraining.fits(1001, in: DictionaryTraining.maxSetBytes - 1000))
         XCTAssertTrue(rules.wantsSamples(trainedAt: nil, now: 5))
         XCTAssertFalse(rules.wantsSamples(trainedAt: 1000, now: 1000 + DictionaryTraining.refreshSeconds - 1))
         XCTAssertTrue(rules.wantsSamples(trainedAt: 1000, now: 1000 + DictionaryTraining.refreshSeconds))

@@ -157,8 +157,8 @@ extension FetchEngine {
         guard let codec = bodyCodec, entry.bodyCoding == .identity, entry.bodyFile == nil,
             limits.compression.compresses(status: entry.status, headers: entry.headerFields, bodyCount: entry.body.count)
         else { return entry }
-        let dictionary = dictionaries?.dictionary(
-            for: entry.namespace, body: entry.body, sampling: counting, rules: limits.dictionaries, now: clock.now())
+        let dictionary = dictionaries?.dictionaryToCompress(
+            entry.namespace, offering: entry.body, sampling: counting, rules: limits.dictionaries, now: clock.now())
         guard let compressed = codec.compress(entry.body, dictionary: dictionary),
             CompressionRules.pays(original: entry.body.count, compressed: compressed.count)
         else { return entry }

@@ -42,7 +42,7 @@ public protocol BodyCodec: Sendable {
     /// The id of the dictionary `stored` was compressed with; nil: none.
     func dictionaryID(of stored: [UInt8]) -> UInt32?
     /// Makes `dictionary` usable by `compress` and `decompress`; false when its bytes are not
-    /// a dictionary of this codec carrying its id.
+    /// a dictionary of this codec carrying its id, or another dictionary has that id here.
     func register(_ dictionary: BodyDictionary) -> Bool
     /// Whether a dictionary with this id is registered.
     func isRegistered(_ id: UInt32) -> Bool
@@ -71,19 +71,15 @@ extension BodyCodec {
 /// start, from training) and when a stored frame names a dictionary this instance has not
 /// seen (once per dictionary).
 public protocol DictionaryStore: Sendable {
-    /// Every dictionary kept.
+    /// Every dictionary kept (none when the store cannot be read now).
     func loadDictionaries() -> [BodyDictionary]
-    /// One dictionary; nil when the store has none with that id.
-    func loadDictionary(id: UInt32) -> BodyDictionary?
-    /// Keeps `dictionary` unless its id is taken, and removes the dictionaries `retiring`;
-    /// returns whether it was kept.
-    func saveDictionary(_ dictionary: BodyDictionary, retiring: [UInt32]) -> Bool
+    /// One dictionary; nil when the store has none with that id (or none that authenticates);
+    /// throws when the store cannot be read now.
+    func loadDictionary(id: UInt32) throws -> BodyDictionary?
+    /// Keeps `dictionary` unless its id is taken, then removes the dictionaries of its namespace
+    /// older than its newest `keepingNewest`; returns the ids removed, or nil when it was not
+    /// kept.
+    func saveDictionary(_ dictionary: BodyDictionary, keepingNewest: Int) -> [UInt32]?
     /// The most recently trained dictionary of `namespace`, by any instance; nil: none.
-    func newestDictionary(of namespace: String) -> BodyDictionary?
-}
-
-extension DictionaryStore {
-    public func newestDictionary(of namespace: String) -> BodyDictionary? {
-        loadDictionaries().filter { $0.namespace == namespace }.max { $0.trainedAt < $1.trainedAt }
-    }
+    func newestDictionary(of namespace: String) throws -> BodyDictionary?
 }

@@ -83,12 +83,18 @@ public final class MemoryDictionaryStore: DictionaryStore {
         dictionaries.withLock { $0[id] }
     }
 
-    public func saveDictionary(_ dictionary: BodyDictionary, retiring: [UInt32]) -> Bool {
+    public func saveDictionary(_ dictionary: BodyDictionary, keepingNewest: Int) -> [UInt32]? {
         dictionaries.withLock { kept in
-            guard kept[dictionary.id] == nil else { return false }
+            guard kept[dictionary.id] == nil else { return nil }
             kept[dictionary.id] = dictionary
-            for id in retiring { kept[id] = nil }
-            return true
+            let retired = kept.values.filter { $0.namespace == dictionary.namespace }.sorted { $0.trainedAt > $1.trainedAt }
+                .dropFirst(keepingNewest).map(\.id)
+            for id in retired { kept[id] = nil }
+            return retired
         }
+    }
+
+    public func newestDictionary(of namespace: String) -> BodyDictionary? {
+        dictionaries.withLock { kept in kept.values.filter { $0.namespace == namespace }.max { $0.trainedAt < $1.trainedAt } }
     }
 }

@@ -7,18 +7,29 @@ public import LarderEngine
 
 extension SQLiteCacheStore: DictionaryStore {
     public func loadDictionaries() -> [BodyDictionary] {
-        readDictionaries(where: "")
+        do {
+            return try readDictionaries("", namespace: nil)
+        } catch {
+            logger.error("cannot read compression dictionaries", metadata: ["error": "\(error)"])
+            return []
+        }
     }
 
-    public func loadDictionary(id: UInt32) -> BodyDictionary? {
-        readDictionaries(where: "WHERE id = \(id)").first
+    public func loadDictionary(id: UInt32) throws -> BodyDictionary? {
+        try readDictionaries("WHERE id = \(id)", namespace: nil).first
     }
 
-    private func readDictionaries(where condition: String) -> [BodyDictionary] {
-        writerQueue.sync { [self] in
+    public func newestDictionary(of namespace: String) throws -> BodyDictionary? {
+        try readDictionaries("WHERE namespace = ?1 ORDER BY trained_at DESC LIMIT 1", namespace: namespace).first
+    }
+
+    /// The rows `condition` selects (`?1` bound to `namespace`).
+    private func readDictionaries(_ condition: String, namespace: String?) throws -> [BodyDictionary] {
+        let read = writerQueue.sync { [self] () -> Result<[BodyDictionary], SQLiteError> in
             do {
                 let select = try writer.prepare("SELECT id, namespace, trained_at, content FROM body_dictionaries \(condition)")
                 defer { select.reset() }
+                if let namespace { try select.bind(1, namespace) }
                 var dictionaries: [BodyDictionary] = []
                 while try select.step() {
                     let id = select.int64(0)
@@ -29,19 +40,21 @@ extension SQLiteCacheStore: DictionaryStore {
                     dictionaries.append(
                         BodyDictionary(id: UInt32(id), namespace: namespace, trainedAt: select.double(2), bytes: select.bytes(3)))
                 }
-                return dictionaries
+                return .success(dictionaries)
+            } catch let error as SQLiteError {
+                return .failure(error)
             } catch {
-                logger.error("cannot read compression dictionaries", metadata: ["error": "\(error)"])
-                return []
+                return .success([])
             }
         }
+        return try read.get()
     }
 
-    public func saveDictionary(_ dictionary: BodyDictionary, retiring: [UInt32]) -> Bool {
-        writerQueue.sync { [self] in
-            guard !closed.load(ordering: .relaxed) else { return false }
+    public func saveDictionary(_ dictionary: BodyDictionary, keepingNewest: Int) -> [UInt32]? {
+        writerQueue.sync { [self] () -> [UInt32]? in
+            guard !closed.load(ordering: .relaxed) else { return nil }
             do {
-                var inserted = false
+                var retired: [UInt32]?
                 try writer.immediateTransaction { () throws(SQLiteError) in
                     let insert = try writer.prepare(
                         """
@@ -53,18 +66,24 @@ extension SQLiteCacheStore: DictionaryStore {
                     try insert.bind(3, dictionary.trainedAt)
                     try insert.bind(4, dictionary.bytes)
                     _ = try insert.step()
-                    inserted = writer.changes == 1
-                    let delete = try writer.prepare("DELETE FROM body_dictionaries WHERE id = ?1")
-                    for id in retiring {
-                        try delete.bind(1, Int64(id))
-                        _ = try delete.step()
-                        delete.reset()
-                    }
+                    guard writer.changes == 1 else { return }
+                    let retire = try writer.prepare(
+                        """
+                        DELETE FROM body_dictionaries WHERE namespace = ?1 AND id NOT IN
+                          (SELECT id FROM body_dictionaries WHERE namespace = ?1 ORDER BY trained_at DESC LIMIT ?2)
+                        RETURNING id
+                        """)
+                    try retire.bind(1, dictionary.namespace)
+                    try retire.bind(2, Int64(keepingNewest))
+                    var removed: [UInt32] = []
+                    while try retire.step() { removed.append(UInt32(truncatingIfNeeded: retire.int64(0))) }
+                    retire.reset()
+                    retired = removed
                 }
-                return inserted
+                return retired
             } catch {
                 logger.error("cannot keep a compression dictionary", metadata: ["error": "\(error)"])
-                return false
+                return nil
             }
         }
     }

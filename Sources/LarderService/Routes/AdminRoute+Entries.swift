@@ -264,10 +264,15 @@ extension AdminRoute {
         switch asked {
         case .training(let samples):
             out.append(contentsOf: #","state":"training","samples":\#(samples)}"#.utf8)
+        case .alreadyTraining:
+            out.append(contentsOf: #","state":"training"}"#.utf8)
         case .sampling(let samples, let needed):
             out.append(contentsOf: #","state":"sampling","samples":\#(samples),"needed":\#(needed)}"#.utf8)
-        case .unavailable(let why):
-            throw LarderError(.dictionariesUnavailable, why)
+        case .off:
+            throw LarderError(.dictionariesUnavailable, "dictionaries are off (--compress-dictionary-samples 0)")
+        case .tooManyNamespaces:
+            throw LarderError(
+                .dictionariesUnavailable, "\(DictionaryTraining.maxNamespaces) namespaces already sample or hold dictionaries")
         }
         return RouteAnswer(Self.json(202, out))
     }
