@@ -78,12 +78,18 @@ enum Format {
     }
 
     static func query(_ pairs: [(String, String?)]) -> String {
-        let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
-        let parts = pairs.compactMap { name, value in
-            value.map { "\(name)=\($0.addingPercentEncoding(withAllowedCharacters: allowed) ?? $0)" }
-        }
+        let parts = pairs.compactMap { name, value in value.map { "\(name)=\(escaped($0))" } }
         return parts.isEmpty ? "" : "?" + parts.joined(separator: "&")
     }
+
+    /// `value` percent-encoded but for RFC 3986's unreserved characters (ASCII letters and
+    /// digits, `-._~`): a path segment or a query value.
+    static func escaped(_ value: String) -> String {
+        value.addingPercentEncoding(withAllowedCharacters: unreserved) ?? value
+    }
+
+    private static let unreserved = CharacterSet(
+        charactersIn: "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 }
 
 /// A time option: seconds, or a number and a unit as --retention takes them (90s, 15m, 1h, 7d).
@@ -165,9 +171,7 @@ extension Cache {
         func run() throws {
             try reporting {
                 if let namespace = trainDictionary {
-                    let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
-                    let name = namespace.addingPercentEncoding(withAllowedCharacters: allowed) ?? namespace
-                    let answer = try options.call("POST", "/cache/namespaces/\(name)/dictionary")
+                    let answer = try options.call("POST", "/cache/namespaces/\(Format.escaped(namespace))/dictionary")
                     let asked = try answer.requiring("state")
                     if options.json { return options.printRaw(answer.bytes) }
                     if asked["state"] as? String == "training" {
@@ -263,8 +267,7 @@ extension Cache {
         func run() throws {
             try reporting {
                 let key = try KeyPrefix.resolve(key, with: options)
-                let allowed = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
-                let path = "/cache/entries/\(key.addingPercentEncoding(withAllowedCharacters: allowed) ?? key)" + (body ? "?body=true" : "")
+                let path = "/cache/entries/\(Format.escaped(key))" + (body ? "?body=true" : "")
                 let answer = try options.call("GET", path)
                 let shown = try answer.requiring("variants")
                 if options.json { return options.printRaw(answer.bytes) }

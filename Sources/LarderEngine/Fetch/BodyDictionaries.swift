@@ -119,7 +119,7 @@ public final class BodyDictionaries: Sendable {
     private let logger: Logger
     private let shelf = Locked(Shelf())
     private let unknown = Locked<Set<UInt32>>([])
-    private let counts = Locked((trained: 0, failed: 0))
+    private let trainedCount = Atomic<Int>(0)
     private static let trainers = DispatchQueue(label: "larder.dictionary-training", qos: .utility)
 
     init(codec: any BodyCodec, store: any DictionaryStore, logger: Logger) {
@@ -245,9 +245,7 @@ public final class BodyDictionaries: Sendable {
             }
             let dropped = finishTraining(namespace, kept: kept, retired: retired)
             (retired + dropped).forEach(codec.unregister)
-            counts.withLock { counts in
-                if kept == nil { counts.failed += 1 } else if !adopted { counts.trained += 1 }
-            }
+            if kept != nil, !adopted { trainedCount.add(1, ordering: .relaxed) }
             if let kept {
                 logger.info(
                     adopted ? "took another instance's compression dictionary" : "trained a compression dictionary",
@@ -336,6 +334,6 @@ public final class BodyDictionaries: Sendable {
         Self.trainers.sync {}
     }
 
-    /// Dictionaries trained since start, and trainings that kept none.
-    public var trainings: (trained: Int, failed: Int) { counts.withLock { $0 } }
+    /// Dictionaries this instance trained and kept since start.
+    public var trained: Int { trainedCount.load(ordering: .relaxed) }
 }

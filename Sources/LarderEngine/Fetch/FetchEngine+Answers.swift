@@ -189,6 +189,6 @@ extension FetchEngine {
     /// dictionaries trained.
     public var compressionFigures: (stored: Int, savedBytes: Int, dictionaries: Int) {
         let counts = compressionCounts.withLock { $0 }
-        return (counts.stored, counts.savedBytes, dictionaries?.trainings.trained ?? 0)
+        return (counts.stored, counts.savedBytes, dictionaries?.trained ?? 0)
     }
 }
