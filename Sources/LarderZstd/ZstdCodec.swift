@@ -43,16 +43,18 @@ public final class ZstdCodec: BodyCodec {
         let context = compressors.take()
         defer { compressors.give(back: context) }
         let bound = ZSTD_compressBound(body.count)
-        let level = level
+        // Set on every call (they stay on the context): the level, a checksum of the content at
+        // the frame's end (RFC 8878 §3.1.1: a frame decompressed into other bytes, with a damaged
+        // dictionary say, is refused, not served), and the dictionary or none.
+        guard ZSTD_isError(ZSTD_CCtx_setParameter(context.pointer, ZSTD_c_compressionLevel, level)) == 0,
+            ZSTD_isError(ZSTD_CCtx_setParameter(context.pointer, ZSTD_c_checksumFlag, 1)) == 0,
+            ZSTD_isError(ZSTD_CCtx_refCDict(context.pointer, digested)) == 0
+        else { return nil }
         // The dictionary outlives its use here even if it is unregistered meanwhile.
         return withExtendedLifetime(dictionary) {
             try? [UInt8](unsafeUninitializedCapacity: bound) { buffer, count in
                 let written = body.withUnsafeBytes { source in
-                    if let digested {
-                        ZSTD_compress_usingCDict(context.pointer, buffer.baseAddress, bound, source.baseAddress, source.count, digested)
-                    } else {
-                        ZSTD_compressCCtx(context.pointer, buffer.baseAddress, bound, source.baseAddress, source.count, level)
-                    }
+                    ZSTD_compress2(context.pointer, buffer.baseAddress, bound, source.baseAddress, source.count)
                 }
                 guard ZSTD_isError(written) == 0 else { throw Failure() }
                 count = written

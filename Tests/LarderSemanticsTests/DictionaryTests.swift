@@ -142,20 +142,44 @@ final class DictionaryTests: SemanticsTestCase {
         }
     }
 
-    func testAFrameWhoseDictionaryIsGoneIsAMissNeverServed() throws {
+    func testAFrameWhoseDictionaryIsGoneIsAMissNeverServedAndIsLookedForAgainLater() throws {
         try onEachStore {
             restartEngine(limits: limits)
-            _ = try trainDictionary()
+            let id = try trainDictionary()
             let path = uniquePath()
             XCTAssertEqual(fetch(spec(path)).outcome, "miss")
             // A codec that never saw the dictionary, and a store that does not have it.
+            let lost = MemoryDictionaryStore()
             let stranger = FetchEngine(
                 store: store, upstream: origin, keys: keys, clock: clock.clock, limits: limits, bodyCodec: ZstdCodec(),
-                dictionaryStore: MemoryDictionaryStore(), logger: Logger(label: "engine-test"))
+                dictionaryStore: lost, logger: Logger(label: "engine-test"))
             let request = try FetchRequest.parse(json: Array(try JSONSerialization.data(withJSONObject: spec(path))))
             guard case .miss = stranger.lookup(stranger.prepare(request)) else {
                 return XCTFail("a body that cannot be read answered")
             }
+            // The dictionary comes back (put back in Redis): not asked for on every read, but
+            // found again a minute later.
+            let dictionary = try XCTUnwrap(dictionaryStore?.loadDictionary(id: id))
+            XCTAssertEqual(lost.saveDictionary(dictionary, keepingNewest: DictionaryTraining.keptVersions), [])
+            guard case .miss = stranger.lookup(stranger.prepare(request)) else { return XCTFail("asked for again at once") }
+            clock.advance(by: 61)
+            guard case .answered = stranger.lookup(stranger.prepare(request)) else { return XCTFail("not found again") }
+        }
+    }
+
+    func testWhenManyNamespacesSampleAtOnceTheLargestSetTrainsToMakeRoom() throws {
+        try onEachStore {
+            restartEngine(limits: FetchEngine.Limits())
+            // Twelve namespaces, 60 KB bodies in turn: 32 MiB of samples before any set of 1,000.
+            let namespaces = (0..<12).map { "ns\($0)" }
+            for round in 0..<48 {
+                for namespace in namespaces {
+                    _ = fetch(spec(uniquePath() + "-\(round)", namespace: namespace, size: 60_000))
+                }
+            }
+            engine.dictionaries?.awaitTrainings()
+            let trained = engine.dictionaries?.figures().values.filter { $0.id != nil }.count ?? 0
+            XCTAssertGreaterThan(trained, 0, "no set reached 1,000 bodies or 4 MiB; the bound made room")
         }
     }
 
@@ -231,6 +255,12 @@ final class ZstdDictionaryTests: XCTestCase {
         XCTAssertEqual(elsewhere.decompress(compressed, maxBytes: 1 << 20), body)
         codec.unregister(40_000)
         XCTAssertNil(codec.decompress(compressed, maxBytes: 1 << 20))
+        // The same id with other bytes (damaged, or changed in the store): refused, never other bytes.
+        var damaged = trained
+        for index in stride(from: damaged.count - 4000, to: damaged.count, by: 7) { damaged[index] ^= 0x21 }
+        let other = ZstdCodec()
+        XCTAssertTrue(other.register(BodyDictionary(id: 40_000, namespace: "api", trainedAt: 0, bytes: damaged)))
+        XCTAssertNil(other.decompress(compressed, maxBytes: 1 << 20))
         XCTAssertNil(codec.dictionaryID(of: try XCTUnwrap(codec.compress(body))))
     }
 }

@@ -69,6 +69,17 @@ public final class BodyDictionaries: Sendable {
             return taken
         }
 
+        /// The largest sample set of at least `minimumSamples` bodies, taken for training; nil
+        /// when none has that many.
+        mutating func takeLargestSet() -> (namespace: String, samples: [[UInt8]], bytes: Int)? {
+            guard
+                let largest = namespaces.filter({ !$0.value.training && $0.value.samples.count >= DictionaryTraining.minimumSamples })
+                    .max(by: { $0.value.sampleBytes < $1.value.sampleBytes })?.key
+            else { return nil }
+            let (samples, bytes) = takeSamples(of: largest)
+            return (largest, samples, bytes)
+        }
+
         /// Every sample set not being trained from, dropped (dictionaries turned off).
         mutating func dropSamples() {
             for name in namespaces.keys {
@@ -110,15 +121,18 @@ public final class BodyDictionaries: Sendable {
 
     /// All sample sets together hold at most this many bytes; bodies past it are not sampled.
     public static let maxHeldSampleBytes = 32 << 20
-    /// Ids a frame named that the store did not have (retired), remembered so that they are
-    /// not asked for again on every read; forgotten all at once past this many.
+    /// Ids a frame named that the store did not have (retired, or lost), remembered so that
+    /// they are not asked for again on every read: for `unknownIDSeconds` (a dictionary put back
+    /// is found again), and forgotten all at once past `maxUnknownIDs`.
     static let maxUnknownIDs = 4_096
+    static let unknownIDSeconds: Double = 60
 
     private let codec: any BodyCodec
     private let store: any DictionaryStore
     private let logger: Logger
     private let shelf = Locked(Shelf())
-    private let unknown = Locked<Set<UInt32>>([])
+    /// Unknown ids, with when they were found missing.
+    private let unknown = Locked<[UInt32: Double]>([:])
     private let trainedCount = Atomic<Int>(0)
     private static let trainers = DispatchQueue(label: "larder.dictionary-training", qos: .utility)
 
@@ -159,16 +173,23 @@ public final class BodyDictionaries: Sendable {
             return nil
         }
         guard sampling else { return shelf.withLock { $0.namespaces[namespace]?.versions.last } }
-        let (current, full) = shelf.withLock { shelf -> (UInt32?, (samples: [[UInt8]], bytes: Int)?) in
+        typealias TakenSet = (namespace: String, samples: [[UInt8]], bytes: Int)
+        let (current, full) = shelf.withLock { shelf -> (UInt32?, TakenSet?) in
             let existing = shelf.namespaces[namespace]
             guard existing?.training != true, rules.samples(bodyCount: body.count),
-                existing?.wanted == true || rules.wantsSamples(trainedAt: existing?.trainedAt, now: now),
-                shelf.heldBytes + body.count <= Self.maxHeldSampleBytes, shelf.admit(namespace, now: now)
+                existing?.wanted == true || rules.wantsSamples(trainedAt: existing?.trainedAt, now: now)
             else { return (existing?.versions.last, nil) }
+            // All sets together at their bound (many namespaces sampling at once): the largest
+            // trains from what it has, which makes room.
+            guard shelf.heldBytes + body.count <= Self.maxHeldSampleBytes else {
+                return (existing?.versions.last, shelf.takeLargestSet())
+            }
+            guard shelf.admit(namespace, now: now) else { return (existing?.versions.last, nil) }
             var record = shelf.namespaces[namespace]!
             // A body that would take the set past its bytes makes it full as it is.
             guard DictionaryTraining.fits(body.count, in: record.sampleBytes) else {
-                return (record.versions.last, shelf.takeSamples(of: namespace))
+                let (samples, bytes) = shelf.takeSamples(of: namespace)
+                return (record.versions.last, (namespace, samples, bytes))
             }
             record.samples.append(body)
             record.sampleBytes += body.count
@@ -176,9 +197,10 @@ public final class BodyDictionaries: Sendable {
             shelf.heldBytes += body.count
             shelf.namespaces[namespace] = record
             guard rules.isFull(count: record.samples.count) else { return (record.versions.last, nil) }
-            return (record.versions.last, shelf.takeSamples(of: namespace))
+            let (samples, bytes) = shelf.takeSamples(of: namespace)
+            return (record.versions.last, (namespace, samples, bytes))
         }
-        if let full { train(namespace, from: full.samples, bytes: full.bytes, at: now, adopting: rules) }
+        if let full { train(full.namespace, from: full.samples, bytes: full.bytes, at: now, adopting: rules) }
         return current
     }
 
@@ -299,9 +321,9 @@ public final class BodyDictionaries: Sendable {
     /// instance trained it): loaded from the store, for reading. True when it registered one;
     /// false when `stored` needs none, or one already registered, or one the store does not
     /// have (retired: remembered, not asked for again) or could not be read now.
-    func resolve(_ stored: [UInt8]) -> Bool {
+    func resolve(_ stored: [UInt8], now: Double) -> Bool {
         guard let id = codec.dictionaryID(of: stored), !codec.isRegistered(id) else { return false }
-        guard !unknown.withLock({ $0.contains(id) }) else { return false }
+        guard unknown.withLock({ now - ($0[id] ?? -.infinity) >= Self.unknownIDSeconds }) else { return false }
         let found: BodyDictionary?
         do {
             found = try store.loadDictionary(id: id)
@@ -311,7 +333,7 @@ public final class BodyDictionaries: Sendable {
         guard let dictionary = found, dictionary.id == id, codec.register(dictionary) else {
             unknown.withLock { ids in
                 if ids.count >= Self.maxUnknownIDs { ids.removeAll() }
-                ids.insert(id)
+                ids[id] = now
             }
             return false
         }

@@ -129,7 +129,7 @@ extension FetchEngine {
             // A frame naming a dictionary this instance has not seen is tried again once it is
             // loaded from the store (BodyDictionaries).
             let body = codec.decompress(stored, maxBytes: maxBytes)
-                ?? (dictionaries?.resolve(stored) == true ? codec.decompress(stored, maxBytes: maxBytes) : nil)
+                ?? (dictionaries?.resolve(stored, now: clock.now()) == true ? codec.decompress(stored, maxBytes: maxBytes) : nil)
         else {
             logger.warning("a stored body could not be decompressed; answered as a miss", metadata: ["key": "\(entry.key)"])
             return nil
