@@ -96,6 +96,19 @@ final class CompressionAtRestTests: IntegrationTestCase {
         }
     }
 
+    /// Asks /fetch for `path` in namespace `api`: the answer must be `outcome` with the body the
+    /// origin made for it, and the origin asked `originCount` times for it in all.
+    static func assertRecords(
+        _ client: TestConnection, _ path: String, url: (String) -> String, outcome: String, originCount: Int, origin: TestOrigin,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws {
+        let answer = try client.fetch(["url": url(path), "cache": ["namespace": "api", "ttl": 600]])
+        XCTAssertEqual(answer.outcome, outcome, path, file: file, line: line)
+        let body = try JSONSerialization.jsonObject(with: Data(OriginScript.records(path: path, size: 2500)))
+        XCTAssertEqual(answer.json["body"] as? NSDictionary, body as? NSDictionary, path, file: file, line: line)
+        XCTAssertEqual(origin.count(path), originCount, path, file: file, line: line)
+    }
+
     func testADictionaryTrainedFromANamespaceAndANewerOneBothReadAfterARestart() throws {
         let samples = 16
         let configure: (inout LarderConfiguration) -> Void = { $0.compressDictionarySamples = samples }
@@ -126,11 +139,7 @@ final class CompressionAtRestTests: IntegrationTestCase {
         let again = try start(configure).connection()
         XCTAssertEqual(try Self.dictionary(again, "api")?["id"] as? Int, retrained?["id"] as? Int, "the newest compresses")
         for path in sampled + old + resampled + new {
-            let hit = try again.fetch(["url": target(path), "cache": ["namespace": "api", "ttl": 600]])
-            XCTAssertEqual(hit.outcome, "hit", path)
-            let body = try JSONSerialization.jsonObject(with: Data(OriginScript.records(path: path, size: 2500)))
-            XCTAssertEqual(hit.json["body"] as? NSDictionary, body as? NSDictionary, path)
-            XCTAssertEqual(origin.count(path), 1, path)
+            try Self.assertRecords(again, path, url: target, outcome: "hit", originCount: 1, origin: origin)
         }
     }
 
@@ -191,11 +200,7 @@ final class CompressionOnTheSharedStoreTests: SharedStoreTestCase {
         // A new instance loads the dictionaries: the changed one does not authenticate.
         let reader = try startShared(configure).connection()
         for path in paths {
-            let answer = try reader.fetch(["url": target(path), "cache": ["namespace": "api", "ttl": 600]])
-            XCTAssertEqual(answer.outcome, "miss", path)
-            let body = try JSONSerialization.jsonObject(with: Data(OriginScript.records(path: path, size: 2500)))
-            XCTAssertEqual(answer.json["body"] as? NSDictionary, body as? NSDictionary)
-            XCTAssertEqual(origin.count(path), 2)
+            try CompressionAtRestTests.assertRecords(reader, path, url: target, outcome: "miss", originCount: 2, origin: origin)
         }
     }
 
@@ -209,11 +214,7 @@ final class CompressionOnTheSharedStoreTests: SharedStoreTestCase {
         XCTAssertNil(try CompressionAtRestTests.dictionary(reader, "api")?["id"], "the reader trained none")
         let paths = try CompressionAtRestTests.storeRecords(trainer, count: 3, url: target)
         for path in paths {
-            let hit = try reader.fetch(["url": target(path), "cache": ["namespace": "api", "ttl": 600]])
-            XCTAssertEqual(hit.outcome, "hit", path)
-            let body = try JSONSerialization.jsonObject(with: Data(OriginScript.records(path: path, size: 2500)))
-            XCTAssertEqual(hit.json["body"] as? NSDictionary, body as? NSDictionary)
-            XCTAssertEqual(origin.count(path), 1)
+            try CompressionAtRestTests.assertRecords(reader, path, url: target, outcome: "hit", originCount: 1, origin: origin)
         }
         XCTAssertEqual(try redis.allKeys().filter { $0.contains("dict:") }.count, 1, "the dictionary is kept in Redis")
         // The reader's own full sample set: it takes the trainer's dictionary rather than train one.
