@@ -25,7 +25,7 @@ extension SQLiteCacheStore: DictionaryStore {
 
     /// The rows `condition` selects (`?1` bound to `namespace`).
     private func readDictionaries(_ condition: String, namespace: String?) throws -> [BodyDictionary] {
-        let read = writerQueue.sync { [self] () -> Result<[BodyDictionary], SQLiteError> in
+        let read = writerQueue.sync { [self] () -> Result<[BodyDictionary], any Error> in
             do {
                 let select = try writer.prepare("SELECT id, namespace, trained_at, content FROM body_dictionaries \(condition)")
                 defer { select.reset() }
@@ -41,10 +41,8 @@ extension SQLiteCacheStore: DictionaryStore {
                         BodyDictionary(id: UInt32(id), namespace: namespace, trainedAt: select.double(2), bytes: select.bytes(3)))
                 }
                 return .success(dictionaries)
-            } catch let error as SQLiteError {
-                return .failure(error)
             } catch {
-                return .success([])
+                return .failure(error)
             }
         }
         return try read.get()

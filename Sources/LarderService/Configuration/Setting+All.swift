@@ -110,7 +110,7 @@ extension Setting {
                 .integer(
                     "compressDictionarySamples", \.compressDictionarySamples,
                     """
-                    Bodies of a namespace (up to 64 KiB each, 4 MiB in all) a compression dictionary is trained from, in the \
+                    Bodies of a namespace (up to 64 KiB each, 4 MiB a set) a compression dictionary is trained from, in the \
                     background, and trained again from fresh ones a day later; 0 = no dictionaries
                     """)
             ]),
